@@ -1,0 +1,202 @@
+package pushqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// DrainConfig configures Drain. The zero value is valid: default concurrency,
+// no per-handler deadline, no logging, no hooks. Drain copies it; a
+// DrainConfig may be reused.
+type DrainConfig struct {
+	// Concurrency bounds how many handlers run at once. Zero means
+	// DefaultConcurrency(), that is min(15+5×GOMAXPROCS, 100). Negative is an
+	// error.
+	Concurrency int
+	// Timeout, when positive, bounds each handler: its ctx is cancelled after
+	// Timeout. Zero means no per-item deadline. Negative is an error.
+	Timeout time.Duration
+	// Logger receives Debug records for each handled request and a Warn
+	// record when a handler outlives its Timeout. Nil means silent.
+	Logger *slog.Logger
+	// Hooks are optional callbacks; the zero value calls nothing.
+	Hooks Hooks
+}
+
+// Hooks are optional callbacks Drain invokes synchronously from its handler
+// goroutines. They must be fast, must not block and must be safe for
+// concurrent use. A nil field is skipped. Every hook call has returned by the
+// time Drain returns.
+type Hooks struct {
+	// OnHandled is called after a handler has returned and its key has been
+	// marked done, before the handler's slot is released.
+	OnHandled func(HandledEvent)
+	// OnTimeout is called when a handler is still running at its Timeout,
+	// right after its ctx has been cancelled. It fires only when
+	// DrainConfig.Timeout is positive; it tells the host that a handler is
+	// slow even if the handler never returns.
+	OnTimeout func(TimeoutEvent)
+}
+
+// HandledEvent describes one request that a Drain handler has finished.
+type HandledEvent struct {
+	// Waited is how long the request waited in the queue: from the Enqueue
+	// that created it (for a follow-up, the first Enqueue while its key was
+	// processing) to its Dequeue.
+	Waited time.Duration
+	// Took is how long the handler ran.
+	Took time.Duration
+	// Merged is how many Enqueue calls were coalesced into the request (≥ 1).
+	Merged int
+	// TimedOut is true when the handler was still running at
+	// DrainConfig.Timeout, that is when OnTimeout was called for it.
+	TimedOut bool
+}
+
+// TimeoutEvent describes a handler that is still running at its Timeout.
+type TimeoutEvent struct {
+	// Timeout is the DrainConfig.Timeout the handler exceeded.
+	Timeout time.Duration
+	// Waited is how long the request had waited in the queue before the
+	// handler started (see HandledEvent.Waited).
+	Waited time.Duration
+}
+
+// errHandlerTimeout is the cancellation cause of a handler ctx whose
+// DrainConfig.Timeout elapsed; it tells a timeout apart from the cancellation
+// of Drain's own ctx.
+var errHandlerTimeout = errors.New("pushqueue: handler timeout")
+
+// DefaultConcurrency returns the number of handlers Drain runs at once when
+// DrainConfig.Concurrency is zero: min(15+5×GOMAXPROCS, 100).
+func DefaultConcurrency() int {
+	return min(15+5*runtime.GOMAXPROCS(0), 100)
+}
+
+// Drain dequeues and runs handle for each item with at most Concurrency in
+// flight, calling MarkDone(key) when handle returns. It returns nil after
+// ShutDown once the queue is drained and every handler has returned, or
+// ctx.Err() when ctx ends (after every handler it started has returned). An
+// invalid config or a nil handle is reported as an error before anything is
+// dequeued.
+//
+// Drain takes a slot before it dequeues, so while every slot is busy requests
+// stay pending and keep merging. Each handler runs on its own goroutine with a
+// ctx derived from ctx, cancelled after DrainConfig.Timeout if that is
+// positive. A handler must return once its ctx is done: Drain cannot preempt
+// it. A handler that is slow on one key holds one slot and keeps that key
+// processing (new requests for it merge into a single follow-up); the other
+// slots keep serving other keys. Timeout bounds how long such a handler can
+// hold its slot.
+//
+// A handler that panics crashes the program, as any goroutine would. Several
+// Drain calls may run on one queue at once; Concurrency bounds each of them
+// separately.
+func (q *Queue[K, R]) Drain(ctx context.Context, cfg DrainConfig, handle func(ctx context.Context, key K, req R)) error {
+	if handle == nil {
+		return errors.New("pushqueue: Drain: handle is nil")
+	}
+	if cfg.Concurrency < 0 {
+		return fmt.Errorf("pushqueue: Drain: Concurrency %d is negative", cfg.Concurrency)
+	}
+	if cfg.Timeout < 0 {
+		return fmt.Errorf("pushqueue: Drain: Timeout %v is negative", cfg.Timeout)
+	}
+	d := drainer[K, R]{
+		q:       q,
+		timeout: cfg.Timeout,
+		logger:  cfg.Logger,
+		hooks:   cfg.Hooks,
+		handle:  handle,
+	}
+	if d.logger == nil {
+		d.logger = slog.New(slog.DiscardHandler)
+	}
+	n := cfg.Concurrency
+	if n == 0 {
+		n = DefaultConcurrency()
+	}
+	slots := make(chan struct{}, n)
+	var wg sync.WaitGroup // tracks the handler goroutines; waited for on every return
+	d.logger.DebugContext(ctx, "pushqueue: drain started", "concurrency", n, "timeout", cfg.Timeout)
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", ctx.Err())
+			return ctx.Err()
+		}
+		key, req, meta, err := q.dequeue(ctx)
+		if err != nil {
+			<-slots
+			wg.Wait()
+			d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", err)
+			if errors.Is(err, ErrShutDown) {
+				return nil
+			}
+			return err
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			d.run(ctx, key, req, meta)
+		})
+	}
+}
+
+// drainer holds what one Drain call's handler goroutines share. Every field is
+// written before the first goroutine starts and only read afterwards.
+type drainer[K comparable, R Mergeable[R]] struct {
+	q       *Queue[K, R]
+	timeout time.Duration
+	logger  *slog.Logger
+	hooks   Hooks
+	handle  func(ctx context.Context, key K, req R)
+}
+
+// run calls the handler for one dequeued request and marks its key done.
+func (d *drainer[K, R]) run(ctx context.Context, key K, req R, meta dequeued) {
+	waited := meta.at - meta.since
+	start := d.q.now()
+	timedOut := false
+	if d.timeout <= 0 {
+		d.handle(ctx, key, req)
+	} else {
+		hctx, cancel := context.WithTimeoutCause(ctx, d.timeout, errHandlerTimeout)
+		// Report a handler still running at its deadline, even one that
+		// never returns. The callback runs on its own goroutine; it is
+		// stopped, or waited for, before the handler's key is marked done,
+		// so OnTimeout always precedes OnHandled and no hook runs after
+		// Drain returns.
+		fired := make(chan struct{})
+		stop := context.AfterFunc(hctx, func() {
+			defer close(fired)
+			if context.Cause(hctx) != errHandlerTimeout {
+				return // Drain's ctx ended, or the handler returned first
+			}
+			timedOut = true
+			d.logger.WarnContext(ctx, "pushqueue: handler exceeded timeout", "key", key, "timeout", d.timeout)
+			if d.hooks.OnTimeout != nil {
+				d.hooks.OnTimeout(TimeoutEvent{Timeout: d.timeout, Waited: waited})
+			}
+		})
+		d.handle(hctx, key, req)
+		if !stop() {
+			<-fired // timedOut is written before fired is closed
+		}
+		cancel()
+	}
+	took := d.q.now() - start
+	d.q.MarkDone(key)
+	if d.logger.Enabled(ctx, slog.LevelDebug) {
+		d.logger.DebugContext(ctx, "pushqueue: handled", "key", key, "waited", waited, "took", took, "merged", meta.merged, "timed_out", timedOut)
+	}
+	if d.hooks.OnHandled != nil {
+		d.hooks.OnHandled(HandledEvent{Waited: waited, Took: took, Merged: meta.merged, TimedOut: timedOut})
+	}
+}

@@ -1,0 +1,63 @@
+package pushqueue
+
+// minRing is the smallest backing array a non-empty ring keeps. Below it the
+// ring never shrinks, so a queue that hovers around a handful of keys does not
+// reallocate.
+const minRing = 16
+
+// ring is a FIFO of values backed by a power-of-two circular buffer. It grows
+// by doubling when full and halves when it falls to a quarter of its capacity,
+// so a burst of keys does not pin its peak memory for the life of the queue.
+// Popped slots are zeroed, so the ring never keeps a popped value reachable.
+//
+// ring is not safe for concurrent use; Queue guards it with its mutex.
+type ring[T any] struct {
+	buf  []T // len(buf) is zero or a power of two
+	head int // index of the oldest value
+	n    int // number of values held
+}
+
+// len returns the number of values held.
+func (r *ring[T]) len() int { return r.n }
+
+// push appends v at the tail.
+func (r *ring[T]) push(v T) {
+	if r.n == len(r.buf) {
+		r.resize(max(2*len(r.buf), minRing))
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
+	r.n++
+}
+
+// pop removes and returns the value at the head. The ring must not be empty.
+func (r *ring[T]) pop() T {
+	v := r.buf[r.head]
+	var zero T
+	r.buf[r.head] = zero // release the slot for the garbage collector
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	if r.n == 0 {
+		r.head = 0
+	}
+	if len(r.buf) > minRing && r.n <= len(r.buf)/4 {
+		r.resize(len(r.buf) / 2)
+	}
+	return v
+}
+
+// resize moves the values, oldest first, into a new buffer of the given
+// power-of-two capacity, which must be at least r.n.
+func (r *ring[T]) resize(capacity int) {
+	buf := make([]T, capacity)
+	if r.n > 0 {
+		tail := r.head + r.n
+		if tail <= len(r.buf) {
+			copy(buf, r.buf[r.head:tail])
+		} else {
+			k := copy(buf, r.buf[r.head:])
+			copy(buf[k:], r.buf[:tail-len(r.buf)])
+		}
+	}
+	r.buf = buf
+	r.head = 0
+}
