@@ -1,6 +1,7 @@
 package debounce_test
 
 import (
+	"math/bits"
 	"testing"
 	"time"
 
@@ -360,5 +361,57 @@ func TestCoreMaxEqualsAfter(t *testing.T) {
 	}
 	if b, fire, _ := c.Next(t0.Add(100 * ms)); !fire || b.Merged != 2 {
 		t.Fatalf("Next(100ms) = fire %v, Merged %d; want true, 2", fire, b.Merged)
+	}
+}
+
+// costly is a request whose Merge copies both inputs, as a set of changed keys
+// does; work counts the elements copied by every Merge in a test.
+type costly struct {
+	size int
+	work *int
+}
+
+func (r costly) Merge(next costly) costly {
+	*r.work += r.size + next.size
+	return costly{size: r.size + next.size, work: r.work}
+}
+
+// TestCoreMergeCost pins the grouping of merges: a burst of n distinct
+// requests whose Merge copies its inputs costs O(n log n) copied elements, not
+// the O(n²) of merging each request into the pending one.
+func TestCoreMergeCost(t *testing.T) {
+	tests := []struct {
+		name string
+		n    int
+	}{
+		{name: "one", n: 1},
+		{name: "power of two", n: 1024},
+		{name: "burst of 10,000", n: 10000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+			c, err := debounce.NewCore(debounce.Config[costly]{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			work := 0
+			for range tt.n {
+				c.Add(t0, costly{size: 1, work: &work})
+			}
+			b, fire, _ := c.Next(t0.Add(debounce.DefaultAfter))
+			if !fire {
+				t.Fatal("Next after the quiet window: fire = false; want true")
+			}
+			if b.Req.size != tt.n || b.Merged != tt.n {
+				t.Errorf("batch holds %d requests in %d merges; want %d", b.Req.size, b.Merged, tt.n)
+			}
+			// Each request is copied at most once per level of the counter,
+			// plus twice in the final fold.
+			limit := tt.n * (bits.Len(uint(tt.n)) + 2)
+			if work > limit {
+				t.Errorf("merging %d requests copied %d elements; want at most %d", tt.n, work, limit)
+			}
+		})
 	}
 }

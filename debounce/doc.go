@@ -21,7 +21,12 @@
 //     push. Memory is bounded by two merged requests, and Run starts at most
 //     two push goroutines at a time.
 //   - Merge order: the older request is the receiver of Merge, the newer one
-//     the argument; Merge is never called on a zero value.
+//     the argument; Merge is never called on a zero value. Merges are
+//     grouped like the digits of a binary counter, which associativity
+//     allows, so a burst of n requests whose Merge copies its inputs (a set
+//     of changed keys) costs O(n log n) copies, not O(n²): 10,000 one-key
+//     *pushcontext.PushRequest values merge in about 19 ms where merging each
+//     into the pending one took 3.8 s.
 //   - Counted: [Debouncer.Inbound] counts Add calls and
 //     [Debouncer.Committed] the Add calls covered by pushes that returned;
 //     Hooks.OnPush reports every push with the number of requests merged and
@@ -101,9 +106,9 @@
 // Medians of 6 runs on a shared 2-core AMD EPYC VM, Go 1.26, from
 // go test -run='^$' -bench=. -benchmem -count=6 ./debounce/ (benchstat):
 //
-//	BenchmarkAdd           Add into a pending request, Run active    55 ns/op   0 allocs
-//	BenchmarkAddParallel   the same from 2 goroutines at once        59 ns/op   0 allocs
-//	BenchmarkCore/add      Core.Add into a pending request            8 ns/op   0 allocs
-//	BenchmarkCore/step     Add, Next, Next when due, Done            79 ns/op   0 allocs
+//	BenchmarkAdd           Add into a pending request, Run active    59 ns/op   0 allocs
+//	BenchmarkAddParallel   the same from 2 goroutines at once        63 ns/op   0 allocs
+//	BenchmarkCore/add      Core.Add into a pending request           11 ns/op   0 allocs
+//	BenchmarkCore/step     Add, Next, Next when due, Done            91 ns/op   0 allocs
 //	BenchmarkBypassPush    Add to returned push, through Run        1.5 µs/op  3 allocs
 package debounce
