@@ -1,0 +1,426 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+func fmtUint(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// sotwStream is the part of the generated SotW stream a conn uses.
+type sotwStream interface {
+	Send(*discoveryv3.DiscoveryResponse) error
+	Recv() (*discoveryv3.DiscoveryRequest, error)
+	Context() context.Context
+}
+
+// outMsg is a response waiting to be written.
+type outMsg struct {
+	resp    *discoveryv3.DiscoveryResponse
+	typeIdx int
+	bytes   int
+	push    bool
+}
+
+// conn is one ADS stream.
+//
+// Goroutines: the gRPC handler goroutine runs serve and the main loop, and
+// owns every field not listed under mu or statusMu; one receive goroutine
+// feeds reqCh; while responses are being written, one writer goroutine runs
+// write. An idle connection therefore costs the handler goroutine and the
+// receive goroutine.
+type conn struct {
+	s      *Server
+	stream sotwStream
+	seq    uint64 // per-Server connection number
+	proxy  *Proxy
+
+	// Owned by the handler goroutine.
+	watches   []*watch // by type index; nil when the type is not watched
+	prevScope pushcontext.Scope
+	initSeq   uint64 // Seq of the PushContext of the last InitProxy
+	outbox    []*outMsg
+	writing   bool // a writer goroutine is running
+
+	reqCh     chan *discoveryv3.DiscoveryRequest // receive goroutine → loop
+	recvErr   chan error                         // receive goroutine's final error (cap 1)
+	kick      chan struct{}                      // mail is waiting (cap 1)
+	writeDone chan error                         // writer's result (cap 1)
+	stuck     chan struct{}                      // a write may have exceeded WriteTimeout (cap 1)
+	done      chan struct{}                      // closed when the stream ends
+
+	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
+
+	mu       sync.Mutex               // protects the fields below
+	busy     bool                     // initialising or writing: pushes are parked
+	closed   bool                     // the stream has ended
+	mail     *pushcontext.PushRequest // push handed over by deliver, not yet generated
+	mailDone chan struct{}            // closed once mail has been generated
+	parked   *pushcontext.PushRequest // pushes that arrived while busy
+
+	statusMu sync.Mutex // protects st
+	st       connState
+}
+
+// serveSotW runs one SotW stream from admission to its end.
+func (s *Server) serveSotW(stream sotwStream) (err error) {
+	if !s.admit() {
+		return status.Error(codes.Unavailable, "xds: server is not running")
+	}
+	defer s.streams.Done()
+
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(s.stopCtx, cancel)()
+
+	if s.limiter != nil {
+		wctx, wcancel := context.WithTimeout(ctx, newStreamWait)
+		werr := s.limiter.Wait(wctx)
+		wcancel()
+		if werr != nil {
+			return status.Errorf(codes.ResourceExhausted, "xds: too many new streams: %v", werr)
+		}
+	}
+	var identity any
+	if s.set.authenticate != nil {
+		identity, err = s.set.authenticate(ctx)
+		if err != nil {
+			return status.Errorf(codes.Unauthenticated, "xds: authentication failed: %v", err)
+		}
+	}
+
+	c := &conn{
+		s:         s,
+		stream:    stream,
+		seq:       s.connSeq.Add(1),
+		watches:   make([]*watch, len(s.set.order)),
+		reqCh:     make(chan *discoveryv3.DiscoveryRequest),
+		recvErr:   make(chan error, 1),
+		kick:      make(chan struct{}, 1),
+		writeDone: make(chan error, 1),
+		stuck:     make(chan struct{}, 1),
+		done:      make(chan struct{}),
+		busy:      true,
+	}
+	c.st.types = make([]typeState, len(s.set.order))
+	defer c.close()
+	s.goStream(c.receive)
+
+	first, err := c.next(ctx)
+	if err != nil {
+		return err
+	}
+	if first.GetNode().GetId() == "" {
+		return status.Error(codes.InvalidArgument, "xds: the first request has no node id")
+	}
+	p := &Proxy{
+		ID:       first.Node.Id,
+		ConnID:   first.Node.Id + "-" + fmtUint(c.seq),
+		Node:     first.Node,
+		Identity: identity,
+	}
+	if pr, ok := peer.FromContext(ctx); ok {
+		p.Peer = pr.Addr
+	}
+	c.proxy = p
+	c.st.connectedAt = time.Now()
+
+	// Register for pushes BEFORE initialising the proxy. If we registered
+	// after InitProxy, a PushContext published while InitProxy runs would
+	// be pushed to every registered connection but this one, and the proxy
+	// would stay on the older snapshot it was initialised with until some
+	// later change. Registered first, this connection either receives the
+	// PushContext from register (it was published before) or has the push
+	// queued (it was published after); pushes that arrive before
+	// initialisation ends are parked (busy) and re-queued by ready.
+	pc, err := s.register(c)
+	if err != nil {
+		return err
+	}
+	defer s.unregister(c)
+	p.Push = pc
+	if err := c.initProxy(ctx, pc); err != nil {
+		return err
+	}
+	c.publishStatus(true)
+
+	if h := s.set.hooks.OnConnect; h != nil {
+		h(ConnectEvent{Proxy: p})
+	}
+	defer func() {
+		if h := s.set.hooks.OnDisconnect; h != nil {
+			h(DisconnectEvent{Proxy: p, Err: err})
+		}
+	}()
+	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: connected",
+		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
+	c.unpark()
+
+	if err := c.onRequest(ctx, first); err != nil {
+		return err
+	}
+	err = c.loop(ctx)
+	s.set.logger.LogAttrs(context.Background(), slog.LevelDebug, "xds: disconnected",
+		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.Any("err", err))
+	return err
+}
+
+// initProxy calls Config.InitProxy against pc and stores its result.
+func (c *conn) initProxy(ctx context.Context, pc *pushcontext.PushContext) error {
+	c.initSeq = pc.Seq()
+	init := c.s.set.initProxy
+	if init == nil {
+		return nil
+	}
+	st, err := init(ctx, c.proxy, pc)
+	if err != nil {
+		if _, ok := status.FromError(err); ok {
+			return err
+		}
+		return status.Errorf(codes.Internal, "xds: init proxy %s: %v", c.proxy.ID, err)
+	}
+	c.prevScope = c.proxy.Scope
+	c.proxy.Data, c.proxy.Scope = st.Data, st.Scope
+	return nil
+}
+
+// receive is the receive goroutine: it feeds requests to the loop until the
+// stream ends.
+func (c *conn) receive() {
+	for {
+		req, err := c.stream.Recv()
+		if err != nil {
+			c.recvErr <- err
+			return
+		}
+		select {
+		case c.reqCh <- req:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// next waits for the next request.
+func (c *conn) next(ctx context.Context) (*discoveryv3.DiscoveryRequest, error) {
+	select {
+	case req := <-c.reqCh:
+		return req, nil
+	case err := <-c.recvErr:
+		return nil, c.recvStatus(err)
+	case <-ctx.Done():
+		return nil, c.ctxStatus(ctx)
+	}
+}
+
+// recvStatus turns the receive goroutine's error into the handler's result.
+func (c *conn) recvStatus(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil // the client closed its side
+	}
+	if c.s.stopCtx.Err() != nil {
+		return status.Error(codes.Unavailable, "xds: server is shutting down")
+	}
+	return err
+}
+
+// ctxStatus is the handler's result once its context has ended.
+func (c *conn) ctxStatus(ctx context.Context) error {
+	if c.s.stopCtx.Err() != nil {
+		return status.Error(codes.Unavailable, "xds: server is shutting down")
+	}
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+// loop is the connection's main loop: client requests, pushes and the
+// writer's progress, one at a time.
+func (c *conn) loop(ctx context.Context) error {
+	for {
+		select {
+		case req := <-c.reqCh:
+			if err := c.onRequest(ctx, req); err != nil {
+				return err
+			}
+		case err := <-c.recvErr:
+			return c.recvStatus(err)
+		case <-c.kick:
+			if err := c.onKick(ctx); err != nil {
+				return err
+			}
+		case err := <-c.writeDone:
+			if err != nil {
+				if c.s.stopCtx.Err() != nil {
+					return status.Error(codes.Unavailable, "xds: server is shutting down")
+				}
+				return err
+			}
+			c.onWritten()
+		case <-c.stuck:
+			if at := c.sendStart.Load(); at != 0 && time.Since(time.Unix(0, at)) >= c.s.set.writeTimeout {
+				c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: write timed out; closing stream",
+					slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
+					slog.Duration("timeout", c.s.set.writeTimeout))
+				return status.Errorf(codes.DeadlineExceeded, "xds: a write to the client blocked for more than %v", c.s.set.writeTimeout)
+			}
+		case <-ctx.Done():
+			return c.ctxStatus(ctx)
+		}
+	}
+}
+
+// post hands a push to the connection. It returns a channel that is closed
+// once the connection has generated its responses, or nil if the request was
+// parked (the connection is initialising or writing; it will queue itself
+// again when it is free) or dropped (the connection has ended).
+func (c *conn) post(req *pushcontext.PushRequest) <-chan struct{} {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.busy {
+		c.parked = c.parked.Merge(req)
+		c.mu.Unlock()
+		return nil
+	}
+	c.mail = c.mail.Merge(req)
+	if c.mailDone == nil {
+		c.mailDone = make(chan struct{})
+	}
+	done := c.mailDone
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+	return done
+}
+
+// onKick generates the responses for the push in the mailbox.
+func (c *conn) onKick(ctx context.Context) error {
+	c.mu.Lock()
+	req, done := c.mail, c.mailDone
+	c.mail, c.mailDone = nil, nil
+	c.mu.Unlock()
+	if req == nil {
+		return nil
+	}
+	defer close(done)
+	msgs, err := c.onPush(ctx, req)
+	if err != nil {
+		return err
+	}
+	c.send(msgs)
+	c.publishStatus(false)
+	return nil
+}
+
+// unpark ends a busy phase: if pushes were parked meanwhile, the connection
+// queues itself again, so that they are generated under a push slot.
+func (c *conn) unpark() {
+	c.mu.Lock()
+	c.busy = false
+	req := c.parked
+	c.parked = nil
+	c.mu.Unlock()
+	if req != nil {
+		c.s.queue.Enqueue(c, req)
+	}
+}
+
+// send queues responses for writing, starting the writer if it is idle.
+func (c *conn) send(msgs []*outMsg) {
+	c.outbox = append(c.outbox, msgs...)
+	if c.writing || len(c.outbox) == 0 {
+		return
+	}
+	c.mu.Lock()
+	c.busy = true
+	if c.mail != nil {
+		// deliver is waiting for generation; release it and let the request
+		// wait for the write to finish instead of holding a push slot.
+		c.parked = c.parked.Merge(c.mail)
+		c.mail = nil
+		close(c.mailDone)
+		c.mailDone = nil
+	}
+	c.mu.Unlock()
+	batch := c.outbox
+	c.outbox = nil
+	c.writing = true
+	c.s.goStream(func() { c.write(batch) })
+}
+
+// onWritten handles the end of a successful write batch.
+func (c *conn) onWritten() {
+	c.writing = false
+	if len(c.outbox) > 0 {
+		c.send(nil)
+		return
+	}
+	c.unpark()
+}
+
+// write runs on the writer goroutine: it sends batch in order and reports
+// the result on writeDone. A Send that blocks for WriteTimeout signals stuck;
+// the loop then ends the stream, which unblocks Send.
+func (c *conn) write(batch []*outMsg) {
+	timeout := c.s.set.writeTimeout
+	timer := time.AfterFunc(timeout, c.onStuck)
+	timer.Stop()
+	var err error
+	for i, m := range batch {
+		start := time.Now()
+		c.sendStart.Store(start.UnixNano())
+		timer.Reset(timeout)
+		err = c.stream.Send(m.resp)
+		timer.Stop()
+		c.sendStart.Store(0)
+		if err != nil {
+			break
+		}
+		if h := c.s.set.hooks.OnSend; h != nil {
+			h(SendEvent{
+				ProxyID:   c.proxy.ID,
+				Type:      c.s.set.order[m.typeIdx],
+				Version:   m.resp.VersionInfo,
+				Nonce:     m.resp.Nonce,
+				Resources: len(m.resp.Resources),
+				Bytes:     m.bytes,
+				Push:      m.push,
+				Took:      time.Since(start),
+			})
+		}
+		batch[i] = nil
+	}
+	c.writeDone <- err
+}
+
+func (c *conn) onStuck() {
+	select {
+	case c.stuck <- struct{}{}:
+	default:
+	}
+}
+
+// close marks the connection ended and releases anyone waiting on it.
+func (c *conn) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mail, c.parked = nil, nil
+	c.mu.Unlock()
+	close(c.done)
+}

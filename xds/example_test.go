@@ -1,0 +1,97 @@
+package xds_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"sync"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
+)
+
+// Example wires a Server: a host store, a PushContext index built from it, a
+// CDS generator, a gRPC server and one client that ACKs what it receives.
+func Example() {
+	// The host's store of clusters.
+	var mu sync.Mutex
+	store := map[string]*clusterv3.Cluster{"web": {Name: "web"}}
+
+	b, _ := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "example"})
+	clusters, _ := pushcontext.Register(b, "clusters", []string{"Cluster"},
+		func(pushcontext.BuildContext[map[string]*clusterv3.Cluster]) (map[string]*clusterv3.Cluster, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(store), nil
+		})
+	cds := xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+		var out []xds.Resource
+		for _, name := range slices.Sorted(maps.Keys(clusters.Get(req.Push))) {
+			out = append(out, xds.Resource{Name: name, Message: clusters.Get(req.Push)[name]})
+		}
+		return out, nil
+	})
+	srv, err := xds.New(xds.Config{
+		Builder:    b,
+		Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: cds},
+		Debounce:   xds.DebounceConfig{After: time.Millisecond, Max: 10 * time.Millisecond},
+	})
+	if err != nil {
+		panic(err)
+	}
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	lis := bufconn.Listen(1 << 20)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-srv.Ready()
+
+	// A client (Envoy, gRPC, …) subscribes to every cluster.
+	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	defer cc.Close()
+	stream, _ := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	_ = stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "proxy-1"}, TypeUrl: string(xds.ClusterType)})
+	receive := func() {
+		r, _ := stream.Recv()
+		fmt.Printf("version %s: %d cluster(s)\n", r.VersionInfo, len(r.Resources))
+		_ = stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce})
+	}
+	receive()
+
+	// The host changes its store and tells the Server.
+	mu.Lock()
+	store["api"] = &clusterv3.Cluster{Name: "api"}
+	mu.Unlock()
+	srv.ConfigUpdate(&pushcontext.PushRequest{
+		Full:           true,
+		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Cluster", Name: "api"}),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+	})
+	receive()
+
+	nacks, err := srv.WaitForVersion(ctx, "example-00000000000000000002")
+	fmt.Println("converged:", err == nil, "NACKs:", len(nacks))
+	for _, cs := range srv.Status() {
+		fmt.Println(cs.ProxyID, cs.Types[0].AckedVersion, cs.Types[0].Synced())
+	}
+	// Output:
+	// version example-00000000000000000001: 1 cluster(s)
+	// version example-00000000000000000002: 2 cluster(s)
+	// converged: true NACKs: 0
+	// proxy-1 example-00000000000000000002 true
+}

@@ -1,0 +1,152 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	grpcxds "google.golang.org/grpc/xds"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// backend starts a loopback gRPC server with the health service.
+func backend(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	healthpb.RegisterHealthServer(s, health.NewServer())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Serve(l) })
+	t.Cleanup(func() { s.Stop(); wg.Wait() })
+	return l.Addr().String()
+}
+
+// The real third-party client: grpc-go's xDS resolver and balancers dial
+// xds:///target through the Server to a loopback backend.
+func TestGRPCXDSClient(t *testing.T) {
+	b1, b2 := backend(t), backend(t)
+	st := newStore()
+	st.listeners["target"] = makeListener("target", "route-target")
+	st.routes["route-target"] = makeRoute("route-target", "*", "cluster-target")
+	st.clusters["cluster-target"] = makeCluster("cluster-target")
+	st.endpoints["cluster-target"] = makeCLA("cluster-target", b1)
+	var mu sync.Mutex
+	var nacks []NACK
+	cdsSends := 0
+	f := start(t, st, func(cfg *Config) {
+		cfg.Hooks.OnNACK = func(n NACK) { mu.Lock(); nacks = append(nacks, n); mu.Unlock() }
+		cfg.Hooks.OnSend = func(e SendEvent) {
+			if e.Type == ClusterType {
+				mu.Lock()
+				cdsSends++
+				mu.Unlock()
+			}
+		}
+	}, true)
+
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": "grpc-client"}
+	}`, f.tcp.Addr().String())
+	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient("xds:///target", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	call := func() string {
+		t.Helper()
+		var p peer.Peer
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true), grpc.Peer(&p)); err != nil {
+			t.Fatalf("RPC through xDS: %v", err)
+		}
+		return p.Addr.String()
+	}
+	if got := call(); got != b1 {
+		t.Fatalf("RPC reached %s; want %s", got, b1)
+	}
+	synced := func() bool {
+		sts := f.srv.Status()
+		if len(sts) != 1 || len(sts[0].Types) != 4 {
+			return false
+		}
+		for _, ts := range sts[0].Types {
+			if !ts.Synced() || ts.SentNonce == "" {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "LDS, RDS, CDS and EDS ACKed", synced)
+
+	// An endpoint change moves traffic to the second backend.
+	f.update(false, func(s *store) { s.endpoints["cluster-target"] = makeCLA("cluster-target", b2) }, key(kindEndpoint, "cluster-target"))
+	for call() != b2 {
+		if ctx.Err() != nil {
+			t.Fatal("traffic never moved to the second backend")
+		}
+	}
+
+	// An invalid cluster: exactly one NACK, visible in Status, no re-push.
+	mu.Lock()
+	sendsBefore := cdsSends
+	mu.Unlock()
+	f.update(true, func(s *store) {
+		s.clusters["cluster-target"] = makeCluster("cluster-target")
+		s.clusters["cluster-target"].LbPolicy = clusterv3.Cluster_MAGLEV
+	}, key(kindCluster, "cluster-target"))
+	nacked := func() bool {
+		sts := f.srv.Status()
+		return len(sts) == 1 && slices.ContainsFunc(sts[0].Types, func(ts TypeStatus) bool { return ts.Type == ClusterType && ts.NACK != nil })
+	}
+	waitFor(t, "the CDS NACK in Status", nacked)
+	// Push again, Forced, and wait until that push has been handled: the
+	// rejected cluster must not be sent again.
+	f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
+	waitFor(t, "the forced push", func() bool {
+		return f.srv.Committed() == f.srv.Inbound() && f.srv.queue.Len() == 0
+	})
+	if got := call(); got != b2 {
+		t.Errorf("RPC after the NACK reached %s; want %s", got, b2)
+	}
+	mu.Lock()
+	if len(nacks) != 1 || cdsSends != sendsBefore+1 {
+		t.Errorf("NACKs = %d, CDS responses since = %d; want 1 and 1", len(nacks), cdsSends-sendsBefore)
+	}
+	mu.Unlock()
+
+	// A valid version clears the NACK.
+	f.update(true, func(s *store) {
+		s.clusters["cluster-target"] = makeCluster("cluster-target")
+		s.clusters["cluster-target"].ConnectTimeout = durationpb.New(2 * time.Second)
+	}, key(kindCluster, "cluster-target"))
+	waitFor(t, "the NACK cleared", func() bool { return !nacked() && synced() })
+	nacksOut, err := f.srv.WaitForVersion(ctx, f.srv.Version())
+	if err != nil || len(nacksOut) != 0 {
+		t.Errorf("WaitForVersion() = %v, %v; want no NACK", nacksOut, err)
+	}
+	if got := call(); got != b2 {
+		t.Errorf("RPC reached %s; want %s", got, b2)
+	}
+}

@@ -1,0 +1,632 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+const (
+	defaultTestTimeout = 10 * time.Second
+	// Config kinds of the test world.
+	kindCluster  = "cluster"
+	kindEndpoint = "endpoint"
+	kindListener = "listener"
+	kindRoute    = "route"
+)
+
+// ---- Envoy resources -------------------------------------------------------
+
+func adsSource() *corev3.ConfigSource {
+	return &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
+}
+
+func makeCluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+	}
+}
+
+func makeCLA(cluster string, addrs ...string) *endpointv3.ClusterLoadAssignment {
+	var lbs []*endpointv3.LbEndpoint
+	for _, a := range addrs {
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			panic(err)
+		}
+		var p uint32
+		fmt.Sscan(port, &p)
+		lbs = append(lbs, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+					Address:       host,
+					PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p},
+				}}},
+			}},
+		})
+	}
+	return &endpointv3.ClusterLoadAssignment{
+		ClusterName: cluster,
+		Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			Locality:            &corev3.Locality{Region: "region", Zone: "zone"},
+			LoadBalancingWeight: wrapperspb.UInt32(1),
+			LbEndpoints:         lbs,
+		}},
+	}
+}
+
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(err)
+	}
+	return a
+}
+
+// makeListener is a client-side (API) listener for gRPC and Envoy alike:
+// an HttpConnectionManager that takes its routes from RDS over ADS and ends
+// with the router filter.
+func makeListener(name, route string) *listenerv3.Listener {
+	hcm := &hcmv3.HttpConnectionManager{
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: route,
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       "router",
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
+		}},
+	}
+	return &listenerv3.Listener{
+		Name:        name,
+		ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(hcm)},
+	}
+}
+
+func makeRoute(name, domain, cluster string) *routev3.RouteConfiguration {
+	return &routev3.RouteConfiguration{
+		Name: name,
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    name + "-vh",
+			Domains: []string{domain},
+			Routes: []*routev3.Route{{
+				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}}},
+			}},
+		}},
+	}
+}
+
+// ---- the host: a config store, a PushContext and generators ---------------
+
+// store is the test host's source of truth. Clusters, listeners and routes
+// reach clients through the PushContext (Full pushes); endpoints are read
+// live, as istiod's endpoint index is (non-Full pushes).
+type store struct {
+	mu        sync.Mutex
+	clusters  map[string]*clusterv3.Cluster
+	listeners map[string]*listenerv3.Listener
+	routes    map[string]*routev3.RouteConfiguration
+	endpoints map[string]*endpointv3.ClusterLoadAssignment
+	// deps maps a proxy ID to the clusters it depends on; absent = all.
+	deps map[string][]string
+	// genErr, if set, makes the generator of that type fail.
+	genErr map[TypeURL]error
+	// initStarted, if set, receives the proxy ID when InitProxy starts; then
+	// InitProxy waits for initRelease.
+	initStarted chan string
+	initRelease chan struct{}
+}
+
+func newStore() *store {
+	return &store{
+		clusters:  map[string]*clusterv3.Cluster{},
+		listeners: map[string]*listenerv3.Listener{},
+		routes:    map[string]*routev3.RouteConfiguration{},
+		endpoints: map[string]*endpointv3.ClusterLoadAssignment{},
+		deps:      map[string][]string{},
+		genErr:    map[TypeURL]error{},
+	}
+}
+
+// snapshot is the PushContext index: an immutable copy of the store.
+type snapshot struct {
+	clusters  map[string]*clusterv3.Cluster
+	listeners map[string]*listenerv3.Listener
+	routes    map[string]*routev3.RouteConfiguration
+}
+
+func (st *store) snapshot() *snapshot {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return &snapshot{clusters: cloneMap(st.clusters), listeners: cloneMap(st.listeners), routes: cloneMap(st.routes)}
+}
+
+func cloneMap[V any](m map[string]V) map[string]V {
+	out := make(map[string]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// pick returns the resources of m that w asks for, sorted by name.
+func pick[V proto.Message](m map[string]V, w Watch) []Resource {
+	out := []Resource{}
+	if w.Wildcard {
+		for n, v := range m {
+			out = append(out, Resource{Name: n, Message: v})
+		}
+	} else {
+		for _, n := range w.Names {
+			if v, ok := m[n]; ok {
+				out = append(out, Resource{Name: n, Message: v})
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b Resource) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+type fixture struct {
+	t     testing.TB
+	store *store
+	index pushcontext.Index[*snapshot]
+	srv   *Server
+	lis   *bufconn.Listener
+	tcp   net.Listener
+	gs    *grpc.Server
+
+	mu     sync.Mutex
+	events []string // hook events, for assertions
+}
+
+// newConfig returns a Config serving CDS, EDS, LDS and RDS from st.
+func newConfig(t testing.TB, st *store) (Config, pushcontext.Index[*snapshot]) {
+	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := pushcontext.Register(b, "snapshot", []string{kindCluster, kindListener, kindRoute},
+		func(pushcontext.BuildContext[*snapshot]) (*snapshot, error) { return st.snapshot(), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := func(t TypeURL, f func(*snapshot, Watch) []Resource) Generator {
+		return GeneratorFunc(func(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
+			st.mu.Lock()
+			err := st.genErr[t]
+			st.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+			return f(idx.Get(req.Push), w), nil
+		})
+	}
+	cfg := Config{
+		Builder: b,
+		Generators: map[TypeURL]Generator{
+			ClusterType:  gen(ClusterType, func(s *snapshot, w Watch) []Resource { return pick(s.clusters, w) }),
+			ListenerType: gen(ListenerType, func(s *snapshot, w Watch) []Resource { return pick(s.listeners, w) }),
+			RouteType:    gen(RouteType, func(s *snapshot, w Watch) []Resource { return pick(s.routes, w) }),
+			EndpointType: gen(EndpointType, func(_ *snapshot, w Watch) []Resource {
+				st.mu.Lock()
+				defer st.mu.Unlock()
+				return pick(st.endpoints, w)
+			}),
+		},
+		TypeKinds: map[TypeURL][]string{
+			ClusterType:  {kindCluster},
+			EndpointType: {kindEndpoint},
+			ListenerType: {kindListener},
+			RouteType:    {kindRoute},
+		},
+		InitProxy: func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+			st.mu.Lock()
+			started, release := st.initStarted, st.initRelease
+			deps, scoped := st.deps[p.ID]
+			st.mu.Unlock()
+			if started != nil {
+				started <- p.ID
+				select {
+				case <-release:
+				case <-ctx.Done():
+					return ProxyState{}, ctx.Err()
+				}
+			}
+			if !scoped {
+				return ProxyState{}, nil
+			}
+			set := pushcontext.ConfigSet{}
+			for _, c := range deps {
+				set[pushcontext.ConfigKey{Kind: kindCluster, Name: c}] = struct{}{}
+				set[pushcontext.ConfigKey{Kind: kindEndpoint, Name: c}] = struct{}{}
+			}
+			return ProxyState{Scope: set}, nil
+		},
+		Debounce: DebounceConfig{After: time.Millisecond, Max: 10 * time.Millisecond},
+	}
+	return cfg, idx
+}
+
+// start starts a Server for cfg on bufconn (and on loopback TCP if tcp) and
+// stops it when the test ends.
+func start(t testing.TB, st *store, tweak func(*Config), tcp bool) *fixture {
+	t.Helper()
+	cfg, idx := newConfig(t, st)
+	f := &fixture{t: t, store: st, index: idx}
+	hooks := &cfg.Hooks
+	hooks.OnNACK = func(n NACK) { f.event("nack %s %s", n.ProxyID, shortType(n.Type)) }
+	hooks.OnConnect = func(e ConnectEvent) { f.event("connect %s", e.Proxy.ID) }
+	hooks.OnDisconnect = func(e DisconnectEvent) { f.event("disconnect %s %v", e.Proxy.ID, codeOf(e.Err)) }
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.srv = srv
+	f.gs = grpc.NewServer()
+	srv.Register(f.gs)
+	f.lis = bufconn.Listen(1 << 20)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = f.gs.Serve(f.lis) })
+	if tcp {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.tcp = l
+		wg.Go(func() { _ = f.gs.Serve(l) })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run() = %v; want nil", err)
+		}
+		f.gs.Stop()
+		wg.Wait()
+	})
+	// Wait for the first PushContext so streams are admitted.
+	select {
+	case <-srv.Ready():
+	case err := <-runErr:
+		t.Fatalf("Run() = %v", err)
+	}
+	return f
+}
+
+func (f *fixture) event(format string, args ...any) {
+	f.mu.Lock()
+	f.events = append(f.events, fmt.Sprintf(format, args...))
+	f.mu.Unlock()
+}
+
+func (f *fixture) eventList() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.events)
+}
+
+func shortType(t TypeURL) string {
+	switch t {
+	case ClusterType:
+		return "CDS"
+	case EndpointType:
+		return "EDS"
+	case ListenerType:
+		return "LDS"
+	case RouteType:
+		return "RDS"
+	}
+	return string(t)
+}
+
+// update changes the store under lock and sends a ConfigUpdate for keys.
+func (f *fixture) update(full bool, change func(*store), keys ...pushcontext.ConfigKey) {
+	f.store.mu.Lock()
+	change(f.store)
+	f.store.mu.Unlock()
+	f.srv.ConfigUpdate(&pushcontext.PushRequest{
+		Full:           full,
+		ConfigsUpdated: pushcontext.NewConfigSet(keys...),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+	})
+}
+
+// waitFor polls cond on every status change of the server, or at most every
+// few milliseconds, until it holds or the test timeout passes.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(defaultTestTimeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// ---- a raw ADS client ------------------------------------------------------
+
+type client struct {
+	t      testing.TB
+	cc     *grpc.ClientConn
+	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	cancel context.CancelFunc
+	node   *corev3.Node
+	resps  chan *discoveryv3.DiscoveryResponse
+	errc   chan error
+	first  bool
+}
+
+func (f *fixture) dialConn(opts ...grpc.DialOption) *grpc.ClientConn {
+	f.t.Helper()
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return f.lis.DialContext(ctx) }),
+	}, opts...)
+	cc, err := grpc.NewClient("passthrough:///bufnet", opts...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// connect opens an ADS stream for node id. If reading is false, the client
+// never reads responses (a slow client).
+func (f *fixture) connect(id string, cc *grpc.ClientConn, reading bool) *client {
+	f.t.Helper()
+	if cc == nil {
+		cc = f.dialConn()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		f.t.Fatal(err)
+	}
+	c := &client{
+		t: f.t, cc: cc, stream: stream, cancel: cancel,
+		node:  &corev3.Node{Id: id},
+		resps: make(chan *discoveryv3.DiscoveryResponse, 1024),
+		errc:  make(chan error, 1),
+		first: true,
+	}
+	f.t.Cleanup(c.close)
+	if reading {
+		go c.readLoop()
+	}
+	return c
+}
+
+func (c *client) readLoop() {
+	for {
+		r, err := c.stream.Recv()
+		if err != nil {
+			c.errc <- err
+			return
+		}
+		c.resps <- r
+	}
+}
+
+func (c *client) close() {
+	c.cancel()
+}
+
+// send sends a request; the node is attached to the first one.
+func (c *client) send(req *discoveryv3.DiscoveryRequest) {
+	c.t.Helper()
+	if c.first {
+		if req.Node == nil {
+			req.Node = c.node
+		}
+		c.first = false
+	}
+	if err := c.stream.Send(req); err != nil {
+		c.t.Fatalf("Send() = %v", err)
+	}
+}
+
+func (c *client) request(t TypeURL, names ...string) {
+	c.t.Helper()
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: string(t), ResourceNames: names})
+}
+
+// ack acknowledges r, keeping the subscription names.
+func (c *client) ack(r *discoveryv3.DiscoveryResponse, names ...string) {
+	c.t.Helper()
+	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: names})
+}
+
+// recv returns the next response, failing the test after the test timeout.
+func (c *client) recv() *discoveryv3.DiscoveryResponse {
+	c.t.Helper()
+	select {
+	case r := <-c.resps:
+		return r
+	case err := <-c.errc:
+		c.t.Fatalf("stream ended: %v", err)
+	case <-time.After(defaultTestTimeout):
+		c.t.Fatal("timed out waiting for a response")
+	}
+	return nil
+}
+
+// recvErr waits for the stream to end and returns its error.
+func (c *client) recvErr() error {
+	c.t.Helper()
+	for {
+		select {
+		case <-c.resps:
+		case err := <-c.errc:
+			return err
+		case <-time.After(defaultTestTimeout):
+			c.t.Fatal("timed out waiting for the stream to end")
+			return nil
+		}
+	}
+}
+
+// expectNone checks that no response is pending, by requesting a type that is
+// always answered (a wildcard LDS request... on a fresh type index) and
+// checking it is the next response. probe must be a type URL the client does
+// not watch yet and that is answered in full.
+func (c *client) expectNone(probe TypeURL) {
+	c.t.Helper()
+	c.request(probe)
+	r := c.recv()
+	if TypeURL(r.TypeUrl) != probe {
+		c.t.Fatalf("got a %s response (%d resources); want no response before the %s probe", shortType(TypeURL(r.TypeUrl)), len(r.Resources), shortType(probe))
+	}
+}
+
+func names(r *discoveryv3.DiscoveryResponse) []string {
+	var out []string
+	for _, a := range r.Resources {
+		m, err := a.UnmarshalNew()
+		if err != nil {
+			panic(err)
+		}
+		switch v := m.(type) {
+		case *clusterv3.Cluster:
+			out = append(out, v.Name)
+		case *endpointv3.ClusterLoadAssignment:
+			out = append(out, v.ClusterName)
+		case *listenerv3.Listener:
+			out = append(out, v.Name)
+		case *routev3.RouteConfiguration:
+			out = append(out, v.Name)
+		default:
+			out = append(out, fmt.Sprintf("%T", m))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func codeOf(err error) string {
+	return status.Code(err).String()
+}
+
+// settle lets fake time pass beyond the debounce window and waits until
+// every goroutine of the bubble is blocked. Only for synctest bubbles.
+func settle() {
+	time.Sleep(time.Second)
+	synctest.Wait()
+}
+
+// pending returns the responses received so far without waiting.
+func (c *client) pending() []*discoveryv3.DiscoveryResponse {
+	var out []*discoveryv3.DiscoveryResponse
+	for {
+		select {
+		case r := <-c.resps:
+			out = append(out, r)
+		default:
+			return out
+		}
+	}
+}
+
+// ackAll ACKs every pending response (keeping names per type) and returns
+// them. Only for synctest bubbles.
+func (c *client) ackAll(subs map[TypeURL][]string) []*discoveryv3.DiscoveryResponse {
+	c.t.Helper()
+	synctest.Wait()
+	rs := c.pending()
+	for _, r := range rs {
+		c.ack(r, subs[TypeURL(r.TypeUrl)]...)
+	}
+	synctest.Wait()
+	return rs
+}
+
+func typesOf(rs []*discoveryv3.DiscoveryResponse) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, shortType(TypeURL(r.TypeUrl)))
+	}
+	return out
+}
+
+// world fills st with n clusters c0…c(n-1), their endpoints, one listener
+// "l0" and one route "r0".
+func world(st *store, n int) {
+	for i := range n {
+		name := fmt.Sprintf("c%d", i)
+		st.clusters[name] = makeCluster(name)
+		st.endpoints[name] = makeCLA(name, fmt.Sprintf("10.0.%d.%d:80", i/250, i%250+1))
+	}
+	st.listeners["l0"] = makeListener("l0", "r0")
+	st.routes["r0"] = makeRoute("r0", "*", "c0")
+}
+
+// subscribeAll makes c subscribe like Envoy: wildcard CDS and LDS, EDS for
+// every cluster, RDS r0; it ACKs everything and returns the subscriptions.
+func (c *client) subscribeAll(clusters int) map[TypeURL][]string {
+	var eds []string
+	for i := range clusters {
+		eds = append(eds, fmt.Sprintf("c%d", i))
+	}
+	subs := map[TypeURL][]string{EndpointType: eds, RouteType: {"r0"}}
+	c.request(ClusterType)
+	c.request(EndpointType, eds...)
+	c.request(ListenerType)
+	c.request(RouteType, "r0")
+	c.ackAll(subs)
+	return subs
+}
+
+func errDetail(msg string) *rpcstatus.Status {
+	return &rpcstatus.Status{Code: 3, Message: msg}
+}
+
+type corev3Node = corev3.Node
+
+func bufconnListen() *bufconn.Listener { return bufconn.Listen(1 << 20) }
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }

@@ -1,0 +1,328 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+func key(kind, name string) pushcontext.ConfigKey {
+	return pushcontext.ConfigKey{Kind: kind, Name: name}
+}
+
+// A push that touches four types arrives CDS, EDS, LDS, RDS on the wire.
+func TestPushOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := start(t, st, nil, false)
+		c := f.connect("n1", nil, true)
+		// Subscribe in the reverse order, to show the order is the server's.
+		subs := map[TypeURL][]string{EndpointType: {"c0", "c1"}, RouteType: {"r0"}}
+		c.request(RouteType, "r0")
+		c.request(ListenerType)
+		c.request(EndpointType, "c0", "c1")
+		c.request(ClusterType)
+		if got, want := typesOf(c.ackAll(subs)), []string{"RDS", "LDS", "EDS", "CDS"}; !slices.Equal(got, want) {
+			t.Fatalf("initial answers = %v; want %v (answers follow requests)", got, want)
+		}
+		// The CDS request above re-arms EDS: its next request is answered.
+		if got, want := typesOf(c.ackAll(subs)), []string{"EDS"}; !slices.Equal(got, want) {
+			t.Fatalf("after CDS request = %v; want %v", got, want)
+		}
+
+		f.update(true, func(s *store) {
+			s.clusters["c0"] = makeCluster("c0")
+			s.clusters["c0"].ConnectTimeout = durationpb.New(3 * time.Second)
+			s.endpoints["c1"] = makeCLA("c1", "10.9.9.9:80")
+			s.listeners["l0"] = makeListener("l0", "r0")
+			s.listeners["l0"].StatPrefix = "changed"
+			s.routes["r0"] = makeRoute("r0", "*", "c1")
+		}, key(kindCluster, "c0"), key(kindEndpoint, "c1"), key(kindListener, "l0"), key(kindRoute, "r0"))
+		settle()
+		rs := c.ackAll(subs)
+		if got, want := typesOf(rs), []string{"CDS", "EDS", "LDS", "RDS"}; !slices.Equal(got, want) {
+			t.Fatalf("push = %v; want %v", got, want)
+		}
+		// EDS carries the changed c1 and the re-warmed c0 (its cluster changed).
+		if got, want := names(rs[1]), []string{"c0", "c1"}; !slices.Equal(got, want) {
+			t.Errorf("EDS resources = %v; want %v", got, want)
+		}
+		// One version for the whole push, nonces unique and prefixed by it.
+		seen := map[string]bool{}
+		for _, r := range rs {
+			if r.VersionInfo != f.srv.Version() {
+				t.Errorf("%s version = %q; want %q", shortType(TypeURL(r.TypeUrl)), r.VersionInfo, f.srv.Version())
+			}
+			if len(r.Nonce) <= len(r.VersionInfo) || r.Nonce[:len(r.VersionInfo)] != r.VersionInfo || seen[r.Nonce] {
+				t.Errorf("nonce %q: want unique and prefixed by %q", r.Nonce, r.VersionInfo)
+			}
+			seen[r.Nonce] = true
+		}
+	})
+}
+
+// An endpoint change sends only EDS, and only the changed
+// ClusterLoadAssignment, from the current PushContext (no new version).
+func TestEndpointChangeIsIncremental(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 10)
+		f := start(t, st, nil, false)
+		c := f.connect("n1", nil, true)
+		subs := c.subscribeAll(10)
+		version := f.srv.Version()
+
+		f.update(false, func(s *store) { s.endpoints["c7"] = makeCLA("c7", "10.7.7.7:80") }, key(kindEndpoint, "c7"))
+		settle()
+		rs := c.ackAll(subs)
+		if got, want := typesOf(rs), []string{"EDS"}; !slices.Equal(got, want) {
+			t.Fatalf("responses = %v; want %v", got, want)
+		}
+		if got, want := names(rs[0]), []string{"c7"}; !slices.Equal(got, want) {
+			t.Errorf("EDS resources = %v; want %v", got, want)
+		}
+		if rs[0].VersionInfo != version || f.srv.Version() != version {
+			t.Errorf("version = %q (server %q); want %q unchanged", rs[0].VersionInfo, f.srv.Version(), version)
+		}
+		// A Forced push with unchanged content sends nothing.
+		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true})
+		settle()
+		if rs := c.pending(); len(rs) != 0 {
+			t.Errorf("forced push of unchanged content sent %v; want nothing", typesOf(rs))
+		}
+	})
+}
+
+// 100 proxies; a change only one of them depends on → exactly one response
+// on the wire.
+func TestDependencyFilter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 100
+		st := newStore()
+		world(st, n)
+		for i := range n {
+			st.deps[fmt.Sprintf("p%d", i)] = []string{fmt.Sprintf("c%d", i)}
+		}
+		sends := 0
+		f := start(t, st, func(cfg *Config) {
+			cfg.Hooks.OnSend = func(e SendEvent) {
+				if e.Push {
+					sends++ // hooks run in the bubble; settle orders them
+				}
+			}
+		}, false)
+		cc := f.dialConn()
+		clients := make([]*client, n)
+		subs := make([]map[TypeURL][]string, n)
+		for i := range n {
+			clients[i] = f.connect(fmt.Sprintf("p%d", i), cc, true)
+			subs[i] = map[TypeURL][]string{EndpointType: {fmt.Sprintf("c%d", i)}}
+			clients[i].request(EndpointType, subs[i][EndpointType]...)
+		}
+		synctest.Wait()
+		for i, c := range clients {
+			c.ackAll(subs[i])
+		}
+		settle()
+		sends = 0
+		f.update(false, func(s *store) { s.endpoints["c42"] = makeCLA("c42", "10.4.2.1:80") }, key(kindEndpoint, "c42"))
+		settle()
+		total := 0
+		for i, c := range clients {
+			rs := c.pending()
+			total += len(rs)
+			if i == 42 && (len(rs) != 1 || !slices.Equal(names(rs[0]), []string{"c42"})) {
+				t.Errorf("p42 got %d responses; want one EDS [c42]", len(rs))
+			}
+		}
+		if total != 1 || sends != 1 {
+			t.Errorf("responses on the wire = %d (OnSend %d); want 1", total, sends)
+		}
+	})
+}
+
+// 50 ConfigUpdates in a burst → one response per affected type per client.
+func TestBurstIsDebounced(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		f := start(t, st, func(cfg *Config) { cfg.Debounce = DebounceConfig{} }, false)
+		cc := f.dialConn()
+		a, b := f.connect("a", cc, true), f.connect("b", cc, true)
+		subsA, subsB := a.subscribeAll(3), b.subscribeAll(3)
+		for i := range 50 {
+			f.update(false, func(s *store) {
+				s.endpoints["c1"] = makeCLA("c1", fmt.Sprintf("10.1.1.%d:80", i+1))
+			}, key(kindEndpoint, "c1"))
+			time.Sleep(10 * time.Millisecond) // within the 100ms quiet window
+		}
+		settle()
+		for _, x := range []struct {
+			c    *client
+			subs map[TypeURL][]string
+		}{{a, subsA}, {b, subsB}} {
+			rs := x.c.ackAll(x.subs)
+			if got, want := typesOf(rs), []string{"EDS"}; !slices.Equal(got, want) {
+				t.Fatalf("responses = %v; want %v", got, want)
+			}
+			var cla endpointv3.ClusterLoadAssignment
+			if err := rs[0].Resources[0].UnmarshalTo(&cla); err != nil {
+				t.Fatal(err)
+			}
+			if got := cla.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().Address; got != "10.1.1.50" {
+				t.Errorf("endpoint = %s; want the last one, 10.1.1.50", got)
+			}
+		}
+		if got, want := f.srv.Committed(), f.srv.Inbound(); got != want || got != 50 {
+			t.Errorf("Committed() = %d, Inbound() = %d; want 50, 50", got, want)
+		}
+	})
+}
+
+// A PushContext published while a proxy initialises is not missed.
+func TestPushDuringInitialisation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		st.initStarted = make(chan string, 1)
+		st.initRelease = make(chan struct{})
+		f := start(t, st, nil, false)
+		c := f.connect("n1", nil, true)
+		c.request(ClusterType)
+		<-st.initStarted
+		before := f.srv.Version()
+		f.update(true, func(s *store) { s.clusters["c9"] = makeCluster("c9") }, key(kindCluster, "c9"))
+		settle()
+		if f.srv.Version() == before {
+			t.Fatal("no new PushContext was published during initialisation")
+		}
+		close(st.initRelease)
+		settle()
+		rs := c.ackAll(nil)
+		if len(rs) == 0 {
+			t.Fatal("no response")
+		}
+		if got, want := names(rs[len(rs)-1]), []string{"c0", "c9"}; !slices.Equal(got, want) {
+			t.Errorf("last CDS = %v; want %v", got, want)
+		}
+		if got := f.srv.Status()[0].Version; got != f.srv.Version() {
+			t.Errorf("proxy served from %s; want %s", got, f.srv.Version())
+		}
+	})
+}
+
+// WaitForVersion returns right after the last concerned ACK, not before,
+// and reports NACKs instead of waiting for them.
+func TestWaitForVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		st.deps["bystander"] = []string{"c0"}
+		f := start(t, st, nil, false)
+		cc := f.dialConn()
+		a, b, by := f.connect("a", cc, true), f.connect("b", cc, true), f.connect("bystander", cc, true)
+		subsA, subsB := a.subscribeAll(2), b.subscribeAll(2)
+		by.request(EndpointType, "c0")
+		by.ackAll(nil)
+
+		f.update(true, func(s *store) {
+			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c1"))
+		settle()
+		v := f.srv.Version()
+		type result struct {
+			nacks []NACK
+			err   error
+		}
+		done := make(chan result, 1)
+		go func() {
+			n, err := f.srv.WaitForVersion(context.Background(), v)
+			done <- result{n, err}
+		}()
+		synctest.Wait()
+		select {
+		case r := <-done:
+			t.Fatalf("WaitForVersion returned %+v before any ACK", r)
+		default:
+		}
+		a.ackAll(subsA)
+		select {
+		case r := <-done:
+			t.Fatalf("WaitForVersion returned %+v while b has not ACKed", r)
+		default:
+		}
+		// b ACKs CDS but NACKs EDS.
+		synctest.Wait()
+		for _, r := range b.pending() {
+			if TypeURL(r.TypeUrl) == EndpointType {
+				b.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce, ResourceNames: subsB[EndpointType], ErrorDetail: errDetail("no")})
+			} else {
+				b.ack(r, subsB[TypeURL(r.TypeUrl)]...)
+			}
+		}
+		synctest.Wait()
+		r := <-done
+		if r.err != nil || len(r.nacks) != 1 || r.nacks[0].ProxyID != "b" || r.nacks[0].Type != EndpointType || r.nacks[0].Version != v {
+			t.Fatalf("WaitForVersion = %+v; want one EDS NACK of %s from b", r, v)
+		}
+
+		// ctx ends: ctx.Err().
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := f.srv.WaitForVersion(ctx, "test-never"); err != context.DeadlineExceeded {
+			t.Errorf("WaitForVersion(unknown) = %v; want %v", err, context.DeadlineExceeded)
+		}
+	})
+}
+
+// Convergence (ConfigUpdate → ACK) and ACKs are reported through Hooks; a
+// failing generator skips its type and keeps the stream.
+func TestHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		var conv []ConvergenceEvent
+		var acks, genErrs int
+		f := start(t, st, func(cfg *Config) {
+			cfg.Hooks.OnConvergence = func(e ConvergenceEvent) { conv = append(conv, e) }
+			cfg.Hooks.OnACK = func(ACKEvent) { acks++ }
+			cfg.Hooks.OnGenerateError = func(GenerateErrorEvent) { genErrs++ }
+		}, false)
+		c := f.connect("n", nil, true)
+		subs := c.subscribeAll(2)
+		if len(conv) != 0 || acks != 4 {
+			t.Fatalf("after the initial answers: %d convergence events, %d ACKs; want 0, 4", len(conv), acks)
+		}
+		f.update(false, func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.1.1.9:80") }, key(kindEndpoint, "c1"))
+		time.Sleep(5 * time.Second) // the client takes its time to ACK
+		synctest.Wait()
+		c.ackAll(subs)
+		if len(conv) != 1 || conv[0].Type != EndpointType || conv[0].ProxyID != "n" || conv[0].Took < 5*time.Second {
+			t.Fatalf("convergence events = %+v; want one EDS event of at least 5s", conv)
+		}
+
+		st.mu.Lock()
+		st.genErr[EndpointType] = errTestGen
+		st.mu.Unlock()
+		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		settle()
+		if rs := c.pending(); len(rs) != 0 || genErrs != 1 {
+			t.Fatalf("with a failing generator: %d responses, %d errors; want 0, 1", len(rs), genErrs)
+		}
+		c.request(SecretType) // a type without generator: ignored, no answer
+		c.expectNone(ListenerType)
+	})
+}
+
+var errTestGen = fmt.Errorf("test generator failure")

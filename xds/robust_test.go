@@ -1,0 +1,396 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// Bad input ends the stream with a clear code, or is ignored, and never
+// panics or leaks (goleak checks the leaks in TestMain).
+func TestBadInput(t *testing.T) {
+	tooMany := make([]string, 100_000)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("cluster-%d", i)
+	}
+	tests := []struct {
+		name string
+		reqs []*discoveryv3.DiscoveryRequest
+		want codes.Code // codes.OK: the stream stays open and answers a probe
+	}{
+		{
+			name: "no node",
+			reqs: []*discoveryv3.DiscoveryRequest{{TypeUrl: string(ClusterType)}},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "empty type URL",
+			reqs: []*discoveryv3.DiscoveryRequest{{Node: nodeOf("n")}},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "100,000 resource names",
+			reqs: []*discoveryv3.DiscoveryRequest{{Node: nodeOf("n"), TypeUrl: string(EndpointType), ResourceNames: tooMany}},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "garbage nonce",
+			reqs: []*discoveryv3.DiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: string(EndpointType), ResourceNames: []string{"c0"}},
+				{TypeUrl: string(EndpointType), ResponseNonce: "!!garbage/nonce/42", ResourceNames: []string{"c0"}},
+			},
+			want: codes.OK,
+		},
+		{
+			name: "NACK before any response",
+			reqs: []*discoveryv3.DiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: string(EndpointType), ResourceNames: []string{"c0"}, ErrorDetail: errDetail("rejected nothing")},
+			},
+			want: codes.OK,
+		},
+		{
+			name: "unknown type URL",
+			reqs: []*discoveryv3.DiscoveryRequest{{Node: nodeOf("n"), TypeUrl: "type.googleapis.com/example.Unknown"}},
+			want: codes.OK,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				f := start(t, st, nil, false)
+				c := f.connect("n", nil, true)
+				c.first = false
+				for _, r := range tt.reqs {
+					if tt.want != codes.OK {
+						_ = c.stream.Send(r) // the server may already have ended the stream
+						continue
+					}
+					c.send(r)
+				}
+				if tt.want != codes.OK {
+					if err := c.recvErr(); status.Code(err) != tt.want {
+						t.Fatalf("stream ended with %v; want %v", err, tt.want)
+					}
+					return
+				}
+				synctest.Wait()
+				for _, r := range c.pending() {
+					if TypeURL(r.TypeUrl) != EndpointType {
+						t.Errorf("unexpected %s response", r.TypeUrl)
+					}
+				}
+				c.expectNone(ListenerType) // the stream still serves
+			})
+		})
+	}
+}
+
+func nodeOf(id string) *corev3Node { return &corev3Node{Id: id} }
+
+// A client that disconnects in the middle of a push leaves nothing behind.
+func TestDisconnectMidPush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		block := make(chan struct{})
+		entered := make(chan struct{}, 1)
+		f := start(t, st, func(cfg *Config) {
+			inner := cfg.Generators[EndpointType]
+			cfg.Generators[EndpointType] = GeneratorFunc(func(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
+				if !req.Reason.Has(pushcontext.ReasonProxyRequest) {
+					entered <- struct{}{}
+					select {
+					case <-block:
+					case <-ctx.Done():
+					}
+				}
+				return inner.Generate(ctx, p, w, req)
+			})
+		}, false)
+		c := f.connect("n", nil, true)
+		subs := c.subscribeAll(3)
+		_ = subs
+		f.update(false, func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.1.1.1:80") }, key(kindEndpoint, "c1"))
+		<-entered
+		c.close() // the client goes away while the push is being generated
+		synctest.Wait()
+		close(block)
+		settle()
+		if got := f.srv.Status(); len(got) != 0 {
+			t.Errorf("Status() = %d connections; want 0", len(got))
+		}
+		if ev := f.eventList(); !slices.Contains(ev, "disconnect n Canceled") {
+			t.Errorf("events = %v; want a disconnect", ev)
+		}
+	})
+}
+
+// A NACK is recorded, visible in Status, reported once, never answered by
+// re-sending the rejected version; a valid version afterwards clears it.
+func TestNACK(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := start(t, st, nil, false)
+		c := f.connect("n", nil, true)
+		subs := c.subscribeAll(2)
+
+		f.update(true, func(s *store) {
+			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"].LbPolicy = clusterv3.Cluster_MAGLEV // the client will reject this
+		}, key(kindCluster, "c1"))
+		settle()
+		rs := c.pending()
+		if got := typesOf(rs); !slices.Equal(got, []string{"CDS", "EDS"}) {
+			t.Fatalf("push = %v; want [CDS EDS]", got)
+		}
+		c.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, VersionInfo: "old", ResponseNonce: rs[0].Nonce, ErrorDetail: errDetail("MAGLEV unsupported")})
+		c.ack(rs[1], subs[EndpointType]...)
+		synctest.Wait()
+		cds := f.srv.Status()[0].Types[0]
+		if cds.Type != ClusterType || cds.NACK == nil || cds.NACK.Message != "MAGLEV unsupported" || cds.NACK.Version != rs[0].VersionInfo || cds.Synced() {
+			t.Fatalf("CDS status = %+v; want a NACK of %s", cds, rs[0].VersionInfo)
+		}
+		// Unrelated pushes, and a Forced one, do not re-send the rejected
+		// clusters.
+		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
+		settle()
+		if got := typesOf(c.ackAll(subs)); !slices.Equal(got, []string{"EDS"}) {
+			t.Fatalf("after the NACK = %v; want [EDS] only", got)
+		}
+		if got := f.eventList(); countPrefix(got, "nack") != 1 {
+			t.Errorf("NACK events = %v; want exactly one", got)
+		}
+		// A valid version clears it.
+		f.update(true, func(s *store) {
+			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c1"))
+		settle()
+		c.ackAll(subs)
+		cds = f.srv.Status()[0].Types[0]
+		if cds.NACK != nil || !cds.Synced() || cds.AckedVersion != f.srv.Version() {
+			t.Errorf("CDS status = %+v; want synced at %s without NACK", cds, f.srv.Version())
+		}
+	})
+}
+
+func countPrefix(list []string, prefix string) int {
+	n := 0
+	for _, s := range list {
+		if strings.HasPrefix(s, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// A client that stops reading does not delay pushes to others, even with a
+// single push slot; its pushes coalesce; after WriteTimeout its stream is
+// closed with DeadlineExceeded.
+func TestSlowClient(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const writeTimeout = 30 * time.Second
+		st := newStore()
+		world(st, 1)
+		f := start(t, st, func(cfg *Config) {
+			cfg.Concurrency = 1
+			cfg.WriteTimeout = writeTimeout
+		}, false)
+		cc := f.dialConn(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+		slow := f.connect("slow", cc, false)
+		fast := f.connect("fast", f.dialConn(), true)
+		fastSubs := fast.subscribeAll(1)
+		slow.request(ClusterType)
+		if r, err := slow.stream.Recv(); err != nil || len(r.Resources) != 1 {
+			t.Fatalf("slow client: %v, %v", r, err)
+		}
+		// From now on slow reads nothing. Make big clusters.
+		for round := range 3 {
+			start := time.Now()
+			f.update(true, func(s *store) {
+				for i := range 8 {
+					name := fmt.Sprintf("big%d", i)
+					s.clusters[name] = makeCluster(name)
+					s.clusters[name].AltStatName = strings.Repeat(fmt.Sprint(round), 100<<10)
+				}
+			}, key(kindCluster, "big"))
+			time.Sleep(time.Second)
+			synctest.Wait()
+			rs := fast.ackAll(fastSubs)
+			if len(rs) == 0 || TypeURL(rs[0].TypeUrl) != ClusterType || len(rs[0].Resources) != 9 {
+				t.Fatalf("round %d: fast client got %v; want a CDS push of 9 clusters", round, typesOf(rs))
+			}
+			if took := time.Since(start); took > 2*time.Second {
+				t.Errorf("round %d: fast client served after %v", round, took)
+			}
+		}
+		if st := f.srv.Status(); len(st) != 2 {
+			t.Fatalf("%d connections; want both still connected before the timeout", len(st))
+		}
+		time.Sleep(writeTimeout)
+		synctest.Wait()
+		if ev := f.eventList(); !slices.Contains(ev, "disconnect slow DeadlineExceeded") {
+			t.Fatalf("events = %v; want slow disconnected with DeadlineExceeded", ev)
+		}
+		if st := f.srv.Status(); len(st) != 1 || st[0].ProxyID != "fast" {
+			t.Errorf("Status() = %+v; want only fast", st)
+		}
+	})
+}
+
+func TestAuthenticate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		f := start(t, st, func(cfg *Config) {
+			cfg.Authenticate = func(ctx context.Context) (any, error) { return nil, errors.New("no certificate") }
+		}, false)
+		c := f.connect("n", nil, true)
+		// The server may refuse the stream before this request is sent.
+		_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: nodeOf("n"), TypeUrl: string(ClusterType)})
+		if err := c.recvErr(); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("stream ended with %v; want Unauthenticated", err)
+		}
+		if got := f.eventList(); len(got) != 0 {
+			t.Errorf("events = %v; want none (never registered)", got)
+		}
+	})
+}
+
+func TestNewStreamRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		f := start(t, st, func(cfg *Config) { cfg.NewStreamRate = 0.01 }, false)
+		cc := f.dialConn()
+		a := f.connect("a", cc, true)
+		a.request(ClusterType)
+		a.recv()
+		b := f.connect("b", cc, true)
+		_ = b.stream.Send(&discoveryv3.DiscoveryRequest{Node: nodeOf("b"), TypeUrl: string(ClusterType)})
+		if err := b.recvErr(); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("second stream ended with %v; want ResourceExhausted", err)
+		}
+	})
+}
+
+// When Run's ctx ends, streams are closed with Unavailable.
+func TestShutdownClosesStreams(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		cfg, _ := newConfig(t, st)
+		srv, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &fixture{t: t, store: st, srv: srv, gs: grpc.NewServer(), lis: bufconnListen()}
+		srv.Register(f.gs)
+		go f.gs.Serve(f.lis)
+		defer f.gs.Stop()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		synctest.Wait()
+		c := f.connect("n", nil, true)
+		c.request(ClusterType)
+		c.recv()
+		cancel()
+		if err := c.recvErr(); status.Code(err) != codes.Unavailable {
+			t.Errorf("stream ended with %v; want Unavailable", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v; want nil", err)
+		}
+		if err := srv.Run(context.Background()); err == nil {
+			t.Error("second Run() = nil; want an error")
+		}
+	})
+}
+
+func TestNewValidation(t *testing.T) {
+	st := newStore()
+	good, _ := newConfig(t, st)
+	gen := good.Generators[ClusterType]
+	tests := []struct {
+		name  string
+		tweak func(*Config)
+		want  string
+	}{
+		{"nil builder", func(c *Config) { c.Builder = nil }, "Builder is nil"},
+		{"no generators", func(c *Config) { c.Generators = nil }, "Generators is empty"},
+		{"nil generator", func(c *Config) { c.Generators = map[TypeURL]Generator{ClusterType: nil} }, "is nil"},
+		{"empty type", func(c *Config) { c.Generators = map[TypeURL]Generator{"": gen} }, "empty type URL"},
+		{"duplicate order", func(c *Config) { c.Order = []TypeURL{ClusterType, ClusterType} }, "twice"},
+		{"empty order entry", func(c *Config) { c.Order = []TypeURL{""} }, "empty type URL"},
+		{"negative concurrency", func(c *Config) { c.Concurrency = -1 }, "Concurrency"},
+		{"negative write timeout", func(c *Config) { c.WriteTimeout = -1 }, "WriteTimeout"},
+		{"negative rate", func(c *Config) { c.NewStreamRate = -1 }, "NewStreamRate"},
+		{"negative burst", func(c *Config) { c.NewStreamBurst = -1 }, "NewStreamBurst"},
+		{"negative names", func(c *Config) { c.MaxResourceNames = -1 }, "MaxResourceNames"},
+		{"negative debounce", func(c *Config) { c.Debounce.After = -1 }, "Debounce.After"},
+		{"kinds of unserved type", func(c *Config) { c.TypeKinds = map[TypeURL][]string{SecretType: {"x"}} }, "no generator"},
+		{"empty kind", func(c *Config) { c.TypeKinds = map[TypeURL][]string{ClusterType: {""}} }, "empty kind"},
+		{"debounce max below after", func(c *Config) { c.Debounce = DebounceConfig{After: time.Second, Max: time.Millisecond} }, "xds: debounce"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := good
+			cfg.Generators = maps(good.Generators)
+			tt.tweak(&cfg)
+			_, err := New(cfg)
+			if err == nil || !strings.HasPrefix(err.Error(), "xds: ") || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("New() = %v; want an error containing %q", err, tt.want)
+			}
+		})
+	}
+	if _, err := New(good); err != nil {
+		t.Errorf("New(good) = %v; want nil", err)
+	}
+}
+
+func maps(m map[TypeURL]Generator) map[TypeURL]Generator {
+	out := make(map[TypeURL]Generator, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func TestPushOrderConfig(t *testing.T) {
+	gens := map[TypeURL]Generator{ClusterType: nil, "z": nil, "a": nil, ListenerType: nil, SecretType: nil}
+	tests := []struct {
+		name  string
+		order []TypeURL
+		want  []TypeURL
+	}{
+		{"default", nil, []TypeURL{ClusterType, ListenerType, SecretType, "a", "z"}},
+		{"custom", []TypeURL{"z", ListenerType}, []TypeURL{"z", ListenerType, "a", ClusterType, SecretType}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := pushOrder(tt.order, gens)
+			if err != nil || !slices.Equal(got, tt.want) {
+				t.Errorf("pushOrder() = %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,219 @@
+package xds
+
+import (
+	"context"
+	"time"
+)
+
+// ConnStatus is the state of one connection, as returned by Server.Status.
+type ConnStatus struct {
+	ProxyID string
+	ConnID  string
+	// Peer is the client's address, if known.
+	Peer string
+	// ConnectedAt is when the first request arrived.
+	ConnectedAt time.Time
+	// Initialised is false while Config.InitProxy runs for the first time.
+	Initialised bool
+	// Version is the version of the PushContext the connection was last
+	// served from.
+	Version string
+	// Types lists the watched types, in push order.
+	Types []TypeStatus
+}
+
+// TypeStatus is a connection's state for one type.
+type TypeStatus struct {
+	Type TypeURL
+	// Names is the number of names the client subscribes to ("*"
+	// excluded); Wildcard reports a wildcard subscription.
+	Names    int
+	Wildcard bool
+
+	// SentVersion and SentNonce identify the last response sent (queued
+	// for writing); both are empty if none was.
+	SentVersion string
+	SentNonce   string
+	SentAt      time.Time
+
+	// AckedVersion and AckedNonce identify the last response the client
+	// ACKed. The client holds the state of the last response when
+	// AckedNonce == SentNonce.
+	AckedVersion string
+	AckedNonce   string
+	AckedAt      time.Time
+
+	// NACK is the client's last rejection since its last ACK, or nil.
+	NACK *NACK
+}
+
+// Synced reports whether the client has ACKed the last response sent for
+// the type (true also when nothing was sent).
+func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
+
+// typeState is what a connection publishes for one type.
+type typeState struct {
+	watched bool
+	TypeStatus
+	seqSent  uint64
+	seqAcked uint64
+}
+
+// connState is what a connection publishes for Status and WaitForVersion.
+type connState struct {
+	connectedAt time.Time
+	initialised bool
+	version     string
+	seq         uint64 // Seq of the PushContext the connection was last served from
+	types       []typeState
+}
+
+// publishStatus copies the connection's state where Status and
+// WaitForVersion read it, and wakes waiters. It runs on the handler
+// goroutine.
+func (c *conn) publishStatus(initialised bool) {
+	c.statusMu.Lock()
+	st := &c.st
+	if initialised {
+		st.initialised = true
+	}
+	if pc := c.proxy.Push; pc != nil {
+		st.version, st.seq = pc.Version(), pc.Seq()
+	}
+	for i, w := range c.watches {
+		ts := &st.types[i]
+		if w == nil {
+			*ts = typeState{}
+			continue
+		}
+		*ts = typeState{
+			watched: true,
+			TypeStatus: TypeStatus{
+				Type:         c.s.set.order[i],
+				Names:        len(w.names),
+				Wildcard:     w.wildcard,
+				SentVersion:  w.versionSent,
+				SentNonce:    w.nonceSent,
+				SentAt:       w.sentAt,
+				AckedVersion: w.versionAcked,
+				AckedNonce:   w.nonceAcked,
+				AckedAt:      w.ackedAt,
+				NACK:         w.nack,
+			},
+			seqSent:  w.seqSent,
+			seqAcked: w.seqAcked,
+		}
+	}
+	c.statusMu.Unlock()
+	c.s.notify()
+}
+
+// status returns the connection's published state.
+func (c *conn) status() ConnStatus {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	cs := ConnStatus{
+		ProxyID:     c.proxy.ID,
+		ConnID:      c.proxy.ConnID,
+		ConnectedAt: c.st.connectedAt,
+		Initialised: c.st.initialised,
+		Version:     c.st.version,
+	}
+	if c.proxy.Peer != nil {
+		cs.Peer = c.proxy.Peer.String()
+	}
+	for _, ts := range c.st.types {
+		if ts.watched {
+			cs.Types = append(cs.Types, ts.TypeStatus)
+		}
+	}
+	return cs
+}
+
+// converged reports whether the connection holds (has ACKed) the state of
+// the PushContext with sequence number seq or a later one, and the NACKs
+// that settled a type instead of an ACK.
+func (c *conn) converged(seq uint64) (bool, []NACK) {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	st := &c.st
+	if !st.initialised || st.seq < seq {
+		return false, nil // the push has not been applied to this proxy yet
+	}
+	var nacks []NACK
+	for _, ts := range st.types {
+		switch {
+		case !ts.watched, ts.SentNonce == "", ts.AckedNonce == ts.SentNonce:
+			// Nothing sent, or the last response is ACKed.
+		case ts.seqAcked >= seq:
+			// A response of this or a later version was ACKed; a newer one
+			// is in flight.
+		case ts.NACK != nil && ts.NACK.Nonce == ts.SentNonce:
+			nacks = append(nacks, *ts.NACK)
+		default:
+			return false, nil
+		}
+	}
+	return true, nacks
+}
+
+// Status returns the state of every registered connection, sorted by proxy
+// ID then connection, each with its watched types in push order.
+func (s *Server) Status() []ConnStatus {
+	conns := s.connections()
+	out := make([]ConnStatus, 0, len(conns))
+	for _, c := range conns {
+		out = append(out, c.status())
+	}
+	return out
+}
+
+// WaitForVersion blocks until every connected proxy that the PushContext
+// version concerns holds it: it has been applied to each connection (a proxy
+// the change does not concern is done then), and for every type the
+// connection watches, the last response sent has been ACKed, or a response
+// of that version or a later one has been ACKed. A type whose last response
+// was NACKed counts as settled: WaitForVersion returns those NACKs instead
+// of waiting for an ACK that will not come. Proxies that disconnect stop
+// counting; proxies that connect later are served the current version and
+// count too.
+//
+// If version has not been published yet, WaitForVersion waits for it (only
+// the last 4096 published versions are remembered). It returns ctx.Err()
+// if ctx ends first.
+//
+// A non-Full push (endpoint changes) reuses the current version, so
+// waiting for that version does not wait for those changes.
+func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, error) {
+	s.waiters.Add(1)
+	defer s.waiters.Add(-1)
+	for {
+		ch := s.waitChan()
+		s.mu.Lock()
+		seq, known := s.versions[version]
+		s.mu.Unlock()
+		if known {
+			if ok, nacks := s.converged(seq); ok {
+				return nacks, nil
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// converged checks every registered connection.
+func (s *Server) converged(seq uint64) (bool, []NACK) {
+	var all []NACK
+	for _, c := range s.connections() {
+		ok, nacks := c.converged(seq)
+		if !ok {
+			return false, nil
+		}
+		all = append(all, nacks...)
+	}
+	return true, all
+}
