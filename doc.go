@@ -69,6 +69,63 @@
 //  5. Optionally: authentication, a *slog.Logger (the library is silent by
 //     default), Hooks for metrics, and limits.
 //
+// # Wiring a Server
+//
+// The runnable Example of this package does all of the following in about a
+// hundred lines; here are the steps and the reasons behind them.
+//
+// First, make a [pushcontext.Builder] and register the indexes your
+// generators read. Each index names the config kinds it depends on, so a
+// change to a "Service" rebuilds the cluster index and shares every other
+// index with the previous snapshot:
+//
+//	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{})
+//	clusters, err := pushcontext.Register(b, "clusters", []string{"Service"},
+//		func(ctx pushcontext.BuildContext[[]*clusterv3.Cluster]) ([]*clusterv3.Cluster, error) {
+//			return store.Clusters(), nil
+//		})
+//
+// Second, write a [xds.Generator] per type URL. It reads the proxy's own
+// PushContext (proxy.Push), so a proxy is always served from one consistent
+// snapshot, and it should return the same message pointers to every proxy,
+// so that each resource is marshalled once per change, not once per proxy:
+//
+//	cds := xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+//		var out []xds.Resource
+//		for _, c := range clusters.Get(p.Push) {
+//			out = append(out, xds.Resource{Name: c.Name, Message: c})
+//		}
+//		return out, nil
+//	})
+//
+// Third, build the [xds.Server] from a [xds.Config]: the Builder, the
+// generators, which config kinds feed which type (TypeKinds, so that an
+// endpoint change regenerates EDS only), and InitProxy, which turns the
+// first request's Node into your proxy state and its dependency scope.
+// Register it on a *grpc.Server, serve, and run it on a goroutine you own:
+//
+//	srv, err := xds.New(xds.Config{Builder: b, Generators: gens, TypeKinds: kinds, InitProxy: initProxy})
+//	gs := grpc.NewServer()
+//	srv.Register(gs)
+//	go gs.Serve(lis)
+//	go srv.Run(ctx) // returns when ctx ends, after every stream has closed
+//
+// Fourth, report every change of your store, naming what changed. Full is
+// false only when nothing but endpoints changed (the fast path that reuses
+// the current PushContext). ConfigUpdate never blocks; bursts are debounced:
+//
+//	srv.ConfigUpdate(&pushcontext.PushRequest{
+//		Full:           true,
+//		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Service", Name: "web"}),
+//		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+//	})
+//
+// Fifth, when you need to know that a change has landed, wait for the ACKs,
+// not for the send: [xds.Server.WaitForVersion] returns once every proxy the
+// version concerns has acknowledged it, and reports the NACKs it met;
+// [xds.Server.Status] lists, per connection and type, what was sent,
+// acknowledged and rejected.
+//
 // Nothing in the library reads environment variables or global state: every
 // knob is a field of a Config struct whose zero value is a documented default.
 package xdspush
