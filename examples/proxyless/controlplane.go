@@ -1,0 +1,462 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
+)
+
+// Config kinds of the host's store, as they appear in
+// pushcontext.ConfigKey.Kind.
+const (
+	// kindService feeds the listener, route configuration and cluster of a
+	// service; a change is Full (a new PushContext).
+	kindService = "Service"
+	// kindEndpoints feeds a service's ClusterLoadAssignment; a change is
+	// not Full (the endpoint fast path).
+	kindEndpoints = "Endpoints"
+)
+
+// The xDS resource names of a service that gRPC clients dial as
+// xds:///<service>: the listener carries the service's own name, which is
+// how grpc-go finds it; the others are derived from it and distinct, so
+// that each type's name tells which type it belongs to.
+func listenerName(svc string) string  { return svc }
+func routeName(svc string) string     { return svc + "-route" }
+func clusterName(svc string) string   { return svc + "-cluster" }
+func endpointsName(svc string) string { return svc + "-endpoints" }
+
+// store is the host's source of truth: a fixed set of services and the
+// endpoints of each. Services reach clients through the PushContext (Full
+// pushes); endpoints are read live by the EDS generator, as istiod reads
+// its endpoint index, because a non-Full push reuses the current
+// PushContext.
+//
+// It is safe for concurrent use.
+type store struct {
+	services []string // sorted; immutable
+
+	mu sync.Mutex
+	// endpoints maps a ClusterLoadAssignment name to its current value.
+	// A value is never modified once stored: a change stores a new one, so
+	// every proxy is sent the same message (marshalled once). Protected by
+	// mu.
+	endpoints map[string]*endpointv3.ClusterLoadAssignment
+}
+
+// setEndpoints replaces the endpoints of svc with addrs ("host:port").
+func (s *store) setEndpoints(svc string, addrs []string) error {
+	cla, err := makeCLA(endpointsName(svc), addrs)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.endpoints[cla.ClusterName] = cla
+	s.mu.Unlock()
+	return nil
+}
+
+// serviceResources is the PushContext index of the demo: the listener,
+// route configuration and cluster of every service, by resource name. It is
+// immutable once built.
+type serviceResources struct {
+	listeners map[string]*listenerv3.Listener
+	routes    map[string]*routev3.RouteConfiguration
+	clusters  map[string]*clusterv3.Cluster
+}
+
+// build makes the resources of every service in s.
+func (s *store) build() (*serviceResources, error) {
+	r := &serviceResources{
+		listeners: make(map[string]*listenerv3.Listener, len(s.services)),
+		routes:    make(map[string]*routev3.RouteConfiguration, len(s.services)),
+		clusters:  make(map[string]*clusterv3.Cluster, len(s.services)),
+	}
+	for _, svc := range s.services {
+		l, err := makeListener(svc)
+		if err != nil {
+			return nil, err
+		}
+		r.listeners[l.Name] = l
+		rc := makeRoute(svc)
+		r.routes[rc.Name] = rc
+		c := makeCluster(svc)
+		r.clusters[c.Name] = c
+	}
+	return r, nil
+}
+
+// controlPlaneConfig configures a controlPlane.
+type controlPlaneConfig struct {
+	// Services are the services to serve; each must have an entry in
+	// Endpoints.
+	Services []string
+	// Endpoints are the initial endpoints ("host:port") of each service.
+	Endpoints map[string][]string
+	// Logger receives the xds.Server's logs; nil means silent.
+	Logger *slog.Logger
+}
+
+// controlPlane is the host program of the demo: a store, a PushContext
+// index built from it, one generator per xDS type and the xds.Server that
+// pushes them over ADS.
+//
+// It is safe for concurrent use.
+type controlPlane struct {
+	store  *store
+	srv    *xds.Server
+	gs     *grpc.Server
+	events *pushEvents
+}
+
+// newControlPlane builds the control plane. It starts nothing; see serve.
+func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
+	if len(cfg.Services) == 0 {
+		return nil, errors.New("proxyless: no service to serve")
+	}
+	st := &store{
+		services:  slices.Sorted(slices.Values(cfg.Services)),
+		endpoints: make(map[string]*endpointv3.ClusterLoadAssignment, len(cfg.Services)),
+	}
+	for _, svc := range st.services {
+		addrs, ok := cfg.Endpoints[svc]
+		if !ok {
+			return nil, fmt.Errorf("proxyless: service %q has no endpoints", svc)
+		}
+		if err := st.setEndpoints(svc, addrs); err != nil {
+			return nil, err
+		}
+	}
+
+	// The PushContext holds one index, rebuilt when a Service changes.
+	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "proxyless"})
+	if err != nil {
+		return nil, err
+	}
+	services, err := pushcontext.Register(b, "services", []string{kindService},
+		func(pushcontext.BuildContext[*serviceResources]) (*serviceResources, error) { return st.build() })
+	if err != nil {
+		return nil, err
+	}
+	fromPush := func(get func(*serviceResources, xds.Watch) []xds.Resource) xds.Generator {
+		return xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
+			return get(services.Get(p.Push), w), nil
+		})
+	}
+	eds := xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		return pick(st.endpoints, w), nil
+	})
+
+	cp := &controlPlane{store: st, events: newPushEvents()}
+	cp.srv, err = xds.New(xds.Config{
+		Builder: b,
+		Generators: map[xds.TypeURL]xds.Generator{
+			xds.ListenerType: fromPush(func(r *serviceResources, w xds.Watch) []xds.Resource { return pick(r.listeners, w) }),
+			xds.RouteType:    fromPush(func(r *serviceResources, w xds.Watch) []xds.Resource { return pick(r.routes, w) }),
+			xds.ClusterType:  fromPush(func(r *serviceResources, w xds.Watch) []xds.Resource { return pick(r.clusters, w) }),
+			xds.EndpointType: eds,
+		},
+		// An endpoint change regenerates EDS only.
+		TypeKinds: map[xds.TypeURL][]string{
+			xds.ListenerType: {kindService},
+			xds.RouteType:    {kindService},
+			xds.ClusterType:  {kindService},
+			xds.EndpointType: {kindEndpoints},
+		},
+		// Endpoint-only changes skip the debounce window.
+		Debounce: xds.DebounceConfig{Bypass: func(r *pushcontext.PushRequest) bool { return !r.Full }},
+		Logger:   cfg.Logger,
+		Hooks:    cp.events.hooks(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	cp.gs = grpc.NewServer()
+	cp.srv.Register(cp.gs)
+	return cp, nil
+}
+
+// serve serves ADS on lis and runs the xds.Server until ctx ends. It
+// returns once both have stopped: the first error of either, or nil.
+func (cp *controlPlane) serve(ctx context.Context, lis net.Listener) error {
+	var (
+		wg      sync.WaitGroup
+		serveMu sync.Mutex
+		serve   error // protected by serveMu
+	)
+	wg.Go(func() {
+		if err := cp.gs.Serve(lis); err != nil {
+			serveMu.Lock()
+			serve = fmt.Errorf("proxyless: control plane: %w", err)
+			serveMu.Unlock()
+		}
+	})
+	// Run closes every ADS stream before it returns, so Stop has nothing
+	// left to cut short.
+	err := cp.srv.Run(ctx)
+	cp.gs.Stop()
+	wg.Wait()
+	if err != nil {
+		return fmt.Errorf("proxyless: control plane: %w", err)
+	}
+	serveMu.Lock()
+	defer serveMu.Unlock()
+	return serve
+}
+
+// moveEndpoints replaces the endpoints of svc and reports the change to the
+// xds.Server, naming exactly the ClusterLoadAssignment that changed. It
+// returns the request it handed over.
+func (cp *controlPlane) moveEndpoints(svc string, addrs []string) (*pushcontext.PushRequest, error) {
+	if !slices.Contains(cp.store.services, svc) {
+		return nil, fmt.Errorf("proxyless: unknown service %q", svc)
+	}
+	cp.events.reset()
+	if err := cp.store.setEndpoints(svc, addrs); err != nil {
+		return nil, err
+	}
+	req := &pushcontext.PushRequest{
+		Full:           false,
+		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: kindEndpoints, Name: endpointsName(svc)}),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonEndpointUpdate),
+	}
+	cp.srv.ConfigUpdate(req)
+	return req, nil
+}
+
+// pick returns the resources of m that w asks for (all of them for a
+// wildcard watch), sorted by name.
+func pick[M proto.Message](m map[string]M, w xds.Watch) []xds.Resource {
+	names := w.Names
+	if w.Wildcard {
+		names = slices.Sorted(maps.Keys(m))
+	}
+	out := []xds.Resource{}
+	for _, n := range names {
+		if v, ok := m[n]; ok {
+			out = append(out, xds.Resource{Name: n, Message: v})
+		}
+	}
+	return out
+}
+
+// pushEvents follows the responses the xds.Server pushes and the ACKs it
+// receives, through its hooks, so that the demo can wait until a pushed
+// endpoint change has been accepted by the client.
+//
+// It is safe for concurrent use.
+type pushEvents struct {
+	mu sync.Mutex
+	// pushed counts the responses sent by pushes since the last reset, by
+	// type. Protected by mu.
+	pushed map[xds.TypeURL]int
+	// edsNonces holds the nonces of EDS responses sent by pushes since the
+	// last reset. Protected by mu.
+	edsNonces map[string]bool
+	// acked and nacked hold the nonces of EDS responses the client ACKed
+	// and NACKed since the last reset. Protected by mu.
+	acked  map[string]bool
+	nacked map[string]string // nonce → error detail
+	// changed is closed and replaced on every event. Protected by mu.
+	changed chan struct{}
+}
+
+func newPushEvents() *pushEvents {
+	e := &pushEvents{changed: make(chan struct{})}
+	e.reset()
+	return e
+}
+
+// reset forgets every event seen so far.
+func (e *pushEvents) reset() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.pushed = map[xds.TypeURL]int{}
+	e.edsNonces = map[string]bool{}
+	e.acked = map[string]bool{}
+	e.nacked = map[string]string{}
+}
+
+// hooks returns the xds.Hooks that feed e. The ACK of a response may be
+// reported before its send (they run on different goroutines), so both
+// are recorded by nonce and matched in waitEDSPush.
+func (e *pushEvents) hooks() xds.Hooks {
+	return xds.Hooks{
+		OnSend: func(ev xds.SendEvent) {
+			if !ev.Push {
+				return // an answer to a client's request
+			}
+			e.update(func() {
+				e.pushed[ev.Type]++
+				if ev.Type == xds.EndpointType {
+					e.edsNonces[ev.Nonce] = true
+				}
+			})
+		},
+		OnACK: func(ev xds.ACKEvent) {
+			if ev.Type == xds.EndpointType {
+				e.update(func() { e.acked[ev.Nonce] = true })
+			}
+		},
+		OnNACK: func(n xds.NACK) {
+			if n.Type == xds.EndpointType {
+				e.update(func() { e.nacked[n.Nonce] = n.Message })
+			}
+		},
+	}
+}
+
+// update runs f under the lock and wakes the waiters.
+func (e *pushEvents) update(f func()) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	f()
+	close(e.changed)
+	e.changed = make(chan struct{})
+}
+
+// waitEDSPush waits until the client has ACKed an EDS response pushed since
+// the last reset, and returns how many responses of each type were pushed
+// by then. A NACK of such a response is an error.
+func (e *pushEvents) waitEDSPush(ctx context.Context) (map[xds.TypeURL]int, error) {
+	for {
+		e.mu.Lock()
+		ch := e.changed
+		for nonce := range e.edsNonces {
+			if msg, ok := e.nacked[nonce]; ok {
+				e.mu.Unlock()
+				return nil, fmt.Errorf("the client rejected the endpoints: %s", msg)
+			}
+			if e.acked[nonce] {
+				pushed := maps.Clone(e.pushed)
+				e.mu.Unlock()
+				return pushed, nil
+			}
+		}
+		e.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// ---- xDS resources a grpc-go client accepts ---------------------------------
+
+// ads is the config source "the same ADS stream", which grpc-go requires
+// for RDS and EDS.
+func ads() *corev3.ConfigSource {
+	return &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
+}
+
+// makeListener returns the client-side (API) listener of svc: an HTTP
+// connection manager that takes its routes from RDS and ends with the
+// router filter.
+func makeListener(svc string) (*listenerv3.Listener, error) {
+	router, err := anypb.New(&routerv3.Router{})
+	if err != nil {
+		return nil, fmt.Errorf("proxyless: listener %s: %w", svc, err)
+	}
+	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    ads(),
+			RouteConfigName: routeName(svc),
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{
+			Name:       "envoy.filters.http.router",
+			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxyless: listener %s: %w", svc, err)
+	}
+	return &listenerv3.Listener{
+		Name:        listenerName(svc),
+		ApiListener: &listenerv3.ApiListener{ApiListener: hcm},
+	}, nil
+}
+
+// makeRoute returns the route configuration of svc: one virtual host whose
+// domain is the dial target's authority, sending everything to the
+// service's cluster.
+func makeRoute(svc string) *routev3.RouteConfiguration {
+	return &routev3.RouteConfiguration{
+		Name: routeName(svc),
+		VirtualHosts: []*routev3.VirtualHost{{
+			Name:    svc,
+			Domains: []string{svc},
+			Routes: []*routev3.Route{{
+				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
+					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: clusterName(svc)},
+				}},
+			}},
+		}},
+	}
+}
+
+// makeCluster returns the cluster of svc: EDS over ADS, round robin.
+func makeCluster(svc string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 clusterName(svc),
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: endpointsName(svc)},
+		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
+	}
+}
+
+// makeCLA returns a ClusterLoadAssignment named name with addrs
+// ("host:port") in one locality of weight 1, as grpc-go requires.
+func makeCLA(name string, addrs []string) (*endpointv3.ClusterLoadAssignment, error) {
+	lbs := make([]*endpointv3.LbEndpoint, 0, len(addrs))
+	for _, a := range addrs {
+		host, portStr, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("proxyless: endpoint %q: %w", a, err)
+		}
+		port, err := strconv.ParseUint(portStr, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("proxyless: endpoint %q: bad port: %w", a, err)
+		}
+		lbs = append(lbs, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+					Address:       host,
+					PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)},
+				}}},
+			}},
+		})
+	}
+	return &endpointv3.ClusterLoadAssignment{
+		ClusterName: name,
+		Endpoints: []*endpointv3.LocalityLbEndpoints{{
+			Locality:            &corev3.Locality{Region: "local", Zone: "loopback"},
+			LoadBalancingWeight: wrapperspb.UInt32(1),
+			LbEndpoints:         lbs,
+		}},
+	}, nil
+}

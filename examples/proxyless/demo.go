@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	grpcxds "google.golang.org/grpc/xds"
+)
+
+// service is the name clients dial, as xds:///greeter.
+const service = "greeter"
+
+// clientNodeID is the node id of the client in its xDS bootstrap.
+const clientNodeID = "proxyless-client"
+
+// demoConfig configures a demo.
+type demoConfig struct {
+	// Timeout bounds each wait of the demo.
+	Timeout time.Duration
+	// Logger receives the logs of the demo and of the control plane.
+	Logger *slog.Logger
+}
+
+// demo is the running system: two backends, the control plane serving
+// their endpoints, and a grpc-go client dialing xds:///greeter through it.
+//
+// It is not safe for concurrent use: one goroutine drives it.
+type demo struct {
+	cfg      demoConfig
+	backends []*backend
+	cp       *controlPlane
+	cpCancel context.CancelFunc
+	cpDone   chan struct{} // closed when controlPlane.serve has returned
+	cpErr    error         // what it returned; read after cpDone is closed
+	cc       *grpc.ClientConn
+	client   testgrpc.TestServiceClient
+	closed   bool
+}
+
+// startDemo starts two backends, the control plane (on 127.0.0.1, with
+// the greeter's endpoints on the first backend) and the client. The
+// control plane stops when ctx ends or close is called. On error,
+// everything started is stopped.
+func startDemo(ctx context.Context, cfg demoConfig) (_ *demo, err error) {
+	if cfg.Timeout <= 0 {
+		return nil, fmt.Errorf("proxyless: timeout %v is not positive", cfg.Timeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &demo{cfg: cfg}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, d.close())
+		}
+	}()
+	log := cfg.Logger
+
+	for _, name := range []string{"backend-1", "backend-2"} {
+		b, err := startBackend(name)
+		if err != nil {
+			return nil, err
+		}
+		d.backends = append(d.backends, b)
+		log.Debug("backend serving", "name", name, "addr", b.addr)
+	}
+
+	d.cp, err = newControlPlane(controlPlaneConfig{
+		Services:  []string{service},
+		Endpoints: map[string][]string{service: {d.backends[0].addr}},
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		d.cp.gs.Stop()
+		return nil, fmt.Errorf("proxyless: control plane: %w", err)
+	}
+	cpCtx, cancel := context.WithCancel(ctx)
+	d.cpCancel = cancel
+	d.cpDone = make(chan struct{})
+	go func() {
+		defer close(d.cpDone)
+		d.cpErr = d.cp.serve(cpCtx, lis)
+	}()
+	log.Debug("control plane serving ADS", "addr", lis.Addr().String())
+	err = d.step(ctx, "the control plane to start", func(ctx context.Context) error {
+		select {
+		case <-d.cp.srv.Ready():
+			return nil
+		case <-d.cpDone:
+			if d.cpErr == nil {
+				return errors.New("the control plane stopped")
+			}
+			return fmt.Errorf("the control plane stopped: %w", d.cpErr)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	// The client's xDS bootstrap, inline: no file, no environment variable.
+	bootstrap, err := json.Marshal(map[string]any{
+		"xds_servers": []any{map[string]any{
+			"server_uri":      lis.Addr().String(),
+			"channel_creds":   []any{map[string]string{"type": "insecure"}},
+			"server_features": []string{"xds_v3"},
+		}},
+		"node": map[string]string{"id": clientNodeID},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxyless: bootstrap: %w", err)
+	}
+	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting(bootstrap)
+	if err != nil {
+		return nil, fmt.Errorf("proxyless: xDS resolver: %w", err)
+	}
+	d.cc, err = grpc.NewClient("xds:///"+service,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithResolvers(resolver))
+	if err != nil {
+		return nil, fmt.Errorf("proxyless: client: %w", err)
+	}
+	d.client = testgrpc.NewTestServiceClient(d.cc)
+	return d, nil
+}
+
+// step runs f with a context bounded by the demo's timeout, and names what
+// it was waiting for in its error.
+func (d *demo) step(ctx context.Context, what string, f func(ctx context.Context) error) error {
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	err := f(sctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		// Stopped from outside (an interrupt): report that, not what it
+		// did to the step.
+		return fmt.Errorf("proxyless: stopped while waiting for %s: %w", what, context.Cause(ctx))
+	case sctx.Err() != nil:
+		return fmt.Errorf("proxyless: timed out after %v waiting for %s: %w", d.cfg.Timeout, what, err)
+	default:
+		return fmt.Errorf("proxyless: waiting for %s: %w", what, err)
+	}
+}
+
+// call makes one RPC through xDS and returns the name of the backend that
+// answered. It waits for the channel to be ready (resolved through the
+// control plane and connected) for as long as ctx allows.
+func (d *demo) call(ctx context.Context) (string, error) {
+	resp, err := d.client.UnaryCall(ctx, &testgrpc.SimpleRequest{FillServerId: true}, grpc.WaitForReady(true))
+	if err != nil {
+		return "", err
+	}
+	return resp.GetServerId(), nil
+}
+
+// callUntil makes RPCs until one is answered by the backend named want,
+// within the demo's timeout.
+func (d *demo) callUntil(ctx context.Context, want string) error {
+	return d.step(ctx, "an RPC answered by "+want, func(ctx context.Context) error {
+		for {
+			got, err := d.call(ctx)
+			if err != nil {
+				return err
+			}
+			if got == want {
+				return nil
+			}
+		}
+	})
+}
+
+// moveEndpoints moves the greeter's endpoints to the backend with index i
+// and reports the change to the control plane. It returns the request
+// handed over, formatted.
+func (d *demo) moveEndpoints(i int) (string, error) {
+	r, err := d.cp.moveEndpoints(service, []string{d.backends[i].addr})
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("Full=%t ConfigsUpdated=%v Reason=%v", r.Full, r.ConfigsUpdated.Sorted(), r.Reason), nil
+}
+
+// waitEndpointPush waits, within the demo's timeout, until the client has
+// ACKed the ClusterLoadAssignment pushed since the last moveEndpoints, and
+// returns the number of responses pushed by then, by short type name.
+func (d *demo) waitEndpointPush(ctx context.Context) (map[string]int, error) {
+	var pushed map[string]int
+	err := d.step(ctx, "the client to ACK the endpoint push", func(ctx context.Context) error {
+		byType, err := d.cp.events.waitEDSPush(ctx)
+		if err != nil {
+			return err
+		}
+		pushed = make(map[string]int, len(byType))
+		for t, n := range byType {
+			pushed[shortType(t)] = n
+		}
+		return nil
+	})
+	return pushed, err
+}
+
+// close stops the client, then the control plane, then the backends, and
+// returns once every goroutine they started has returned, with the errors
+// the servers reported. It may be called more than once.
+func (d *demo) close() error {
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	var errs []error
+	if d.cc != nil {
+		// Closing the channel closes its xDS client and ADS stream.
+		errs = append(errs, d.cc.Close())
+	}
+	if d.cpCancel != nil {
+		d.cpCancel()
+		<-d.cpDone
+		errs = append(errs, d.cpErr)
+	}
+	for _, b := range d.backends {
+		errs = append(errs, b.stop())
+	}
+	return errors.Join(errs...)
+}
