@@ -1,0 +1,82 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestAdminHandler(t *testing.T) {
+	dir := copyBundled(t)
+	src, err := NewSource(SourceConfig{FS: os.DirFS(dir)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := NewControlPlane(ControlPlaneConfig{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := adminHandler(src, cp)
+	get := func(path string) (int, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		return rec.Code, rec.Body.String()
+	}
+	status := func() Status {
+		t.Helper()
+		code, body := get("/debug/source")
+		if code != http.StatusOK {
+			t.Fatalf("GET /debug/source = %d", code)
+		}
+		var st Status
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatalf("GET /debug/source: %v in %s", err, body)
+		}
+		return st
+	}
+
+	tests := []struct {
+		name      string
+		before    func()
+		path      string
+		wantCode  int
+		wantInOut string
+	}{
+		{"healthz", nil, "/healthz", http.StatusOK, "ok"},
+		{"not ready before the first snapshot", nil, "/readyz", http.StatusServiceUnavailable, "not ready"},
+		{"not ready while the server does not run", func() {
+			if _, err := src.Reload(time.Unix(1, 0)); err != nil {
+				t.Fatal(err)
+			}
+		}, "/readyz", http.StatusServiceUnavailable, "not ready"},
+		{"problems reported", func() {
+			writeFile(t, dir, "bad.yaml", "resources: [")
+			if _, err := src.Reload(time.Unix(2, 0)); err == nil {
+				t.Fatal("Reload() of a broken file succeeded")
+			}
+		}, "/debug/source", http.StatusOK, `"file": "bad.yaml"`},
+		{"no connections", nil, "/debug/connections", http.StatusOK, "[]"},
+		{"no sync status", nil, "/debug/syncz", http.StatusOK, "[]"},
+		{"config dump of an unknown proxy", nil, "/debug/config_dump?proxy=nope", http.StatusNotFound, "no connected proxy"},
+		{"unknown path", nil, "/nope", http.StatusNotFound, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.before != nil {
+				tc.before()
+			}
+			code, body := get(tc.path)
+			if code != tc.wantCode || !strings.Contains(body, tc.wantInOut) {
+				t.Errorf("GET %s = %d %q; want %d containing %q", tc.path, code, body, tc.wantCode, tc.wantInOut)
+			}
+		})
+	}
+	st := status()
+	if st.Version != src.Snapshot().Version() || st.Resources != 8 || st.Failures != 1 || len(st.Problems) != 1 || st.Problems[0].Index != -1 {
+		t.Errorf("status = %+v; want the last good version, 8 resources, one whole-file problem", st)
+	}
+}

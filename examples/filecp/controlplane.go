@@ -1,0 +1,201 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
+)
+
+// ControlPlaneConfig configures a ControlPlane.
+type ControlPlaneConfig struct {
+	// Source provides the snapshots served. Required.
+	Source *Source
+
+	// Debounce tunes the Server's debounce stage. Endpoint-only requests
+	// always bypass it: file events are already coalesced by the Watcher.
+	Debounce xds.DebounceConfig
+
+	// Logger receives the Server's logs. Nil means silent.
+	Logger *slog.Logger
+}
+
+// ControlPlane serves a Source over ADS with an xds.Server:
+//
+//   - the PushContext holds one index, the Source's snapshot at build time,
+//     rebuilt by every Full push;
+//   - clusters, listeners, routes and secrets are generated from the
+//     proxy's PushContext; endpoints from the Source's current snapshot,
+//     since endpoint-only pushes are not Full and keep the PushContext (the
+//     way istiod serves EDS from its live endpoint index);
+//   - a proxy's fleet is its Node.cluster: it is served the global
+//     resources plus its fleet's, and its dependency scope is the keys of
+//     the global scope (Namespace "") and of its fleet, so a change in one
+//     fleet's directory is pushed to that fleet's proxies only;
+//   - each type is regenerated only for keys of its own type URL
+//     (xds.Config.TypeKinds), so an endpoint change reaches EDS only.
+//
+// A ControlPlane is safe for concurrent use.
+type ControlPlane struct {
+	src     *Source
+	srv     *xds.Server
+	builder *pushcontext.Builder
+	snap    pushcontext.Index[*Snapshot]
+
+	mu      sync.Mutex            // protects proxies
+	proxies map[string]*xds.Proxy // initialised connections by ConnID
+}
+
+// NewControlPlane returns a ControlPlane. It starts nothing: register
+// Server() on a gRPC server and call Run.
+func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
+	if cfg.Source == nil {
+		return nil, errors.New("filecp: ControlPlaneConfig.Source is nil")
+	}
+	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	cp := &ControlPlane{src: cfg.Source, builder: b, proxies: make(map[string]*xds.Proxy)}
+	cp.snap, err = pushcontext.Register(b, "snapshot", supportedTypes(),
+		func(pushcontext.BuildContext[*Snapshot]) (*Snapshot, error) { return cp.src.Snapshot(), nil })
+	if err != nil {
+		return nil, err
+	}
+	gens := make(map[xds.TypeURL]xds.Generator, numTypes)
+	kinds := make(map[xds.TypeURL][]string, numTypes)
+	for _, t := range supportedTypes() {
+		gens[xds.TypeURL(t)] = generator{cp: cp, typeURL: t}
+		kinds[xds.TypeURL(t)] = []string{t}
+	}
+	deb := cfg.Debounce
+	deb.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
+	cp.srv, err = xds.New(xds.Config{
+		Builder:    b,
+		Generators: gens,
+		TypeKinds:  kinds,
+		InitProxy:  initProxy,
+		Debounce:   deb,
+		Logger:     cfg.Logger,
+		Hooks: xds.Hooks{
+			OnConnect: func(ev xds.ConnectEvent) {
+				cp.mu.Lock()
+				cp.proxies[ev.Proxy.ConnID] = ev.Proxy
+				cp.mu.Unlock()
+			},
+			OnDisconnect: func(ev xds.DisconnectEvent) {
+				cp.mu.Lock()
+				delete(cp.proxies, ev.Proxy.ConnID)
+				cp.mu.Unlock()
+			},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Server returns the xds.Server, for Register, ConfigUpdate, Status and
+// WaitForVersion.
+func (cp *ControlPlane) Server() *xds.Server { return cp.srv }
+
+// Run runs the Server until ctx ends; see xds.Server.Run.
+func (cp *ControlPlane) Run(ctx context.Context) error { return cp.srv.Run(ctx) }
+
+// Ready reports whether the Server admits streams and the Source has a
+// snapshot to serve.
+func (cp *ControlPlane) Ready() bool {
+	select {
+	case <-cp.srv.Ready():
+		return cp.src.Snapshot() != nil
+	default:
+		return false
+	}
+}
+
+// connectedProxy is a connected proxy as the admin endpoints show it.
+type connectedProxy struct {
+	ID     string `json:"id"`
+	ConnID string `json:"conn_id"`
+	Fleet  string `json:"fleet"`
+	Peer   string `json:"peer,omitempty"`
+}
+
+// Proxies returns the initialised connections, sorted by proxy ID and
+// connection ID.
+func (cp *ControlPlane) Proxies() []connectedProxy {
+	cp.mu.Lock()
+	out := make([]connectedProxy, 0, len(cp.proxies))
+	for _, p := range cp.proxies {
+		c := connectedProxy{ID: p.ID, ConnID: p.ConnID, Fleet: p.Node.GetCluster()}
+		if p.Peer != nil {
+			c.Peer = p.Peer.String()
+		}
+		out = append(out, c)
+	}
+	cp.mu.Unlock()
+	slices.SortFunc(out, func(a, b connectedProxy) int {
+		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.ConnID, b.ConnID))
+	})
+	return out
+}
+
+// initProxy derives a proxy's fleet and dependency scope from its
+// Node.cluster.
+func initProxy(_ context.Context, p *xds.Proxy, _ *pushcontext.PushContext) (xds.ProxyState, error) {
+	fleet := p.Node.GetCluster()
+	return xds.ProxyState{
+		Data: fleet,
+		Scope: pushcontext.ScopeFunc(func(k pushcontext.ConfigKey) bool {
+			return k.Namespace == "" || k.Namespace == fleet
+		}),
+	}, nil
+}
+
+// generator serves one type URL from snapshots.
+type generator struct {
+	cp      *ControlPlane
+	typeURL string
+}
+
+var _ xds.Generator = generator{}
+
+// Generate returns the resources of the generator's type that the proxy's
+// fleet sees and the proxy watches: all of them for a wildcard watch, the
+// named ones otherwise (names that do not exist are left out). Before the
+// first snapshot it returns nil: nothing to send yet.
+func (g generator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
+	snap := g.cp.snap.Get(p.Push)
+	if g.typeURL == typeEndpoint {
+		snap = g.cp.src.Snapshot()
+	}
+	if snap == nil {
+		return nil, nil
+	}
+	fleet, _ := p.Data.(string)
+	if w.Wildcard {
+		rs := snap.ForNode(fleet, g.typeURL)
+		out := make([]xds.Resource, len(rs))
+		for i, r := range rs {
+			out[i] = xds.Resource{Name: r.Name, Message: r.Message}
+		}
+		return out, nil
+	}
+	out := make([]xds.Resource, 0, len(w.Names))
+	for _, name := range w.Names {
+		r, ok := snap.Lookup("", g.typeURL, name)
+		if !ok && fleet != "" {
+			r, ok = snap.Lookup(fleet, g.typeURL, name)
+		}
+		if ok {
+			out = append(out, xds.Resource{Name: r.Name, Message: r.Message})
+		}
+	}
+	return out, nil
+}

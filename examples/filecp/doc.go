@@ -1,0 +1,93 @@
+// Filecp is an xDS control plane that serves a directory of Envoy
+// configuration files over ADS, built on the xdspush packages: it watches
+// the directory, works out which resources changed by content, and hands
+// exactly those to an xds.Server, which pushes them to the proxies that
+// depend on them.
+//
+// Contract:
+//
+//   - Format. Files are YAML (*.yaml, *.yml) or JSON (*.json) in Envoy's
+//     file-subscription format: a top-level resources list whose items carry
+//     an @type (optionally version_info, ignored, and type_url, which every
+//     item must then match). Supported types: Cluster,
+//     ClusterLoadAssignment, Listener, RouteConfiguration and Secret. Other
+//     files are ignored, as are hidden names (a leading '.') and editor and
+//     tool temporaries (name~, #name#, 4913, *.swp, *.swo, *.swx, *.tmp,
+//     *.bak, *.part). An empty file is an error, not an empty list, so a file
+//     caught half-written never withdraws its resources.
+//   - Scope. Files at the top of DIR apply to every node; files in
+//     DIR/<fleet>/ apply only to nodes whose Node.cluster is <fleet>. Deeper
+//     directories are ignored with a warning. A node sees the global
+//     resources plus its fleet's; a fleet cannot redefine a global resource.
+//   - Validation. Each resource must parse, have a name and pass its
+//     ValidateAll; names are unique per type within a node's view; every
+//     cluster a route names and every route configuration a listener's HTTP
+//     connection manager names through rds must exist in that view (global
+//     resources may only depend on global ones). An EDS cluster without a
+//     ClusterLoadAssignment, or an EDS/RDS config source that is neither ads
+//     nor self, is a warning only. Every problem is reported with its file
+//     and resource.
+//   - Last good configuration. A load with any error changes nothing: the
+//     previous snapshot keeps being served and the error is logged and shown
+//     on /debug/source. The next load that succeeds is compared with that
+//     last good snapshot and pushed.
+//   - Precise changes. A resource's version is the SHA-256 of its
+//     deterministic wire encoding. A reload names exactly the resources
+//     added, removed or changed, as pushcontext.ConfigKey{Kind: type URL,
+//     Namespace: fleet or "" for global, Name: resource name}; reformatting,
+//     reordering or moving a resource between files of one scope changes
+//     nothing. A change of ClusterLoadAssignments only is not Full and has
+//     reason ReasonEndpointUpdate; anything else is Full with
+//     ReasonConfigUpdate. Start is the time of the first file event.
+//   - Watching. DIR and each fleet directory are watched (new fleet
+//     directories included); events are coalesced (100ms quiet, 1s at most)
+//     before one reload, so a file renamed into place or written in several
+//     steps gives one reload. Events on ..data, the link a Kubernetes
+//     ConfigMap volume swaps on update, trigger a reload too.
+//   - Serving. A proxy's dependency scope is the global keys plus its
+//     fleet's, so a fleet edit is pushed to that fleet only. Each type is
+//     regenerated only for keys of its own type. Clusters, listeners, routes
+//     and secrets come from the proxy's PushContext; endpoints from the
+//     current snapshot, since endpoint-only pushes keep the PushContext.
+//
+// # Usage
+//
+//	go run ./examples/filecp                     # the bundled configuration, not watched
+//	go run ./examples/filecp -dir ./my-config    # serve and watch a directory
+//
+// Flags: -dir (default: the bundled testdata, embedded in the binary),
+// -addr (ADS, default 127.0.0.1:18000), -admin (HTTP, default
+// 127.0.0.1:18001; empty disables it). Every push is printed on stdout,
+// logs go to stderr. SIGINT or SIGTERM stops it.
+//
+// Admin endpoints: /healthz; /readyz (200 once a snapshot is loaded and the
+// server runs); /debug/source (version, warnings, problems of the last
+// rejected load); /debug/syncz (per proxy and type: sent and ACKed version
+// and nonce, last NACK); /debug/connections (proxies and their fleet);
+// /debug/config_dump?proxy=ID (the resources of that proxy's view).
+//
+// # Concurrency
+//
+// A Source serialises reloads and may be read from any goroutine; a
+// Snapshot is immutable. A Watcher reloads on one goroutine at a time (the
+// debounce push goroutine) and calls OnPush and its hooks there. A
+// ControlPlane's generators run on the xds.Server's stream goroutines and
+// only read snapshots.
+//
+// # Performance
+//
+// 2 vCPUs (AMD EPYC), Go 1.26, medians of 6 runs. A configuration of n EDS
+// clusters has 2n+1 resources (clusters, their endpoints, one route
+// configuration), in files of 100 resources:
+//
+//	go test -run='^$' -bench=. -benchmem -count=6 ./examples/filecp/
+//
+//	benchmark                        time      bytes     allocs
+//	ParseFile (4 resources, YAML)    236µs     83 KiB    1.5k
+//	Load n=1000 (full parse)         92ms      25 MiB    472k
+//	Reload n=1000 (one file changed) 5.2ms     1.8 MiB   27k
+//	Diff n=1000 (one change)         241µs     528 B     2
+//
+// Parsing dominates (YAML to JSON, then protojson): a reload parses only
+// the files whose content changed, and compares the rest by hash.
+package main

@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// bundled is the default configuration, served when -dir is not given.
+//
+//go:embed testdata
+var bundled embed.FS
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+// run is the whole program: it parses args, serves the configuration over
+// ADS on -addr and the admin endpoints on -admin, and, with -dir, watches
+// the directory, printing every push to stdout, until ctx ends. It returns
+// nil when ctx ends and an error if it cannot start.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("filecp", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	dir := flags.String("dir", "", "configuration `directory` to serve and watch (default: the bundled examples/filecp/testdata, not watched)")
+	addr := flags.String("addr", "127.0.0.1:18000", "ADS (xDS) listen `address`")
+	admin := flags.String("admin", "127.0.0.1:18001", "admin HTTP listen `address`; empty to disable")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("filecp: unexpected arguments %q", flags.Args())
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, nil))
+
+	fsys, err := configFS(*dir)
+	if err != nil {
+		return err
+	}
+	src, err := NewSource(SourceConfig{FS: fsys})
+	if err != nil {
+		return err
+	}
+	cp, err := NewControlPlane(ControlPlaneConfig{Source: src, Logger: logger})
+	if err != nil {
+		return err
+	}
+	adsLn, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("filecp: ads: %w", err)
+	}
+	var adminLn net.Listener
+	if *admin != "" {
+		if adminLn, err = net.Listen("tcp", *admin); err != nil {
+			adsLn.Close()
+			return fmt.Errorf("filecp: admin: %w", err)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	var (
+		wg     sync.WaitGroup
+		errMu  sync.Mutex
+		runErr error // the first error that stopped the program
+	)
+	fail := func(err error) {
+		errMu.Lock()
+		if runErr == nil {
+			runErr = err
+		}
+		errMu.Unlock()
+		cancel()
+	}
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+
+	gs := grpc.NewServer()
+	cp.Server().Register(gs)
+	wg.Go(func() {
+		if err := gs.Serve(adsLn); err != nil {
+			fail(fmt.Errorf("filecp: ads: %w", err))
+		}
+	})
+	wg.Go(func() {
+		if err := cp.Run(ctx); err != nil {
+			fail(err)
+		}
+		gs.Stop() // streams are closed by now; this releases the listener
+	})
+	logger.Info("ads listening", "addr", adsLn.Addr().String())
+	if adminLn != nil {
+		srv := &http.Server{Handler: adminHandler(src, cp), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := srv.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				fail(fmt.Errorf("filecp: admin: %w", err))
+			}
+		})
+		wg.Go(func() {
+			<-ctx.Done()
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			_ = srv.Shutdown(sctx)
+		})
+		logger.Info("admin listening", "addr", adminLn.Addr().String())
+	}
+
+	push := func(_ context.Context, req *pushcontext.PushRequest) {
+		printPush(stdout, src.Snapshot(), req)
+		cp.Server().ConfigUpdate(req)
+	}
+	if *dir == "" {
+		logger.Info("serving the bundled configuration; pass -dir to serve and watch a directory")
+		ch, err := src.Reload(time.Now())
+		if err != nil {
+			return err
+		}
+		push(ctx, ch.PushRequest())
+		<-ctx.Done()
+	} else {
+		w, err := NewWatcher(WatchConfig{Dir: *dir, Source: src, OnPush: push, Logger: logger})
+		if err != nil {
+			return err
+		}
+		logger.Info("watching", "dir", *dir)
+		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	cancel()
+	wg.Wait()
+	errMu.Lock()
+	defer errMu.Unlock()
+	return runErr
+}
+
+// configFS returns the directory to serve: dir, or the bundled testdata if
+// dir is empty.
+func configFS(dir string) (fs.FS, error) {
+	if dir == "" {
+		return fs.Sub(bundled, "testdata")
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("filecp: -dir: %w", err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("filecp: -dir %s is not a directory", dir)
+	}
+	return os.DirFS(dir), nil
+}
+
+// printPush writes one line for req and one per changed key:
+//
+//	push version=… full=true reason=config:1 changed=2
+//	  Cluster backend (global)
+//	  Cluster edge-api (fleet edge)
+func printPush(w io.Writer, snap *Snapshot, req *pushcontext.PushRequest) {
+	if req == nil {
+		return
+	}
+	version := ""
+	if snap != nil {
+		version = snap.Version()
+	}
+	fmt.Fprintf(w, "push version=%s full=%t reason=%s changed=%d\n", version, req.Full, req.Reason, len(req.ConfigsUpdated))
+	for _, k := range req.ConfigsUpdated.Sorted() {
+		scope := "global"
+		if k.Namespace != "" {
+			scope = "fleet " + k.Namespace
+		}
+		fmt.Fprintf(w, "  %s %s (%s)\n", shortType(k.Kind), k.Name, scope)
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// defaultTestTimeout bounds every wait for an event that is expected.
+const defaultTestTimeout = 10 * time.Second
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// copyBundled copies the bundled configuration into a new temporary
+// directory and returns its path.
+func copyBundled(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS("testdata")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// writeFile writes content to dir/rel, creating parent directories.
+func writeFile(t testing.TB, dir, rel, content string) {
+	t.Helper()
+	p := filepath.Join(dir, filepath.FromSlash(rel))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readFile returns the content of dir/rel.
+func readFile(t testing.TB, dir, rel string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(rel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// replaceIn replaces old by new in dir/rel, which must contain old.
+func replaceIn(t testing.TB, dir, rel, old, new string) {
+	t.Helper()
+	s := readFile(t, dir, rel)
+	if !strings.Contains(s, old) {
+		t.Fatalf("%s does not contain %q", rel, old)
+	}
+	writeFile(t, dir, rel, strings.Replace(s, old, new, 1))
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use that signals writes.
+type syncBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{}
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{written: make(chan struct{}, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case b.written <- struct{}{}:
+	default:
+	}
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor waits until b contains s.
+func (b *syncBuffer) waitFor(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.NewTimer(defaultTestTimeout)
+	defer deadline.Stop()
+	for !strings.Contains(b.String(), s) {
+		select {
+		case <-b.written:
+		case <-deadline.C:
+			t.Fatalf("output does not contain %q after %v; got:\n%s", s, defaultTestTimeout, b.String())
+		}
+	}
+}
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name string
+		args func(t *testing.T) []string
+		want string
+	}{
+		{
+			name: "bundled",
+			args: func(*testing.T) []string { return []string{"-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"} },
+			want: "  RouteConfiguration edge_route (fleet edge)\n",
+		},
+		{
+			name: "dir",
+			args: func(t *testing.T) []string {
+				return []string{"-addr", "127.0.0.1:0", "-admin", "", "-dir", copyBundled(t)}
+			},
+			want: "  RouteConfiguration edge_route (fleet edge)\n",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			stdout, stderr := newSyncBuffer(), newSyncBuffer()
+			done := make(chan error, 1)
+			go func() { done <- run(ctx, tc.args(t), stdout, stderr) }()
+			stdout.waitFor(t, tc.want)
+			if got, want := stdout.String(), "push version="; !strings.HasPrefix(got, want) {
+				t.Errorf("output starts %q; want %q", got, want)
+			}
+			if got, want := strings.Count(stdout.String(), "\n  "), 8; got != want {
+				t.Errorf("printed %d changed keys; want %d:\n%s", got, want, stdout.String())
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run() = %v; want nil after cancel", err)
+			}
+		})
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	writeFile(t, filepath.Dir(file), "file", "x")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"-nope"}, "flag provided but not defined"},
+		{"extra argument", []string{"extra"}, "unexpected arguments"},
+		{"missing dir", []string{"-addr", "127.0.0.1:0", "-dir", filepath.Join(t.TempDir(), "missing")}, "no such file"},
+		{"dir is a file", []string{"-addr", "127.0.0.1:0", "-dir", file}, "is not a directory"},
+		{"bad ads address", []string{"-addr", "256.0.0.1:bad", "-admin", ""}, "filecp: ads"},
+		{"bad admin address", []string{"-addr", "127.0.0.1:0", "-admin", "256.0.0.1:bad"}, "filecp: admin"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(t.Context(), tc.args, newSyncBuffer(), newSyncBuffer())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run(%q) = %v; want an error containing %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
