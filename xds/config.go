@@ -51,6 +51,39 @@ type Generator interface {
 	Generate(ctx context.Context, proxy *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error)
 }
 
+// DeltaGenerator is an optional interface a Generator may also implement
+// when its host knows which resources a push changed, so that a one-resource
+// change costs one resource of generation rather than the whole type.
+// Without it the Server calls Generate and diffs what it returns against
+// what the client holds, by content hash.
+//
+// GenerateDelta is called instead of Generate for pushes only (answers to a
+// client's requests always use Generate), on the same goroutine and under
+// the same rules as Generate, and only when the Server knows what the client
+// holds: not for a Forced request, not for a type the client has not been
+// answered yet, and not for a type whose previous push was stopped by a
+// NACK (see the package documentation). A proxy whose dependency Scope
+// changed should make it return ok == false.
+//
+// It returns, among the resources w covers, those that req changed (new or
+// modified; an unchanged one may be included and is not sent again) and the
+// names of those req removed, relative to the previous PushContext. If ok is
+// false the Server calls Generate instead. An error is handled as Generate's.
+type DeltaGenerator interface {
+	Generator
+	GenerateDelta(ctx context.Context, proxy *Proxy, w Watch, req *pushcontext.PushRequest) (ch Changes, ok bool, err error)
+}
+
+// Changes is what a DeltaGenerator returns for one push.
+type Changes struct {
+	// Upserted are the new or modified resources. A name that is also in
+	// Removed is upserted.
+	Upserted []Resource
+	// Removed names the resources that no longer exist. Names the client
+	// does not hold are ignored.
+	Removed []string
+}
+
 // GeneratorFunc adapts a function to the Generator interface.
 type GeneratorFunc func(ctx context.Context, proxy *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error)
 
@@ -68,7 +101,8 @@ func (f GeneratorFunc) Generate(ctx context.Context, proxy *Proxy, w Watch, req 
 // each resource once per change, not once per proxy.
 type Resource struct {
 	// Name is the resource name clients subscribe to (the Cluster name, the
-	// ClusterLoadAssignment's cluster_name, ...). It must not be empty.
+	// ClusterLoadAssignment's cluster_name, ...). It must not be empty, and
+	// it must be unique among the resources of one Generate call.
 	Name string
 	// Message is the resource itself, e.g. a *clusterv3.Cluster.
 	Message proto.Message
@@ -83,7 +117,8 @@ type Watch struct {
 	// modify it.
 	Names []string
 	// Wildcard is true when the client asked for every resource of a
-	// full-state type (an empty name list or "*").
+	// full-state type (SotW: an empty name list or "*"; Delta: "*", or an
+	// empty first subscription).
 	Wildcard bool
 }
 
@@ -145,10 +180,33 @@ type DebounceConfig struct {
 	Bypass func(*pushcontext.PushRequest) bool
 }
 
+// PhaseConfig tunes make-before-break ordering: how the phases of one push
+// (upserts CDS, EDS, LDS, RDS, …, then deferred removals) follow each other
+// on a stream. See the package documentation.
+type PhaseConfig struct {
+	// NoWait writes the phases of a push back to back, as istiod does,
+	// without waiting for the client to ACK one before the next; their order
+	// on the stream still holds. The zero value waits.
+	NoWait bool
+	// Timeout bounds how long a phase waits for the ACKs it needs; then it
+	// is sent anyway, and the Server reports it (Hooks.OnPhaseTimeout,
+	// TypeStatus.PhaseTimeouts). Zero means DefaultPhaseTimeout (5s).
+	Timeout time.Duration
+	// DeferredRemovals lists the types whose removals are sent only after
+	// every upsert phase of a push, in removal phases in this order: a
+	// route, cluster or endpoint set is removed once the client holds what
+	// replaces what referenced it. Empty means DefaultDeferredRemovals()
+	// (RDS, CDS, EDS). Types without a generator are ignored. Removals only
+	// exist in Delta and in SotW full-state types.
+	DeferredRemovals []TypeURL
+}
+
 // Defaults of Config fields.
 const (
 	DefaultWriteTimeout     = 30 * time.Second
 	DefaultMaxResourceNames = 50_000
+	// DefaultPhaseTimeout is the default of PhaseConfig.Timeout.
+	DefaultPhaseTimeout = 5 * time.Second
 	// newStreamWait bounds how long a new stream waits for the stream
 	// rate limiter before it is refused with ResourceExhausted.
 	newStreamWait = time.Second
@@ -219,10 +277,14 @@ type Config struct {
 	// NewStreamBurst is the rate limiter's burst. Zero means 1.
 	NewStreamBurst int
 
-	// MaxResourceNames bounds the resource names of one request; a request
+	// MaxResourceNames bounds the resource names of one request (for Delta:
+	// subscribed, unsubscribed and initial versions together); a request
 	// with more ends its stream with codes.InvalidArgument. Zero means
 	// DefaultMaxResourceNames (50,000).
 	MaxResourceNames int
+
+	// Phases tunes make-before-break ordering of pushes.
+	Phases PhaseConfig
 
 	// Logger receives the Server's logs. Nil means silent.
 	Logger *slog.Logger
@@ -253,6 +315,9 @@ type Hooks struct {
 	OnConvergence func(ConvergenceEvent)
 	// OnGenerateError is called when a Generator returns an error.
 	OnGenerateError func(GenerateErrorEvent)
+	// OnPhaseTimeout is called when a phase of a push is sent although
+	// the ACKs it waited for did not arrive within PhaseConfig.Timeout.
+	OnPhaseTimeout func(PhaseTimeoutEvent)
 }
 
 // ConnectEvent describes a proxy that has connected and been initialised.
@@ -292,8 +357,12 @@ type SendEvent struct {
 	Type    TypeURL
 	Version string
 	Nonce   string
+	// Delta reports a DeltaDiscoveryResponse.
+	Delta bool
 	// Resources is the number of resources in the response.
 	Resources int
+	// Removed is the number of removed resource names (Delta only).
+	Removed int
 	// Bytes is the encoded size of those resources.
 	Bytes int
 	// Push is true for responses produced by a push, false for answers to a
@@ -337,6 +406,23 @@ type ConvergenceEvent struct {
 	Took time.Duration
 }
 
+// PhaseTimeoutEvent describes a phase sent without the ACKs it waited for.
+type PhaseTimeoutEvent struct {
+	ProxyID string
+	ConnID  string
+	// Version is the version of the push.
+	Version string
+	// Waiting lists the types whose last response was not ACKed in time,
+	// in push order.
+	Waiting []TypeURL
+	// Next is the type of the phase that was sent anyway, and Removal
+	// reports whether it is a deferred-removal phase.
+	Next    TypeURL
+	Removal bool
+	// Waited is how long the phase waited.
+	Waited time.Duration
+}
+
 // GenerateErrorEvent describes a failed Generator call.
 type GenerateErrorEvent struct {
 	ProxyID string
@@ -354,6 +440,8 @@ type settings struct {
 	kinds        [][]string // by type index; nil = every kind
 	edsIdx       int        // index of EndpointType, -1 if not served
 	cdsIdx       int        // index of ClusterType, -1 if not served
+	ldsIdx       int        // index of ListenerType, -1 if not served
+	rdsIdx       int        // index of RouteType, -1 if not served
 	initProxy    InitProxyFunc
 	authenticate AuthenticateFunc
 	debounce     DebounceConfig
@@ -362,6 +450,10 @@ type settings struct {
 	streamRate   float64
 	streamBurst  int
 	maxNames     int
+	phaseWait    bool
+	phaseTimeout time.Duration
+	deferred     []bool // by type index: removals wait for the end of the push
+	removalOrder []int  // deferred type indexes, in the order of their removal phases
 	logger       *slog.Logger
 	hooks        Hooks
 }
@@ -400,16 +492,17 @@ func (cfg *Config) settings() (*settings, error) {
 		return nil, fmt.Errorf("xds: Config.Debounce.After %v is negative", cfg.Debounce.After)
 	case cfg.Debounce.Max < 0:
 		return nil, fmt.Errorf("xds: Config.Debounce.Max %v is negative", cfg.Debounce.Max)
+	case cfg.Phases.Timeout < 0:
+		return nil, fmt.Errorf("xds: Config.Phases.Timeout %v is negative", cfg.Phases.Timeout)
 	}
 	s := &settings{
-		builder:      cfg.Builder,
-		order:        order,
-		index:        make(map[TypeURL]int, len(order)),
-		generators:   make([]Generator, len(order)),
-		fullState:    make([]bool, len(order)),
-		kinds:        make([][]string, len(order)),
-		edsIdx:       -1,
-		cdsIdx:       -1,
+		builder:    cfg.Builder,
+		order:      order,
+		index:      make(map[TypeURL]int, len(order)),
+		generators: make([]Generator, len(order)),
+		fullState:  make([]bool, len(order)),
+		kinds:      make([][]string, len(order)),
+
 		initProxy:    cfg.InitProxy,
 		authenticate: cfg.Authenticate,
 		debounce:     cfg.Debounce,
@@ -418,6 +511,9 @@ func (cfg *Config) settings() (*settings, error) {
 		streamRate:   cfg.NewStreamRate,
 		streamBurst:  cfg.NewStreamBurst,
 		maxNames:     cfg.MaxResourceNames,
+		phaseWait:    !cfg.Phases.NoWait,
+		phaseTimeout: cfg.Phases.Timeout,
+		deferred:     make([]bool, len(order)),
 		logger:       cfg.Logger,
 		hooks:        cfg.Hooks,
 	}
@@ -427,6 +523,8 @@ func (cfg *Config) settings() (*settings, error) {
 	}
 	s.edsIdx = s.typeIndex(EndpointType)
 	s.cdsIdx = s.typeIndex(ClusterType)
+	s.ldsIdx = s.typeIndex(ListenerType)
+	s.rdsIdx = s.typeIndex(RouteType)
 	full := cfg.FullStateTypes
 	if len(full) == 0 {
 		full = DefaultFullStateTypes()
@@ -437,6 +535,19 @@ func (cfg *Config) settings() (*settings, error) {
 		}
 		if i := s.typeIndex(t); i >= 0 {
 			s.fullState[i] = true
+		}
+	}
+	deferred := cfg.Phases.DeferredRemovals
+	if len(deferred) == 0 {
+		deferred = DefaultDeferredRemovals()
+	}
+	for _, t := range deferred {
+		if t == "" {
+			return nil, errors.New("xds: Config.Phases.DeferredRemovals has an empty type URL")
+		}
+		if i := s.typeIndex(t); i >= 0 && !s.deferred[i] {
+			s.deferred[i] = true
+			s.removalOrder = append(s.removalOrder, i)
 		}
 	}
 	for t, kinds := range cfg.TypeKinds {
@@ -465,6 +576,9 @@ func (cfg *Config) settings() (*settings, error) {
 	}
 	if s.maxNames == 0 {
 		s.maxNames = DefaultMaxResourceNames
+	}
+	if s.phaseTimeout == 0 {
+		s.phaseTimeout = DefaultPhaseTimeout
 	}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)

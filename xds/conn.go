@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -27,9 +28,30 @@ type sotwStream interface {
 	Context() context.Context
 }
 
-// outMsg is a response waiting to be written.
+// deltaStream is the part of the generated Delta stream a conn uses.
+type deltaStream interface {
+	Send(*discoveryv3.DeltaDiscoveryResponse) error
+	Recv() (*discoveryv3.DeltaDiscoveryRequest, error)
+	Context() context.Context
+}
+
+// inbound is one client request: exactly one field is set, by protocol.
+type inbound struct {
+	sotw  *discoveryv3.DiscoveryRequest
+	delta *discoveryv3.DeltaDiscoveryRequest
+}
+
+func (in inbound) node() *corev3.Node {
+	if in.delta != nil {
+		return in.delta.GetNode()
+	}
+	return in.sotw.GetNode()
+}
+
+// outMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
 type outMsg struct {
 	resp    *discoveryv3.DiscoveryResponse
+	dresp   *discoveryv3.DeltaDiscoveryResponse
 	typeIdx int
 	bytes   int
 	push    bool
@@ -43,24 +65,31 @@ type outMsg struct {
 // write. An idle connection therefore costs the handler goroutine and the
 // receive goroutine.
 type conn struct {
-	s      *Server
-	stream sotwStream
-	seq    uint64 // per-Server connection number
-	proxy  *Proxy
+	s       *Server
+	stream  sotwStream  // nil on a Delta stream
+	dstream deltaStream // nil on a SotW stream
+	delta   bool        // the stream is Delta
+	seq     uint64      // per-Server connection number
+	proxy   *Proxy
 
 	// Owned by the handler goroutine.
 	watches   []*watch // by type index; nil when the type is not watched
 	prevScope pushcontext.Scope
 	initSeq   uint64 // Seq of the PushContext of the last InitProxy
 	outbox    []*outMsg
-	writing   bool // a writer goroutine is running
+	writing   bool        // a writer goroutine is running
+	plan      *plan       // phases of the current push not yet released; nil when none
+	dirty     []bool      // by type index: regenerate on the next push (a NACK stopped its phase)
+	timeouts  []int       // by type index: phases sent without this type's ACK
+	gate      *time.Timer // fires gateCh when a waiting phase may have timed out; nil until needed
 
-	reqCh     chan *discoveryv3.DiscoveryRequest // receive goroutine → loop
-	recvErr   chan error                         // receive goroutine's final error (cap 1)
-	kick      chan struct{}                      // mail is waiting (cap 1)
-	writeDone chan error                         // writer's result (cap 1)
-	stuck     chan struct{}                      // a write may have exceeded WriteTimeout (cap 1)
-	done      chan struct{}                      // closed when the stream ends
+	reqCh     chan inbound  // receive goroutine → loop
+	recvErr   chan error    // receive goroutine's final error (cap 1)
+	kick      chan struct{} // mail is waiting (cap 1)
+	writeDone chan error    // writer's result (cap 1)
+	stuck     chan struct{} // a write may have exceeded WriteTimeout (cap 1)
+	gateCh    chan struct{} // the phase gate's timer fired (cap 1)
+	done      chan struct{} // closed when the stream ends
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
 
@@ -75,14 +104,21 @@ type conn struct {
 	st       connState
 }
 
-// serveSotW runs one SotW stream from admission to its end.
-func (s *Server) serveSotW(stream sotwStream) (err error) {
+// serve runs one stream, SotW (stream set) or Delta (dstream set), from
+// admission to its end.
+func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	if !s.admit() {
 		return status.Error(codes.Unavailable, "xds: server is not running")
 	}
 	defer s.streams.Done()
 
-	ctx, cancel := context.WithCancel(stream.Context())
+	var sctx context.Context
+	if dstream != nil {
+		sctx = dstream.Context()
+	} else {
+		sctx = stream.Context()
+	}
+	ctx, cancel := context.WithCancel(sctx)
 	defer cancel()
 	defer context.AfterFunc(s.stopCtx, cancel)()
 
@@ -102,20 +138,27 @@ func (s *Server) serveSotW(stream sotwStream) (err error) {
 		}
 	}
 
+	n := len(s.set.order)
 	c := &conn{
 		s:         s,
 		stream:    stream,
+		dstream:   dstream,
+		delta:     dstream != nil,
 		seq:       s.connSeq.Add(1),
-		watches:   make([]*watch, len(s.set.order)),
-		reqCh:     make(chan *discoveryv3.DiscoveryRequest),
+		watches:   make([]*watch, n),
+		dirty:     make([]bool, n),
+		timeouts:  make([]int, n),
+		reqCh:     make(chan inbound),
 		recvErr:   make(chan error, 1),
 		kick:      make(chan struct{}, 1),
 		writeDone: make(chan error, 1),
 		stuck:     make(chan struct{}, 1),
+		gateCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		busy:      true,
 	}
-	c.st.types = make([]typeState, len(s.set.order))
+	c.st.delta = c.delta
+	c.st.types = make([]typeState, n)
 	defer c.close()
 	s.goStream(c.receive)
 
@@ -123,13 +166,14 @@ func (s *Server) serveSotW(stream sotwStream) (err error) {
 	if err != nil {
 		return err
 	}
-	if first.GetNode().GetId() == "" {
+	node := first.node()
+	if node.GetId() == "" {
 		return status.Error(codes.InvalidArgument, "xds: the first request has no node id")
 	}
 	p := &Proxy{
-		ID:       first.Node.Id,
-		ConnID:   first.Node.Id + "-" + fmtUint(c.seq),
-		Node:     first.Node,
+		ID:       node.Id,
+		ConnID:   node.Id + "-" + fmtUint(c.seq),
+		Node:     node,
 		Identity: identity,
 	}
 	if pr, ok := peer.FromContext(ctx); ok {
@@ -169,7 +213,7 @@ func (s *Server) serveSotW(stream sotwStream) (err error) {
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
 	c.unpark()
 
-	if err := c.onRequest(ctx, first); err != nil {
+	if err := c.handle(ctx, first); err != nil {
 		return err
 	}
 	err = c.loop(ctx)
@@ -201,13 +245,19 @@ func (c *conn) initProxy(ctx context.Context, pc *pushcontext.PushContext) error
 // stream ends.
 func (c *conn) receive() {
 	for {
-		req, err := c.stream.Recv()
+		var in inbound
+		var err error
+		if c.delta {
+			in.delta, err = c.dstream.Recv()
+		} else {
+			in.sotw, err = c.stream.Recv()
+		}
 		if err != nil {
 			c.recvErr <- err
 			return
 		}
 		select {
-		case c.reqCh <- req:
+		case c.reqCh <- in:
 		case <-c.done:
 			return
 		}
@@ -215,15 +265,32 @@ func (c *conn) receive() {
 }
 
 // next waits for the next request.
-func (c *conn) next(ctx context.Context) (*discoveryv3.DiscoveryRequest, error) {
+func (c *conn) next(ctx context.Context) (inbound, error) {
 	select {
-	case req := <-c.reqCh:
-		return req, nil
+	case in := <-c.reqCh:
+		return in, nil
 	case err := <-c.recvErr:
-		return nil, c.recvStatus(err)
+		return inbound{}, c.recvStatus(err)
 	case <-ctx.Done():
-		return nil, c.ctxStatus(ctx)
+		return inbound{}, c.ctxStatus(ctx)
 	}
+}
+
+// handle runs one client request of either protocol, then releases the
+// phases its ACK may have let through, and publishes the status.
+func (c *conn) handle(ctx context.Context, in inbound) error {
+	var err error
+	if in.delta != nil {
+		err = c.onDeltaRequest(ctx, in.delta)
+	} else {
+		err = c.onRequest(ctx, in.sotw)
+	}
+	if err != nil {
+		return err
+	}
+	c.advance(ctx, false)
+	c.publishStatus(false)
+	return nil
 }
 
 // recvStatus turns the receive goroutine's error into the handler's result.
@@ -250,8 +317,8 @@ func (c *conn) ctxStatus(ctx context.Context) error {
 func (c *conn) loop(ctx context.Context) error {
 	for {
 		select {
-		case req := <-c.reqCh:
-			if err := c.onRequest(ctx, req); err != nil {
+		case in := <-c.reqCh:
+			if err := c.handle(ctx, in); err != nil {
 				return err
 			}
 		case err := <-c.recvErr:
@@ -268,6 +335,8 @@ func (c *conn) loop(ctx context.Context) error {
 				return err
 			}
 			c.onWritten()
+		case <-c.gateCh:
+			c.onGateTimer(ctx)
 		case <-c.stuck:
 			if at := c.sendStart.Load(); at != 0 && time.Since(time.Unix(0, at)) >= c.s.set.writeTimeout {
 				c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: write timed out; closing stream",
@@ -314,16 +383,22 @@ func (c *conn) onKick(ctx context.Context) error {
 	c.mu.Lock()
 	req, done := c.mail, c.mailDone
 	c.mail, c.mailDone = nil, nil
+	if req != nil && c.plan != nil {
+		// A push is still in its phases: this one waits for the end.
+		c.parked = c.parked.Merge(req)
+		req = nil
+	}
 	c.mu.Unlock()
-	if req == nil {
+	if done == nil {
 		return nil
 	}
 	defer close(done)
-	msgs, err := c.onPush(ctx, req)
-	if err != nil {
+	if req == nil {
+		return nil
+	}
+	if err := c.onPush(ctx, req); err != nil {
 		return err
 	}
-	c.send(msgs)
 	c.publishStatus(false)
 	return nil
 }
@@ -341,23 +416,29 @@ func (c *conn) unpark() {
 	}
 }
 
-// send queues responses for writing, starting the writer if it is idle.
-func (c *conn) send(msgs []*outMsg) {
-	c.outbox = append(c.outbox, msgs...)
-	if c.writing || len(c.outbox) == 0 {
-		return
-	}
+// setBusy makes pushes park until the connection is idle again (see
+// unpark). A push already handed over and not yet generated is parked too,
+// releasing deliver, so that it waits for the write or the phases to end
+// instead of holding a push slot.
+func (c *conn) setBusy() {
 	c.mu.Lock()
 	c.busy = true
 	if c.mail != nil {
-		// deliver is waiting for generation; release it and let the request
-		// wait for the write to finish instead of holding a push slot.
 		c.parked = c.parked.Merge(c.mail)
 		c.mail = nil
 		close(c.mailDone)
 		c.mailDone = nil
 	}
 	c.mu.Unlock()
+}
+
+// send queues responses for writing, starting the writer if it is idle.
+func (c *conn) send(msgs []*outMsg) {
+	c.outbox = append(c.outbox, msgs...)
+	if c.writing || len(c.outbox) == 0 {
+		return
+	}
+	c.setBusy()
 	batch := c.outbox
 	c.outbox = nil
 	c.writing = true
@@ -369,6 +450,15 @@ func (c *conn) onWritten() {
 	c.writing = false
 	if len(c.outbox) > 0 {
 		c.send(nil)
+		return
+	}
+	c.maybeIdle()
+}
+
+// maybeIdle re-admits pushes once nothing is being written and no push is
+// in its phases.
+func (c *conn) maybeIdle() {
+	if c.writing || len(c.outbox) > 0 || c.plan != nil {
 		return
 	}
 	c.unpark()
@@ -386,23 +476,32 @@ func (c *conn) write(batch []*outMsg) {
 		start := time.Now()
 		c.sendStart.Store(start.UnixNano())
 		timer.Reset(timeout)
-		err = c.stream.Send(m.resp)
+		if m.dresp != nil {
+			err = c.dstream.Send(m.dresp)
+		} else {
+			err = c.stream.Send(m.resp)
+		}
 		timer.Stop()
 		c.sendStart.Store(0)
 		if err != nil {
 			break
 		}
 		if h := c.s.set.hooks.OnSend; h != nil {
-			h(SendEvent{
-				ProxyID:   c.proxy.ID,
-				Type:      c.s.set.order[m.typeIdx],
-				Version:   m.resp.VersionInfo,
-				Nonce:     m.resp.Nonce,
-				Resources: len(m.resp.Resources),
-				Bytes:     m.bytes,
-				Push:      m.push,
-				Took:      time.Since(start),
-			})
+			ev := SendEvent{
+				ProxyID: c.proxy.ID,
+				Type:    c.s.set.order[m.typeIdx],
+				Bytes:   m.bytes,
+				Push:    m.push,
+				Took:    time.Since(start),
+			}
+			if m.dresp != nil {
+				ev.Delta = true
+				ev.Version, ev.Nonce = m.dresp.SystemVersionInfo, m.dresp.Nonce
+				ev.Resources, ev.Removed = len(m.dresp.Resources), len(m.dresp.RemovedResources)
+			} else {
+				ev.Version, ev.Nonce, ev.Resources = m.resp.VersionInfo, m.resp.Nonce, len(m.resp.Resources)
+			}
+			h(ev)
 		}
 		batch[i] = nil
 	}
@@ -422,5 +521,8 @@ func (c *conn) close() {
 	c.closed = true
 	c.mail, c.parked = nil, nil
 	c.mu.Unlock()
+	if c.gate != nil {
+		c.gate.Stop()
+	}
 	close(c.done)
 }

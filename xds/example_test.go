@@ -95,3 +95,89 @@ func Example() {
 	// converged: true NACKs: 0
 	// proxy-1 example-00000000000000000002 true
 }
+
+// Example_delta serves a Delta (incremental) client: it is sent only what
+// changed, a removed cluster is removed only after the upserts of its push
+// (make-before-break), and a client that reconnects with the versions it
+// holds is re-sent nothing.
+func Example_delta() {
+	var mu sync.Mutex
+	store := map[string]*clusterv3.Cluster{"web": {Name: "web"}, "db": {Name: "db"}}
+	b, _ := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "example"})
+	clusters, _ := pushcontext.Register(b, "clusters", []string{"Cluster"},
+		func(pushcontext.BuildContext[map[string]*clusterv3.Cluster]) (map[string]*clusterv3.Cluster, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(store), nil
+		})
+	cds := xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+		var out []xds.Resource
+		for _, name := range slices.Sorted(maps.Keys(clusters.Get(req.Push))) {
+			out = append(out, xds.Resource{Name: name, Message: clusters.Get(req.Push)[name]})
+		}
+		return out, nil
+	})
+	srv, _ := xds.New(xds.Config{
+		Builder:    b,
+		Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: cds},
+		Debounce:   xds.DebounceConfig{After: time.Millisecond, Max: 10 * time.Millisecond},
+	})
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	lis := bufconn.Listen(1 << 20)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-srv.Ready()
+	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	defer cc.Close()
+
+	held := map[string]string{} // name → version, as the client keeps them
+	connect := func() discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+		stream, _ := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+		_ = stream.Send(&discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "proxy-1"},
+			TypeUrl: string(xds.ClusterType), InitialResourceVersions: maps.Clone(held)})
+		return stream
+	}
+	receive := func(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient) {
+		r, _ := stream.Recv()
+		var names []string
+		for _, res := range r.Resources {
+			names = append(names, res.Name)
+			held[res.Name] = res.Version
+		}
+		for _, n := range r.RemovedResources {
+			delete(held, n)
+		}
+		fmt.Printf("sent %v, removed %v\n", names, r.RemovedResources)
+		_ = stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
+	}
+	stream := connect()
+	receive(stream)
+
+	// Rename web to web2: the new cluster first, the old one after.
+	mu.Lock()
+	delete(store, "web")
+	store["web2"] = &clusterv3.Cluster{Name: "web2"}
+	mu.Unlock()
+	srv.ConfigUpdate(&pushcontext.PushRequest{
+		Full: true,
+		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Cluster", Name: "web"},
+			pushcontext.ConfigKey{Kind: "Cluster", Name: "web2"}),
+	})
+	receive(stream)
+	receive(stream)
+
+	// Reconnect with what the client holds: nothing is re-sent.
+	stream = connect()
+	receive(stream)
+	// Output:
+	// sent [db web], removed []
+	// sent [web2], removed []
+	// sent [], removed [web]
+	// sent [], removed []
+}

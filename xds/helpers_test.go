@@ -156,17 +156,27 @@ func newStore() *store {
 	}
 }
 
-// snapshot is the PushContext index: an immutable copy of the store.
+// snapshot is the PushContext index: an immutable copy of the store, with
+// every resource of each type listed once, sorted, for wildcard watches (as
+// a host would cache them, rather than list them for every proxy).
 type snapshot struct {
 	clusters  map[string]*clusterv3.Cluster
 	listeners map[string]*listenerv3.Listener
 	routes    map[string]*routev3.RouteConfiguration
+	all       map[TypeURL][]Resource
 }
 
 func (st *store) snapshot() *snapshot {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return &snapshot{clusters: cloneMap(st.clusters), listeners: cloneMap(st.listeners), routes: cloneMap(st.routes)}
+	s := &snapshot{clusters: cloneMap(st.clusters), listeners: cloneMap(st.listeners), routes: cloneMap(st.routes)}
+	wild := Watch{Wildcard: true}
+	s.all = map[TypeURL][]Resource{
+		ClusterType:  pick(s.clusters, wild),
+		ListenerType: pick(s.listeners, wild),
+		RouteType:    pick(s.routes, wild),
+	}
+	return s
 }
 
 func cloneMap[V any](m map[string]V) map[string]V {
@@ -235,7 +245,11 @@ func newConfig(t testing.TB, st *store) (Config, pushcontext.Index[*snapshot]) {
 			if err != nil {
 				return nil, err
 			}
-			return f(idx.Get(req.Push), w), nil
+			snap := idx.Get(req.Push)
+			if all, ok := snap.all[t]; ok && w.Wildcard {
+				return all, nil
+			}
+			return f(snap, w), nil
 		})
 	}
 	cfg := Config{
@@ -585,6 +599,21 @@ func (c *client) ackAll(subs map[TypeURL][]string) []*discoveryv3.DiscoveryRespo
 	return rs
 }
 
+// ackUntilQuiet ACKs every response, round after round, until no response
+// is pending (the phases of a push wait for ACKs), and returns them all in
+// order. Only for synctest bubbles.
+func (c *client) ackUntilQuiet(subs map[TypeURL][]string) []*discoveryv3.DiscoveryResponse {
+	c.t.Helper()
+	var all []*discoveryv3.DiscoveryResponse
+	for {
+		rs := c.ackAll(subs)
+		if len(rs) == 0 {
+			return all
+		}
+		all = append(all, rs...)
+	}
+}
+
 func typesOf(rs []*discoveryv3.DiscoveryResponse) []string {
 	var out []string
 	for _, r := range rs {
@@ -630,3 +659,200 @@ type corev3Node = corev3.Node
 func bufconnListen() *bufconn.Listener { return bufconn.Listen(1 << 20) }
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// ---- a raw Delta ADS client ------------------------------------------------
+
+type dclient struct {
+	t      testing.TB
+	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	cancel context.CancelFunc
+	node   *corev3.Node
+	resps  chan *discoveryv3.DeltaDiscoveryResponse
+	errc   chan error
+	first  bool
+}
+
+// connectDelta opens a Delta ADS stream for node id; it reads responses in
+// the background.
+func (f *fixture) connectDelta(id string, cc *grpc.ClientConn) *dclient {
+	f.t.Helper()
+	if cc == nil {
+		cc = f.dialConn()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		f.t.Fatal(err)
+	}
+	c := &dclient{
+		t: f.t, stream: stream, cancel: cancel,
+		node:  &corev3.Node{Id: id},
+		resps: make(chan *discoveryv3.DeltaDiscoveryResponse, 1024),
+		errc:  make(chan error, 1),
+		first: true,
+	}
+	f.t.Cleanup(cancel)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				c.errc <- err
+				return
+			}
+			c.resps <- r
+		}
+	}()
+	return c
+}
+
+// send sends a request; the node is attached to the first one.
+func (c *dclient) send(req *discoveryv3.DeltaDiscoveryRequest) {
+	c.t.Helper()
+	if c.first {
+		if req.Node == nil {
+			req.Node = c.node
+		}
+		c.first = false
+	}
+	if err := c.stream.Send(req); err != nil {
+		c.t.Fatalf("Send() = %v", err)
+	}
+}
+
+// subscribe sends a spontaneous request subscribing to names.
+func (c *dclient) subscribe(t TypeURL, names ...string) {
+	c.t.Helper()
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(t), ResourceNamesSubscribe: names})
+}
+
+// ack acknowledges r.
+func (c *dclient) ack(r *discoveryv3.DeltaDiscoveryResponse) {
+	c.t.Helper()
+	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
+}
+
+// recv returns the next response, failing the test after the test timeout.
+func (c *dclient) recv() *discoveryv3.DeltaDiscoveryResponse {
+	c.t.Helper()
+	select {
+	case r := <-c.resps:
+		return r
+	case err := <-c.errc:
+		c.t.Fatalf("stream ended: %v", err)
+	case <-time.After(defaultTestTimeout):
+		c.t.Fatal("timed out waiting for a response")
+	}
+	return nil
+}
+
+// recvErr waits for the stream to end and returns its error.
+func (c *dclient) recvErr() error {
+	c.t.Helper()
+	for {
+		select {
+		case <-c.resps:
+		case err := <-c.errc:
+			return err
+		case <-time.After(defaultTestTimeout):
+			c.t.Fatal("timed out waiting for the stream to end")
+			return nil
+		}
+	}
+}
+
+// pending returns the responses received so far without waiting.
+func (c *dclient) pending() []*discoveryv3.DeltaDiscoveryResponse {
+	var out []*discoveryv3.DeltaDiscoveryResponse
+	for {
+		select {
+		case r := <-c.resps:
+			out = append(out, r)
+		default:
+			return out
+		}
+	}
+}
+
+// ackAll ACKs every pending response and returns them. Only for synctest
+// bubbles.
+func (c *dclient) ackAll() []*discoveryv3.DeltaDiscoveryResponse {
+	c.t.Helper()
+	synctest.Wait()
+	rs := c.pending()
+	for _, r := range rs {
+		c.ack(r)
+	}
+	synctest.Wait()
+	return rs
+}
+
+// ackUntilQuiet ACKs every response until none is pending and returns them
+// all. Only for synctest bubbles.
+func (c *dclient) ackUntilQuiet() []*discoveryv3.DeltaDiscoveryResponse {
+	c.t.Helper()
+	var all []*discoveryv3.DeltaDiscoveryResponse
+	for {
+		rs := c.ackAll()
+		if len(rs) == 0 {
+			return all
+		}
+		all = append(all, rs...)
+	}
+}
+
+// expectNone checks that no response is pending by subscribing to probe (a
+// type the client does not watch yet, always answered) and checking that
+// its answer comes next. It ACKs the probe's answer.
+func (c *dclient) expectNone(probe TypeURL) {
+	c.t.Helper()
+	c.subscribe(probe)
+	r := c.recv()
+	if TypeURL(r.TypeUrl) != probe {
+		c.t.Fatalf("got %s; want no response before the %s probe", dsummary(r), shortType(probe))
+	}
+	c.ack(r)
+}
+
+// dnames returns the names of r's resources, sorted.
+func dnames(r *discoveryv3.DeltaDiscoveryResponse) []string {
+	out := []string{}
+	for _, res := range r.Resources {
+		out = append(out, res.Name)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// dsummary describes a Delta response as "CDS[a b]-[c]": type, resources,
+// removed names.
+func dsummary(r *discoveryv3.DeltaDiscoveryResponse) string {
+	removed := slices.Clone(r.RemovedResources)
+	slices.Sort(removed)
+	if removed == nil {
+		removed = []string{}
+	}
+	return fmt.Sprintf("%s%v-%v", shortType(TypeURL(r.TypeUrl)), dnames(r), removed)
+}
+
+func dsummaries(rs []*discoveryv3.DeltaDiscoveryResponse) []string {
+	out := []string{}
+	for _, r := range rs {
+		out = append(out, dsummary(r))
+	}
+	return out
+}
+
+// versions returns the name → version map of r's resources.
+func versions(rs ...*discoveryv3.DeltaDiscoveryResponse) map[string]string {
+	out := map[string]string{}
+	for _, r := range rs {
+		for _, res := range r.Resources {
+			out[res.Name] = res.Version
+		}
+		for _, n := range r.RemovedResources {
+			delete(out, n)
+		}
+	}
+	return out
+}

@@ -49,7 +49,7 @@ func TestPushOrder(t *testing.T) {
 			s.routes["r0"] = makeRoute("r0", "*", "c1")
 		}, key(kindCluster, "c0"), key(kindEndpoint, "c1"), key(kindListener, "l0"), key(kindRoute, "r0"))
 		settle()
-		rs := c.ackAll(subs)
+		rs := c.ackUntilQuiet(subs)
 		if got, want := typesOf(rs), []string{"CDS", "EDS", "LDS", "RDS"}; !slices.Equal(got, want) {
 			t.Fatalf("push = %v; want %v", got, want)
 		}
@@ -256,22 +256,38 @@ func TestWaitForVersion(t *testing.T) {
 			t.Fatalf("WaitForVersion returned %+v before any ACK", r)
 		default:
 		}
-		a.ackAll(subsA)
+		// a ACKs CDS: its EDS phase (c1 re-warms) is still to come.
+		if got := typesOf(a.ackAll(subsA)); !slices.Equal(got, []string{"CDS"}) {
+			t.Fatalf("a's first phase = %v; want [CDS]", got)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("WaitForVersion returned %+v while a's EDS phase is pending", r)
+		default:
+		}
+		if got := typesOf(a.ackUntilQuiet(subsA)); !slices.Equal(got, []string{"EDS"}) {
+			t.Fatalf("a's next phases = %v; want [EDS]", got)
+		}
 		select {
 		case r := <-done:
 			t.Fatalf("WaitForVersion returned %+v while b has not ACKed", r)
 		default:
 		}
 		// b ACKs CDS but NACKs EDS.
-		synctest.Wait()
-		for _, r := range b.pending() {
-			if TypeURL(r.TypeUrl) == EndpointType {
-				b.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce, ResourceNames: subsB[EndpointType], ErrorDetail: errDetail("no")})
-			} else {
-				b.ack(r, subsB[TypeURL(r.TypeUrl)]...)
+		for {
+			synctest.Wait()
+			rs := b.pending()
+			if len(rs) == 0 {
+				break
+			}
+			for _, r := range rs {
+				if TypeURL(r.TypeUrl) == EndpointType {
+					b.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce, ResourceNames: subsB[EndpointType], ErrorDetail: errDetail("no")})
+				} else {
+					b.ack(r, subsB[TypeURL(r.TypeUrl)]...)
+				}
 			}
 		}
-		synctest.Wait()
 		r := <-done
 		if r.err != nil || len(r.nacks) != 1 || r.nacks[0].ProxyID != "b" || r.nacks[0].Type != EndpointType || r.nacks[0].Version != v {
 			t.Fatalf("WaitForVersion = %+v; want one EDS NACK of %s from b", r, v)

@@ -142,7 +142,9 @@ func TestDisconnectMidPush(t *testing.T) {
 }
 
 // A NACK is recorded, visible in Status, reported once, never answered by
-// re-sending the rejected version; a valid version afterwards clears it.
+// re-sending the rejected version; it stops the push it rejects (the later
+// phases may rely on what was rejected), and a valid version afterwards
+// clears it.
 func TestNACK(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
@@ -157,22 +159,28 @@ func TestNACK(t *testing.T) {
 		}, key(kindCluster, "c1"))
 		settle()
 		rs := c.pending()
-		if got := typesOf(rs); !slices.Equal(got, []string{"CDS", "EDS"}) {
-			t.Fatalf("push = %v; want [CDS EDS]", got)
+		if got := typesOf(rs); !slices.Equal(got, []string{"CDS"}) {
+			t.Fatalf("push = %v; want [CDS] (EDS waits for its ACK)", got)
 		}
 		c.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, VersionInfo: "old", ResponseNonce: rs[0].Nonce, ErrorDetail: errDetail("MAGLEV unsupported")})
-		c.ack(rs[1], subs[EndpointType]...)
 		synctest.Wait()
-		cds := f.srv.Status()[0].Types[0]
+		cs := f.srv.Status()[0]
+		cds := cs.Types[0]
 		if cds.Type != ClusterType || cds.NACK == nil || cds.NACK.Message != "MAGLEV unsupported" || cds.NACK.Version != rs[0].VersionInfo || cds.Synced() {
 			t.Fatalf("CDS status = %+v; want a NACK of %s", cds, rs[0].VersionInfo)
+		}
+		if cs.PendingPhases != 0 {
+			t.Errorf("PendingPhases = %d; want 0 (the NACK stops the push)", cs.PendingPhases)
+		}
+		if rs := c.pending(); len(rs) != 0 {
+			t.Fatalf("after the NACK = %v; want nothing (the push stops)", typesOf(rs))
 		}
 		// Unrelated pushes, and a Forced one, do not re-send the rejected
 		// clusters.
 		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
 		settle()
-		if got := typesOf(c.ackAll(subs)); !slices.Equal(got, []string{"EDS"}) {
+		if got := typesOf(c.ackUntilQuiet(subs)); !slices.Equal(got, []string{"EDS"}) {
 			t.Fatalf("after the NACK = %v; want [EDS] only", got)
 		}
 		if got := f.eventList(); countPrefix(got, "nack") != 1 {
@@ -184,7 +192,9 @@ func TestNACK(t *testing.T) {
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
 		}, key(kindCluster, "c1"))
 		settle()
-		c.ackAll(subs)
+		if got := typesOf(c.ackUntilQuiet(subs)); !slices.Equal(got, []string{"CDS", "EDS"}) {
+			t.Fatalf("valid version = %v; want [CDS EDS]", got)
+		}
 		cds = f.srv.Status()[0].Types[0]
 		if cds.NACK != nil || !cds.Synced() || cds.AckedVersion != f.srv.Version() {
 			t.Errorf("CDS status = %+v; want synced at %s without NACK", cds, f.srv.Version())
@@ -213,6 +223,10 @@ func TestSlowClient(t *testing.T) {
 		f := start(t, st, func(cfg *Config) {
 			cfg.Concurrency = 1
 			cfg.WriteTimeout = writeTimeout
+			// This test is about writes; the fast client does not subscribe
+			// to the endpoints of the clusters it is sent, which a
+			// make-before-break push would wait for.
+			cfg.Phases.NoWait = true
 		}, false)
 		cc := f.dialConn(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 		slow := f.connect("slow", cc, false)
@@ -350,6 +364,8 @@ func TestNewValidation(t *testing.T) {
 		{"kinds of unserved type", func(c *Config) { c.TypeKinds = map[TypeURL][]string{SecretType: {"x"}} }, "no generator"},
 		{"empty kind", func(c *Config) { c.TypeKinds = map[TypeURL][]string{ClusterType: {""}} }, "empty kind"},
 		{"debounce max below after", func(c *Config) { c.Debounce = DebounceConfig{After: time.Second, Max: time.Millisecond} }, "xds: debounce"},
+		{"negative phase timeout", func(c *Config) { c.Phases.Timeout = -1 }, "Phases.Timeout"},
+		{"empty deferred removal", func(c *Config) { c.Phases.DeferredRemovals = []TypeURL{ClusterType, ""} }, "DeferredRemovals"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

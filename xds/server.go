@@ -103,15 +103,15 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Register registers the Server's Aggregated Discovery Service on r (for
-// example a *grpc.Server). The state-of-the-world stream is served; the
-// incremental (Delta) stream answers codes.Unimplemented.
+// example a *grpc.Server): both the state-of-the-world stream
+// (StreamAggregatedResources) and the incremental one
+// (DeltaAggregatedResources).
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r, &adsService{s: s})
 }
 
-// adsService is the gRPC face of a Server. The Delta protocol plugs in here
-// as DeltaAggregatedResources, sharing conn registration, status and the
-// encoding cache with SotW.
+// adsService is the gRPC face of a Server. Both protocols share connection
+// registration, pushes, status and the encoding cache.
 type adsService struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	s *Server
@@ -119,7 +119,12 @@ type adsService struct {
 
 // StreamAggregatedResources serves one SotW ADS stream.
 func (a *adsService) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	return a.s.serveSotW(stream)
+	return a.s.serve(stream, nil)
+}
+
+// DeltaAggregatedResources serves one Delta (incremental) ADS stream.
+func (a *adsService) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return a.s.serve(nil, stream)
 }
 
 // Run builds the first PushContext, then runs the debounce loop and the push

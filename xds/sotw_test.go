@@ -18,7 +18,8 @@ func newTestConn(t *testing.T) *conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &conn{s: s, watches: make([]*watch, len(s.set.order)), proxy: &Proxy{ID: "p", ConnID: "p-1"}}
+	n := len(s.set.order)
+	c := &conn{s: s, watches: make([]*watch, n), dirty: make([]bool, n), timeouts: make([]int, n), proxy: &Proxy{ID: "p", ConnID: "p-1"}}
 	c.st.types = make([]typeState, len(s.set.order))
 	return c
 }
@@ -28,7 +29,7 @@ func newTestConn(t *testing.T) *conn {
 // full-state changes, garbage nonces, warming).
 func TestShouldRespond(t *testing.T) {
 	eds := func(names ...string) *watch {
-		return &watch{names: names, nonceSent: "v1/1", versionSent: "v1", nonceAcked: "v1/1", versionAcked: "v1", sent: map[string]uint64{}}
+		return &watch{names: names, nonceSent: "v1/1", versionSent: "v1", nonceAcked: "v1/1", versionAcked: "v1", sent: map[string]*encoded{}}
 	}
 	tests := []struct {
 		name       string

@@ -15,9 +15,14 @@ type ConnStatus struct {
 	ConnectedAt time.Time
 	// Initialised is false while Config.InitProxy runs for the first time.
 	Initialised bool
+	// Delta reports a Delta (incremental) stream; false means SotW.
+	Delta bool
 	// Version is the version of the PushContext the connection was last
 	// served from.
 	Version string
+	// PendingPhases is the number of make-before-break phases of the
+	// current push not sent yet (waiting for ACKs; see PhaseConfig).
+	PendingPhases int
 	// Types lists the watched types, in push order.
 	Types []TypeStatus
 }
@@ -45,6 +50,10 @@ type TypeStatus struct {
 
 	// NACK is the client's last rejection since its last ACK, or nil.
 	NACK *NACK
+
+	// PhaseTimeouts counts the push phases sent after PhaseConfig.Timeout
+	// without this type's ACK, over the life of the connection.
+	PhaseTimeouts int
 }
 
 // Synced reports whether the client has ACKed the last response sent for
@@ -62,6 +71,8 @@ type typeState struct {
 // connState is what a connection publishes for Status and WaitForVersion.
 type connState struct {
 	connectedAt time.Time
+	delta       bool
+	pending     int // phases of the current push not released
 	initialised bool
 	version     string
 	seq         uint64 // Seq of the PushContext the connection was last served from
@@ -80,6 +91,10 @@ func (c *conn) publishStatus(initialised bool) {
 	if pc := c.proxy.Push; pc != nil {
 		st.version, st.seq = pc.Version(), pc.Seq()
 	}
+	st.pending = 0
+	if c.plan != nil {
+		st.pending = len(c.plan.phases)
+	}
 	for i, w := range c.watches {
 		ts := &st.types[i]
 		if w == nil {
@@ -89,16 +104,17 @@ func (c *conn) publishStatus(initialised bool) {
 		*ts = typeState{
 			watched: true,
 			TypeStatus: TypeStatus{
-				Type:         c.s.set.order[i],
-				Names:        len(w.names),
-				Wildcard:     w.wildcard,
-				SentVersion:  w.versionSent,
-				SentNonce:    w.nonceSent,
-				SentAt:       w.sentAt,
-				AckedVersion: w.versionAcked,
-				AckedNonce:   w.nonceAcked,
-				AckedAt:      w.ackedAt,
-				NACK:         w.nack,
+				Type:          c.s.set.order[i],
+				Names:         len(w.names),
+				Wildcard:      w.wildcard,
+				SentVersion:   w.versionSent,
+				SentNonce:     w.nonceSent,
+				SentAt:        w.sentAt,
+				AckedVersion:  w.versionAcked,
+				AckedNonce:    w.nonceAcked,
+				AckedAt:       w.ackedAt,
+				NACK:          w.nack,
+				PhaseTimeouts: c.timeouts[i],
 			},
 			seqSent:  w.seqSent,
 			seqAcked: w.seqAcked,
@@ -113,11 +129,13 @@ func (c *conn) status() ConnStatus {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	cs := ConnStatus{
-		ProxyID:     c.proxy.ID,
-		ConnID:      c.proxy.ConnID,
-		ConnectedAt: c.st.connectedAt,
-		Initialised: c.st.initialised,
-		Version:     c.st.version,
+		ProxyID:       c.proxy.ID,
+		ConnID:        c.proxy.ConnID,
+		ConnectedAt:   c.st.connectedAt,
+		Initialised:   c.st.initialised,
+		Delta:         c.st.delta,
+		Version:       c.st.version,
+		PendingPhases: c.st.pending,
 	}
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
@@ -137,8 +155,10 @@ func (c *conn) converged(seq uint64) (bool, []NACK) {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	st := &c.st
-	if !st.initialised || st.seq < seq {
-		return false, nil // the push has not been applied to this proxy yet
+	if !st.initialised || st.seq < seq || st.pending > 0 {
+		// The push has not been applied to this proxy yet, or not all of
+		// its phases have been sent.
+		return false, nil
 	}
 	var nacks []NACK
 	for _, ts := range st.types {
@@ -168,11 +188,12 @@ func (s *Server) Status() []ConnStatus {
 	return out
 }
 
-// WaitForVersion blocks until every connected proxy that the PushContext
-// version concerns holds it: it has been applied to each connection (a proxy
-// the change does not concern is done then), and for every type the
-// connection watches, the last response sent has been ACKed, or a response
-// of that version or a later one has been ACKed. A type whose last response
+// WaitForVersion blocks until every connected proxy, SotW or Delta, that the
+// PushContext version concerns holds it: it has been applied to each
+// connection (a proxy the change does not concern is done then), every
+// make-before-break phase of the connection's push has been sent, and for
+// every type the connection watches, the last response sent has been ACKed,
+// or a response of that version or a later one has been ACKed. A type whose last response
 // was NACKed counts as settled: WaitForVersion returns those NACKs instead
 // of waiting for an ACK that will not come. Proxies that disconnect stop
 // counting; proxies that connect later are served the current version and

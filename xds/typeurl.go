@@ -53,6 +53,19 @@ func DefaultFullStateTypes() []TypeURL {
 	return []TypeURL{ClusterType, ListenerType}
 }
 
+// DefaultDeferredRemovals returns the types used when
+// PhaseConfig.DeferredRemovals is empty, in the order of their removal
+// phases: RDS, CDS, EDS. A new slice is returned on every call.
+//
+// Removals of these types are make-before-break's "break": a route, cluster
+// or endpoint set that a push removes is removed only after the push's
+// listeners, routes and clusters, which no longer reference it, have been
+// sent and warmed. (A listener references nothing that could be removed
+// from under it, so listener removals go with the LDS phase.)
+func DefaultDeferredRemovals() []TypeURL {
+	return []TypeURL{RouteType, ClusterType, EndpointType}
+}
+
 // pushOrder computes the emission order: the configured order restricted to
 // types with a generator, then every other type with a generator, sorted.
 // It rejects empty and duplicate entries.

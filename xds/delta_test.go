@@ -1,0 +1,660 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+func mustVersion(t testing.TB, m proto.Message) string {
+	t.Helper()
+	v, err := ContentVersion(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func checkSummaries(t testing.TB, what string, got []*discoveryv3.DeltaDiscoveryResponse, want ...string) {
+	t.Helper()
+	if want == nil {
+		want = []string{}
+	}
+	if s := dsummaries(got); !slices.Equal(s, want) {
+		t.Fatalf("%s = %v; want %v", what, s, want)
+	}
+}
+
+// istiod's TestDeltaAdsClusterUpdate: EDS by name; a newly subscribed name
+// is answered alone; unsubscribing is not answered.
+func TestDeltaAdsClusterUpdate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+
+		c.subscribe(EndpointType, "c0")
+		r := c.recv()
+		if got, want := dsummary(r), "EDS[c0]-[]"; got != want {
+			t.Fatalf("first answer = %s; want %s", got, want)
+		}
+		if got, want := r.Resources[0].Version, mustVersion(t, st.endpoints["c0"]); got != want {
+			t.Errorf("version = %q; want the content version %q", got, want)
+		}
+		if r.SystemVersionInfo != f.srv.Version() {
+			t.Errorf("system_version_info = %q; want %q", r.SystemVersionInfo, f.srv.Version())
+		}
+		// An ACK that also subscribes to c1: only c1 comes back.
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType), ResponseNonce: r.Nonce, ResourceNamesSubscribe: []string{"c1"}})
+		checkSummaries(t, "after subscribing c1", c.ackAll(), "EDS[c1]-[]")
+		// Unsubscribing is not answered.
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType), ResourceNamesUnsubscribe: []string{"c0"}})
+		c.expectNone(ListenerType)
+		c.ackAll()
+
+		// A change of c0, no longer subscribed, sends nothing; of c1, c1.
+		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.7:80") }, key(kindEndpoint, "c0"))
+		settle()
+		checkSummaries(t, "after a change of c0", c.ackAll())
+		f.update(false, func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.0.1.7:80") }, key(kindEndpoint, "c1"))
+		settle()
+		checkSummaries(t, "after a change of c1", c.ackAll(), "EDS[c1]-[]")
+		eds := f.srv.Status()[0].Types[0]
+		if eds.Type != EndpointType || eds.Names != 1 || !eds.Synced() || !f.srv.Status()[0].Delta {
+			t.Errorf("EDS status = %+v; want 1 name, synced, on a Delta stream", eds)
+		}
+	})
+}
+
+// istiod's TestDeltaCDS: wildcard CDS (an empty first subscription); a
+// changed cluster is sent alone; a removed one is only listed as removed,
+// after the upserts, and its endpoints after it.
+func TestDeltaCDS(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(ClusterType)
+		c.subscribe(EndpointType, "c0", "c1", "c2")
+		checkSummaries(t, "initial", c.ackAll(), "CDS[c0 c1 c2]-[]", "EDS[c0 c1 c2]-[]")
+		if ts := f.srv.Status()[0].Types[0]; !ts.Wildcard {
+			t.Errorf("CDS status = %+v; want wildcard", ts)
+		}
+
+		f.update(true, func(s *store) {
+			s.clusters["c2"] = makeCluster("c2")
+			s.clusters["c2"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c2"))
+		settle()
+		checkSummaries(t, "one cluster changed", c.ackUntilQuiet(), "CDS[c2]-[]", "EDS[c2]-[]")
+
+		f.update(true, func(s *store) { delete(s.clusters, "c1"); delete(s.endpoints, "c1") },
+			key(kindCluster, "c1"), key(kindEndpoint, "c1"))
+		settle()
+		checkSummaries(t, "one cluster removed", c.ackUntilQuiet(), "CDS[]-[c1]", "EDS[]-[c1]")
+	})
+}
+
+// istiod's TestDeltaCDSReconnect: a client reconnects with
+// initial_resource_versions; it is sent what was added while it was away
+// and told what was removed, and nothing it already holds.
+func TestDeltaCDSReconnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(ClusterType)
+		held := versions(c.ackAll()...)
+		c.cancel()
+		synctest.Wait()
+
+		f.update(true, func(s *store) {
+			delete(s.clusters, "c1")
+			s.clusters["c3"] = makeCluster("c3")
+		}, key(kindCluster, "c1"), key(kindCluster, "c3"))
+		settle()
+
+		c = f.connectDelta("n", nil)
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})
+		checkSummaries(t, "reconnect", c.ackAll(), "CDS[c3]-[c1]")
+	})
+}
+
+// istiod's TestDeltaReconnectRequests: the reconnecting client asks for EDS
+// first, then CDS, both with initial_resource_versions. EDS removes what is
+// gone; CDS sends the changed cluster, removes the deleted one, and the
+// changed cluster's endpoints follow unasked (the client re-warms it).
+func TestDeltaReconnectRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(ClusterType)
+		c.subscribe(EndpointType, "c0", "c1", "c2")
+		rs := c.ackAll()
+		cds, eds := versions(rs[0]), versions(rs[1])
+		c.cancel()
+		synctest.Wait()
+
+		f.update(true, func(s *store) {
+			delete(s.clusters, "c1")
+			delete(s.endpoints, "c1")
+			s.clusters["c2"] = makeCluster("c2")
+			s.clusters["c2"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c1"), key(kindEndpoint, "c1"), key(kindCluster, "c2"))
+		settle()
+
+		c = f.connectDelta("n", nil)
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType),
+			ResourceNamesSubscribe: []string{"c0", "c1", "c2"}, InitialResourceVersions: eds})
+		checkSummaries(t, "EDS first", c.ackAll(), "EDS[]-[c1]")
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: cds})
+		checkSummaries(t, "then CDS", c.ackAll(), "CDS[c2]-[c1]", "EDS[c2]-[]")
+	})
+}
+
+// istiod's TestDeltaUnsub: unsubscribing from a name the client never
+// subscribed to is not answered and leaves the type synced.
+func TestDeltaUnsub(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(EndpointType, "c0")
+		c.ackAll()
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType), ResourceNamesUnsubscribe: []string{"unknown"}})
+		c.expectNone(ListenerType)
+		c.ackAll()
+		for _, ts := range f.srv.Status()[0].Types {
+			if !ts.Synced() || ts.SentNonce == "" {
+				t.Errorf("%s status = %+v; want sent and ACKed", shortType(ts.Type), ts)
+			}
+		}
+	})
+}
+
+// A client that moves to another Server (another replica) with
+// initial_resource_versions is re-sent nothing when nothing changed:
+// versions are content hashes, the same in every process.
+func TestDeltaReconnectToAnotherServer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 5)
+		f1 := start(t, st, nil, false)
+		var resources, removed int
+		f2 := start(t, st, func(cfg *Config) {
+			cfg.Hooks.OnSend = func(e SendEvent) { resources += e.Resources; removed += e.Removed }
+		}, false)
+
+		subscribe := func(c *dclient, held map[TypeURL]map[string]string) {
+			eds := []string{"c0", "c1", "c2", "c3", "c4"}
+			for _, r := range []struct {
+				t     TypeURL
+				names []string
+			}{{ClusterType, nil}, {EndpointType, eds}, {ListenerType, nil}, {RouteType, []string{"r0"}}} {
+				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(r.t), ResourceNamesSubscribe: r.names, InitialResourceVersions: held[r.t]})
+			}
+		}
+		c := f1.connectDelta("n", nil)
+		subscribe(c, nil)
+		held := map[TypeURL]map[string]string{}
+		for _, r := range c.ackUntilQuiet() {
+			held[TypeURL(r.TypeUrl)] = versions(r)
+		}
+		if len(held) != 4 || len(held[ClusterType]) != 5 || len(held[EndpointType]) != 5 {
+			t.Fatalf("held from the first server = %v; want 4 types, 5 clusters and endpoints", held)
+		}
+		c.cancel()
+
+		c = f2.connectDelta("n", nil)
+		subscribe(c, held)
+		rs := c.ackUntilQuiet()
+		checkSummaries(t, "answers of the second server", rs, "CDS[]-[]", "EDS[]-[]", "LDS[]-[]", "RDS[]-[]")
+		if resources != 0 || removed != 0 {
+			t.Errorf("second server sent %d resources, %d removals; want 0, 0", resources, removed)
+		}
+		if nacks, err := f2.srv.WaitForVersion(t.Context(), f2.srv.Version()); err != nil || len(nacks) != 0 {
+			t.Errorf("WaitForVersion() = %v, %v; want converged", nacks, err)
+		}
+	})
+}
+
+// A one-cluster change among many sends one cluster (and its endpoints,
+// which the client re-warms), not the whole type.
+func TestDeltaPushSendsOnlyWhatChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 200
+		st := newStore()
+		world(st, n)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(ClusterType)
+		var eds []string
+		for i := range n {
+			eds = append(eds, fmt.Sprintf("c%d", i))
+		}
+		c.subscribe(EndpointType, eds...)
+		c.ackAll()
+		f.update(true, func(s *store) {
+			s.clusters["c42"] = makeCluster("c42")
+			s.clusters["c42"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c42"))
+		settle()
+		rs := c.ackUntilQuiet()
+		checkSummaries(t, "push", rs, "CDS[c42]-[]", "EDS[c42]-[]")
+		if got, want := rs[0].Resources[0].Version, mustVersion(t, f.index.Get(f.srv.current.Load()).clusters["c42"]); got != want {
+			t.Errorf("version = %q; want %q", got, want)
+		}
+		// An endpoint change sends that ClusterLoadAssignment only.
+		f.update(false, func(s *store) { s.endpoints["c7"] = makeCLA("c7", "10.7.7.7:80") }, key(kindEndpoint, "c7"))
+		settle()
+		checkSummaries(t, "endpoint push", c.ackUntilQuiet(), "EDS[c7]-[]")
+	})
+}
+
+// Wildcard subscriptions: "*" explicitly, and "*" unsubscribed, which keeps
+// the names subscribed explicitly.
+func TestDeltaWildcard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(ClusterType, "c1")
+		checkSummaries(t, "by name", c.ackAll(), "CDS[c1]-[]")
+		c.subscribe(ClusterType, "*")
+		checkSummaries(t, "wildcard added", c.ackAll(), "CDS[c0 c2]-[]")
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), ResourceNamesUnsubscribe: []string{"*"}})
+		c.expectNone(ListenerType)
+		c.ackAll()
+		// Only c1 is still subscribed: a change of c0 is not sent.
+		f.update(true, func(s *store) {
+			s.clusters["c0"] = makeCluster("c0")
+			s.clusters["c0"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c0"))
+		settle()
+		checkSummaries(t, "after unsubscribing *", c.ackUntilQuiet())
+		if ts := f.srv.Status()[0].Types[0]; ts.Wildcard || ts.Names != 1 {
+			t.Errorf("CDS status = %+v; want 1 name, not wildcard", ts)
+		}
+	})
+}
+
+// Bad or unusual input is handled as documented: the stream ends with a
+// clear code, or the request is served; never a panic (goleak checks
+// leaks).
+func TestDeltaBadInput(t *testing.T) {
+	tooMany := make([]string, 100_000)
+	for i := range tooMany {
+		tooMany[i] = fmt.Sprintf("cluster-%d", i)
+	}
+	eds := string(EndpointType)
+	tests := []struct {
+		name string
+		reqs []*discoveryv3.DeltaDiscoveryRequest
+		ack  bool       // ACK each answer before sending the next request
+		want codes.Code // codes.OK: the stream stays open and answers a probe
+		// wantResps are the answers, as dsummary strings, before the probe.
+		wantResps []string
+		wantNACKs int
+	}{
+		{
+			name: "no node",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{{TypeUrl: eds}},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "empty type URL",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n")}},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "100,000 names",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: tooMany}},
+			want: codes.InvalidArgument,
+		},
+		{
+			name: "unknown type URL is ignored",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n"), TypeUrl: "type.googleapis.com/example.Unknown"}},
+		},
+		{
+			name: "first request only unsubscribes unknown names",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesUnsubscribe: []string{"nope"}}},
+			// The first request of a type is always answered; it subscribes to nothing.
+			wantResps: []string{"EDS[]-[]"},
+		},
+		{
+			name: "unsubscribe unknown names",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0"}},
+				{TypeUrl: eds, ResourceNamesUnsubscribe: []string{"nope", "*", ""}},
+			},
+			ack:       true,
+			wantResps: []string{"EDS[c0]-[]"},
+		},
+		{
+			name: "NACK on the first request",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0"}, ErrorDetail: errDetail("rejected nothing")},
+			},
+			// Reported, and the subscription it carries is served.
+			wantResps: []string{"EDS[c0]-[]"},
+			wantNACKs: 1,
+		},
+		{
+			name: "stale nonce with a subscription change",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0"}},
+				{TypeUrl: eds, ResponseNonce: "!!garbage/nonce", ResourceNamesSubscribe: []string{"c1"}},
+			},
+			// The nonce is ignored; the subscription change is applied.
+			wantResps: []string{"EDS[c0]-[]", "EDS[c1]-[]"},
+		},
+		{
+			name: "subscribe to a name that does not exist",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0", "ghost"}},
+				{TypeUrl: eds, ResourceNamesSubscribe: []string{"ghost2"}},
+			},
+			ack:       true,
+			wantResps: []string{"EDS[c0]-[ghost]", "EDS[]-[ghost2]"},
+		},
+		{
+			name: "subscribed and unsubscribed at once",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0", "c1"}, ResourceNamesUnsubscribe: []string{"c1"}},
+			},
+			wantResps: []string{"EDS[c0]-[]"},
+		},
+		{
+			name:      "wildcard on a by-name type is ignored",
+			reqs:      []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"*"}}},
+			wantResps: []string{"EDS[]-[]"},
+		},
+		{
+			name: "versions that are not ours are re-sent",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0"},
+				InitialResourceVersions: map[string]string{"c0": "zz", "": "1", "*": "2"}}},
+			wantResps: []string{"EDS[c0]-[]"},
+		},
+		{
+			name: "initial versions after the first request are ignored",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0"}},
+				{TypeUrl: eds, InitialResourceVersions: map[string]string{"c0": "1", "c1": "2"}},
+			},
+			ack:       true,
+			wantResps: []string{"EDS[c0]-[]"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 2)
+				f := start(t, st, nil, false)
+				c := f.connectDelta("n", nil)
+				c.first = false
+				var got []*discoveryv3.DeltaDiscoveryResponse
+				for _, r := range tt.reqs {
+					if tt.want != codes.OK {
+						_ = c.stream.Send(r) // the server may already have ended the stream
+						continue
+					}
+					c.send(r)
+					if tt.ack {
+						got = append(got, c.ackAll()...)
+					}
+				}
+				if tt.want != codes.OK {
+					if err := c.recvErr(); status.Code(err) != tt.want {
+						t.Fatalf("stream ended with %v; want %v", err, tt.want)
+					}
+					return
+				}
+				synctest.Wait()
+				got = append(got, c.pending()...)
+				checkSummaries(t, "answers", got, tt.wantResps...)
+				c.expectNone(ListenerType)
+				if n := countPrefix(f.eventList(), "nack"); n != tt.wantNACKs {
+					t.Errorf("NACK events = %d; want %d", n, tt.wantNACKs)
+				}
+			})
+		})
+	}
+}
+
+// A Delta NACK is recorded like a SotW one, stops the push it rejects, and
+// WaitForVersion counts Delta streams.
+func TestDeltaNACKAndWaitForVersion(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(ClusterType)
+		c.subscribe(EndpointType, "c0", "c1")
+		c.ackAll()
+
+		f.update(true, func(s *store) {
+			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c1"))
+		settle()
+		v := f.srv.Version()
+		done := make(chan []NACK, 1)
+		go func() {
+			nacks, _ := f.srv.WaitForVersion(t.Context(), v)
+			done <- nacks
+		}()
+		synctest.Wait()
+		rs := c.pending()
+		checkSummaries(t, "first phase", rs, "CDS[c1]-[]")
+		select {
+		case <-done:
+			t.Fatal("WaitForVersion returned before the Delta client ACKed")
+		default:
+		}
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rs[0].TypeUrl, ResponseNonce: rs[0].Nonce, ErrorDetail: errDetail("no")})
+		synctest.Wait()
+		checkSummaries(t, "after the NACK", c.pending()) // the EDS phase is not sent
+		nacks := <-done
+		if len(nacks) != 1 || nacks[0].Type != ClusterType || nacks[0].Version != v || nacks[0].Message != "no" {
+			t.Fatalf("WaitForVersion NACKs = %+v; want the CDS NACK of %s", nacks, v)
+		}
+		if ts := f.srv.Status()[0].Types[0]; ts.NACK == nil || ts.Synced() {
+			t.Errorf("CDS status = %+v; want the NACK", ts)
+		}
+		// The next valid version is sent, with the endpoints the NACK held back.
+		f.update(true, func(s *store) {
+			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"].ConnectTimeout = durationpb.New(2 * time.Second)
+		}, key(kindCluster, "c1"))
+		settle()
+		checkSummaries(t, "next version", c.ackUntilQuiet(), "CDS[c1]-[]", "EDS[c1]-[]")
+		if nacks, err := f.srv.WaitForVersion(t.Context(), f.srv.Version()); err != nil || len(nacks) != 0 {
+			t.Errorf("WaitForVersion() = %v, %v; want converged", nacks, err)
+		}
+	})
+}
+
+// deltaCDS is a CDS generator that knows what changed: it implements
+// DeltaGenerator from ConfigsUpdated.
+type deltaCDS struct {
+	Generator
+	f             *fixture
+	deltas, fulls atomic.Int32
+}
+
+var _ DeltaGenerator = (*deltaCDS)(nil)
+
+func (g *deltaCDS) Generate(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
+	g.fulls.Add(1)
+	return g.Generator.Generate(ctx, p, w, req)
+}
+
+func (g *deltaCDS) GenerateDelta(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) (Changes, bool, error) {
+	g.deltas.Add(1)
+	snap := g.f.index.Get(req.Push)
+	var ch Changes
+	for k := range req.ConfigsUpdated {
+		if k.Kind != kindCluster {
+			continue
+		}
+		if cl, ok := snap.clusters[k.Name]; ok {
+			ch.Upserted = append(ch.Upserted, Resource{Name: k.Name, Message: cl})
+		} else {
+			ch.Removed = append(ch.Removed, k.Name)
+		}
+	}
+	return ch, true, nil
+}
+
+// The optional DeltaGenerator serves pushes: a SotW client still gets its
+// full state (make-before-break included), a Delta client what changed.
+// Answers to requests and Forced pushes use Generate.
+func TestDeltaGenerator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		g := &deltaCDS{}
+		f := start(t, st, func(cfg *Config) {
+			g.Generator = cfg.Generators[ClusterType]
+			cfg.Generators[ClusterType] = g
+		}, false)
+		g.f = f
+		s := f.connect("sotw", nil, true)
+		d := f.connectDelta("delta", nil)
+		s.request(ClusterType)
+		d.subscribe(ClusterType)
+		s.ackAll(nil)
+		d.ackAll()
+		if g.fulls.Load() != 2 || g.deltas.Load() != 0 {
+			t.Fatalf("answers: Generate %d, GenerateDelta %d calls; want 2, 0", g.fulls.Load(), g.deltas.Load())
+		}
+
+		f.update(true, func(s *store) {
+			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
+			s.clusters["c3"] = makeCluster("c3")
+			delete(s.clusters, "c2")
+		}, key(kindCluster, "c1"), key(kindCluster, "c2"), key(kindCluster, "c3"))
+		settle()
+		rs := s.ackUntilQuiet(nil)
+		var got [][]string
+		for _, r := range rs {
+			got = append(got, names(r))
+		}
+		if want := [][]string{{"c0", "c1", "c2", "c3"}, {"c0", "c1", "c3"}}; !slices.EqualFunc(got, want, slices.Equal) {
+			t.Errorf("SotW CDS responses = %v; want %v (c2 removed last)", got, want)
+		}
+		checkSummaries(t, "Delta push", d.ackUntilQuiet(), "CDS[c1 c3]-[]", "CDS[]-[c2]")
+		if g.fulls.Load() != 2 || g.deltas.Load() != 2 {
+			t.Errorf("push: Generate %d, GenerateDelta %d calls; want 2, 2", g.fulls.Load(), g.deltas.Load())
+		}
+
+		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
+		settle()
+		if rs := s.pending(); len(rs) != 0 {
+			t.Errorf("Forced push of unchanged content sent %v", typesOf(rs))
+		}
+		checkSummaries(t, "Forced Delta push", d.pending())
+		if g.fulls.Load() != 4 || g.deltas.Load() != 2 {
+			t.Errorf("Forced push: Generate %d, GenerateDelta %d calls; want 4, 2", g.fulls.Load(), g.deltas.Load())
+		}
+	})
+}
+
+// FuzzDeltaSubscribe checks the Delta subscription bookkeeping against a
+// naive model: after any sequence of subscribe/unsubscribe requests (names
+// from a small alphabet, "*" included), the subscribed names, the wildcard
+// flag and what the client is believed to hold agree with the model.
+func FuzzDeltaSubscribe(f *testing.F) {
+	f.Add([]byte{0x01, 0x12, 0x80, 0x23, 0x9f, 0x44})
+	f.Add([]byte{0x00, 0xff, 0x07, 0x70})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		c := newTestConn(t)
+		c.delta = true
+		alphabet := []string{"*", "a", "b", "c", "d", "e", "f"}
+		i := c.s.set.typeIndex(ClusterType)
+		names := map[string]bool{}
+		wildcard := false
+		for k, op := range ops {
+			// Bits 0-2 pick a name, bit 3 a second one; bit 7 unsubscribes.
+			list := []string{alphabet[int(op&7)%len(alphabet)]}
+			if op&8 != 0 {
+				list = append(list, alphabet[int(op>>4&7)%len(alphabet)])
+			}
+			req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}
+			first := k == 0
+			if op&0x80 != 0 {
+				req.ResourceNamesUnsubscribe = slices.Clone(list) // the Server sorts them in place
+			} else {
+				req.ResourceNamesSubscribe = slices.Clone(list)
+			}
+			c.deltaSubscribe(context.Background(), i, req)
+			// The model.
+			if op&0x80 != 0 {
+				for _, n := range list {
+					if n == "*" {
+						wildcard = false
+					} else {
+						delete(names, n)
+					}
+				}
+			} else {
+				for _, n := range list {
+					if n == "*" {
+						wildcard = true
+					} else {
+						names[n] = true
+					}
+				}
+			}
+			if first && op&0x80 != 0 {
+				wildcard = true // an empty first subscription of a full-state type
+				for _, n := range list {
+					if n == "*" {
+						wildcard = false
+					}
+				}
+			}
+			w := c.watches[i]
+			var want []string
+			for n := range names {
+				want = append(want, n)
+			}
+			slices.Sort(want)
+			if !slices.Equal(w.names, want) && !(len(w.names) == 0 && len(want) == 0) {
+				t.Fatalf("after %x: names = %q; want %q", ops[:k+1], w.names, want)
+			}
+			if w.wildcard != wildcard {
+				t.Fatalf("after %x: wildcard = %v; want %v", ops[:k+1], w.wildcard, wildcard)
+			}
+			// Pretend the client was sent everything it subscribes to.
+			w.sent = map[string]*encoded{}
+			for _, n := range alphabet[1:] {
+				if w.covers(n) {
+					w.sent[n] = &encoded{}
+				}
+			}
+		}
+	})
+}

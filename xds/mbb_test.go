@@ -1,0 +1,928 @@
+package xds_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstest"
+)
+
+// These tests check make-before-break from the client's side: Envoy-like
+// clients of both protocols feed every response they accept to an
+// xdstest.Checker, which records every dangling reference a client could
+// observe (a listener or route in service naming a cluster or route the
+// client does not hold).
+
+// ---- resources ---------------------------------------------------------------
+
+func ads() *corev3.ConfigSource {
+	return &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
+}
+
+func mkCluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: name},
+	}
+}
+
+func mkCLA(name string, port uint32) *endpointv3.ClusterLoadAssignment {
+	return &endpointv3.ClusterLoadAssignment{
+		ClusterName: name,
+		Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+					Address: "10.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+				}}},
+			}},
+		}}}},
+	}
+}
+
+func mkListener(name, route string) *listenerv3.Listener {
+	router, _ := anypb.New(&routerv3.Router{})
+	hcm, _ := anypb.New(&hcmv3.HttpConnectionManager{
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: ads(), RouteConfigName: route}},
+		HttpFilters:    []*hcmv3.HttpFilter{{Name: "router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+	})
+	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: hcm}}
+}
+
+// mkRoute routes to one cluster, or splits between several.
+func mkRoute(name string, clusters ...string) *routev3.RouteConfiguration {
+	action := &routev3.RouteAction{}
+	if len(clusters) == 1 {
+		action.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: clusters[0]}
+	} else {
+		wc := &routev3.WeightedCluster{}
+		for _, c := range clusters {
+			wc.Clusters = append(wc.Clusters, &routev3.WeightedCluster_ClusterWeight{Name: c, Weight: wrapperspb.UInt32(1)})
+		}
+		action.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}
+	}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{{
+		Name: name, Domains: []string{"*"},
+		Routes: []*routev3.Route{{
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: action},
+		}},
+	}}}
+}
+
+// routeClusters returns the clusters a route built by mkRoute names.
+func routeClusters(rc *routev3.RouteConfiguration) []string {
+	a := rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute()
+	if c := a.GetCluster(); c != "" {
+		return []string{c}
+	}
+	var out []string
+	for _, w := range a.GetWeightedClusters().GetClusters() {
+		out = append(out, w.GetName())
+	}
+	return out
+}
+
+// listenerRoute returns the RDS route a listener built by mkListener names.
+func listenerRoute(l *listenerv3.Listener) string {
+	var hcm hcmv3.HttpConnectionManager
+	if err := l.GetApiListener().GetApiListener().UnmarshalTo(&hcm); err != nil {
+		panic(err)
+	}
+	return hcm.GetRds().GetRouteConfigName()
+}
+
+// ---- the host ----------------------------------------------------------------
+
+const (
+	kCluster  = "cluster"
+	kEndpoint = "endpoint"
+	kListener = "listener"
+	kRoute    = "route"
+)
+
+// world is the host's configuration; a PushContext holds an immutable copy.
+type world struct {
+	clusters  map[string]*clusterv3.Cluster
+	endpoints map[string]*endpointv3.ClusterLoadAssignment
+	listeners map[string]*listenerv3.Listener
+	routes    map[string]*routev3.RouteConfiguration
+}
+
+func newWorld() *world {
+	return &world{clusters: map[string]*clusterv3.Cluster{}, endpoints: map[string]*endpointv3.ClusterLoadAssignment{},
+		listeners: map[string]*listenerv3.Listener{}, routes: map[string]*routev3.RouteConfiguration{}}
+}
+
+func (w *world) clone() *world {
+	return &world{clusters: maps.Clone(w.clusters), endpoints: maps.Clone(w.endpoints),
+		listeners: maps.Clone(w.listeners), routes: maps.Clone(w.routes)}
+}
+
+// pick returns the resources of m that the watch covers, sorted by name.
+func pick[V proto.Message](m map[string]V, w xds.Watch) []xds.Resource {
+	out := []xds.Resource{}
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		if _, ok := slices.BinarySearch(w.Names, n); w.Wildcard || ok {
+			out = append(out, xds.Resource{Name: n, Message: m[n]})
+		}
+	}
+	return out
+}
+
+type host struct {
+	t   testing.TB
+	mu  sync.Mutex
+	w   *world // the current configuration; replaced, never modified
+	srv *xds.Server
+	lis *bufconn.Listener
+
+	pushes   atomic.Int64
+	timeouts atomic.Int64
+}
+
+// startHost serves w with every type taken from the PushContext.
+func startHost(t testing.TB, w *world, tweak func(*xds.Config)) *host {
+	t.Helper()
+	h := &host{t: t, w: w}
+	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "mbb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := pushcontext.Register(b, "world", []string{kCluster, kEndpoint, kListener, kRoute},
+		func(pushcontext.BuildContext[*world]) (*world, error) {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			return h.w, nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen := func(f func(*world, xds.Watch) []xds.Resource) xds.Generator {
+		return xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+			return f(idx.Get(req.Push), w), nil
+		})
+	}
+	cfg := xds.Config{
+		Builder: b,
+		Generators: map[xds.TypeURL]xds.Generator{
+			xds.ClusterType:  gen(func(s *world, w xds.Watch) []xds.Resource { return pick(s.clusters, w) }),
+			xds.EndpointType: gen(func(s *world, w xds.Watch) []xds.Resource { return pick(s.endpoints, w) }),
+			xds.ListenerType: gen(func(s *world, w xds.Watch) []xds.Resource { return pick(s.listeners, w) }),
+			xds.RouteType:    gen(func(s *world, w xds.Watch) []xds.Resource { return pick(s.routes, w) }),
+		},
+		TypeKinds: map[xds.TypeURL][]string{
+			xds.ClusterType: {kCluster}, xds.EndpointType: {kEndpoint},
+			xds.ListenerType: {kListener}, xds.RouteType: {kRoute},
+		},
+		Debounce: xds.DebounceConfig{After: time.Millisecond, Max: 10 * time.Millisecond},
+		Hooks: xds.Hooks{
+			OnPush:         func(xds.PushEvent) { h.pushes.Add(1) },
+			OnPhaseTimeout: func(xds.PhaseTimeoutEvent) { h.timeouts.Add(1) },
+		},
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := xds.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = srv
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	h.lis = bufconn.Listen(1 << 20)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = gs.Serve(h.lis) })
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run() = %v; want nil", err)
+		}
+		gs.Stop()
+		wg.Wait()
+	})
+	<-srv.Ready()
+	return h
+}
+
+// change applies f to a copy of the configuration and reports the keys it
+// names.
+func (h *host) change(f func(w *world) []pushcontext.ConfigKey) {
+	h.mu.Lock()
+	w := h.w.clone()
+	keys := f(w)
+	h.w = w
+	h.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	h.srv.ConfigUpdate(&pushcontext.PushRequest{
+		Full:           true,
+		ConfigsUpdated: pushcontext.NewConfigSet(keys...),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+	})
+}
+
+func (h *host) dial() *grpc.ClientConn {
+	cc, err := grpc.NewClient("passthrough:///mbb", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return h.lis.DialContext(ctx) }))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// ---- an Envoy-like client ------------------------------------------------------
+
+// listenerState is a listener the client holds: the routes of the version
+// in service, and of the latest version, which warms until it holds them.
+type listenerState struct {
+	active, latest []string // route names
+	msg            *listenerv3.Listener
+}
+
+// envoy subscribes like Envoy (wildcard CDS and LDS; EDS for its clusters;
+// RDS for the routes of its listeners, in service or warming), ACKs every
+// response, and feeds it to an xdstest.Checker. Its receive goroutine does
+// everything; mu guards the state for the test's reads.
+type envoy struct {
+	t     testing.TB
+	id    string
+	delta bool
+	rnd   *rand.Rand // ACK delays; used by the receive goroutine only
+	delay time.Duration
+
+	sotw  discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	dstr  discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	first bool
+
+	mu        sync.Mutex
+	clusters  map[string]*clusterv3.Cluster
+	cla       map[string]*endpointv3.ClusterLoadAssignment
+	listeners map[string]*listenerState
+	routes    map[string]*routev3.RouteConfiguration
+	subs      map[xds.TypeURL][]string // EDS and RDS names subscribed
+	asked     map[xds.TypeURL]bool     // the type has been requested
+	nonce     map[xds.TypeURL]string   // SotW: last nonce and version received
+	version   map[xds.TypeURL]string
+	checker   *xdstest.Checker
+	errs      []string
+	received  []string
+}
+
+func connectEnvoy(h *host, cc *grpc.ClientConn, id string, delta bool, rnd *rand.Rand, delay time.Duration) *envoy {
+	h.t.Helper()
+	e := &envoy{
+		t: h.t, id: id, delta: delta, rnd: rnd, delay: delay, first: true,
+		clusters: map[string]*clusterv3.Cluster{}, cla: map[string]*endpointv3.ClusterLoadAssignment{},
+		listeners: map[string]*listenerState{}, routes: map[string]*routev3.RouteConfiguration{},
+		subs: map[xds.TypeURL][]string{}, asked: map[xds.TypeURL]bool{},
+		nonce: map[xds.TypeURL]string{}, version: map[xds.TypeURL]string{},
+		checker: xdstest.NewChecker(xdstest.CheckerConfig{}),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h.t.Cleanup(cancel)
+	client := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	var err error
+	if delta {
+		e.dstr, err = client.DeltaAggregatedResources(ctx)
+	} else {
+		e.sotw, err = client.StreamAggregatedResources(ctx)
+	}
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	e.mu.Lock()
+	e.request(xds.ClusterType, nil)
+	e.request(xds.ListenerType, nil)
+	e.mu.Unlock()
+	go e.receive()
+	return e
+}
+
+func (e *envoy) fail(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+
+// request subscribes to names of type t (SotW: the whole list; Delta: the
+// change from the current subscription).
+func (e *envoy) request(t xds.TypeURL, names []string) {
+	node := (*corev3.Node)(nil)
+	if e.first {
+		node = &corev3.Node{Id: e.id}
+		e.first = false
+	}
+	var err error
+	if e.delta {
+		sub, unsub := diff(e.subs[t], names)
+		if e.asked[t] && len(sub) == 0 && len(unsub) == 0 {
+			return
+		}
+		err = e.dstr.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: string(t),
+			ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub})
+	} else {
+		err = e.sotw.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: string(t), ResourceNames: names,
+			VersionInfo: e.version[t], ResponseNonce: e.nonce[t]})
+	}
+	if err != nil {
+		e.fail("send: %v", err)
+	}
+	e.asked[t] = true
+	e.subs[t] = names
+}
+
+// diff returns the names of b not in a and of a not in b (both sorted).
+func diff(a, b []string) (added, removed []string) {
+	for _, n := range b {
+		if _, ok := slices.BinarySearch(a, n); !ok {
+			added = append(added, n)
+		}
+	}
+	for _, n := range a {
+		if _, ok := slices.BinarySearch(b, n); !ok {
+			removed = append(removed, n)
+		}
+	}
+	return added, removed
+}
+
+func (e *envoy) receive() {
+	for {
+		var t xds.TypeURL
+		var err error
+		var sresp *discoveryv3.DiscoveryResponse
+		var dresp *discoveryv3.DeltaDiscoveryResponse
+		if e.delta {
+			dresp, err = e.dstr.Recv()
+			t = xds.TypeURL(dresp.GetTypeUrl())
+		} else {
+			sresp, err = e.sotw.Recv()
+			t = xds.TypeURL(sresp.GetTypeUrl())
+		}
+		if err != nil {
+			return
+		}
+		if e.delay > 0 {
+			time.Sleep(time.Duration(e.rnd.Int64N(int64(e.delay) + 1)))
+		}
+		e.mu.Lock()
+		if e.delta {
+			e.onDelta(t, dresp)
+		} else {
+			e.onSotW(t, sresp)
+		}
+		e.mu.Unlock()
+	}
+}
+
+func unmarshal[M proto.Message](e *envoy, a *anypb.Any, m M) (M, bool) {
+	if err := a.UnmarshalTo(m); err != nil {
+		e.fail("unmarshal %s: %v", a.TypeUrl, err)
+		return m, false
+	}
+	return m, true
+}
+
+func (e *envoy) onSotW(t xds.TypeURL, r *discoveryv3.DiscoveryResponse) {
+	if err := e.checker.Observe(r); err != nil {
+		e.fail("checker: %v", err)
+	}
+	var got []string
+	switch t {
+	case xds.ClusterType:
+		e.clusters = map[string]*clusterv3.Cluster{}
+		for _, a := range r.Resources {
+			if c, ok := unmarshal(e, a, &clusterv3.Cluster{}); ok {
+				e.clusters[c.Name] = c
+				got = append(got, c.Name)
+			}
+		}
+	case xds.EndpointType:
+		for _, a := range r.Resources {
+			if c, ok := unmarshal(e, a, &endpointv3.ClusterLoadAssignment{}); ok {
+				e.cla[c.ClusterName] = c
+				got = append(got, c.ClusterName)
+			}
+		}
+	case xds.ListenerType:
+		held := map[string]bool{}
+		for _, a := range r.Resources {
+			if l, ok := unmarshal(e, a, &listenerv3.Listener{}); ok {
+				e.setListener(l)
+				held[l.Name] = true
+				got = append(got, l.Name)
+			}
+		}
+		for n := range e.listeners {
+			if !held[n] {
+				delete(e.listeners, n)
+			}
+		}
+	case xds.RouteType:
+		for _, a := range r.Resources {
+			if rc, ok := unmarshal(e, a, &routev3.RouteConfiguration{}); ok {
+				e.routes[rc.Name] = rc
+				got = append(got, rc.Name)
+			}
+		}
+	}
+	slices.Sort(got)
+	e.received = append(e.received, fmt.Sprintf("%s%v", short(t), got))
+	e.nonce[t], e.version[t] = r.Nonce, r.VersionInfo
+	if err := e.sotw.Send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo,
+		ResponseNonce: r.Nonce, ResourceNames: e.subs[t]}); err != nil {
+		e.fail("ack: %v", err)
+	}
+	e.resubscribe(t)
+}
+
+func (e *envoy) onDelta(t xds.TypeURL, r *discoveryv3.DeltaDiscoveryResponse) {
+	if err := e.checker.ObserveDelta(r); err != nil {
+		e.fail("checker: %v", err)
+	}
+	var got []string
+	for _, res := range r.Resources {
+		got = append(got, res.Name)
+		switch t {
+		case xds.ClusterType:
+			if c, ok := unmarshal(e, res.Resource, &clusterv3.Cluster{}); ok {
+				e.clusters[c.Name] = c
+			}
+		case xds.EndpointType:
+			if c, ok := unmarshal(e, res.Resource, &endpointv3.ClusterLoadAssignment{}); ok {
+				e.cla[c.ClusterName] = c
+			}
+		case xds.ListenerType:
+			if l, ok := unmarshal(e, res.Resource, &listenerv3.Listener{}); ok {
+				e.setListener(l)
+			}
+		case xds.RouteType:
+			if rc, ok := unmarshal(e, res.Resource, &routev3.RouteConfiguration{}); ok {
+				e.routes[rc.Name] = rc
+			}
+		}
+	}
+	for _, n := range r.RemovedResources {
+		switch t {
+		case xds.ClusterType:
+			delete(e.clusters, n)
+		case xds.EndpointType:
+			delete(e.cla, n)
+		case xds.ListenerType:
+			delete(e.listeners, n)
+		case xds.RouteType:
+			delete(e.routes, n)
+		}
+	}
+	slices.Sort(got)
+	removed := slices.Sorted(slices.Values(r.RemovedResources))
+	e.received = append(e.received, fmt.Sprintf("%s%v-%v", short(t), got, removed))
+	if err := e.dstr.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce}); err != nil {
+		e.fail("ack: %v", err)
+	}
+	e.resubscribe(t)
+}
+
+func (e *envoy) setListener(l *listenerv3.Listener) {
+	ls := e.listeners[l.Name]
+	if ls == nil {
+		ls = &listenerState{}
+		e.listeners[l.Name] = ls
+	}
+	ls.msg = l
+	ls.latest = []string{listenerRoute(l)}
+}
+
+// resubscribe follows a response of type t: after CDS it subscribes to the
+// endpoints of the clusters it holds and drops the others; after LDS or RDS
+// it brings listeners whose routes arrived into service, subscribes to the
+// routes of its listeners (in service or warming) and drops the others.
+func (e *envoy) resubscribe(t xds.TypeURL) {
+	switch t {
+	case xds.ClusterType:
+		var eds []string
+		for _, c := range e.clusters {
+			eds = append(eds, c.GetEdsClusterConfig().GetServiceName())
+		}
+		eds = sortedUnique(eds)
+		for n := range e.cla {
+			if _, ok := slices.BinarySearch(eds, n); !ok {
+				delete(e.cla, n)
+			}
+		}
+		e.follow(xds.EndpointType, eds)
+	case xds.ListenerType, xds.RouteType:
+		var rds []string
+		for _, ls := range e.listeners {
+			held := true
+			for _, r := range ls.latest {
+				_, ok := e.routes[r]
+				held = held && ok
+			}
+			if held {
+				ls.active = ls.latest
+			}
+			rds = append(rds, ls.active...)
+			rds = append(rds, ls.latest...)
+		}
+		rds = sortedUnique(rds)
+		for n := range e.routes {
+			if _, ok := slices.BinarySearch(rds, n); !ok {
+				delete(e.routes, n)
+			}
+		}
+		e.follow(xds.RouteType, rds)
+	}
+}
+
+// follow subscribes to names of type t if they changed.
+func (e *envoy) follow(t xds.TypeURL, names []string) {
+	if slices.Equal(names, e.subs[t]) || (!e.asked[t] && len(names) == 0) {
+		return
+	}
+	e.request(t, names)
+}
+
+func sortedUnique(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
+
+func short(t xds.TypeURL) string {
+	return map[xds.TypeURL]string{xds.ClusterType: "CDS", xds.EndpointType: "EDS", xds.ListenerType: "LDS", xds.RouteType: "RDS"}[t]
+}
+
+// check reports the client's errors and dangling references, and whether
+// it holds exactly w (every cluster and its endpoints, every listener in
+// service with its route).
+func (e *envoy) check(t *testing.T, w *world) {
+	t.Helper()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	kind := "SotW"
+	if e.delta {
+		kind = "Delta"
+	}
+	for _, err := range e.errs {
+		t.Errorf("%s client %s: %s", kind, e.id, err)
+	}
+	if vs := e.checker.Violations(); len(vs) > 0 {
+		var b strings.Builder
+		for _, v := range vs {
+			fmt.Fprintf(&b, "\n\t%s", v)
+		}
+		t.Errorf("%s client %s observed %d dangling reference(s):%s\nreceived: %v", kind, e.id, len(vs), b.String(), e.received)
+	}
+	var diffs []string
+	same := func(kind string, got, want map[string]proto.Message) {
+		for _, n := range slices.Sorted(maps.Keys(want)) {
+			if g, ok := got[n]; !ok || !proto.Equal(g, want[n]) {
+				diffs = append(diffs, fmt.Sprintf("%s %s: got %v, want it", kind, n, ok))
+			}
+		}
+		for n := range got {
+			if _, ok := want[n]; !ok {
+				diffs = append(diffs, fmt.Sprintf("%s %s: held, want it gone", kind, n))
+			}
+		}
+	}
+	msgs := func(m any) map[string]proto.Message {
+		out := map[string]proto.Message{}
+		switch m := m.(type) {
+		case map[string]*clusterv3.Cluster:
+			for k, v := range m {
+				out[k] = v
+			}
+		case map[string]*endpointv3.ClusterLoadAssignment:
+			for k, v := range m {
+				out[k] = v
+			}
+		case map[string]*listenerv3.Listener:
+			for k, v := range m {
+				out[k] = v
+			}
+		case map[string]*routev3.RouteConfiguration:
+			for k, v := range m {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	heldListeners := map[string]*listenerv3.Listener{}
+	for n, ls := range e.listeners {
+		heldListeners[n] = ls.msg
+		if !slices.Equal(ls.active, ls.latest) {
+			diffs = append(diffs, fmt.Sprintf("listener %s still warming", n))
+		}
+	}
+	same("cluster", msgs(e.clusters), msgs(w.clusters))
+	same("endpoints", msgs(e.cla), msgs(w.endpoints))
+	same("listener", msgs(heldListeners), msgs(w.listeners))
+	same("route", msgs(e.routes), msgs(w.routes))
+	if len(diffs) > 0 {
+		t.Errorf("%s client %s did not converge: %v\nreceived: %v", kind, e.id, diffs, e.received)
+	}
+}
+
+// ---- deterministic cases -----------------------------------------------------
+
+// baseWorld: listeners l0…l(n-1), each with route r<i> to cluster c<i>.
+func baseWorld(n int) *world {
+	w := newWorld()
+	for i := range n {
+		c, r, l := fmt.Sprintf("c%d", i), fmt.Sprintf("r%d", i), fmt.Sprintf("l%d", i)
+		w.clusters[c] = mkCluster(c)
+		w.endpoints[c] = mkCLA(c, uint32(8000+i))
+		w.routes[r] = mkRoute(r, c)
+		w.listeners[l] = mkListener(l, r)
+	}
+	return w
+}
+
+func keys(kind string, names ...string) []pushcontext.ConfigKey {
+	var out []pushcontext.ConfigKey
+	for _, n := range names {
+		out = append(out, pushcontext.ConfigKey{Kind: kind, Name: n})
+	}
+	return out
+}
+
+// Each case changes the configuration of two listeners once; with the
+// default phases no client observes a dangling reference, SotW or Delta.
+// Without waiting for ACKs (Phases.NoWait), renaming a route and its
+// cluster at once breaks the client (the negative control: the checker
+// does catch a removal that comes too early).
+func TestMakeBeforeBreak(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(w *world) []pushcontext.ConfigKey
+		// wantNoWait is whether a client observes dangling references
+		// when phases do not wait for ACKs.
+		wantNoWait bool
+	}{
+		{
+			name: "rename a cluster",
+			change: func(w *world) []pushcontext.ConfigKey {
+				delete(w.clusters, "c0")
+				delete(w.endpoints, "c0")
+				w.clusters["c0-new"] = mkCluster("c0-new")
+				w.endpoints["c0-new"] = mkCLA("c0-new", 9000)
+				w.routes["r0"] = mkRoute("r0", "c0-new")
+				return append(keys(kCluster, "c0", "c0-new"), append(keys(kEndpoint, "c0", "c0-new"), keys(kRoute, "r0")...)...)
+			},
+		},
+		{
+			name: "rename a route and its cluster",
+			change: func(w *world) []pushcontext.ConfigKey {
+				delete(w.clusters, "c0")
+				delete(w.endpoints, "c0")
+				delete(w.routes, "r0")
+				w.clusters["c5"] = mkCluster("c5")
+				w.endpoints["c5"] = mkCLA("c5", 9005)
+				w.routes["r5"] = mkRoute("r5", "c5")
+				w.listeners["l0"] = mkListener("l0", "r5")
+				return append(append(keys(kCluster, "c0", "c5"), keys(kEndpoint, "c0", "c5")...),
+					append(keys(kRoute, "r0", "r5"), keys(kListener, "l0")...)...)
+			},
+			wantNoWait: true,
+		},
+		{
+			name: "remove a listener, its route and cluster; split another route",
+			change: func(w *world) []pushcontext.ConfigKey {
+				delete(w.listeners, "l1")
+				delete(w.routes, "r1")
+				delete(w.clusters, "c1")
+				delete(w.endpoints, "c1")
+				w.clusters["c7"] = mkCluster("c7")
+				w.endpoints["c7"] = mkCLA("c7", 9007)
+				w.routes["r0"] = mkRoute("r0", "c0", "c7")
+				return append(append(keys(kCluster, "c1", "c7"), keys(kEndpoint, "c1", "c7")...),
+					append(keys(kRoute, "r0", "r1"), keys(kListener, "l1")...)...)
+			},
+		},
+	}
+	for _, tt := range tests {
+		for _, noWait := range []bool{false, true} {
+			name := tt.name
+			if noWait {
+				name += " without waiting"
+			}
+			t.Run(name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					h := startHost(t, baseWorld(2), func(cfg *xds.Config) { cfg.Phases.NoWait = noWait })
+					cc := h.dial()
+					clients := []*envoy{connectEnvoy(h, cc, "sotw", false, nil, 0), connectEnvoy(h, cc, "delta", true, nil, 0)}
+					time.Sleep(time.Second)
+					synctest.Wait()
+					h.change(tt.change)
+					time.Sleep(time.Second)
+					synctest.Wait()
+					final := h.w
+					for _, e := range clients {
+						if noWait {
+							e.mu.Lock()
+							got := len(e.checker.Violations()) > 0
+							e.mu.Unlock()
+							if got != tt.wantNoWait {
+								t.Errorf("%s: dangling references observed = %v; want %v\nreceived: %v", e.id, got, tt.wantNoWait, e.received)
+							}
+							continue
+						}
+						e.check(t, final)
+					}
+					if n := h.timeouts.Load(); n != 0 {
+						t.Errorf("%d phase timeouts; want none (the clients ACK)", n)
+					}
+				})
+			})
+		}
+	}
+}
+
+// ---- the randomized sequence ---------------------------------------------------
+
+// mutate applies one random change to w (keeping it consistent: routes
+// name existing clusters, listeners existing routes) and returns its keys.
+func mutate(rnd *rand.Rand, w *world, seq *int) (string, []pushcontext.ConfigKey) {
+	next := func(prefix string) string { *seq++; return fmt.Sprintf("%s%d", prefix, *seq) }
+	clusters := slices.Sorted(maps.Keys(w.clusters))
+	listeners := slices.Sorted(maps.Keys(w.listeners))
+	anyCluster := func(except string) string {
+		for {
+			if c := clusters[rnd.IntN(len(clusters))]; c != except {
+				return c
+			}
+		}
+	}
+	// repoint makes every route naming from name to instead, and returns
+	// the routes it changed.
+	repoint := func(from, to string) []pushcontext.ConfigKey {
+		var ks []pushcontext.ConfigKey
+		for n, rc := range w.routes {
+			cs := routeClusters(rc)
+			if !slices.Contains(cs, from) {
+				continue
+			}
+			for i := range cs {
+				if cs[i] == from {
+					cs[i] = to
+				}
+			}
+			w.routes[n] = mkRoute(n, sortedUnique(cs)...)
+			ks = append(ks, keys(kRoute, n)...)
+		}
+		return ks
+	}
+	routeTo := func() []string {
+		if len(clusters) > 1 && rnd.IntN(3) == 0 {
+			a := anyCluster("")
+			return sortedUnique([]string{a, anyCluster(a)})
+		}
+		return []string{anyCluster("")}
+	}
+	switch op := rnd.IntN(8); {
+	case op == 0 && len(clusters) < 10:
+		c := next("c")
+		w.clusters[c], w.endpoints[c] = mkCluster(c), mkCLA(c, uint32(rnd.IntN(1000)))
+		return "add cluster " + c, append(keys(kCluster, c), keys(kEndpoint, c)...)
+	case op == 1 && len(clusters) > 2:
+		c := clusters[rnd.IntN(len(clusters))]
+		ks := repoint(c, anyCluster(c))
+		delete(w.clusters, c)
+		delete(w.endpoints, c)
+		return "remove cluster " + c, append(ks, append(keys(kCluster, c), keys(kEndpoint, c)...)...)
+	case op == 2:
+		c, nc := clusters[rnd.IntN(len(clusters))], next("c")
+		w.clusters[nc], w.endpoints[nc] = mkCluster(nc), mkCLA(nc, uint32(rnd.IntN(1000)))
+		ks := repoint(c, nc)
+		delete(w.clusters, c)
+		delete(w.endpoints, c)
+		return "rename cluster " + c + " to " + nc, append(ks, append(keys(kCluster, c, nc), keys(kEndpoint, c, nc)...)...)
+	case op == 3 && len(listeners) < 6:
+		l, r := next("l"), next("r")
+		w.routes[r] = mkRoute(r, routeTo()...)
+		w.listeners[l] = mkListener(l, r)
+		return "add route " + r, append(keys(kRoute, r), keys(kListener, l)...)
+	case op == 4 && len(listeners) > 1:
+		l := listeners[rnd.IntN(len(listeners))]
+		r := listenerRoute(w.listeners[l])
+		delete(w.listeners, l)
+		delete(w.routes, r)
+		return "remove route " + r, append(keys(kRoute, r), keys(kListener, l)...)
+	case op == 5:
+		l := listeners[rnd.IntN(len(listeners))]
+		r, nr := listenerRoute(w.listeners[l]), next("r")
+		to := routeClusters(w.routes[r])
+		if rnd.IntN(2) == 0 {
+			to = routeTo()
+		}
+		w.routes[nr] = mkRoute(nr, to...)
+		w.listeners[l] = mkListener(l, nr)
+		delete(w.routes, r)
+		return "rename route " + r + " to " + nr, append(keys(kRoute, r, nr), keys(kListener, l)...)
+	case op == 6:
+		l := listeners[rnd.IntN(len(listeners))]
+		r := listenerRoute(w.listeners[l])
+		w.routes[r] = mkRoute(r, routeTo()...)
+		return "change route " + r, keys(kRoute, r)
+	default:
+		c := clusters[rnd.IntN(len(clusters))]
+		w.endpoints[c] = mkCLA(c, uint32(rnd.IntN(1000)))
+		return "change endpoints " + c, keys(kEndpoint, c)
+	}
+}
+
+// A random sequence of configuration changes (clusters and routes added,
+// removed and renamed; routes repointed; endpoints changed), some
+// coalesced by debounce, pushed to Envoy-like clients of both protocols
+// that take their time to ACK: no client ever observes a dangling
+// reference, and every client converges to the final configuration.
+func TestMakeBeforeBreakRandom(t *testing.T) {
+	const (
+		changes   = 1000
+		perKind   = 50 // SotW clients, and as many Delta clients
+		seed      = 20260601
+		ackDelay  = 3 * time.Millisecond
+		changeGap = 1500 * time.Microsecond
+	)
+	synctest.Test(t, func(t *testing.T) {
+		rnd := rand.New(rand.NewPCG(seed, 1))
+		h := startHost(t, baseWorld(3), nil)
+		var clients []*envoy
+		var cc *grpc.ClientConn
+		for i := range 2 * perKind {
+			if i%10 == 0 {
+				cc = h.dial() // streams share connections, ten to one
+			}
+			delta := i%2 == 1
+			clients = append(clients, connectEnvoy(h, cc, fmt.Sprintf("envoy-%d", i), delta,
+				rand.New(rand.NewPCG(seed, uint64(i+2))), ackDelay))
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		seq := 100
+		var log []string
+		for range changes {
+			var what string
+			h.change(func(w *world) []pushcontext.ConfigKey {
+				var ks []pushcontext.ConfigKey
+				what, ks = mutate(rnd, w, &seq)
+				return ks
+			})
+			log = append(log, what)
+			time.Sleep(time.Duration(rnd.Int64N(int64(changeGap) + 1)))
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if nacks, err := h.srv.WaitForVersion(ctx, h.srv.Version()); err != nil || len(nacks) != 0 {
+			t.Fatalf("WaitForVersion() = %v, %v; want converged", nacks, err)
+		}
+		final := h.w
+		for _, e := range clients {
+			e.check(t, final)
+		}
+		if n := h.timeouts.Load(); n != 0 {
+			t.Errorf("%d phase timeouts; want none (the clients ACK)", n)
+		}
+		if t.Failed() {
+			t.Logf("changes (seed %d): %v", seed, log)
+		}
+		t.Logf("%d changes, %d pushes, %d clients; final: %d clusters, %d listeners",
+			changes, h.pushes.Load(), len(clients), len(final.clusters), len(final.listeners))
+	})
+}
