@@ -1,0 +1,196 @@
+package xdstest_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstest"
+)
+
+// mesh is the host's control plane under test: services, each served as a
+// Cluster with a connect timeout, and proxies that call some of them.
+type mesh struct {
+	mu       sync.Mutex
+	services map[string]time.Duration // service → connect timeout
+	calls    map[string][]string      // proxy id → services it calls
+}
+
+func newMesh() *mesh {
+	return &mesh{services: map[string]time.Duration{}, calls: map[string][]string{}}
+}
+
+// set changes a service and returns the request that reports the change.
+func (m *mesh) set(service string, timeout time.Duration) *pushcontext.PushRequest {
+	m.mu.Lock()
+	m.services[service] = timeout
+	m.mu.Unlock()
+	return &pushcontext.PushRequest{
+		Full:           true,
+		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Service", Name: service}),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+	}
+}
+
+// config is the host's xds.Config: a PushContext index of clusters, a CDS
+// generator that gives each proxy the services it calls, and proxy
+// initialisation that scopes each proxy to those services.
+func (m *mesh) config() xds.Config {
+	b, _ := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "mesh"})
+	clusters, _ := pushcontext.Register(b, "clusters", []string{"Service"},
+		func(pushcontext.BuildContext[map[string]*clusterv3.Cluster]) (map[string]*clusterv3.Cluster, error) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			out := map[string]*clusterv3.Cluster{}
+			for svc, timeout := range m.services {
+				out[svc] = &clusterv3.Cluster{Name: svc, ConnectTimeout: durationpb.New(timeout)}
+			}
+			return out, nil
+		})
+	cds := xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+		out := []xds.Resource{}
+		for _, svc := range p.Data.([]string) {
+			if c, ok := clusters.Get(req.Push)[svc]; ok {
+				out = append(out, xds.Resource{Name: svc, Message: c})
+			}
+		}
+		return out, nil
+	})
+	return xds.Config{
+		Builder:    b,
+		Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: cds},
+		InitProxy: func(_ context.Context, p *xds.Proxy, _ *pushcontext.PushContext) (xds.ProxyState, error) {
+			m.mu.Lock()
+			calls := slices.Sorted(slices.Values(m.calls[p.ID]))
+			m.mu.Unlock()
+			scope := pushcontext.ConfigSet{}
+			for _, svc := range calls {
+				scope[pushcontext.ConfigKey{Kind: "Service", Name: svc}] = struct{}{}
+			}
+			return xds.ProxyState{Data: calls, Scope: scope}, nil
+		},
+		Debounce: xds.DebounceConfig{After: time.Millisecond, Max: 10 * time.Millisecond},
+	}
+}
+
+// timeouts prints the clusters a client holds with their connect timeouts.
+func timeouts(c *xdstest.Client) string {
+	var out []string
+	for _, r := range c.State().Resources(xds.ClusterType) {
+		out = append(out, fmt.Sprintf("%s=%v", r.Name, r.Message.(*clusterv3.Cluster).GetConnectTimeout().AsDuration()))
+	}
+	return strings.Join(out, " ")
+}
+
+// Testing a generator's output for one proxy: start the host's Server in
+// memory, connect a fake Envoy and wait until it holds (has ACKed) what the
+// generator should give it.
+func Example_generatorOutput() {
+	ctx := context.Background()
+	m := newMesh()
+	m.set("api", 2*time.Second)
+	m.set("db", 5*time.Second)
+	m.calls["frontend-1"] = []string{"api"}
+
+	ts, err := xdstest.Start(ctx, m.config())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer ts.Close()
+	c, err := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "frontend-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	if err := c.Wait(ctx, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"api"}})); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(timeouts(c))
+	// Output: api=2s
+}
+
+// Testing that a change only reaches the proxies that depend on it: once
+// the new version is ACKed by every proxy it concerns (WaitForVersion), the
+// proxy that does not call the changed service has received nothing.
+func Example_onlyDependentProxies() {
+	ctx := context.Background()
+	m := newMesh()
+	m.set("api", 2*time.Second)
+	m.set("db", 5*time.Second)
+	m.calls["frontend-1"] = []string{"api"}
+	m.calls["worker-1"] = []string{"db"}
+	ts, _ := xdstest.Start(ctx, m.config())
+	defer ts.Close()
+	frontend, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "frontend-1"})
+	defer frontend.Close()
+	worker, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "worker-1"})
+	defer worker.Close()
+	_ = xdstest.WaitAll(ctx, xdstest.AtVersion("mesh-00000000000000000001", xds.ClusterType), frontend, worker)
+	before := len(worker.Responses())
+
+	ts.XDS().ConfigUpdate(m.set("api", 3*time.Second))
+	_ = frontend.Wait(ctx, xdstest.AtVersion("mesh-00000000000000000002", xds.ClusterType))
+	_, err := ts.WaitForVersion(ctx, "mesh-00000000000000000002")
+	fmt.Println("converged:", err == nil)
+	fmt.Println("frontend-1:", timeouts(frontend))
+	fmt.Println("worker-1 responses since:", len(worker.Responses())-before)
+	// Output:
+	// converged: true
+	// frontend-1: api=3s
+	// worker-1 responses since: 0
+}
+
+// Testing that a proxy's rejection is reported and not re-pushed: the fake
+// Envoy NACKs clusters whose timeout is over 10s; the Server shows the NACK
+// in its status and, on the next push, does not send the same clusters
+// again.
+func Example_nack() {
+	ctx := context.Background()
+	m := newMesh()
+	m.set("api", 2*time.Second)
+	m.calls["frontend-1"] = []string{"api"}
+	ts, _ := xdstest.Start(ctx, m.config())
+	defer ts.Close()
+	c, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "frontend-1", NACK: rejectLongTimeouts})
+	defer c.Close()
+	_ = c.Wait(ctx, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"api"}}))
+
+	ts.XDS().ConfigUpdate(m.set("api", time.Minute))
+	_ = c.Wait(ctx, xdstest.NACKed(xds.ClusterType))
+	nacks, _ := ts.WaitForVersion(ctx, "mesh-00000000000000000002")
+	fmt.Println("NACK:", nacks[0].ProxyID, nacks[0].Version, nacks[0].Message)
+	cds := ts.XDS().Status()[0].Types[0]
+	fmt.Println("status: ACKed", cds.AckedVersion, "NACK", cds.NACK.Message)
+	fmt.Println("still holds:", timeouts(c))
+
+	// A forced push regenerates everything; the rejected cluster is not sent again.
+	ts.XDS().ConfigUpdate(&pushcontext.PushRequest{Full: true, Forced: true, Reason: pushcontext.NewReasonStats(pushcontext.ReasonGlobalUpdate)})
+	_, _ = ts.WaitForVersion(ctx, "mesh-00000000000000000003")
+	fmt.Println("CDS responses:", len(c.Responses()))
+	// Output:
+	// NACK: frontend-1 mesh-00000000000000000002 api: connect timeout 1m0s is over 10s
+	// status: ACKed mesh-00000000000000000001 NACK api: connect timeout 1m0s is over 10s
+	// still holds: api=2s
+	// CDS responses: 2
+}
+
+// rejectLongTimeouts is the fake proxy's validation: it rejects clusters
+// whose connect timeout is over 10s.
+func rejectLongTimeouts(r *xdstest.Response) error {
+	for _, res := range r.Resources {
+		if d := res.Message.(*clusterv3.Cluster).GetConnectTimeout().AsDuration(); d > 10*time.Second {
+			return fmt.Errorf("%s: connect timeout %v is over 10s", res.Name, d)
+		}
+	}
+	return nil
+}

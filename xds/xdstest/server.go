@@ -1,0 +1,168 @@
+package xdstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/xdspush/xdspush/xds"
+)
+
+// bufSize is the capacity of each direction of an in-memory connection:
+// small, so that many clients cost little memory; gRPC flow control, not
+// this buffer, bounds what is in flight.
+const bufSize = 64 << 10
+
+// DefaultWaitTimeout bounds every wait of the kit whose context has no
+// deadline.
+const DefaultWaitTimeout = 10 * time.Second
+
+// Server is a real *xds.Server served by a gRPC server on an in-memory
+// listener (bufconn): no sockets, no ports. Create it with Start or
+// NewServer and end it with Close.
+//
+// A Server is safe for concurrent use.
+type Server struct {
+	xds *xds.Server
+	lis *bufconn.Listener
+	gs  *grpc.Server
+
+	cancel    context.CancelFunc // ends Run
+	runDone   chan struct{}      // closed when Run has returned
+	runErr    error              // Run's result; read after runDone
+	serveDone chan struct{}      // closed when Serve has returned
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start creates an xds.Server from cfg (the host's Builder, Generators,
+// InitProxy and any other field, as given), registers it on a gRPC server
+// listening in memory, runs both, and returns once the Server admits
+// streams (its first PushContext is built). ctx bounds that wait only.
+//
+// It returns an error if xds.New refuses cfg, if Run fails to start (the
+// first Build fails) or if ctx ends first; nothing is left running then.
+// Otherwise the caller must call Close.
+func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
+	srv, err := xds.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("xdstest: %w", err)
+	}
+	s := &Server{
+		xds:       srv,
+		lis:       bufconn.Listen(bufSize),
+		gs:        grpc.NewServer(),
+		runDone:   make(chan struct{}),
+		serveDone: make(chan struct{}),
+	}
+	srv.Register(s.gs)
+	go func() {
+		defer close(s.serveDone)
+		_ = s.gs.Serve(s.lis)
+	}()
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	go func() {
+		defer close(s.runDone)
+		s.runErr = srv.Run(runCtx)
+	}()
+	select {
+	case <-srv.Ready():
+		return s, nil
+	case <-s.runDone:
+		err = s.Close()
+		if err == nil {
+			err = errors.New("xdstest: the Server stopped while starting")
+		}
+		return nil, err
+	case <-ctx.Done():
+		_ = s.Close()
+		return nil, fmt.Errorf("xdstest: start: %w", ctx.Err())
+	}
+}
+
+// NewServer is Start for tests: it fails t if the Server cannot start, and
+// closes it when the test ends (reporting an error from Run as a test
+// error). Clients created afterwards with NewClient are closed before it.
+func NewServer(t testing.TB, cfg xds.Config) *Server {
+	t.Helper()
+	s, err := Start(t.Context(), cfg)
+	if err != nil {
+		t.Fatalf("xdstest: start server: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("xdstest: %v", err)
+		}
+	})
+	return s
+}
+
+// XDS returns the xds.Server, for ConfigUpdate, Status, WaitForVersion and
+// the rest of its API.
+func (s *Server) XDS() *xds.Server { return s.xds }
+
+// Dial returns a new gRPC client connection to the Server over the
+// in-memory listener, for clients of the host's own. opts are appended to
+// the kit's (insecure credentials and the in-memory dialer). The caller
+// closes the connection.
+func (s *Server) Dial(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	all := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return s.lis.DialContext(ctx) }),
+	}, opts...)
+	cc, err := grpc.NewClient("passthrough:///xdstest", all...)
+	if err != nil {
+		return nil, fmt.Errorf("xdstest: dial: %w", err)
+	}
+	return cc, nil
+}
+
+// WaitForVersion is xds.Server.WaitForVersion bounded by DefaultWaitTimeout
+// when ctx has no deadline: it returns once every connected proxy that the
+// version concerns has ACKed (or NACKed, which it returns) that version.
+func (s *Server) WaitForVersion(ctx context.Context, version string) ([]xds.NACK, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	nacks, err := s.xds.WaitForVersion(ctx, version)
+	if err != nil {
+		return nil, fmt.Errorf("xdstest: wait for version %s: %w", version, err)
+	}
+	return nacks, nil
+}
+
+// Close stops the Server: it ends Run (which closes every stream with
+// codes.Unavailable and waits for the Server's goroutines), stops the gRPC
+// server and closes the listener. It returns Run's error, if any. It is
+// idempotent.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.runDone
+		s.gs.Stop()
+		<-s.serveDone
+		_ = s.lis.Close()
+		if s.runErr != nil {
+			s.closeErr = fmt.Errorf("xdstest: Run: %w", s.runErr)
+		}
+	})
+	return s.closeErr
+}
+
+// withDefaultTimeout bounds ctx by DefaultWaitTimeout unless it has a
+// deadline.
+func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, DefaultWaitTimeout)
+}
