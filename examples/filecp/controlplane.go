@@ -44,6 +44,7 @@ type ControlPlaneConfig struct {
 type ControlPlane struct {
 	src     *Source
 	srv     *xds.Server
+	xdsCfg  xds.Config // what srv was made from; tests serve it with xdstest
 	builder *pushcontext.Builder
 	snap    pushcontext.Index[*Snapshot]
 
@@ -75,7 +76,7 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	}
 	deb := cfg.Debounce
 	deb.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
-	cp.srv, err = xds.New(xds.Config{
+	cp.xdsCfg = xds.Config{
 		Builder:    b,
 		Generators: gens,
 		TypeKinds:  kinds,
@@ -94,7 +95,8 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 				cp.mu.Unlock()
 			},
 		},
-	})
+	}
+	cp.srv, err = xds.New(cp.xdsCfg)
 	if err != nil {
 		return nil, err
 	}
