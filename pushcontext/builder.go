@@ -55,9 +55,11 @@ type Clock interface {
 type BuilderConfig struct {
 	// Epoch is the first part of every version the Builder produces; it
 	// tells Builders apart. It must be 1 to 32 ASCII letters or digits. If
-	// empty, 64 random bits are drawn (16 hex digits): n Builders share an
-	// epoch with a probability of about n²/2⁶⁵, so versions are unique
-	// within the process, and across processes, for any practical n. Set it
+	// empty, 32 random bits are drawn (8 hex digits, short because xDS
+	// responses carry the version twice): n Builders share an epoch with a
+	// probability of about n²/2³³ (one in 8,600 for 1,000 Builders), so
+	// versions are unique within the process, and across the replicas and
+	// restarts of a control plane, in practice. Set it
 	// only to get reproducible versions, for example in tests and examples;
 	// two live Builders must not share one.
 	Epoch string
@@ -359,8 +361,8 @@ func (st *buildState) read(id int, name string) bool {
 }
 
 // Version returns pc's version: unique within the process, and increasing
-// with Seq among the contexts of one Builder (see CompareVersions for the
-// format). It returns "" for a nil pc.
+// with Seq among the contexts of one Builder, as CompareVersions tells (see
+// ParseVersion for the format). It returns "" for a nil pc.
 func (pc *PushContext) Version() string {
 	if pc == nil {
 		return ""

@@ -91,14 +91,15 @@
 //
 // # Versions
 //
-// A version reads EPOCH-SEQ, for example "9f3c2a71d0b4e865-00000000000000000042":
-// the Builder's epoch (random unless BuilderConfig.Epoch sets it), a dash,
-// and the Seq as 20 zero-padded decimal digits. Two versions of the same
-// Builder compare as strings in the order of their Seq; CompareVersions
-// checks that they come from the same Builder and compares them, and
-// ParseVersion splits one. Versions of different Builders, even in one
-// process, do not collide (their epochs differ; BuilderConfig.Epoch gives
-// the odds) and have no order.
+// A version reads EPOCH-SEQ, for example "9f3c2a71-42": the Builder's epoch
+// (8 random hex digits unless BuilderConfig.Epoch sets it), a dash, and the
+// Seq in decimal, without leading zeros. It is short because an xDS server
+// sends it twice in every response (as the version and as the prefix of the
+// nonce). CompareVersions checks that two versions come from the same
+// Builder and compares their Seq (their string order does not follow Seq:
+// "e-10" sorts before "e-9"), and ParseVersion splits one. Versions of
+// different Builders, even in one process, do not collide (their epochs
+// differ; BuilderConfig.Epoch gives the odds) and have no order.
 //
 // # Bad input
 //

@@ -116,10 +116,10 @@ func ExampleBuilder() {
 	// first build:
 	//   building services
 	//   building routes; changed: []
-	// demo-00000000000000000001 [web=10.0.0.1] [home=/ -> web search=/search -> web]
+	// demo-1 [web=10.0.0.1] [home=/ -> web search=/search -> web]
 	// route change:
 	//   building routes; changed: [Route/shop/home]
-	// demo-00000000000000000002 [web=10.0.0.1] home=/ -> web-v2, search=/search -> web
+	// demo-2 [web=10.0.0.1] home=/ -> web-v2, search=/search -> web
 	// services shared: true
 	// pc1 older than pc2: true
 }

@@ -10,25 +10,21 @@ import (
 
 // A version has the form EPOCH "-" SEQ: EPOCH identifies the Builder (1 to
 // 32 ASCII letters or digits, random unless BuilderConfig.Epoch sets it) and
-// SEQ is the PushContext's Seq as exactly seqDigits decimal digits, zero
-// padded. Within one epoch, versions compare as strings in the order of
-// their Seq.
+// SEQ is the PushContext's Seq in decimal, without leading zeros. It is kept
+// short because every xDS response carries it twice (version and nonce).
+// Versions compare with CompareVersions; their string order does not follow
+// Seq ("e-10" < "e-9").
 const (
-	seqDigits     = 20 // enough for every uint64
+	maxSeqDigits  = 20 // enough for every uint64
 	maxEpochLen   = 32
-	randomEpochSz = 8 // bytes, 16 hex digits
+	randomEpochSz = 4 // bytes, 8 hex digits
 )
 
 func formatVersion(epoch string, seq uint64) string {
-	var buf [maxEpochLen + 1 + seqDigits]byte
+	var buf [maxEpochLen + 1 + maxSeqDigits]byte
 	b := append(buf[:0], epoch...)
 	b = append(b, '-')
-	var digits [seqDigits]byte
-	d := strconv.AppendUint(digits[:0], seq, 10)
-	for range seqDigits - len(d) {
-		b = append(b, '0')
-	}
-	b = append(b, d...)
+	b = strconv.AppendUint(b, seq, 10)
 	return string(b)
 }
 
@@ -64,8 +60,8 @@ func ParseVersion(v string) (epoch string, seq uint64, err error) {
 	if err := validateEpoch(epoch); err != nil {
 		return "", 0, fmt.Errorf("pushcontext: version %q: bad epoch", v)
 	}
-	if len(digits) != seqDigits {
-		return "", 0, fmt.Errorf("pushcontext: version %q: sequence must have %d digits", v, seqDigits)
+	if digits == "" || len(digits) > 1 && digits[0] == '0' {
+		return "", 0, fmt.Errorf("pushcontext: version %q: the sequence must be a decimal number without leading zeros", v)
 	}
 	seq, err = strconv.ParseUint(digits, 10, 64)
 	if err != nil {
@@ -79,8 +75,8 @@ func ParseVersion(v string) (epoch string, seq uint64, err error) {
 // different Builders (different epochs) have no order, and CompareVersions
 // returns an error for them, as it does for a string that is not a version.
 //
-// For versions of one Builder, comparing the strings themselves gives the
-// same answer; CompareVersions also checks that they are comparable at all.
+// Compare versions with CompareVersions, not as strings: the sequence is
+// not zero padded, so string order differs from Seq order past 9.
 func CompareVersions(a, b string) (int, error) {
 	ea, sa, err := ParseVersion(a)
 	if err != nil {

@@ -41,8 +41,8 @@ func TestRandomEpochsDiffer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(b.Epoch()) != 16 {
-			t.Errorf("Epoch() = %q; want 16 hex digits", b.Epoch())
+		if len(b.Epoch()) != 8 {
+			t.Errorf("Epoch() = %q; want 8 hex digits", b.Epoch())
 		}
 		if seen[b.Epoch()] {
 			t.Fatalf("epoch %q chosen twice", b.Epoch())
@@ -68,8 +68,8 @@ func TestVersionsIncrease(t *testing.T) {
 			if err != nil || c != -1 {
 				t.Errorf("step %d: CompareVersions(%q, %q) = %d, %v; want -1", i, prev.Version(), pc.Version(), c, err)
 			}
-			if !(prev.Version() < pc.Version()) {
-				t.Errorf("step %d: %q < %q is false; want string order to follow Seq", i, prev.Version(), pc.Version())
+			if _, seq, err := ParseVersion(pc.Version()); err != nil || seq != pc.Seq() {
+				t.Errorf("step %d: ParseVersion(%q) = %d, %v; want %d", i, pc.Version(), seq, err, pc.Seq())
 			}
 		}
 		prev = pc
@@ -82,9 +82,11 @@ func TestFormatVersion(t *testing.T) {
 		seq   uint64
 		want  string
 	}{
-		{"a", 1, "a-00000000000000000001"},
-		{"E", 1234567890, "E-00000000001234567890"},
-		{"x", 18446744073709551615, "x-18446744073709551615"},
+		{"a", 0, "a-0"},
+		{"a", 1, "a-1"},
+		{"E", 1234567890, "E-1234567890"},
+		{"9f3c2a71", 42, "9f3c2a71-42"},
+		{strings.Repeat("z", 32), 18446744073709551615, strings.Repeat("z", 32) + "-18446744073709551615"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
@@ -106,16 +108,20 @@ func TestCompareVersions(t *testing.T) {
 		want    int
 		wantErr string
 	}{
-		{name: "older", a: "e-00000000000000000009", b: "e-00000000000000000010", want: -1},
-		{name: "newer", a: "e-00000000000000000010", b: "e-00000000000000000009", want: 1},
-		{name: "equal", a: "e-00000000000000000010", b: "e-00000000000000000010", want: 0},
-		{name: "different builders", a: "e-00000000000000000001", b: "f-00000000000000000002", wantErr: "come from different builders"},
-		{name: "no dash", a: "e", b: "e-00000000000000000001", wantErr: "has no '-'"},
-		{name: "short sequence", a: "e-1", b: "e-00000000000000000001", wantErr: "sequence must have 20 digits"},
-		{name: "bad digits", a: "e-0000000000000000000x", b: "e-00000000000000000001", wantErr: "bad sequence"},
-		{name: "sequence overflow", a: "e-99999999999999999999", b: "e-00000000000000000001", wantErr: "bad sequence"},
-		{name: "empty epoch", a: "-00000000000000000001", b: "e-00000000000000000001", wantErr: "bad epoch"},
-		{name: "bad second", a: "e-00000000000000000001", b: "", wantErr: "has no '-'"},
+		{name: "older", a: "e-9", b: "e-10", want: -1},
+		{name: "newer", a: "e-10", b: "e-9", want: 1},
+		{name: "equal", a: "e-10", b: "e-10", want: 0},
+		{name: "zero", a: "e-0", b: "e-1", want: -1},
+		{name: "different builders", a: "e-1", b: "f-2", wantErr: "come from different builders"},
+		{name: "no dash", a: "e", b: "e-1", wantErr: "has no '-'"},
+		{name: "empty sequence", a: "e-", b: "e-1", wantErr: "without leading zeros"},
+		{name: "leading zero", a: "e-01", b: "e-1", wantErr: "without leading zeros"},
+		{name: "zero padded", a: "e-00000000000000000001", b: "e-1", wantErr: "without leading zeros"},
+		{name: "bad digits", a: "e-1x", b: "e-1", wantErr: "bad sequence"},
+		{name: "sign", a: "e-+1", b: "e-1", wantErr: "bad sequence"},
+		{name: "sequence overflow", a: "e-18446744073709551616", b: "e-1", wantErr: "bad sequence"},
+		{name: "empty epoch", a: "-1", b: "e-1", wantErr: "bad epoch"},
+		{name: "bad second", a: "e-1", b: "", wantErr: "has no '-'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -131,4 +137,24 @@ func TestCompareVersions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseVersion checks that ParseVersion accepts exactly the canonical
+// versions: whatever it accepts, formatVersion writes back unchanged.
+func FuzzParseVersion(f *testing.F) {
+	for _, s := range []string{"e-1", "9f3c2a71-42", "a-0", "a-01", "-1", "e-", "a-b-3", "x-18446744073709551615", "x-18446744073709551616"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		epoch, seq, err := ParseVersion(s)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "pushcontext: ") {
+				t.Errorf("ParseVersion(%q) error = %q; want the package prefix", s, err)
+			}
+			return
+		}
+		if got := formatVersion(epoch, seq); got != s {
+			t.Errorf("formatVersion(ParseVersion(%q)) = %q; want the input back", s, got)
+		}
+	})
 }
