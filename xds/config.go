@@ -44,6 +44,14 @@ type Builder interface {
 // documentation), so a generator need not track that itself. It may use
 // req.ConfigsUpdated and req.Delta.Subscribed to skip work.
 //
+// A client's first request of a type is answered even when Generate
+// returns nil, because clients wait for that answer to finish initialising:
+// Delta with an empty response; SotW, for a full-state type, with an empty
+// state when the client holds nothing (its request carries no
+// version_info). A SotW client that reconnects with a version gets nothing,
+// as an empty state would remove what it holds, and a by-name SotW type
+// gets nothing for names that do not exist.
+//
 // An error is logged at Warn and reported through Hooks.OnGenerateError; the
 // type is skipped for this push or request, the client keeps what it has and
 // the stream stays open.
@@ -69,6 +77,13 @@ type Generator interface {
 // modified; an unchanged one may be included and is not sent again) and the
 // names of those req removed, relative to the previous PushContext. If ok is
 // false the Server calls Generate instead. An error is handled as Generate's.
+//
+// On a Delta stream, and for a by-name type (EDS, RDS, …) on a SotW stream,
+// the Server then works on the changes alone: its cost follows the change,
+// not the number of resources the proxy watches (SotW by-name types have
+// no removals: removed names are ignored there). For a SotW full-state type
+// (CDS, LDS) it applies the changes to what the client holds and sends the
+// full state, as the protocol requires.
 type DeltaGenerator interface {
 	Generator
 	GenerateDelta(ctx context.Context, proxy *Proxy, w Watch, req *pushcontext.PushRequest) (ch Changes, ok bool, err error)
@@ -176,7 +191,8 @@ type DebounceConfig struct {
 	// push. Zero means 10s.
 	Max time.Duration
 	// Bypass, when set, lets requests for which it returns true skip the
-	// debounce (typically endpoint-only, non-Full requests).
+	// debounce (typically endpoint-only, non-Full requests). It is called
+	// once per ConfigUpdate, on the caller's goroutine, and must not block.
 	Bypass func(*pushcontext.PushRequest) bool
 }
 

@@ -55,6 +55,7 @@ type outMsg struct {
 	typeIdx int
 	bytes   int
 	push    bool
+	p       uint64 // the connection's appliedP when the response was made
 }
 
 // conn is one ADS stream.
@@ -83,6 +84,15 @@ type conn struct {
 	timeouts  []int       // by type index: phases sent without this type's ACK
 	gate      *time.Timer // fires gateCh when a waiting phase may have timed out; nil until needed
 
+	// Sync (see sync.go): the sequence numbers of the last push applied
+	// (generated) and completed (every phase released), the lowest push
+	// stamp of the batch being written (0 when none), and the last syncedP
+	// reported to the Server.
+	appliedP   uint64
+	completedP uint64
+	writingP   uint64
+	reportedP  uint64
+
 	reqCh     chan inbound  // receive goroutine → loop
 	recvErr   chan error    // receive goroutine's final error (cap 1)
 	kick      chan struct{} // mail is waiting (cap 1)
@@ -93,12 +103,14 @@ type conn struct {
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
 
-	mu       sync.Mutex               // protects the fields below
-	busy     bool                     // initialising or writing: pushes are parked
-	closed   bool                     // the stream has ended
-	mail     *pushcontext.PushRequest // push handed over by deliver, not yet generated
-	mailDone chan struct{}            // closed once mail has been generated
-	parked   *pushcontext.PushRequest // pushes that arrived while busy
+	mu       sync.Mutex    // protects the fields below
+	busy     bool          // initialising or writing: pushes are parked
+	closed   bool          // the stream has ended
+	mail     *pushItem     // push handed over by deliver, not yet generated
+	mailDone chan struct{} // closed once mail has been generated
+	parked   *pushItem     // pushes that arrived while busy
+
+	syncedP uint64 // the push this connection is synced to; protected by Server.syncMu
 
 	statusMu sync.Mutex // protects st
 	st       connState
@@ -335,6 +347,7 @@ func (c *conn) loop(ctx context.Context) error {
 				return err
 			}
 			c.onWritten()
+			c.updateSynced()
 		case <-c.gateCh:
 			c.onGateTimer(ctx)
 		case <-c.stuck:
@@ -354,7 +367,7 @@ func (c *conn) loop(ctx context.Context) error {
 // once the connection has generated its responses, or nil if the request was
 // parked (the connection is initialising or writing; it will queue itself
 // again when it is free) or dropped (the connection has ended).
-func (c *conn) post(req *pushcontext.PushRequest) <-chan struct{} {
+func (c *conn) post(req *pushItem) <-chan struct{} {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -381,22 +394,22 @@ func (c *conn) post(req *pushcontext.PushRequest) <-chan struct{} {
 // onKick generates the responses for the push in the mailbox.
 func (c *conn) onKick(ctx context.Context) error {
 	c.mu.Lock()
-	req, done := c.mail, c.mailDone
+	item, done := c.mail, c.mailDone
 	c.mail, c.mailDone = nil, nil
-	if req != nil && c.plan != nil {
+	if item != nil && c.plan != nil {
 		// A push is still in its phases: this one waits for the end.
-		c.parked = c.parked.Merge(req)
-		req = nil
+		c.parked = c.parked.Merge(item)
+		item = nil
 	}
 	c.mu.Unlock()
 	if done == nil {
 		return nil
 	}
 	defer close(done)
-	if req == nil {
+	if item == nil {
 		return nil
 	}
-	if err := c.onPush(ctx, req); err != nil {
+	if err := c.onPush(ctx, item.req, item.seq); err != nil {
 		return err
 	}
 	c.publishStatus(false)
@@ -442,12 +455,14 @@ func (c *conn) send(msgs []*outMsg) {
 	batch := c.outbox
 	c.outbox = nil
 	c.writing = true
+	c.writingP = lowestP(batch)
 	c.s.goStream(func() { c.write(batch) })
 }
 
 // onWritten handles the end of a successful write batch.
 func (c *conn) onWritten() {
 	c.writing = false
+	c.writingP = 0
 	if len(c.outbox) > 0 {
 		c.send(nil)
 		return
@@ -506,6 +521,17 @@ func (c *conn) write(batch []*outMsg) {
 		batch[i] = nil
 	}
 	c.writeDone <- err
+}
+
+// lowestP returns the lowest push stamp of msgs, or 0 if there is none.
+func lowestP(msgs []*outMsg) uint64 {
+	var p uint64
+	for _, m := range msgs {
+		if p == 0 || m.p < p {
+			p = m.p
+		}
+	}
+	return p
 }
 
 func (c *conn) onStuck() {

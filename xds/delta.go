@@ -54,7 +54,7 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		}
 	}
 	msgs := make([]*outMsg, 0, 2)
-	if tgt := c.generate(ctx, i, preq, false, true); tgt != nil {
+	if tgt, _ := c.generate(ctx, i, preq, false, true); tgt != nil {
 		if m := c.release(ctx, i, tgt, o); m != nil {
 			msgs = append(msgs, m)
 		}
@@ -75,7 +75,8 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 			Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 			Push:   c.proxy.Push,
 		}
-		if m := c.release(ctx, e, c.generate(ctx, e, ereq, false, true), eo); m != nil {
+		etgt, _ := c.generate(ctx, e, ereq, false, true)
+		if m := c.release(ctx, e, etgt, eo); m != nil {
 			msgs = append(msgs, m)
 		}
 	}
@@ -138,6 +139,7 @@ func (c *conn) recordACK(i int, w *watch) {
 	t := set.order[i]
 	now := time.Now()
 	w.nonceAcked, w.versionAcked, w.seqAcked, w.ackedAt = w.nonceSent, w.versionSent, w.seqSent, now
+	w.pAcked = w.pSent
 	w.nack = nil
 	if h := set.hooks.OnACK; h != nil {
 		h(ACKEvent{ProxyID: c.proxy.ID, Type: t, Version: w.versionSent, Nonce: w.nonceSent})

@@ -582,6 +582,97 @@ func TestDeltaGenerator(t *testing.T) {
 	})
 }
 
+// deltaEDS is an EDS generator that knows what changed, as istiod's
+// incremental EDS does: GenerateDelta returns the endpoint sets that
+// ConfigsUpdated names among those w covers, read live from the store.
+type deltaEDS struct {
+	Generator
+	st            *store
+	deltas, fulls atomic.Int32
+}
+
+var _ DeltaGenerator = (*deltaEDS)(nil)
+
+func (g *deltaEDS) Generate(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
+	g.fulls.Add(1)
+	return g.Generator.Generate(ctx, p, w, req)
+}
+
+func (g *deltaEDS) GenerateDelta(_ context.Context, _ *Proxy, w Watch, req *pushcontext.PushRequest) (Changes, bool, error) {
+	g.deltas.Add(1)
+	var ch Changes
+	g.st.mu.Lock()
+	defer g.st.mu.Unlock()
+	for k := range req.ConfigsUpdated {
+		if k.Kind != kindEndpoint {
+			return Changes{}, false, nil // not an endpoint-only change: Generate
+		}
+		if _, ok := slices.BinarySearch(w.Names, k.Name); !ok && !w.Wildcard {
+			continue
+		}
+		if cla, ok := g.st.endpoints[k.Name]; ok {
+			ch.Upserted = append(ch.Upserted, Resource{Name: k.Name, Message: cla})
+		} else {
+			ch.Removed = append(ch.Removed, k.Name)
+		}
+	}
+	return ch, true, nil
+}
+
+// A DeltaGenerator of a by-name type serves SotW pushes with what changed
+// only: the response carries the changed endpoint set, a removed one is not
+// announced (SotW by-name types have no removals, so the client keeps it),
+// and a later change of another set sends that set alone.
+func TestDeltaGeneratorSotWByName(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		g := &deltaEDS{st: st}
+		f := start(t, st, func(cfg *Config) {
+			g.Generator = cfg.Generators[EndpointType]
+			cfg.Generators[EndpointType] = g
+		}, false)
+		c := f.connect("n", nil, true)
+		subs := c.subscribeAll(3)
+		if g.deltas.Load() != 0 {
+			t.Fatalf("answers called GenerateDelta %d times; want 0", g.deltas.Load())
+		}
+		for _, step := range []struct {
+			name   string
+			change func(*store)
+			key    string
+			want   [][]string // names of the EDS responses
+		}{
+			{name: "change c1", change: func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.1.1.9:80") }, key: "c1", want: [][]string{{"c1"}}},
+			{name: "remove c2", change: func(s *store) { delete(s.endpoints, "c2") }, key: "c2", want: nil},
+			{name: "change c0", change: func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key: "c0", want: [][]string{{"c0"}}},
+			// The client still holds c2 as it was: the same content is not sent.
+			{name: "c2 back as before", change: func(s *store) { s.endpoints["c2"] = makeCLA("c2", "10.0.0.3:80") }, key: "c2", want: nil},
+			{name: "c2 changed", change: func(s *store) { s.endpoints["c2"] = makeCLA("c2", "10.2.2.9:80") }, key: "c2", want: [][]string{{"c2"}}},
+		} {
+			before := g.deltas.Load()
+			f.update(false, step.change, key(kindEndpoint, step.key))
+			settle()
+			var got [][]string
+			for _, r := range c.ackUntilQuiet(subs) {
+				if TypeURL(r.TypeUrl) != EndpointType {
+					t.Fatalf("%s: got a %s response; want EDS only", step.name, shortType(TypeURL(r.TypeUrl)))
+				}
+				got = append(got, names(r))
+			}
+			if !slices.EqualFunc(got, step.want, slices.Equal) {
+				t.Errorf("%s: EDS responses = %v; want %v", step.name, got, step.want)
+			}
+			if n := g.deltas.Load() - before; n != 1 {
+				t.Errorf("%s: GenerateDelta called %d times; want 1", step.name, n)
+			}
+		}
+		if g.fulls.Load() != 1 {
+			t.Errorf("Generate called %d times; want 1 (the initial answer)", g.fulls.Load())
+		}
+	})
+}
+
 // FuzzDeltaSubscribe checks the Delta subscription bookkeeping against a
 // naive model: after any sequence of subscribe/unsubscribe requests (names
 // from a small alphabet, "*" included), the subscribed names, the wildcard

@@ -47,9 +47,10 @@ type target struct {
 	// does not mean a removal.
 	names    []string
 	wildcard bool
-	// partial marks the target of a DeltaGenerator on a Delta stream: res
-	// holds only the upserted resources and removed the removed names;
-	// what the client holds otherwise is unchanged.
+	// partial marks the target of a DeltaGenerator on a Delta stream or
+	// for a SotW by-name type: res holds only the upserted resources and
+	// removed the removed names (ignored by SotW by-name types, which
+	// never remove); what the client holds otherwise is unchanged.
 	partial bool
 	removed []string
 }
@@ -72,14 +73,44 @@ func (w *watch) covers(name string) bool {
 	return ok
 }
 
+// coversAll reports whether the watch subscribes to every resource of res.
+// Generators usually return resources in the order of Watch.Names: those
+// are matched in one pass, others by binary search.
+func (w *watch) coversAll(res []Resource) bool {
+	if w.wildcard {
+		return true
+	}
+	j := 0
+	for _, r := range res {
+		for j < len(w.names) && w.names[j] < r.Name {
+			j++
+		}
+		if j < len(w.names) && w.names[j] == r.Name {
+			continue
+		}
+		if !w.covers(r.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameSubscription reports whether t was generated for the watch's current
+// subscription (the same names slice), so that every resource of t is
+// subscribed to.
+func (t *target) sameSubscription(w *watch) bool {
+	return t.wildcard == w.wildcard && len(t.names) == len(w.names) &&
+		(len(t.names) == 0 || &t.names[0] == &w.names[0])
+}
+
 // synced reports whether the client has ACKed the last response of the type.
 func (w *watch) synced() bool { return w.nonceAcked == w.nonceSent }
 
 // generate calls the generator of type i and encodes what it returns. It
-// returns nil when there is nothing to send (a nil slice, or an error, which
-// it reports). For a push that may use a DeltaGenerator, the target is what
-// the client holds with the generator's changes applied.
-func (c *conn) generate(ctx context.Context, i int, req *pushcontext.PushRequest, push, mustFull bool) *target {
+// returns nil when there is nothing to send: a nil slice, or an error,
+// which it reports and returns. For a push that may use a DeltaGenerator,
+// the target is what the client holds with the generator's changes applied.
+func (c *conn) generate(ctx context.Context, i int, req *pushcontext.PushRequest, push, mustFull bool) (*target, error) {
 	set := c.s.set
 	t := set.order[i]
 	w := c.watches[i]
@@ -89,27 +120,28 @@ func (c *conn) generate(ctx context.Context, i int, req *pushcontext.PushRequest
 			ch, ok, err := dg.GenerateDelta(ctx, c.proxy, wt, req)
 			if err != nil {
 				c.generateError(ctx, t, err)
-				return nil
+				return nil, err
 			}
 			if ok {
-				if c.delta {
-					return c.partialTarget(ctx, i, w, ch)
+				if c.delta || !set.fullState[i] {
+					// Delta, and SotW by-name types (which send only what
+					// changed and never remove), need nothing else: the
+					// work is proportional to the change.
+					return c.partialTarget(ctx, i, w, ch), nil
 				}
-				return c.applyChanges(ctx, i, w, ch)
+				return c.applyChanges(ctx, i, w, ch), nil
 			}
 		}
 	}
 	res, err := set.generators[i].Generate(ctx, c.proxy, wt, req)
 	if err != nil {
 		c.generateError(ctx, t, err)
-		return nil
+		return nil, err
 	}
 	if res == nil {
-		return nil
+		return nil, nil
 	}
-	if !w.wildcard && !slices.ContainsFunc(res, func(r Resource) bool { return !w.covers(r.Name) }) {
-		// Everything is subscribed to: no copy.
-	} else if !w.wildcard {
+	if !w.wildcard && !w.coversAll(res) {
 		kept := make([]Resource, 0, len(res))
 		for _, r := range res {
 			if w.covers(r.Name) {
@@ -121,17 +153,18 @@ func (c *conn) generate(ctx context.Context, i int, req *pushcontext.PushRequest
 	encs, err := c.s.cache.encodeAll(i, res)
 	if err != nil {
 		c.generateError(ctx, t, err)
-		return nil
+		return nil, err
 	}
 	tgt := &target{res: make([]entry, len(res)), names: w.names, wildcard: w.wildcard}
 	for j, r := range res {
 		tgt.res[j] = entry{name: r.Name, enc: encs[j], msg: r.Message}
 	}
-	return tgt
+	return tgt, nil
 }
 
 // partialTarget returns the changes ch as a partial target: a Delta
-// stream needs nothing else, so the work is proportional to the change.
+// stream, or a SotW by-name type, needs nothing else, so the work is
+// proportional to the change.
 func (c *conn) partialTarget(ctx context.Context, i int, w *watch, ch Changes) *target {
 	res := make([]Resource, 0, len(ch.Upserted))
 	up := make(map[string]struct{}, len(ch.Upserted))
@@ -244,8 +277,9 @@ func (c *conn) release(ctx context.Context, i int, tgt *target, o relOpts) *outM
 	var ups []entry
 	changed := false
 	inSent := 0
+	covered := tgt.sameSubscription(w)
 	for _, r := range tgt.res {
-		if !w.covers(r.name) {
+		if !covered && !w.covers(r.name) {
 			continue
 		}
 		_, asked := o.only[r.name]
@@ -280,7 +314,7 @@ func (c *conn) release(ctx context.Context, i int, tgt *target, o relOpts) *outM
 	// What the client holds and the target no longer has. SotW by-name
 	// types never remove: the client unsubscribes.
 	var gone []string
-	if tgt.partial {
+	if tgt.partial && (c.delta || full) {
 		for _, n := range tgt.removed {
 			if _, ok := w.sent[n]; ok && w.covers(n) {
 				gone = append(gone, n)
@@ -459,6 +493,7 @@ func (c *conn) stamp(ctx context.Context, i int, resources, removed, size int, o
 	version := o.pc.Version()
 	nonce := c.s.nextNonce(version)
 	w.nonceSent, w.versionSent, w.seqSent, w.sentAt = nonce, version, o.pc.Seq(), time.Now()
+	w.pSent = c.appliedP
 	w.startSent = time.Time{}
 	if o.push {
 		w.startSent = o.start
@@ -483,6 +518,7 @@ func (c *conn) sotwMsg(ctx context.Context, i int, anys []*anypb.Any, size int, 
 		typeIdx: i,
 		bytes:   size,
 		push:    o.push,
+		p:       c.appliedP,
 	}
 }
 
@@ -508,6 +544,7 @@ func (c *conn) deltaMsg(ctx context.Context, i int, ups []entry, gone []string, 
 		typeIdx: i,
 		bytes:   size,
 		push:    o.push,
+		p:       c.appliedP,
 	}
 }
 
@@ -561,6 +598,7 @@ type phase struct {
 // plan is a push being released phase by phase.
 type plan struct {
 	req    *pushcontext.PushRequest // the request as filtered for this proxy
+	seq    uint64                   // the push's sequence number (see sync.go)
 	phases []phase                  // not yet released, in order
 	sent   []bool                   // by type index: a response of the type was released
 	armed  []bool                   // by type index: the upsert held removals back
@@ -593,7 +631,8 @@ type plan struct {
 // onPush applies a push to the connection: re-initialises the proxy on a
 // Full push, filters by dependencies, generates the affected watched types
 // and starts releasing its phases.
-func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest) error {
+func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest, seq uint64) error {
+	c.appliedP = max(c.appliedP, seq)
 	pc := req.Push
 	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
 		pc = c.proxy.Push // never go back to an older snapshot
@@ -606,6 +645,7 @@ func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest) error {
 	c.proxy.Push = pc
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
 	if !ok {
+		c.completedP = c.appliedP // nothing to send: complete
 		return nil
 	}
 	if filtered.Push != pc {
@@ -632,11 +672,12 @@ func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest) error {
 		// EDS re-sends the endpoints of re-warming clusters, which a
 		// DeltaGenerator does not list: it is generated in full then.
 		full := dirty || (i == set.edsIdx && cdsAffected)
-		if tgt := c.generate(ctx, i, filtered, true, full); tgt != nil {
+		if tgt, _ := c.generate(ctx, i, filtered, true, full); tgt != nil {
 			pl.phases = append(pl.phases, phase{typeIdx: i, tgt: tgt})
 		}
 	}
 	if len(pl.phases) == 0 {
+		c.completedP = c.appliedP
 		return nil
 	}
 	for _, i := range set.removalOrder {
@@ -644,6 +685,7 @@ func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest) error {
 			pl.phases = append(pl.phases, phase{typeIdx: i, removal: true})
 		}
 	}
+	pl.seq = c.appliedP
 	c.plan = pl
 	c.advance(ctx, false)
 	return nil
@@ -708,6 +750,7 @@ func (c *conn) advance(ctx context.Context, force bool) {
 	}
 	if len(pl.phases) == 0 {
 		c.plan = nil
+		c.completedP = max(c.completedP, pl.seq)
 		c.stopGate()
 	} else {
 		c.setBusy()
@@ -955,6 +998,7 @@ func (c *conn) stopOnNACK(ctx context.Context, i int) {
 		}
 	}
 	c.plan = nil
+	c.completedP = max(c.completedP, pl.seq) // the push is over; its NACK stands
 	c.stopGate()
 	c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: NACK stops the push; later phases not sent",
 		slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.s.set.order[i])),

@@ -11,6 +11,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -84,16 +85,16 @@ func Example() {
 	})
 	receive()
 
-	nacks, err := srv.WaitForVersion(ctx, "example-00000000000000000002")
+	nacks, err := srv.WaitForVersion(ctx, "example-2")
 	fmt.Println("converged:", err == nil, "NACKs:", len(nacks))
 	for _, cs := range srv.Status() {
 		fmt.Println(cs.ProxyID, cs.Types[0].AckedVersion, cs.Types[0].Synced())
 	}
 	// Output:
-	// version example-00000000000000000001: 1 cluster(s)
-	// version example-00000000000000000002: 2 cluster(s)
+	// version example-1: 1 cluster(s)
+	// version example-2: 2 cluster(s)
 	// converged: true NACKs: 0
-	// proxy-1 example-00000000000000000002 true
+	// proxy-1 example-2 true
 }
 
 // Example_delta serves a Delta (incremental) client: it is sent only what
@@ -180,4 +181,81 @@ func Example_delta() {
 	// sent [web2], removed []
 	// sent [], removed [web]
 	// sent [], removed []
+}
+
+// ExampleServer_Sync follows an endpoint-only change, which keeps the
+// version, until the client has ACKed it.
+func ExampleServer_Sync() {
+	var mu sync.Mutex
+	endpoints := map[string]string{"web": "10.0.0.1"} // the host's store: service → address
+	b, _ := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "example"})
+	eds := xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []xds.Resource
+		for _, name := range w.Names {
+			if addr, ok := endpoints[name]; ok {
+				out = append(out, xds.Resource{Name: name, Message: &endpointv3.ClusterLoadAssignment{
+					ClusterName: name,
+					Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+						HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+							Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+								Address: addr, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 8080}}}},
+						}},
+					}}}},
+				}})
+			}
+		}
+		return out, nil
+	})
+	srv, _ := xds.New(xds.Config{
+		Builder:    b,
+		Generators: map[xds.TypeURL]xds.Generator{xds.EndpointType: eds},
+		TypeKinds:  map[xds.TypeURL][]string{xds.EndpointType: {"Endpoints"}},
+		Debounce:   xds.DebounceConfig{After: time.Millisecond, Max: 10 * time.Millisecond},
+	})
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	lis := bufconn.Listen(1 << 20)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	<-srv.Ready()
+	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	defer cc.Close()
+
+	// A client subscribes to the endpoints of web, and ACKs what it gets.
+	stream, _ := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	_ = stream.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "proxy-1"},
+		TypeUrl: string(xds.EndpointType), ResourceNames: []string{"web"}})
+	receive := func() {
+		r, _ := stream.Recv()
+		cla := &endpointv3.ClusterLoadAssignment{}
+		_ = r.Resources[0].UnmarshalTo(cla)
+		addr := cla.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().Address
+		fmt.Printf("version %s: %s at %s\n", r.VersionInfo, cla.ClusterName, addr)
+		_ = stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo,
+			ResponseNonce: r.Nonce, ResourceNames: []string{"web"}})
+	}
+	receive()
+
+	// web moves: an endpoint-only change, pushed without a new version.
+	mu.Lock()
+	endpoints["web"] = "10.0.0.2"
+	mu.Unlock()
+	srv.ConfigUpdate(&pushcontext.PushRequest{
+		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Endpoints", Name: "web"}),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonEndpointUpdate),
+	})
+	go receive()
+	nacks, err := srv.Sync(ctx) // returns once the client has ACKed the change
+	fmt.Println("synced:", err == nil, "NACKs:", len(nacks))
+	// Output:
+	// version example-1: web at 10.0.0.1
+	// version example-1: web at 10.0.0.2
+	// synced: true NACKs: 0
 }

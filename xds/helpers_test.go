@@ -221,6 +221,8 @@ type fixture struct {
 	lis   *bufconn.Listener
 	tcp   net.Listener
 	gs    *grpc.Server
+	// stop ends Run's context (the test's cleanup waits for Run).
+	stop context.CancelFunc
 
 	mu     sync.Mutex
 	events []string // hook events, for assertions
@@ -228,7 +230,12 @@ type fixture struct {
 
 // newConfig returns a Config serving CDS, EDS, LDS and RDS from st.
 func newConfig(t testing.TB, st *store) (Config, pushcontext.Index[*snapshot]) {
-	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "test"})
+	return newConfigEpoch(t, st, "test")
+}
+
+// newConfigEpoch is newConfig with the Builder's epoch ("" for a random one).
+func newConfigEpoch(t testing.TB, st *store, epoch string) (Config, pushcontext.Index[*snapshot]) {
+	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: epoch})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +309,13 @@ func newConfig(t testing.TB, st *store) (Config, pushcontext.Index[*snapshot]) {
 // stops it when the test ends.
 func start(t testing.TB, st *store, tweak func(*Config), tcp bool) *fixture {
 	t.Helper()
-	cfg, idx := newConfig(t, st)
+	return startEpoch(t, st, "test", tweak, tcp)
+}
+
+// startEpoch is start with the Builder's epoch ("" for a random one).
+func startEpoch(t testing.TB, st *store, epoch string, tweak func(*Config), tcp bool) *fixture {
+	t.Helper()
+	cfg, idx := newConfigEpoch(t, st, epoch)
 	f := &fixture{t: t, store: st, index: idx}
 	hooks := &cfg.Hooks
 	hooks.OnNACK = func(n NACK) { f.event("nack %s %s", n.ProxyID, shortType(n.Type)) }
@@ -330,6 +343,7 @@ func start(t testing.TB, st *store, tweak func(*Config), tcp bool) *fixture {
 		wg.Go(func() { _ = f.gs.Serve(l) })
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	f.stop = cancel
 	runErr := make(chan error, 1)
 	go func() { runErr <- srv.Run(ctx) }()
 	t.Cleanup(func() {

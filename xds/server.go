@@ -39,8 +39,8 @@ const (
 // A Server is safe for concurrent use.
 type Server struct {
 	set     *settings
-	deb     *debounce.Debouncer[*pushcontext.PushRequest]
-	queue   *pushqueue.Queue[*conn, *pushcontext.PushRequest]
+	deb     *debounce.Debouncer[*update]
+	queue   *pushqueue.Queue[*conn, *pushItem]
 	cache   *encCache
 	limiter *rate.Limiter // nil: no limit on new streams
 
@@ -56,6 +56,7 @@ type Server struct {
 	mu       sync.Mutex         // protects the fields below
 	state    int                // stateNew … stateStopped
 	conns    map[*conn]struct{} // registered connections, initialised or not
+	pushSeq  uint64             // pushes fanned out so far (see sync.go)
 	versions map[string]uint64  // published version → Seq, for WaitForVersion
 	vorder   []string           // versions in publication order (bounded)
 	streams  sync.WaitGroup     // stream handlers and the goroutines they start; Add only under mu while running
@@ -69,6 +70,22 @@ type Server struct {
 	waiters atomic.Int32
 	waitMu  sync.Mutex // protects waitCh
 	waitCh  chan struct{}
+
+	// Sync's counters; see sync.go.
+	updMu     sync.Mutex       // serialises ConfigUpdate's numbering and its Add, and protects the fields below
+	updGen    uint64           // ConfigUpdate requests numbered so far
+	laneAdded [numLanes]uint64 // by lane: the generation of the last request added
+
+	syncWaiters atomic.Int32
+	syncMu      sync.Mutex       // protects the fields below and conn.syncedP; taken after mu, never before
+	lanePushed  [numLanes]uint64 // by lane: the generation of the last request pushed
+	lanePushSeq [numLanes]uint64 // by lane: the sequence number of its last push
+	syncTop     uint64           // the sequence number of the last push
+	syncConns   int              // registered connections
+	syncHist    map[uint64]int   // syncedP → number of registered connections at that value
+	minSynced   uint64           // the lowest syncedP of a registered connection (if any)
+	syncStopped bool             // Run has stopped
+	syncCh      chan struct{}    // closed and replaced to wake Sync calls
 }
 
 // New validates cfg and returns a Server. It starts no goroutine.
@@ -79,21 +96,27 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		set:      set,
-		queue:    pushqueue.New[*conn, *pushcontext.PushRequest](),
+		queue:    pushqueue.New[*conn, *pushItem](),
 		cache:    newEncCache(),
 		conns:    make(map[*conn]struct{}),
 		versions: make(map[string]uint64),
 		waitCh:   make(chan struct{}),
 		ready:    make(chan struct{}),
+		syncHist: make(map[uint64]int),
+		syncCh:   make(chan struct{}),
 	}
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if set.streamRate > 0 {
 		s.limiter = rate.NewLimiter(rate.Limit(set.streamRate), set.streamBurst)
 	}
-	s.deb, err = debounce.New(debounce.Config[*pushcontext.PushRequest]{
+	var bypass func(*update) bool
+	if set.debounce.Bypass != nil {
+		bypass = func(u *update) bool { return u.bypass }
+	}
+	s.deb, err = debounce.New(debounce.Config[*update]{
 		After:  set.debounce.After,
 		Max:    set.debounce.Max,
-		Bypass: set.debounce.Bypass,
+		Bypass: bypass,
 		Logger: set.logger,
 	}, s.push)
 	if err != nil {
@@ -188,6 +211,10 @@ func (s *Server) shutdown() {
 	s.mu.Unlock()
 	s.stop()
 	s.queue.ShutDown()
+	s.syncMu.Lock()
+	s.syncStopped = true
+	s.wakeSync()
+	s.syncMu.Unlock()
 	s.streams.Wait()
 	s.notify()
 }
@@ -229,7 +256,18 @@ func (s *Server) ConfigUpdate(req *pushcontext.PushRequest) {
 		cp.Start = time.Now()
 		req = &cp
 	}
-	s.deb.Add(req)
+	u := &update{req: req}
+	if bypass := s.set.debounce.Bypass; bypass != nil {
+		u.bypass = bypass(req)
+	}
+	// Numbered and added under one lock, so that generations follow the
+	// order of the debounce lanes (see sync.go).
+	s.updMu.Lock()
+	s.updGen++
+	u.gen = s.updGen
+	s.laneAdded[u.lane()] = u.gen
+	s.deb.Add(u)
+	s.updMu.Unlock()
 }
 
 // Inbound returns the number of ConfigUpdate calls received (nil excluded).
@@ -237,7 +275,7 @@ func (s *Server) Inbound() int64 { return s.deb.Inbound() }
 
 // Committed returns the number of ConfigUpdate calls whose requests have
 // been pushed: built into a PushContext and queued for every connection.
-// It does not mean clients hold them; see WaitForVersion.
+// It does not mean clients hold them; see Sync and WaitForVersion.
 func (s *Server) Committed() int64 { return s.deb.Committed() }
 
 // Ready returns a channel that is closed once Run has built the first
@@ -267,7 +305,7 @@ func (s *Server) publish(pc *pushcontext.PushContext) {
 		}
 	}
 	// Stored under mu so that a connection registering (under mu) sees
-	// either this PushContext or the fan-out that follows; see serveSotW.
+	// either this PushContext or the fan-out that follows; see serve.
 	s.current.Store(pc)
 	s.mu.Unlock()
 	s.notify()
@@ -275,9 +313,10 @@ func (s *Server) publish(pc *pushcontext.PushContext) {
 
 // push is the debounce callback: it builds the next PushContext for a Full
 // request and fans the request out to every registered connection.
-func (s *Server) push(ctx context.Context, req *pushcontext.PushRequest) {
+func (s *Server) push(ctx context.Context, u *update) {
 	s.buildMu.Lock()
 	defer s.buildMu.Unlock()
+	req := u.req
 
 	ev := PushEvent{Full: req.Full, Reason: req.Reason}
 	pc := s.current.Load()
@@ -304,12 +343,23 @@ func (s *Server) push(ctx context.Context, req *pushcontext.PushRequest) {
 	}
 	s.cache.rotate()
 
+	item := &pushItem{req: &out}
 	s.mu.Lock()
+	s.pushSeq++
+	item.seq = s.pushSeq
 	for c := range s.conns {
-		s.queue.Enqueue(c, &out)
+		s.queue.Enqueue(c, item)
 	}
 	ev.Connections = len(s.conns)
 	s.mu.Unlock()
+
+	s.syncMu.Lock()
+	l := u.lane()
+	s.lanePushed[l] = max(s.lanePushed[l], u.gen)
+	s.lanePushSeq[l] = item.seq
+	s.syncTop = item.seq
+	s.wakeSync()
+	s.syncMu.Unlock()
 
 	ev.Version = pc.Version()
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: push",
@@ -326,8 +376,8 @@ func (s *Server) push(ctx context.Context, req *pushcontext.PushRequest) {
 // network: a connection that is writing (or still initialising) parks the
 // request and queues itself again when it is free, so a slow client never
 // holds a slot for the length of a blocked write.
-func (s *Server) deliver(ctx context.Context, c *conn, req *pushcontext.PushRequest) {
-	done := c.post(req)
+func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
+	done := c.post(item)
 	if done == nil {
 		return
 	}
@@ -349,12 +399,17 @@ func (s *Server) register(c *conn) (*pushcontext.PushContext, error) {
 		return nil, status.Error(codes.Unavailable, "xds: server is shutting down")
 	}
 	s.conns[c] = struct{}{}
+	// Every push so far is either in the PushContext returned or, for
+	// non-Full pushes, in what the generators read now.
+	c.appliedP, c.completedP, c.reportedP = s.pushSeq, s.pushSeq, s.pushSeq
+	s.syncAdd(c, s.pushSeq)
 	return s.current.Load(), nil
 }
 
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.syncRemove(c)
 	s.mu.Unlock()
 	s.notify()
 }

@@ -19,6 +19,15 @@ type watch struct {
 	names    []string // sorted, unique, without "*"
 	wildcard bool
 
+	// order and star describe the resource names of the last SotW request
+	// as the client sent them, so that a request that repeats them (every
+	// ACK does) is recognised without sorting: order is nil when they were
+	// names itself (sorted, unique, without "*"); otherwise it holds, for
+	// each name sent, its index in names (starIndex for "*"). star reports
+	// a "*" among them.
+	order []uint32
+	star  bool
+
 	// sent maps each resource name the client holds (was sent, or reported
 	// in Delta's initial_resource_versions, and still subscribes to) to the
 	// encoding it holds. It is what makes pushes incremental: a resource
@@ -48,6 +57,11 @@ type watch struct {
 	seqAcked     uint64
 	ackedAt      time.Time
 
+	// pSent and pAcked are the connection's appliedP when the last response
+	// was made and when the last ACKed one was (see sync.go).
+	pSent  uint64
+	pAcked uint64
+
 	nack *NACK // last NACK since the last ACK
 }
 
@@ -62,6 +76,60 @@ const (
 	// modeFull sends every generated resource.
 	modeFull
 )
+
+// starIndex stands for "*" in watch.order.
+const starIndex = ^uint32(0)
+
+// subscription returns the names of raw sorted, without duplicates and
+// "*", whether "*" was in raw, and the order of raw relative to names (see
+// watch.order). It does not modify raw, and returns raw itself (and a nil
+// order) when raw is already in that form.
+func subscription(raw []string) (names []string, star bool, order []uint32) {
+	sorted := true
+	for k := 1; k < len(raw) && sorted; k++ {
+		sorted = raw[k-1] < raw[k]
+	}
+	if sorted {
+		if _, star := slices.BinarySearch(raw, "*"); !star {
+			return raw, false, nil
+		}
+	}
+	names, star = normalizeNames(slices.Clone(raw))
+	if len(names) >= int(starIndex) {
+		return names, star, nil // too many to index: sameNames is false
+	}
+	order = make([]uint32, len(raw))
+	for k, n := range raw {
+		if n == "*" {
+			order[k] = starIndex
+			continue
+		}
+		i, _ := slices.BinarySearch(names, n)
+		order[k] = uint32(i)
+	}
+	return names, star, order
+}
+
+// sameNames reports whether raw is, name for name, the resource names of
+// the last SotW request of the watch.
+func (w *watch) sameNames(raw []string) bool {
+	if w.order == nil {
+		return slices.Equal(raw, w.names)
+	}
+	if len(raw) != len(w.order) {
+		return false
+	}
+	for k, i := range w.order {
+		if i == starIndex {
+			if raw[k] != "*" {
+				return false
+			}
+		} else if raw[k] != w.names[i] {
+			return false
+		}
+	}
+	return true
+}
 
 // normalizeNames sorts names in place, drops duplicates and "*", and reports
 // whether "*" was present. The result shares names' backing array.
@@ -101,12 +169,30 @@ func (c *conn) onRequest(ctx context.Context, req *discoveryv3.DiscoveryRequest)
 			Push:   c.proxy.Push,
 			Delta:  delta,
 		}
-		tgt := c.generate(ctx, i, preq, false, true)
+		tgt, err := c.generate(ctx, i, preq, false, true)
+		if tgt == nil && err == nil && c.initialFullState(i, req) {
+			// Nothing to send, but a client waits for the first answer of
+			// a full-state type to finish initialising (Envoy would stall
+			// until its initial fetch timeout): it holds nothing, so an
+			// empty state removes nothing.
+			w := c.watches[i]
+			tgt = &target{names: w.names, wildcard: w.wildcard}
+		}
 		if m := c.release(ctx, i, tgt, relOpts{all: mode == modeFull, pc: c.proxy.Push}); m != nil {
 			c.send([]*outMsg{m})
 		}
 	}
 	return nil
+}
+
+// initialFullState reports whether req is the first request of full-state
+// type i from a client that holds none of its resources: nothing was sent
+// on this stream, and the client reports no version (a client that
+// reconnects with a version holds resources, which an empty state would
+// remove).
+func (c *conn) initialFullState(i int, req *discoveryv3.DiscoveryRequest) bool {
+	w := c.watches[i]
+	return c.s.set.fullState[i] && req.VersionInfo == "" && w != nil && w.nonceSent == "" && len(w.sent) == 0
 }
 
 // shouldRespond applies the SotW request state machine, in istiod's order:
@@ -151,7 +237,18 @@ func (c *conn) shouldRespond(ctx context.Context, i int, req *discoveryv3.Discov
 		return false, 0, pushcontext.ResourceDelta{}
 	}
 
-	names, star := normalizeNames(req.ResourceNames)
+	// The names of an ACK are most often those of the previous request,
+	// in the same order: then they need no sorting (a SotW client repeats
+	// every name it subscribes to in every ACK).
+	same := w != nil && w.sameNames(req.ResourceNames)
+	var names []string
+	var star bool
+	var order []uint32
+	if same {
+		names, star, order = w.names, w.star, w.order
+	} else {
+		names, star, order = subscription(req.ResourceNames)
+	}
 
 	// 2. Unsubscribe: a by-name type with no names.
 	if !full && len(names) == 0 {
@@ -167,7 +264,7 @@ func (c *conn) shouldRespond(ctx context.Context, i int, req *discoveryv3.Discov
 	// 3. Initial request (empty nonce) or a reconnect to this server (a
 	// nonce, but no watch on this stream): answer in full.
 	if req.ResponseNonce == "" || w == nil {
-		nw := &watch{names: names, wildcard: wildcard}
+		nw := &watch{names: names, wildcard: wildcard, order: order, star: star}
 		if w != nil && len(w.held) > 0 {
 			// A push is holding removals back: the client still holds them
 			// and the answer keeps them until the push removes them.
@@ -193,9 +290,12 @@ func (c *conn) shouldRespond(ctx context.Context, i int, req *discoveryv3.Discov
 
 	// 5. ACK of the last response, possibly with a new subscription.
 	c.recordACK(i, w)
-	added, removed := diffNames(w.names, names)
+	var added, removed []string
+	if !same {
+		added, removed = diffNames(w.names, names)
+	}
 	changed := len(added) > 0 || len(removed) > 0 || wildcard != w.wildcard
-	w.names, w.wildcard = names, wildcard
+	w.names, w.wildcard, w.order, w.star = names, wildcard, order, star
 	for _, n := range removed {
 		delete(w.sent, n)
 		delete(w.held, n)

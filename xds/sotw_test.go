@@ -4,9 +4,12 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"testing/synctest"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/xdspush/xdspush/pushcontext"
 )
 
 // newTestConn returns a conn on a Server built from the test config, with
@@ -132,6 +135,44 @@ func TestShouldRespond(t *testing.T) {
 			wantWatch: true,
 		},
 		{
+			name: "ack with the names of the last request, unsorted",
+			watches: map[TypeURL]*watch{EndpointType: func() *watch {
+				w := eds("c1", "c10", "c2")
+				w.order = []uint32{2, 1, 0} // sent as c2, c10, c1
+				return w
+			}()},
+			req:       &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), VersionInfo: "v1", ResponseNonce: "v1/1", ResourceNames: []string{"c2", "c10", "c1"}},
+			want:      false,
+			wantAcked: "v1/1",
+			wantWatch: true,
+		},
+		{
+			name: "ack with the same names in another order",
+			watches: map[TypeURL]*watch{EndpointType: func() *watch {
+				w := eds("c1", "c10", "c2")
+				w.order = []uint32{2, 1, 0} // sent as c2, c10, c1
+				return w
+			}()},
+			req:       &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), VersionInfo: "v1", ResponseNonce: "v1/1", ResourceNames: []string{"c10", "c1", "c2"}},
+			want:      false,
+			wantAcked: "v1/1",
+			wantWatch: true,
+		},
+		{
+			name: "ack adding a name to an unsorted list",
+			watches: map[TypeURL]*watch{EndpointType: func() *watch {
+				w := eds("c1", "c2")
+				w.order = []uint32{1, 0} // sent as c2, c1
+				return w
+			}()},
+			req:       &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), VersionInfo: "v1", ResponseNonce: "v1/1", ResourceNames: []string{"c2", "c1", "c3"}},
+			want:      true,
+			wantMode:  modeChanged,
+			wantSubs:  []string{"c3"},
+			wantAcked: "v1/1",
+			wantWatch: true,
+		},
+		{
 			name: "removal from a full-state type",
 			watches: map[TypeURL]*watch{ClusterType: {names: []string{"c1", "c2"}, nonceSent: "v1/1", versionSent: "v1"},
 				EndpointType: eds("c1")},
@@ -225,9 +266,137 @@ func TestNormalizeNames(t *testing.T) {
 	}
 }
 
+func TestSubscription(t *testing.T) {
+	tests := []struct {
+		name      string
+		in        []string
+		want      []string
+		wantStar  bool
+		wantOrder []uint32 // nil: the result is the input itself
+	}{
+		{name: "empty", in: nil, want: nil},
+		{name: "sorted unique", in: []string{"a", "b"}, want: []string{"a", "b"}},
+		{name: "unsorted", in: []string{"c10", "c2", "c1"}, want: []string{"c1", "c10", "c2"}, wantOrder: []uint32{1, 2, 0}},
+		{name: "duplicates", in: []string{"a", "a"}, want: []string{"a"}, wantOrder: []uint32{0, 0}},
+		{name: "star", in: []string{"*", "a"}, want: []string{"a"}, wantStar: true, wantOrder: []uint32{starIndex, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := slices.Clone(tt.in)
+			got, star, order := subscription(in)
+			if !slices.Equal(got, tt.want) || star != tt.wantStar || !slices.Equal(order, tt.wantOrder) {
+				t.Errorf("subscription(%q) = %q, %v, %v; want %q, %v, %v", tt.in, got, star, order, tt.want, tt.wantStar, tt.wantOrder)
+			}
+			if !slices.Equal(in, tt.in) {
+				t.Errorf("subscription modified its input to %q", in)
+			}
+			if shared := len(in) > 0 && &got[0] == &in[0]; shared != (len(in) > 0 && tt.wantOrder == nil) {
+				t.Errorf("result shares the input: %v; want %v", shared, tt.wantOrder == nil)
+			}
+			// The same names, in the same order, are recognised; others not.
+			w := &watch{names: got, star: star, order: order}
+			if !w.sameNames(tt.in) {
+				t.Errorf("sameNames(%q) = false; want true", tt.in)
+			}
+			if w.sameNames(append(slices.Clone(tt.in), "z")) {
+				t.Errorf("sameNames(%q + z) = true; want false", tt.in)
+			}
+			if len(tt.in) > 1 && tt.in[0] != tt.in[1] {
+				swapped := slices.Clone(tt.in)
+				swapped[0], swapped[1] = swapped[1], swapped[0]
+				if w.sameNames(swapped) {
+					t.Errorf("sameNames(%q) = true; want false (another order)", swapped)
+				}
+			}
+		})
+	}
+}
+
 func TestDiffNames(t *testing.T) {
 	added, removed := diffNames([]string{"a", "b", "d"}, []string{"b", "c", "d", "e"})
 	if !slices.Equal(added, []string{"c", "e"}) || !slices.Equal(removed, []string{"a"}) {
 		t.Errorf("diffNames = %q, %q; want [c e], [a]", added, removed)
+	}
+}
+
+// nilGenerator returns nil ("nothing to send"), or err.
+type nilGenerator struct{ err error }
+
+func (g nilGenerator) Generate(context.Context, *Proxy, Watch, *pushcontext.PushRequest) ([]Resource, error) {
+	return nil, g.err
+}
+
+// A SotW client that holds nothing and asks for a full-state type whose
+// generator has nothing gets an empty response, so that it can finish
+// initialising (as Delta answers every first request); a reconnecting
+// client that reports a version, a by-name type and a failing generator
+// get nothing.
+func TestSotWInitialFullStateWithNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		typ  TypeURL
+		gen  Generator // nil: the test world's
+		req  *discoveryv3.DiscoveryRequest
+		// wantEmpty: one response with no resources; else no response.
+		wantEmpty bool
+	}{
+		{name: "CDS initial", typ: ClusterType, gen: nilGenerator{},
+			req: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}, wantEmpty: true},
+		{name: "LDS initial, wildcard star", typ: ListenerType, gen: nilGenerator{},
+			req: &discoveryv3.DiscoveryRequest{TypeUrl: string(ListenerType), ResourceNames: []string{"*"}}, wantEmpty: true},
+		{name: "CDS initial by name", typ: ClusterType, gen: nilGenerator{},
+			req: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResourceNames: []string{"c0"}}, wantEmpty: true},
+		{name: "CDS reconnect with a version", typ: ClusterType, gen: nilGenerator{},
+			req: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), VersionInfo: "old-7"}},
+		{name: "CDS generator error", typ: ClusterType, gen: nilGenerator{err: errTestGen},
+			req: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}},
+		{name: "EDS by name", typ: EndpointType, gen: nilGenerator{},
+			req: &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: []string{"c0"}}},
+		{name: "EDS unknown name", typ: EndpointType,
+			req: &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: []string{"unknown"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 2)
+				f := start(t, st, func(cfg *Config) {
+					if tt.gen != nil {
+						cfg.Generators[tt.typ] = tt.gen
+					}
+				}, false)
+				c := f.connect("n", nil, true)
+				c.send(tt.req)
+				synctest.Wait()
+				rs := c.pending()
+				if !tt.wantEmpty {
+					if len(rs) != 0 {
+						t.Fatalf("got %d responses (%v); want none", len(rs), typesOf(rs))
+					}
+					probe := RouteType
+					if tt.typ == RouteType {
+						probe = ListenerType
+					}
+					c.request(probe, "r0")
+					if r := c.recv(); TypeURL(r.TypeUrl) != probe {
+						t.Fatalf("got a %s response; want only the %s probe's", shortType(TypeURL(r.TypeUrl)), shortType(probe))
+					}
+					return
+				}
+				if len(rs) != 1 || TypeURL(rs[0].TypeUrl) != tt.typ || len(rs[0].Resources) != 0 || rs[0].VersionInfo != f.srv.Version() || rs[0].Nonce == "" {
+					t.Fatalf("got %d responses (%v); want one empty %s response of version %s", len(rs), rs, shortType(tt.typ), f.srv.Version())
+				}
+				c.ack(rs[0], tt.req.ResourceNames...)
+				synctest.Wait()
+				ts := f.srv.Status()[0].Types[0]
+				if !ts.Synced() || ts.SentNonce != rs[0].Nonce {
+					t.Errorf("status = %+v; want the empty response ACKed", ts)
+				}
+				// The ACK is not answered again.
+				if got := c.pending(); len(got) != 0 {
+					t.Errorf("after the ACK: %v; want nothing", typesOf(got))
+				}
+			})
+		})
 	}
 }

@@ -121,7 +121,38 @@ func (c *conn) publishStatus(initialised bool) {
 		}
 	}
 	c.statusMu.Unlock()
+	c.updateSynced()
 	c.s.notify()
+}
+
+// updateSynced computes the highest push the connection is synced to (see
+// sync.go) and reports it to the Server if it rose. It runs on the handler
+// goroutine.
+func (c *conn) updateSynced() {
+	x := c.completedP
+	if c.writing || len(c.outbox) > 0 {
+		// Responses still being written (their OnSend hooks not run): not
+		// synced to the pushes they carry.
+		low := c.writingP
+		if q := lowestP(c.outbox); q != 0 && (low == 0 || q < low) {
+			low = q
+		}
+		if low == 0 {
+			return
+		}
+		x = min(x, low-1)
+	}
+	for _, w := range c.watches {
+		if w == nil || w.nonceSent == "" || w.nonceAcked == w.nonceSent ||
+			(w.nack != nil && w.nack.Nonce == w.nonceSent) {
+			continue // nothing sent, or the last response ACKed or NACKed
+		}
+		x = min(x, w.pAcked)
+	}
+	if x > c.reportedP {
+		c.reportedP = x
+		c.s.syncAdvance(c, x)
+	}
 }
 
 // status returns the connection's published state.
@@ -193,18 +224,18 @@ func (s *Server) Status() []ConnStatus {
 // connection (a proxy the change does not concern is done then), every
 // make-before-break phase of the connection's push has been sent, and for
 // every type the connection watches, the last response sent has been ACKed,
-// or a response of that version or a later one has been ACKed. A type whose last response
-// was NACKed counts as settled: WaitForVersion returns those NACKs instead
-// of waiting for an ACK that will not come. Proxies that disconnect stop
-// counting; proxies that connect later are served the current version and
-// count too.
+// or a response of that version or a later one has been ACKed. A type
+// whose last response was NACKed counts as settled: WaitForVersion returns
+// those NACKs instead of waiting for an ACK that will not come. Proxies
+// that disconnect stop counting; proxies that connect later are served the
+// current version and count too.
 //
 // If version has not been published yet, WaitForVersion waits for it (only
 // the last 4096 published versions are remembered). It returns ctx.Err()
 // if ctx ends first.
 //
 // A non-Full push (endpoint changes) reuses the current version, so
-// waiting for that version does not wait for those changes.
+// waiting for that version does not wait for those changes: Sync does.
 func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, error) {
 	s.waiters.Add(1)
 	defer s.waiters.Add(-1)

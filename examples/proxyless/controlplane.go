@@ -127,7 +127,7 @@ type controlPlane struct {
 	store  *store
 	srv    *xds.Server
 	gs     *grpc.Server
-	events *pushEvents
+	pushes *pushCounts
 }
 
 // newControlPlane builds the control plane. It starts nothing; see serve.
@@ -170,7 +170,7 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 		return pick(st.endpoints, w), nil
 	})
 
-	cp := &controlPlane{store: st, events: newPushEvents()}
+	cp := &controlPlane{store: st, pushes: newPushCounts()}
 	cp.srv, err = xds.New(xds.Config{
 		Builder: b,
 		Generators: map[xds.TypeURL]xds.Generator{
@@ -189,7 +189,7 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 		// Endpoint-only changes skip the debounce window.
 		Debounce: xds.DebounceConfig{Bypass: func(r *pushcontext.PushRequest) bool { return !r.Full }},
 		Logger:   cfg.Logger,
-		Hooks:    cp.events.hooks(),
+		Hooks:    cp.pushes.hooks(),
 	})
 	if err != nil {
 		return nil, err
@@ -234,7 +234,7 @@ func (cp *controlPlane) moveEndpoints(svc string, addrs []string) (*pushcontext.
 	if !slices.Contains(cp.store.services, svc) {
 		return nil, fmt.Errorf("proxyless: unknown service %q", svc)
 	}
-	cp.events.reset()
+	cp.pushes.reset()
 	if err := cp.store.setEndpoints(svc, addrs); err != nil {
 		return nil, err
 	}
@@ -263,106 +263,48 @@ func pick[M proto.Message](m map[string]M, w xds.Watch) []xds.Resource {
 	return out
 }
 
-// pushEvents follows the responses the xds.Server pushes and the ACKs it
-// receives, through its hooks, so that the demo can wait until a pushed
-// endpoint change has been accepted by the client.
+// pushCounts counts the responses the xds.Server pushes, by type, through
+// Hooks.OnSend. Server.Sync returns only once the OnSend hooks of the
+// responses it waited for have returned, so the counts are complete then.
 //
 // It is safe for concurrent use.
-type pushEvents struct {
+type pushCounts struct {
 	mu sync.Mutex
-	// pushed counts the responses sent by pushes since the last reset, by
-	// type. Protected by mu.
-	pushed map[xds.TypeURL]int
-	// edsNonces holds the nonces of EDS responses sent by pushes since the
-	// last reset. Protected by mu.
-	edsNonces map[string]bool
-	// acked and nacked hold the nonces of EDS responses the client ACKed
-	// and NACKed since the last reset. Protected by mu.
-	acked  map[string]bool
-	nacked map[string]string // nonce → error detail
-	// changed is closed and replaced on every event. Protected by mu.
-	changed chan struct{}
+	// byType counts the responses sent by pushes since the last reset.
+	// Protected by mu.
+	byType map[xds.TypeURL]int
 }
 
-func newPushEvents() *pushEvents {
-	e := &pushEvents{changed: make(chan struct{})}
-	e.reset()
-	return e
+func newPushCounts() *pushCounts {
+	return &pushCounts{byType: map[xds.TypeURL]int{}}
 }
 
-// reset forgets every event seen so far.
-func (e *pushEvents) reset() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.pushed = map[xds.TypeURL]int{}
-	e.edsNonces = map[string]bool{}
-	e.acked = map[string]bool{}
-	e.nacked = map[string]string{}
-}
-
-// hooks returns the xds.Hooks that feed e. The ACK of a response may be
-// reported before its send (they run on different goroutines), so both
-// are recorded by nonce and matched in waitEDSPush.
-func (e *pushEvents) hooks() xds.Hooks {
+// hooks returns the xds.Hooks that feed p.
+func (p *pushCounts) hooks() xds.Hooks {
 	return xds.Hooks{
 		OnSend: func(ev xds.SendEvent) {
 			if !ev.Push {
 				return // an answer to a client's request
 			}
-			e.update(func() {
-				e.pushed[ev.Type]++
-				if ev.Type == xds.EndpointType {
-					e.edsNonces[ev.Nonce] = true
-				}
-			})
-		},
-		OnACK: func(ev xds.ACKEvent) {
-			if ev.Type == xds.EndpointType {
-				e.update(func() { e.acked[ev.Nonce] = true })
-			}
-		},
-		OnNACK: func(n xds.NACK) {
-			if n.Type == xds.EndpointType {
-				e.update(func() { e.nacked[n.Nonce] = n.Message })
-			}
+			p.mu.Lock()
+			p.byType[ev.Type]++
+			p.mu.Unlock()
 		},
 	}
 }
 
-// update runs f under the lock and wakes the waiters.
-func (e *pushEvents) update(f func()) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	f()
-	close(e.changed)
-	e.changed = make(chan struct{})
+// reset forgets the responses counted so far.
+func (p *pushCounts) reset() {
+	p.mu.Lock()
+	p.byType = map[xds.TypeURL]int{}
+	p.mu.Unlock()
 }
 
-// waitEDSPush waits until the client has ACKed an EDS response pushed since
-// the last reset, and returns how many responses of each type were pushed
-// by then. A NACK of such a response is an error.
-func (e *pushEvents) waitEDSPush(ctx context.Context) (map[xds.TypeURL]int, error) {
-	for {
-		e.mu.Lock()
-		ch := e.changed
-		for nonce := range e.edsNonces {
-			if msg, ok := e.nacked[nonce]; ok {
-				e.mu.Unlock()
-				return nil, fmt.Errorf("the client rejected the endpoints: %s", msg)
-			}
-			if e.acked[nonce] {
-				pushed := maps.Clone(e.pushed)
-				e.mu.Unlock()
-				return pushed, nil
-			}
-		}
-		e.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
+// counts returns the responses counted since the last reset, by type.
+func (p *pushCounts) counts() map[xds.TypeURL]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.byType)
 }
 
 // ---- xDS resources a grpc-go client accepts ---------------------------------

@@ -195,23 +195,30 @@ func (d *demo) moveEndpoints(i int) (string, error) {
 	return fmt.Sprintf("Full=%t ConfigsUpdated=%v Reason=%v", r.Full, r.ConfigsUpdated.Sorted(), r.Reason), nil
 }
 
-// waitEndpointPush waits, within the demo's timeout, until the client has
-// ACKed the ClusterLoadAssignment pushed since the last moveEndpoints, and
-// returns the number of responses pushed by then, by short type name.
+// waitEndpointPush waits, within the demo's timeout, until the control
+// plane has pushed every change reported so far and the client has ACKed
+// it (Server.Sync), and returns the number of responses pushed since the
+// last moveEndpoints, by short type name. A NACK is an error.
 func (d *demo) waitEndpointPush(ctx context.Context) (map[string]int, error) {
-	var pushed map[string]int
 	err := d.step(ctx, "the client to ACK the endpoint push", func(ctx context.Context) error {
-		byType, err := d.cp.events.waitEDSPush(ctx)
+		nacks, err := d.cp.srv.Sync(ctx)
 		if err != nil {
 			return err
 		}
-		pushed = make(map[string]int, len(byType))
-		for t, n := range byType {
-			pushed[shortType(t)] = n
+		if len(nacks) > 0 {
+			return fmt.Errorf("the client rejected the %s: %s", shortType(nacks[0].Type), nacks[0].Message)
 		}
 		return nil
 	})
-	return pushed, err
+	if err != nil {
+		return nil, err
+	}
+	byType := d.cp.pushes.counts()
+	pushed := make(map[string]int, len(byType))
+	for t, n := range byType {
+		pushed[shortType(t)] = n
+	}
+	return pushed, nil
 }
 
 // close stops the client, then the control plane, then the backends, and

@@ -16,9 +16,10 @@
 //     non-Full requests bypass the debounce window.
 //   - The change. After RPCs answered by backend-1, one ConfigUpdate with
 //     Full=false names only the greeter's ClusterLoadAssignment, which now
-//     holds backend-2. The program waits until the client ACKs the pushed
-//     EDS response (a NACK is an error), then until an RPC is answered by
-//     backend-2, then checks that the next RPCs are too.
+//     holds backend-2. The program waits with Server.Sync until the change
+//     is pushed and the client has ACKed it (a NACK is an error), then
+//     until an RPC is answered by backend-2, then checks that the next RPCs
+//     are too.
 //   - Deterministic output. Stdout holds no port, time, version or nonce;
 //     the tests compare it with testdata/output.txt and the README. With
 //     -v, logs (slog, Debug) go to stderr.
@@ -38,8 +39,8 @@
 //
 // One goroutine drives the demo; the backends' and the control plane's
 // gRPC servers, the xds.Server's Run and its streams, and grpc-go's client
-// run on their own goroutines. The store and the push observer
-// (pushEvents) are safe for concurrent use: generators and hooks run on
+// run on their own goroutines. The store and the push counter
+// (pushCounts) are safe for concurrent use: generators and hooks run on
 // the xds.Server's stream goroutines.
 //
 // # Performance
