@@ -23,6 +23,13 @@ type ControlPlaneConfig struct {
 
 	// Logger receives the Server's logs. Nil means silent.
 	Logger *slog.Logger
+
+	// Instrument, if set, is given the xds.Config the ControlPlane built
+	// and returns the one its Server is built from: it may wrap the
+	// generators and chain hooks (for metrics, tracing, or a test's
+	// xdstest.Recorder.Instrument), and must keep what it is given
+	// working.
+	Instrument func(xds.Config) xds.Config
 }
 
 // ControlPlane serves a Source over ADS with an xds.Server:
@@ -44,7 +51,6 @@ type ControlPlaneConfig struct {
 type ControlPlane struct {
 	src     *Source
 	srv     *xds.Server
-	xdsCfg  xds.Config // what srv was made from; tests serve it with xdstest
 	builder *pushcontext.Builder
 	snap    pushcontext.Index[*Snapshot]
 
@@ -76,7 +82,7 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	}
 	deb := cfg.Debounce
 	deb.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
-	cp.xdsCfg = xds.Config{
+	xcfg := xds.Config{
 		Builder:    b,
 		Generators: gens,
 		TypeKinds:  kinds,
@@ -96,7 +102,10 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 			},
 		},
 	}
-	cp.srv, err = xds.New(cp.xdsCfg)
+	if cfg.Instrument != nil {
+		xcfg = cfg.Instrument(xcfg)
+	}
+	cp.srv, err = xds.New(xcfg)
 	if err != nil {
 		return nil, err
 	}

@@ -3,131 +3,41 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
-// adsClient is a raw ADS stream that subscribes like Envoy (wildcard CDS
-// and LDS, EDS and RDS by name) and ACKs every response it reads.
-type adsClient struct {
-	t      *testing.T
-	stream grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse]
-	node   *corev3.Node
-	subs   map[string][]string
-	resps  chan *discoveryv3.DiscoveryResponse
-}
-
-// dialADS opens an ADS stream to addr for a node of the given id and
-// cluster, subscribes to every type and closes it when the test ends.
-func dialADS(t *testing.T, addr, id, cluster string) *adsClient {
+// nextResponse returns response #i of c (counting from its first),
+// waiting for it; so nextResponse(t, c, len(c.Responses())) is the next
+// response c receives.
+func nextResponse(t *testing.T, c *xdstest.Client, i int) *xdstest.Response {
 	t.Helper()
-	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &adsClient{
-		t:      t,
-		stream: stream,
-		node:   &corev3.Node{Id: id, Cluster: cluster},
-		subs: map[string][]string{
-			typeCluster:  nil,
-			typeEndpoint: {"backend", "edge-api"},
-			typeListener: nil,
-			typeRoute:    {"edge_route", "local_route"},
-		},
-		resps: make(chan *discoveryv3.DiscoveryResponse, 16),
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				return
-			}
-			c.resps <- r
+	xdstest.Await(t, func(s *xdstest.State) error {
+		if n := len(s.Responses()); n <= i {
+			return fmt.Errorf("%d responses; waiting for #%d", n, i)
 		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		conn.Close()
-	})
-	for _, typ := range supportedTypes()[:4] {
-		c.send(&discoveryv3.DiscoveryRequest{TypeUrl: typ, ResourceNames: c.subs[typ]})
-	}
-	return c
+		return nil
+	}, c)
+	return c.Responses()[i]
 }
 
-func (c *adsClient) send(req *discoveryv3.DiscoveryRequest) {
-	c.t.Helper()
-	req.Node = c.node
-	if err := c.stream.Send(req); err != nil {
-		c.t.Fatalf("send: %v", err)
-	}
-}
-
-// next returns the next response, ACKed, and the names it carries.
-func (c *adsClient) next() (*discoveryv3.DiscoveryResponse, []string) {
-	c.t.Helper()
-	timer := time.NewTimer(defaultTestTimeout)
-	defer timer.Stop()
-	select {
-	case r := <-c.resps:
-		c.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: c.subs[r.TypeUrl]})
-		var names []string
-		for _, a := range r.Resources {
-			m, err := a.UnmarshalNew()
-			if err != nil {
-				c.t.Fatal(err)
-			}
-			names = append(names, resourceName(m))
-		}
-		slices.Sort(names)
-		return r, names
-	case <-timer.C:
-		c.t.Fatalf("%s: no response within %v", c.node.Id, defaultTestTimeout)
-		return nil, nil
-	}
-}
-
-// initial reads the first response of every type and returns the names
-// per short type name.
-func (c *adsClient) initial() map[string][]string {
-	c.t.Helper()
-	got := map[string][]string{}
-	for len(got) < 4 {
-		r, names := c.next()
-		got[shortType(r.TypeUrl)] = names
-	}
-	return got
-}
-
-// port returns the port of the first endpoint of the CLA in r.
-func port(t *testing.T, r *discoveryv3.DiscoveryResponse, cluster string) uint32 {
+// port returns the port of the first endpoint of the cluster's
+// ClusterLoadAssignment in r.
+func port(t *testing.T, r *xdstest.Response, cluster string) uint32 {
 	t.Helper()
-	for _, a := range r.Resources {
-		var cla endpointv3.ClusterLoadAssignment
-		if err := a.UnmarshalTo(&cla); err != nil {
-			t.Fatal(err)
-		}
-		if cla.ClusterName == cluster {
+	for _, res := range r.Resources {
+		if cla, ok := res.Message.(*endpointv3.ClusterLoadAssignment); ok && cla.ClusterName == cluster {
 			return cla.Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().GetPortValue()
 		}
 	}
@@ -176,27 +86,20 @@ func TestEndToEnd(t *testing.T) {
 	ads, admin := addrOf("ads listening"), addrOf("admin listening")
 	stdout.waitFor(t, "  RouteConfiguration edge_route (fleet edge)\n")
 
-	edge := dialADS(t, ads, "edge-1", "edge")
-	web := dialADS(t, ads, "web-1", "web")
-	wantEdge := map[string][]string{
-		"Cluster":               {"backend", "edge-api"},
-		"ClusterLoadAssignment": {"backend", "edge-api"},
-		"Listener":              {"edge", "ingress"},
-		"RouteConfiguration":    {"edge_route", "local_route"},
-	}
-	wantWeb := map[string][]string{
-		"Cluster":               {"backend"},
-		"ClusterLoadAssignment": {"backend"},
-		"Listener":              {"ingress"},
-		"RouteConfiguration":    {"local_route"},
-	}
-	for _, tc := range []struct {
-		c    *adsClient
-		want map[string][]string
-	}{{edge, wantEdge}, {web, wantWeb}} {
-		if got := tc.c.initial(); !equalNames(got, tc.want) {
-			t.Fatalf("%s received %v; want %v", tc.c.node.Id, got, tc.want)
-		}
+	// Envoy-like proxies from the test kit, over TCP: they ACK every
+	// response and are checked for dangling references at the end.
+	target := "passthrough:///" + ads
+	edge := xdstest.DialClient(t, target, xdstest.ClientConfig{Node: &corev3.Node{Id: "edge-1", Cluster: "edge"}})
+	web := xdstest.DialClient(t, target, xdstest.ClientConfig{Node: &corev3.Node{Id: "web-1", Cluster: "web"}})
+	// Each holds its fleet's view, every type at the same version: the
+	// program's first push is over (a client that connects before it is
+	// answered with nothing first).
+	next := map[*xdstest.Client]int{}
+	for c, want := range map[*xdstest.Client]map[xds.TypeURL][]string{edge: edgeNames, web: globalNames} {
+		xdstest.Await(t, xdstest.All(xdstest.HoldsNames(want), func(s *xdstest.State) error {
+			return xdstest.AtVersion(s.Version(xds.ClusterType), envoyTypes...)(s)
+		}), c)
+		next[c] = len(c.Responses())
 	}
 
 	if got := adminGet(t, admin, "/readyz"); got != "ok\n" {
@@ -219,15 +122,17 @@ func TestEndToEnd(t *testing.T) {
 	// An edge endpoint edit reaches the edge proxy only: the next response
 	// web-1 gets is the one for the global edit that follows.
 	atomicWrite(t, dir, "edge/edge.yaml", strings.Replace(readFile(t, dir, "edge/edge.yaml"), "18081", "18091", 1))
-	r, names := edge.next()
-	if r.TypeUrl != typeEndpoint || !slices.Equal(names, []string{"edge-api"}) || port(t, r, "edge-api") != 18091 {
-		t.Fatalf("edge-1 received %s %v; want the edge-api endpoints on 18091", shortType(r.TypeUrl), names)
+	r := nextResponse(t, edge, next[edge])
+	next[edge]++
+	if r.Type != xds.EndpointType || !slices.Equal(r.Names(), []string{"edge-api"}) || port(t, r, "edge-api") != 18091 {
+		t.Fatalf("edge-1 received %v; want the edge-api endpoints on 18091", r)
 	}
 	atomicWrite(t, dir, "endpoints.json", strings.Replace(readFile(t, dir, "endpoints.json"), "18080", "18090", 1))
-	for _, c := range []*adsClient{edge, web} {
-		r, names := c.next()
-		if r.TypeUrl != typeEndpoint || !slices.Equal(names, []string{"backend"}) || port(t, r, "backend") != 18090 {
-			t.Fatalf("%s received %s %v; want the backend endpoints on 18090", c.node.Id, shortType(r.TypeUrl), names)
+	for _, c := range []*xdstest.Client{edge, web} {
+		r := nextResponse(t, c, next[c])
+		next[c]++
+		if r.Type != xds.EndpointType || !slices.Equal(r.Names(), []string{"backend"}) || port(t, r, "backend") != 18090 {
+			t.Fatalf("%s received %v; want the backend endpoints on 18090", c.ID(), r)
 		}
 	}
 
@@ -243,28 +148,16 @@ func TestEndToEnd(t *testing.T) {
 	}
 	atomicWrite(t, dir, "edge/broken.yaml", "resources: []")
 	atomicWrite(t, dir, "endpoints.json", strings.Replace(readFile(t, dir, "endpoints.json"), "18090", "18080", 1))
-	for _, c := range []*adsClient{edge, web} {
-		r, names := c.next()
-		if r.TypeUrl != typeEndpoint || !slices.Equal(names, []string{"backend"}) || port(t, r, "backend") != 18080 {
-			t.Fatalf("%s received %s %v; want the backend endpoints back on 18080", c.node.Id, shortType(r.TypeUrl), names)
+	for _, c := range []*xdstest.Client{edge, web} {
+		r := nextResponse(t, c, next[c])
+		if r.Type != xds.EndpointType || !slices.Equal(r.Names(), []string{"backend"}) || port(t, r, "backend") != 18080 {
+			t.Fatalf("%s received %v; want the backend endpoints back on 18080", c.ID(), r)
 		}
+		xdstest.AssertNoDangling(t, c)
 	}
 
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run() = %v; want nil", err)
 	}
-}
-
-// equalNames compares names by type.
-func equalNames(a, b map[string][]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if !slices.Equal(v, b[k]) {
-			return false
-		}
-	}
-	return true
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,40 +32,16 @@ var envoyTypes = []xds.TypeURL{xds.ClusterType, xds.EndpointType, xds.ListenerTy
 // kitPlane is the program as run starts it with -dir — a Source on a copy
 // of the bundled configuration, a Watcher whose OnPush hands every change
 // to the Server — with the ControlPlane's Server served in memory by
-// xdstest instead of on a TCP listener. Its generators are the
-// ControlPlane's, counted per proxy.
+// xdstest instead of on a TCP listener. Its Config is instrumented by an
+// xdstest.Recorder, which records what each proxy was generated and sent.
 type kitPlane struct {
 	t       *testing.T
 	dir     string
 	src     *Source
 	ts      *xdstest.Server
+	rec     *xdstest.Recorder
 	reloads chan ReloadEvent
 	inits   chan string // IDs of proxies the Server has initialised
-
-	mu        sync.Mutex     // protects generated
-	generated map[string]int // Generate calls by proxy ID
-}
-
-// countedGenerator counts the calls of a generator for each proxy.
-type countedGenerator struct {
-	gen xds.Generator
-	p   *kitPlane
-}
-
-var _ xds.Generator = countedGenerator{}
-
-func (g countedGenerator) Generate(ctx context.Context, proxy *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-	g.p.mu.Lock()
-	g.p.generated[proxy.ID]++
-	g.p.mu.Unlock()
-	return g.gen.Generate(ctx, proxy, w, req)
-}
-
-// generatedFor returns how many times a generator ran for proxy id.
-func (p *kitPlane) generatedFor(id string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.generated[id]
 }
 
 // startKitPlane starts a kitPlane on a Source loaded beforehand and waits
@@ -87,31 +62,27 @@ func startKitPlane(t *testing.T) *kitPlane {
 // Server until the test ends.
 func newKitPlane(t *testing.T, dir string, src *Source) *kitPlane {
 	t.Helper()
+	p := &kitPlane{t: t, dir: dir, src: src, rec: xdstest.NewRecorder(), reloads: make(chan ReloadEvent, 64), inits: make(chan string, 64)}
 	cp, err := NewControlPlane(ControlPlaneConfig{
 		Source:   src,
 		Debounce: xds.DebounceConfig{After: time.Millisecond, Max: defaultTestTimeout},
+		Instrument: func(cfg xds.Config) xds.Config {
+			cfg = p.rec.Instrument(cfg)
+			onConnect := cfg.Hooks.OnConnect
+			cfg.Hooks.OnConnect = func(ev xds.ConnectEvent) {
+				onConnect(ev)
+				select {
+				case p.inits <- ev.Proxy.ID:
+				default: // hooks must not block; no test connects that many
+				}
+			}
+			return cfg
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &kitPlane{t: t, dir: dir, src: src, reloads: make(chan ReloadEvent, 64), inits: make(chan string, 64), generated: make(map[string]int)}
-	cfg := cp.xdsCfg
-	onConnect := cfg.Hooks.OnConnect
-	cfg.Hooks.OnConnect = func(ev xds.ConnectEvent) {
-		onConnect(ev)
-		select {
-		case p.inits <- ev.Proxy.ID:
-		default: // hooks must not block; no test connects that many
-		}
-	}
-	cfg.Generators = make(map[xds.TypeURL]xds.Generator, len(cp.xdsCfg.Generators))
-	for typ, g := range cp.xdsCfg.Generators {
-		if _, ok := g.(xds.DeltaGenerator); ok {
-			t.Fatalf("the %s generator implements xds.DeltaGenerator, which countedGenerator would hide", shortType(string(typ)))
-		}
-		cfg.Generators[typ] = countedGenerator{gen: g, p: p}
-	}
-	p.ts = xdstest.NewServer(t, cfg)
+	p.ts = xdstest.NewServerFor(t, cp.Server())
 	return p
 }
 
@@ -148,11 +119,9 @@ func (p *kitPlane) connect(cfg xdstest.ClientConfig, fleet string) *xdstest.Clie
 	p.t.Helper()
 	cfg.Node = &corev3.Node{Id: cfg.NodeID, Cluster: fleet}
 	c := p.ts.NewClient(p.t, cfg)
-	p.t.Cleanup(func() {
-		if !p.t.Failed() { // a failed test has reported the client already
-			xdstest.AssertNoDangling(p.t, c)
-		}
-	})
+	// AssertNoDangling reports a violation once, even if the test has
+	// asserted already.
+	p.t.Cleanup(func() { xdstest.AssertNoDangling(p.t, c) })
 	return c
 }
 
@@ -382,7 +351,7 @@ func TestKitFleetEditReachesFleetOnly(t *testing.T) {
 				p.settle()
 				before := global.State()
 				n := len(before.Responses())
-				gens := p.generatedFor("global-1")
+				logged := len(p.rec.Log("global-1"))
 
 				p.edit("edge/edge.yaml", tc.old, tc.new)
 				ev := p.reloadWith(tc.key, false)
@@ -390,13 +359,14 @@ func TestKitFleetEditReachesFleetOnly(t *testing.T) {
 					t.Fatalf("reload changed %v (full %t); want only %v (full %t)", got, ev.Request.Full, tc.key, tc.full)
 				}
 				xdstest.Await(t, xdstest.HoldsResources(p.view("edge")), edge)
-				p.settle()
-				if tc.full {
-					// Applied to every connection by now (an endpoint-only
-					// push is not waited for: the check below covers it).
-					if got := p.generatedFor("global-1"); got != gens {
-						t.Errorf("generators ran %d times for global-1 after the edge edit; want 0", got-gens)
-					}
+				// Quiet waits until the edit's push, Full or endpoint-only,
+				// has been applied to every connection and ACKed: global-1
+				// received nothing, and no generator even ran for it.
+				if err := global.Quiet(t.Context(), n); err != nil {
+					t.Error(err)
+				}
+				if gens := p.rec.Log("global-1")[logged:].Generations(); len(gens) != 0 {
+					t.Errorf("generators ran %d times for global-1 after the edge edit: %v; want 0", len(gens), gens)
 				}
 
 				// The next global change is the one global-1 must see first.
@@ -405,8 +375,10 @@ func TestKitFleetEditReachesFleetOnly(t *testing.T) {
 				xdstest.Await(t, xdstest.HoldsResources(p.view("edge")), edge)
 				xdstest.Await(t, xdstest.HoldsResources(p.view("")), global)
 
-				if got := p.generatedFor("global-1") - gens; got != 1 {
-					t.Errorf("generators ran %d times for global-1 after the edge edit; want once, for the backend endpoints", got)
+				backend := pushcontext.ConfigKey{Kind: typeEndpoint, Name: "backend"}
+				if gens := p.rec.Log("global-1")[logged:].Generations(); len(gens) != 1 ||
+					gens[0].Type != xds.EndpointType || !gens[0].Touches(backend) || !slices.Equal(gens[0].Resources, []string{"backend"}) {
+					t.Errorf("generators ran %d times for global-1 after the edge edit: %v; want once, EDS for the backend endpoints", len(gens), gens)
 				}
 				rs := global.Responses()[n:]
 				if len(rs) != 1 || rs[0].Type != xds.EndpointType || !slices.Equal(rs[0].Names(), []string{"backend"}) {

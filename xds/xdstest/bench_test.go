@@ -1,6 +1,7 @@
 package xdstest_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -97,6 +98,63 @@ func BenchmarkChangeRoundTrip(b *testing.B) {
 					}
 					return fmt.Errorf("c0 not updated")
 				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkQuiet measures one endpoint change among n that a client does
+// not depend on, from ConfigUpdate (debounce bypassed) to Quiet proving
+// that nothing reached it.
+func BenchmarkQuiet(b *testing.B) {
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
+			h := newHost().world(n)
+			h.deps["bench"] = []string{"c0"}
+			cfg := h.config(b)
+			cfg.Debounce.Bypass = func(*pushcontext.PushRequest) bool { return true }
+			ts := xdstest.NewServer(b, cfg)
+			c := ts.NewClient(b, xdstest.ClientConfig{NodeID: "bench"})
+			xdstest.Await(b, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.RouteType: {"r0"}, xds.EndpointType: {"c0"}}), c)
+			since := len(c.Responses())
+			b.ReportAllocs()
+			for b.Loop() {
+				h.update(ts, false, func(*host) {}, key(kindEndpoint, "c1"))
+				if err := c.Quiet(b.Context(), since); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkRecorderInstrumented measures one generation of n clusters
+// through a Recorder's wrapper, recorded, against the bare generator.
+func BenchmarkRecorderInstrumented(b *testing.B) {
+	for _, n := range sizes {
+		res := make([]xds.Resource, n)
+		for i := range res {
+			name := fmt.Sprintf("c%d", i)
+			res[i] = xds.Resource{Name: name, Message: cluster(name)}
+		}
+		gen := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
+			return res, nil
+		})
+		cfg := xdstest.NewRecorder().Instrument(xds.Config{Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: gen}})
+		wrapped := cfg.Generators[xds.ClusterType]
+		p := &xds.Proxy{ID: "bench", ConnID: "bench-1"}
+		req := &pushcontext.PushRequest{
+			Full:           true,
+			ConfigsUpdated: pushcontext.NewConfigSet(key(kindCluster, "c0")),
+			Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+		}
+		w := xds.Watch{Type: xds.ClusterType, Wildcard: true}
+		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := wrapped.Generate(b.Context(), p, w, req); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -393,6 +394,13 @@ func (k *Checker) Violations() []Violation {
 // like c and returns the dangling references it records. Response indices
 // are those of c.Responses.
 func (c *Client) Violations() ([]Violation, error) {
+	vs, errs := c.violations()
+	return vs, errors.Join(errs...)
+}
+
+// violations is Violations with one error per response the Checker could
+// not read.
+func (c *Client) violations() ([]Violation, []error) {
 	k := NewChecker(CheckerConfig{Behavior: c.cfg.behavior, FullStateTypes: c.cfg.fullState})
 	var errs []error
 	for i, r := range c.Responses() {
@@ -404,30 +412,78 @@ func (c *Client) Violations() ([]Violation, error) {
 			errs = append(errs, fmt.Errorf("response #%d: %w", i, err))
 		}
 	}
-	return k.Violations(), errors.Join(errs...)
+	return k.Violations(), errs
 }
 
 // maxResponsesShown bounds the responses AssertNoDangling lists.
 const maxResponsesShown = 200
 
+// reported is what AssertNoDangling has reported for a Client.
+type reported struct {
+	mu   sync.Mutex           // protects the maps
+	seen map[violationID]bool // violations reported
+	errs map[string]bool      // errors reported, by message
+}
+
+// violationID identifies a Violation across replays: its Until may change
+// as more responses arrive, the rest does not.
+type violationID struct {
+	response int
+	from, to Ref
+	removed  bool
+}
+
 // AssertNoDangling fails t (with Errorf, so the test goes on) if client c
 // could have observed a dangling reference in the responses it accepted so
-// far: it lists each Violation and the responses c received (the first 200). It reports
-// whether there was none.
+// far: it lists each Violation and the responses c received (the first
+// 200). It reports whether c observed none, ever.
+//
+// It reports each Violation (and each response it could not read) of a
+// Client once: called again on the same Client, by the test and then by a
+// cleanup for example, it fails t only for what appeared since, and
+// returns false again if there was any.
 func AssertNoDangling(t testing.TB, c *Client) bool {
 	t.Helper()
-	vs, err := c.Violations()
-	if err != nil {
-		t.Errorf("xdstest: client %s: %v", c.id, err)
+	vs, errs := c.violations()
+	if len(vs) == 0 && len(errs) == 0 {
+		return true
 	}
-	if len(vs) == 0 {
-		return err == nil
+	rep := &c.reported
+	rep.mu.Lock()
+	if rep.seen == nil {
+		rep.seen = make(map[violationID]bool)
+		rep.errs = make(map[string]bool)
+	}
+	var newErrs []error
+	for _, err := range errs {
+		if !rep.errs[err.Error()] {
+			rep.errs[err.Error()] = true
+			newErrs = append(newErrs, err)
+		}
+	}
+	var fresh []Violation
+	for _, v := range vs {
+		id := violationID{v.Response, v.From, v.To, v.Removed}
+		if !rep.seen[id] {
+			rep.seen[id] = true
+			fresh = append(fresh, v)
+		}
+	}
+	rep.mu.Unlock()
+	if len(newErrs) > 0 {
+		t.Errorf("xdstest: client %s: %v", c.id, errors.Join(newErrs...))
+	}
+	if len(fresh) == 0 {
+		return false
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "xdstest: client %s observed %d dangling reference(s):", c.id, len(vs))
-	for _, v := range vs {
+	fmt.Fprintf(&b, "xdstest: client %s observed %d dangling reference(s):", c.id, len(fresh))
+	for _, v := range fresh {
 		b.WriteString("\n\t")
 		b.WriteString(v.String())
+	}
+	if old := len(vs) - len(fresh); old > 0 {
+		fmt.Fprintf(&b, "\n(and %d reported before)", old)
 	}
 	rs := c.Responses()
 	fmt.Fprintf(&b, "\nresponses received (%d):", len(rs))

@@ -12,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/xds"
@@ -57,7 +58,9 @@ type ClientConfig struct {
 	NACK func(*Response) error
 
 	// DialOptions are appended to the options of the client's gRPC
-	// connections to the in-memory listener.
+	// connections: after the in-memory dialer and insecure credentials for
+	// a kit Server, after insecure credentials for a target of Dial (so
+	// that a credentials option here replaces them).
 	DialOptions []grpc.DialOption
 }
 
@@ -131,21 +134,25 @@ func (s *clientSettings) isFullState(t xds.TypeURL) bool {
 	return slices.Contains(s.fullState, t)
 }
 
-// Client is a fake ADS client connected to a Server over an in-memory
-// connection. It subscribes as its Behavior says, applies and answers every
-// response on a receive goroutine of its own, and records what it holds
-// (State), every response it received and every request it sent.
+// Client is a fake ADS client connected to a kit Server over an in-memory
+// connection, or to any ADS server by gRPC target. It subscribes as its
+// Behavior says, applies and answers every response on a receive
+// goroutine of its own, and records what it holds (State), every response
+// it received and every request it sent.
 //
 // A Client is safe for concurrent use. Create it with Server.Connect or
-// Server.NewClient and end it with Close.
+// Server.NewClient (in memory), or with Dial or DialClient (a target), and
+// end it with Close.
 type Client struct {
 	cfg *clientSettings
 	id  string
 
 	opMu sync.Mutex // serialises Reconnect, ReconnectTo and Close
 
+	reported reported // what AssertNoDangling has reported
+
 	mu        sync.Mutex  // protects the fields below
-	srv       *Server     // the server of the current stream
+	to        endpoint    // where the current stream goes
 	state     *State      // published snapshot
 	log       []*Response // every response; a State holds a clipped prefix
 	requests  []*Request
@@ -179,6 +186,43 @@ type stream struct {
 // Client lives until Close. It returns an error for an invalid cfg or a
 // stream that cannot be opened.
 func (s *Server) Connect(ctx context.Context, cfg ClientConfig) (*Client, error) {
+	return connect(ctx, endpoint{srv: s}, cfg)
+}
+
+// Dial opens a Client on the ADS server at target, a gRPC target name
+// such as "passthrough:///127.0.0.1:15010" or "dns:///cp.example:15010":
+// a program under test serving on a real socket, for instance. The Client
+// is the same as one from Server.Connect (subscriptions, answers, State,
+// waits, Violations); it connects with insecure credentials unless
+// ClientConfig.DialOptions says otherwise, and Reconnect dials target
+// again. ctx bounds the opening of the stream only (a target that refuses
+// connections makes it fail at once: the stream does not wait for the
+// server to be ready). The caller must call Close.
+//
+// What only a kit Server offers (its Recorder, Server.WaitForVersion, an
+// idle Server for Quiet) is not available for target: wait on the
+// Client's state instead.
+func Dial(ctx context.Context, target string, cfg ClientConfig) (*Client, error) {
+	if target == "" {
+		return nil, errors.New("xdstest: Dial an empty target")
+	}
+	return connect(ctx, endpoint{target: target}, cfg)
+}
+
+// DialClient is Dial for tests: it fails t if the client cannot be opened
+// and closes the client when the test ends.
+func DialClient(t testing.TB, target string, cfg ClientConfig) *Client {
+	t.Helper()
+	c, err := Dial(t.Context(), target, cfg)
+	if err != nil {
+		t.Fatalf("xdstest: dial %s for %q: %v", target, cfg.NodeID, err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// connect creates a Client and opens its first stream to e.
+func connect(ctx context.Context, e endpoint, cfg ClientConfig) (*Client, error) {
 	set, err := cfg.settings()
 	if err != nil {
 		return nil, err
@@ -186,7 +230,7 @@ func (s *Server) Connect(ctx context.Context, cfg ClientConfig) (*Client, error)
 	c := &Client{
 		cfg:     set,
 		id:      set.node.GetId(),
-		srv:     s,
+		to:      e,
 		state:   &State{types: map[xds.TypeURL]*typeState{}},
 		changed: make(chan struct{}),
 	}
@@ -195,10 +239,29 @@ func (s *Server) Connect(ctx context.Context, cfg ClientConfig) (*Client, error)
 	c.settle(ed)
 	c.state = ed.next
 	c.mu.Unlock()
-	if err := c.start(ctx, s); err != nil {
+	if err := c.start(ctx, e); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// endpoint is where a Client's streams go: a kit Server or a target.
+type endpoint struct {
+	srv    *Server // nil for a target
+	target string
+}
+
+// dial returns a new connection to e.
+func (e endpoint) dial(opts []grpc.DialOption) (*grpc.ClientConn, error) {
+	if e.srv != nil {
+		return e.srv.Dial(opts...)
+	}
+	all := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	cc, err := grpc.NewClient(e.target, all...)
+	if err != nil {
+		return nil, fmt.Errorf("xdstest: dial %s: %w", e.target, err)
+	}
+	return cc, nil
 }
 
 // NewClient is Connect for tests: it fails t if the client cannot be
@@ -294,16 +357,17 @@ func (c *Client) Close() {
 }
 
 // Reconnect ends the client's stream and opens a new one to the same
-// Server, as a proxy does when its connection breaks. The client keeps
+// Server (or target), as a proxy does when its connection breaks. The
+// client keeps
 // what it holds and tells the server: SotW requests carry the version it
 // last accepted per type (version_info) with an empty nonce; Delta
 // requests carry the versions of the resources it holds
 // (initial_resource_versions). ctx bounds the opening of the new stream.
 func (c *Client) Reconnect(ctx context.Context) error {
 	c.mu.Lock()
-	s := c.srv
+	e := c.to
 	c.mu.Unlock()
-	return c.ReconnectTo(ctx, s)
+	return c.reconnect(ctx, e)
 }
 
 // ReconnectTo is Reconnect to another Server, as a proxy moving from one
@@ -312,6 +376,11 @@ func (c *Client) ReconnectTo(ctx context.Context, s *Server) error {
 	if s == nil {
 		return errors.New("xdstest: ReconnectTo a nil Server")
 	}
+	return c.reconnect(ctx, endpoint{srv: s})
+}
+
+// reconnect ends the current stream and opens one to e.
+func (c *Client) reconnect(ctx context.Context, e endpoint) error {
 	c.opMu.Lock()
 	defer c.opMu.Unlock()
 	c.mu.Lock()
@@ -325,7 +394,7 @@ func (c *Client) ReconnectTo(ctx context.Context, s *Server) error {
 	if old != nil {
 		old.stop()
 	}
-	if err := c.start(ctx, s); err != nil {
+	if err := c.start(ctx, e); err != nil {
 		// Waits fail at once rather than at their deadline.
 		c.mu.Lock()
 		c.streamErr = err
@@ -336,11 +405,11 @@ func (c *Client) ReconnectTo(ctx context.Context, s *Server) error {
 	return nil
 }
 
-// start opens a stream to s, sends the requests for every current
+// start opens a stream to e, sends the requests for every current
 // subscription and starts the receive goroutine. It runs under opMu (or
 // before the Client is shared).
-func (c *Client) start(ctx context.Context, s *Server) error {
-	cc, err := s.Dial(c.cfg.dialOpts...)
+func (c *Client) start(ctx context.Context, e endpoint) error {
+	cc, err := e.dial(c.cfg.dialOpts)
 	if err != nil {
 		return err
 	}
@@ -372,7 +441,7 @@ func (c *Client) start(ctx context.Context, s *Server) error {
 	c.mu.Lock()
 	c.streams++
 	st.n = c.streams
-	c.srv = s
+	c.to = e
 	c.cur = st
 	c.streamErr = nil
 	first := c.initialRequests(st)

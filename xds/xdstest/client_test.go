@@ -285,7 +285,12 @@ func nextVersion(t *testing.T, v string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fmt.Sprintf("%s-%020d", epoch, seq+1)
+	// Keep v's form: zero padded or not.
+	width := 0
+	if digits := v[strings.LastIndexByte(v, '-')+1:]; len(digits) > 1 && digits[0] == '0' {
+		width = len(digits)
+	}
+	return fmt.Sprintf("%s-%0*d", epoch, width, seq+1)
 }
 
 // Responses a client cannot accept are NACKed without calling NACK.
@@ -472,6 +477,26 @@ func TestViolationsOnARealStream(t *testing.T) {
 	ft := &fakeT{TB: t}
 	if xdstest.AssertNoDangling(ft, c) || len(ft.errors) != 1 || !strings.Contains(ft.errors[0], `route "r0" references cluster "ghost"`) {
 		t.Errorf("AssertNoDangling reported %q; want one error naming the reference", ft.errors)
+	}
+
+	// Called again (as a cleanup would), it reports nothing new, but still
+	// says the stream was not clean.
+	ft.errors = nil
+	if xdstest.AssertNoDangling(ft, c) || len(ft.errors) != 0 {
+		t.Errorf("AssertNoDangling again = reported %q; want false and nothing reported twice", ft.errors)
+	}
+	// A new violation is reported, alone.
+	h.update(ts, true, func(h *host) { h.routes["r0"] = route("r0", "c0", "ghost", "phantom") }, key(kindRoute, "r0"))
+	xdstest.Await(t, func(s *xdstest.State) error {
+		if vs, _ := c.Violations(); len(vs) < 2 {
+			return fmt.Errorf("%d violations; want 2", len(vs))
+		}
+		return nil
+	}, c)
+	if xdstest.AssertNoDangling(ft, c) || len(ft.errors) != 1 ||
+		!strings.Contains(ft.errors[0], `cluster "phantom"`) || strings.Contains(ft.errors[0], `cluster "ghost"`) ||
+		!strings.Contains(ft.errors[0], "1 reported before") {
+		t.Errorf("AssertNoDangling after a new violation reported %q; want phantom alone, ghost counted as reported", ft.errors)
 	}
 }
 

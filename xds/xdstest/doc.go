@@ -7,12 +7,15 @@
 // Contract:
 //
 //   - A real Server, in memory. Start (or NewServer in a test) builds an
-//     xds.Server from the host's xds.Config exactly as given (Builder,
-//     Generators, InitProxy, hooks, limits), serves it with a gRPC server on
-//     an in-memory bufconn listener, runs it and returns once it admits
-//     streams. Close (run by t.Cleanup for NewServer) ends Run, waits for
-//     it, stops the gRPC server and closes the listener: nothing is left
-//     running.
+//     xds.Server from the host's xds.Config as given (Builder, Generators,
+//     InitProxy, hooks, limits; instrumented by a Recorder, which calls
+//     them unchanged), serves it with a gRPC server on an in-memory
+//     bufconn listener, runs it and returns once it admits streams. Serve
+//     (NewServerFor) does the same for an xds.Server the host built
+//     itself. Either way the kit owns Run: the host must not call it.
+//     Close (run by t.Cleanup for NewServer and NewServerFor) ends Run,
+//     waits for it, stops the gRPC server and closes the listener: nothing
+//     is left running.
 //   - Clients subscribe like the proxy they model. Envoy (the default):
 //     wildcard CDS and LDS, EDS for the service_name (or name) of every EDS
 //     cluster it holds, RDS for every route_config_name its listeners'
@@ -21,6 +24,12 @@
 //     ClientConfig.Listeners, then LDS → RDS → CDS → EDS. Both speak SotW
 //     (StreamAggregatedResources) or Delta (DeltaAggregatedResources),
 //     per ClientConfig.Protocol.
+//   - Any server. Server.Connect (NewClient) connects a client to a kit
+//     Server in memory; Dial (DialClient) connects the same client to any
+//     gRPC target, such as a program under test listening on TCP, with
+//     insecure credentials unless ClientConfig.DialOptions say otherwise.
+//     State, waits and the Checker work alike; Quiet and the Recorder need
+//     a kit Server.
 //   - Every response is answered. A client ACKs what it accepts, then sends
 //     the subscription changes the response caused, in push order (SotW:
 //     the full name list with the type's last nonce; Delta: subscribe and
@@ -51,14 +60,33 @@
 //     client, carries a go-cmp diff of expected against held resources by
 //     type and name, and lists the last responses received.
 //     Server.WaitForVersion is the server-side wait: every proxy a version
-//     concerns has ACKed (or NACKed) it.
+//     concerns has ACKed (or NACKed) it; Server.Sync waits for every
+//     ConfigUpdate made before it, Full or endpoint-only.
+//   - Nothing arrives, proven without sleeping. Client.Quiet waits until
+//     the Server has settled every ConfigUpdate made before the call
+//     (xds.Server.Sync: debounced, pushed to every connection, generated
+//     there or left out, every response ACKed or NACKed), then fails if
+//     the client received any response beyond those the test had seen. It
+//     does not cover answers to requests the client itself has in flight,
+//     nor ConfigUpdates made after the call.
+//   - Who a push reached. The Server sends only what changed, so a proxy a
+//     push left out and one it reached with nothing new both receive
+//     nothing. A Recorder keeps, per proxy, every Generator call (push or
+//     answer, the PushContext version, the ConfigKeys the proxy's
+//     dependency filter let through, the names returned) and every
+//     response written, connect, NACK and disconnect; Server.Recorder
+//     returns the one Start installs. For a Server the host builds, it
+//     instruments the host's Config (Recorder.Instrument) before xds.New,
+//     chaining the host's own generators and hooks.
 //   - No dangling references. A Checker follows any client's accepted
 //     responses (SotW or Delta) and records every moment a listener in
 //     service references a route or cluster the client does not hold, or a
 //     route in service references a cluster it does not hold, and whether
 //     the response removed it while it was referenced (make-before-break
 //     broken). AssertNoDangling runs one over a Client's stream and fails
-//     the test with the offending responses.
+//     the test with the offending responses; it reports each violation of
+//     a Client once, however often it is called (by the test, then by a
+//     cleanup).
 //
 // # Usage
 //
@@ -77,8 +105,28 @@
 //		xdstest.AssertNoDangling(t, c)
 //	}
 //
-// Outside tests (and in Examples) Start, Server.Connect and Client.Wait
-// return errors instead of failing a testing.TB.
+// A host that builds its own xds.Server (a ControlPlane type, say) lets
+// the test instrument its Config and serves that Server:
+//
+//	rec := xdstest.NewRecorder()
+//	cp, _ := myhost.New(myhost.Config{Instrument: rec.Instrument})
+//	ts := xdstest.NewServerFor(t, cp.Server())
+//	a := ts.NewClient(t, xdstest.ClientConfig{NodeID: "a"})
+//	b := ts.NewClient(t, xdstest.ClientConfig{NodeID: "b"})
+//	... // both synced; n := len(b.Responses()); logged := len(rec.Log("b"))
+//	cp.Update(onlyForA)
+//	if err := b.Quiet(t.Context(), n); err != nil {
+//		t.Error(err) // b received something
+//	}
+//	if gens := rec.Log("b")[logged:].Pushes(); len(gens) != 0 {
+//		t.Errorf("the push reached b: %v", gens)
+//	}
+//
+// An end-to-end test of a real program connects the same clients by
+// target: xdstest.DialClient(t, "passthrough:///"+addr, cfg).
+//
+// Outside tests (and in Examples) Start, Serve, Server.Connect, Dial and
+// Client.Wait return errors instead of failing a testing.TB.
 //
 // # testing/synctest
 //
@@ -92,9 +140,10 @@
 // package's tests: a client's initial sync takes 0s of fake time, a change
 // reaches it after exactly the debounce window (100ms by default), a wait
 // that cannot be met gives up after exactly DefaultWaitTimeout of fake time
-// and returns at once in real time, and synctest.Wait returns once every
-// push has been written and answered, so "nothing more arrives" can be
-// asserted.
+// and returns at once in real time, Quiet after an endpoint change takes
+// exactly the debounce window, and synctest.Wait returns once every push
+// has been written and answered, so "nothing more arrives" can be asserted
+// there too.
 //
 // It does not work across a bubble's boundary: a Server started outside a
 // bubble and a client connected inside it (or the reverse) crash the test
@@ -109,35 +158,49 @@
 // Outside a bubble the kit runs on the real clock: the Server debounces in
 // real time (set Config.Debounce to a few milliseconds in tests), and the
 // waits are bounded by their deadline rather than by fake time; they wake
-// on every change of a client and never poll.
+// on every change of a client (Quiet: of the Server's sync state) and
+// never poll. Dial a real socket outside synctest bubbles: socket I/O is
+// not durably blocking.
 //
 // # Concurrency
 //
-// Server and Client are safe for concurrent use. Each Client has one
-// receive goroutine per stream, which applies responses, calls
+// Server, Client and Recorder are safe for concurrent use. Each Client
+// has one receive goroutine per stream, which applies responses, calls
 // ClientConfig.NACK and sends the answers; a Client's state changes only
 // there (and in Reconnect and Close). States and Responses are immutable.
-// A Checker is not safe for concurrent use.
+// A Recorder records on the Server's goroutines (in its hooks and around
+// its generators) and keeps everything until it is dropped. A Checker is
+// not safe for concurrent use.
 //
 // # Performance
 //
 // Medians of 6 runs on 2 vCPUs (AMD EPYC) shared with other builds (so
-// the wall-clock figures are noisy), with
+// the wall-clock figures are noisy: CheckerObserve varies by ±30–60%
+// between runs of the same code), with
 //
 //	go test -run='^$' -bench=. -benchmem -count=6 ./xds/xdstest/
 //
 //	                                   time/op   bytes/op  allocs/op
 //	CheckerObserve, 10 clusters         17µs      13KiB        117
-//	CheckerObserve, 1,000 clusters      1.5ms    1.4MiB     8,088
-//	ClientSync, 10 clusters            0.60ms    385KiB     2,941
-//	ClientSync, 1,000 clusters          8.7ms    5.5MiB    36,340
-//	ChangeRoundTrip, 10 clusters        134µs     43KiB       471
-//	ChangeRoundTrip, 1,000 clusters     3.8ms    2.3MiB    12,450
+//	CheckerObserve, 1,000 clusters      2.7ms    1.4MiB     8,088
+//	ClientSync, 10 clusters            1.1ms     385KiB     2,884
+//	ClientSync, 1,000 clusters          12ms     5.4MiB    36,060
+//	ChangeRoundTrip, 10 clusters        171µs     45KiB       491
+//	ChangeRoundTrip, 1,000 clusters     5.1ms    2.3MiB    12,460
+//	Quiet, 10 clusters                  9.5µs    2.1KiB         26
+//	Quiet, 1,000 clusters                11µs    2.1KiB         26
+//	RecorderInstrumented, 10            2.0µs    1.0KiB          5
+//	RecorderInstrumented, 1,000          60µs     17KiB          5
 //
 // CheckerObserve is one full-state CDS response observed (decoded and
 // checked) against a route that uses every cluster; ClientSync connects
 // an Envoy client, waits until it holds every cluster and its endpoints,
 // and closes it (Server included); ChangeRoundTrip is one changed cluster
-// from ConfigUpdate (debounce bypassed) to the client holding it. Each
-// in-memory connection buffers 64KiB per direction.
+// from ConfigUpdate (debounce bypassed) to the client holding it; Quiet is
+// one endpoint change the client does not depend on, from ConfigUpdate
+// (debounce bypassed) to Quiet returning; RecorderInstrumented is one
+// recorded Generate call of n clusters (the bytes are the sorted copy of
+// the names, kept for the Recorder's life). The Recorder of Start is in
+// every figure but CheckerObserve. Each in-memory connection buffers 64KiB
+// per direction.
 package xdstest

@@ -120,8 +120,8 @@ func Example_generatorOutput() {
 }
 
 // Testing that a change only reaches the proxies that depend on it: once
-// the new version is ACKed by every proxy it concerns (WaitForVersion), the
-// proxy that does not call the changed service has received nothing.
+// the change has settled on every proxy (Sync: pushed, applied, ACKed),
+// the proxy that does not call the changed service has received nothing.
 func Example_onlyDependentProxies() {
 	ctx := context.Background()
 	m := newMesh()
@@ -135,12 +135,11 @@ func Example_onlyDependentProxies() {
 	defer frontend.Close()
 	worker, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "worker-1"})
 	defer worker.Close()
-	_ = xdstest.WaitAll(ctx, xdstest.AtVersion("mesh-00000000000000000001", xds.ClusterType), frontend, worker)
+	_ = xdstest.WaitAll(ctx, xdstest.AtVersion(ts.XDS().Version(), xds.ClusterType), frontend, worker)
 	before := len(worker.Responses())
 
 	ts.XDS().ConfigUpdate(m.set("api", 3*time.Second))
-	_ = frontend.Wait(ctx, xdstest.AtVersion("mesh-00000000000000000002", xds.ClusterType))
-	_, err := ts.WaitForVersion(ctx, "mesh-00000000000000000002")
+	_, err := ts.Sync(ctx)
 	fmt.Println("converged:", err == nil)
 	fmt.Println("frontend-1:", timeouts(frontend))
 	fmt.Println("worker-1 responses since:", len(worker.Responses())-before)
@@ -148,6 +147,47 @@ func Example_onlyDependentProxies() {
 	// converged: true
 	// frontend-1: api=3s
 	// worker-1 responses since: 0
+}
+
+// Telling a proxy a push left out from one it reached with nothing new,
+// on a Server the host built itself: the host's Config is instrumented by
+// a Recorder, the kit serves and runs the Server, Quiet waits for the
+// push to settle everywhere, and the Recorder shows which proxy the push
+// was generated for.
+func Example_leftOutOfAPush() {
+	ctx := context.Background()
+	m := newMesh()
+	m.set("api", 2*time.Second)
+	m.set("db", 5*time.Second)
+	m.calls["frontend-1"] = []string{"api"}
+	m.calls["worker-1"] = []string{"db"}
+	rec := xdstest.NewRecorder()
+	srv, _ := xds.New(rec.Instrument(m.config()))
+	ts, _ := xdstest.Serve(ctx, srv)
+	defer ts.Close()
+	frontend, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "frontend-1"})
+	defer frontend.Close()
+	worker, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "worker-1"})
+	defer worker.Close()
+	_ = xdstest.WaitAll(ctx, xdstest.AtVersion(srv.Version(), xds.ClusterType), frontend, worker)
+	nf, nw := len(frontend.Responses()), len(worker.Responses())
+	marks := map[string]int{"frontend-1": len(rec.Log("frontend-1")), "worker-1": len(rec.Log("worker-1"))}
+
+	srv.ConfigUpdate(m.set("api", 2*time.Second)) // reported changed, same content
+	fmt.Println("frontend-1 quiet:", frontend.Quiet(ctx, nf) == nil)
+	fmt.Println("worker-1 quiet:", worker.Quiet(ctx, nw) == nil)
+	for _, id := range []string{"frontend-1", "worker-1"} {
+		fmt.Printf("%s pushes generated:", id)
+		for _, g := range rec.Log(id)[marks[id]:].Pushes() {
+			fmt.Printf(" %v for %v", g.Resources, g.Configs)
+		}
+		fmt.Println()
+	}
+	// Output:
+	// frontend-1 quiet: true
+	// worker-1 quiet: true
+	// frontend-1 pushes generated: [api] for [Service//api]
+	// worker-1 pushes generated:
 }
 
 // Testing that a proxy's rejection is reported and not re-pushed: the fake
@@ -164,22 +204,24 @@ func Example_nack() {
 	c, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "frontend-1", NACK: rejectLongTimeouts})
 	defer c.Close()
 	_ = c.Wait(ctx, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"api"}}))
+	first := ts.XDS().Version()
 
 	ts.XDS().ConfigUpdate(m.set("api", time.Minute))
-	_ = c.Wait(ctx, xdstest.NACKed(xds.ClusterType))
-	nacks, _ := ts.WaitForVersion(ctx, "mesh-00000000000000000002")
-	fmt.Println("NACK:", nacks[0].ProxyID, nacks[0].Version, nacks[0].Message)
+	nacks, _ := ts.Sync(ctx)
+	fmt.Println("NACK:", nacks[0].ProxyID, nacks[0].Message)
+	fmt.Println("of the new version:", nacks[0].Version == ts.XDS().Version())
 	cds := ts.XDS().Status()[0].Types[0]
-	fmt.Println("status: ACKed", cds.AckedVersion, "NACK", cds.NACK.Message)
+	fmt.Println("status: ACKed the first version:", cds.AckedVersion == first, "NACK:", cds.NACK.Message)
 	fmt.Println("still holds:", timeouts(c))
 
 	// A forced push regenerates everything; the rejected cluster is not sent again.
 	ts.XDS().ConfigUpdate(&pushcontext.PushRequest{Full: true, Forced: true, Reason: pushcontext.NewReasonStats(pushcontext.ReasonGlobalUpdate)})
-	_, _ = ts.WaitForVersion(ctx, "mesh-00000000000000000003")
+	_, _ = ts.Sync(ctx)
 	fmt.Println("CDS responses:", len(c.Responses()))
 	// Output:
-	// NACK: frontend-1 mesh-00000000000000000002 api: connect timeout 1m0s is over 10s
-	// status: ACKed mesh-00000000000000000001 NACK api: connect timeout 1m0s is over 10s
+	// NACK: frontend-1 api: connect timeout 1m0s is over 10s
+	// of the new version: true
+	// status: ACKed the first version: true NACK: api: connect timeout 1m0s is over 10s
 	// still holds: api=2s
 	// CDS responses: 2
 }

@@ -27,11 +27,13 @@ const DefaultWaitTimeout = 10 * time.Second
 
 // Server is a real *xds.Server served by a gRPC server on an in-memory
 // listener (bufconn): no sockets, no ports. Create it with Start or
-// NewServer and end it with Close.
+// NewServer (from an xds.Config), or with Serve or NewServerFor (from an
+// xds.Server the host built), and end it with Close.
 //
 // A Server is safe for concurrent use.
 type Server struct {
 	xds *xds.Server
+	rec *Recorder // nil for Serve
 	lis *bufconn.Listener
 	gs  *grpc.Server
 
@@ -45,20 +47,64 @@ type Server struct {
 }
 
 // Start creates an xds.Server from cfg (the host's Builder, Generators,
-// InitProxy and any other field, as given), registers it on a gRPC server
-// listening in memory, runs both, and returns once the Server admits
-// streams (its first PushContext is built). ctx bounds that wait only.
+// InitProxy and any other field, as given), serves and runs it as Serve
+// does, and returns once the Server admits streams (its first PushContext
+// is built). ctx bounds that wait only.
+//
+// The Server is built from cfg instrumented by a Recorder (see
+// Recorder.Instrument: the host's generators and hooks are called as they
+// would be, and recorded), so that Server.Recorder tells what the Server
+// generated and sent for each proxy.
 //
 // It returns an error if xds.New refuses cfg, if Run fails to start (the
 // first Build fails) or if ctx ends first; nothing is left running then.
 // Otherwise the caller must call Close.
 func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
-	srv, err := xds.New(cfg)
+	rec := NewRecorder()
+	srv, err := xds.New(rec.Instrument(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("xdstest: %w", err)
 	}
+	return serve(ctx, srv, rec)
+}
+
+// Serve serves an xds.Server the host built itself, as Start serves the
+// one it builds: it registers srv on a gRPC server listening in memory,
+// runs the gRPC server and srv.Run, and returns once srv admits streams.
+// ctx bounds that wait only.
+//
+// The kit owns Run: Serve calls srv.Run on a goroutine of its own, and
+// Close ends it and waits for it. The host must not call srv.Run itself,
+// before or after (an xds.Server runs once); Serve refuses a Server that
+// is running or has run (its Ready channel is closed), and if the host
+// starts Run as well, one of the two Runs fails. Everything else about
+// srv is the host's: its Config, its hooks, and any other gRPC server it
+// is registered on.
+//
+// Server.Recorder is nil for a Server from Serve: the kit cannot add
+// hooks to a Server that exists. To record what srv generates and sends,
+// build it from Recorder.Instrument(cfg) and read that Recorder.
+//
+// It returns an error for a nil srv, one that has been run, if Run fails
+// to start (the first Build fails) or if ctx ends first; nothing is left
+// running then. Otherwise the caller must call Close.
+func Serve(ctx context.Context, srv *xds.Server) (*Server, error) {
+	if srv == nil {
+		return nil, errors.New("xdstest: Serve a nil xds.Server")
+	}
+	select {
+	case <-srv.Ready():
+		return nil, errors.New("xdstest: Serve: the xds.Server has been run already; Serve runs it")
+	default:
+	}
+	return serve(ctx, srv, nil)
+}
+
+// serve registers srv on a gRPC server over bufconn and runs both.
+func serve(ctx context.Context, srv *xds.Server, rec *Recorder) (*Server, error) {
 	s := &Server{
 		xds:       srv,
+		rec:       rec,
 		lis:       bufconn.Listen(bufSize),
 		gs:        grpc.NewServer(),
 		runDone:   make(chan struct{}),
@@ -79,7 +125,7 @@ func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
 	case <-srv.Ready():
 		return s, nil
 	case <-s.runDone:
-		err = s.Close()
+		err := s.Close()
 		if err == nil {
 			err = errors.New("xdstest: the Server stopped while starting")
 		}
@@ -99,17 +145,41 @@ func NewServer(t testing.TB, cfg xds.Config) *Server {
 	if err != nil {
 		t.Fatalf("xdstest: start server: %v", err)
 	}
+	closeWith(t, s)
+	return s
+}
+
+// NewServerFor is Serve for tests: it fails t if srv cannot be served, and
+// closes the Server (ending srv.Run) when the test ends, reporting an
+// error from Run as a test error. Clients created afterwards with
+// NewClient are closed before it.
+func NewServerFor(t testing.TB, srv *xds.Server) *Server {
+	t.Helper()
+	s, err := Serve(t.Context(), srv)
+	if err != nil {
+		t.Fatalf("xdstest: serve: %v", err)
+	}
+	closeWith(t, s)
+	return s
+}
+
+// closeWith closes s when t ends.
+func closeWith(t testing.TB, s *Server) {
 	t.Cleanup(func() {
 		if err := s.Close(); err != nil {
 			t.Errorf("xdstest: %v", err)
 		}
 	})
-	return s
 }
 
 // XDS returns the xds.Server, for ConfigUpdate, Status, WaitForVersion and
 // the rest of its API.
 func (s *Server) XDS() *xds.Server { return s.xds }
+
+// Recorder returns the Recorder of a Server from Start or NewServer: what
+// the Server generated and sent for each proxy. It is nil for a Server
+// from Serve or NewServerFor.
+func (s *Server) Recorder() *Recorder { return s.rec }
 
 // Dial returns a new gRPC client connection to the Server over the
 // in-memory listener, for clients of the host's own. opts are appended to
@@ -165,4 +235,19 @@ func withDefaultTimeout(ctx context.Context) (context.Context, context.CancelFun
 		return ctx, func() {}
 	}
 	return context.WithTimeout(ctx, DefaultWaitTimeout)
+}
+
+// Sync is xds.Server.Sync bounded by DefaultWaitTimeout when ctx has no
+// deadline: it returns once every ConfigUpdate made before the call, Full
+// or not, has been pushed to every connection, applied there (a proxy the
+// push does not concern is done then) and answered by the client (ACKed,
+// or NACKed: it returns the NACKs standing then).
+func (s *Server) Sync(ctx context.Context) ([]xds.NACK, error) {
+	ctx, cancel := withDefaultTimeout(ctx)
+	defer cancel()
+	nacks, err := s.xds.Sync(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("xdstest: sync: %w", err)
+	}
+	return nacks, nil
 }

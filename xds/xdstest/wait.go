@@ -233,3 +233,58 @@ func NACKed(t xds.TypeURL) Condition {
 		return fmt.Errorf("no %s response received", shortType(t))
 	}
 }
+
+// Quiet proves that nothing more arrives at c: it waits until the kit
+// Server c is connected to has settled every ConfigUpdate made before the
+// call (Server.Sync: each one debounced, pushed to every connection,
+// generated there or left out by the proxy's dependencies, every
+// response written and ACKed or NACKed), then returns nil if c has
+// received no response beyond its first since (pass len(c.Responses())
+// taken before the change), or an error listing those it received.
+//
+// Quiet never sleeps: it waits for the Server to be idle, not for time to
+// pass, so it returns as soon as the pushes are done and it cannot miss a
+// response that is merely slow. What it proves is bounded by what Sync
+// waits for: the ConfigUpdates made before the call reached c with
+// nothing, or did not reach it. It does not wait for answers to requests
+// c itself has sent and the Server has not read yet (subscription
+// changes in flight), nor for ConfigUpdates made after the call.
+//
+// It fails at once for a client that is closed or whose stream ended
+// (nothing could arrive), and for a client of Dial (there is no kit
+// Server to wait for: wait on its state instead). It gives up when ctx
+// ends, or after DefaultWaitTimeout if ctx has no deadline.
+func (c *Client) Quiet(ctx context.Context, since int) error {
+	c.mu.Lock()
+	to := c.to
+	c.mu.Unlock()
+	switch {
+	case to.srv == nil:
+		return fmt.Errorf("xdstest: client %s: Quiet needs a client of a kit Server; this one dialed %s", c.id, to.target)
+	case since < 0:
+		return fmt.Errorf("xdstest: client %s: Quiet since %d responses: negative", c.id, since)
+	}
+	if _, _, final := c.snapshot(); final != nil {
+		return fmt.Errorf("xdstest: client %s: Quiet: %w", c.id, final)
+	}
+	if _, err := to.srv.Sync(ctx); err != nil {
+		return fmt.Errorf("xdstest: client %s: %w", c.id, err)
+	}
+	s, _, final := c.snapshot()
+	if final != nil {
+		return fmt.Errorf("xdstest: client %s: Quiet: %w", c.id, final)
+	}
+	rs := s.Responses()
+	switch {
+	case since > len(rs):
+		return fmt.Errorf("xdstest: client %s: Quiet since %d responses; it has received %d", c.id, since, len(rs))
+	case since == len(rs):
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "xdstest: client %s: not quiet: %d response(s) since #%d:", c.id, len(rs)-since, since)
+	for i := since; i < len(rs); i++ {
+		fmt.Fprintf(&b, "\n\t#%d %s", i, rs[i])
+	}
+	return errors.New(b.String())
+}
