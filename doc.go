@@ -121,10 +121,12 @@
 //	})
 //
 // Fifth, when you need to know that a change has landed, wait for the ACKs,
-// not for the send: [xds.Server.WaitForVersion] returns once every proxy the
-// version concerns has acknowledged it, and reports the NACKs it met;
-// [xds.Server.Status] lists, per connection and type, what was sent,
-// acknowledged and rejected.
+// not for the send: Server.Sync returns once every ConfigUpdate made before
+// the call, Full or endpoint-only, has been pushed and acknowledged by every
+// proxy it concerns, and reports the NACKs it met instead of hanging on them;
+// Server.WaitForVersion does the same for one PushContext version; and
+// Server.Status lists, per connection and type, what was sent, acknowledged
+// and rejected.
 //
 // Nothing in the library reads environment variables or global state: every
 // knob is a field of a Config struct whose zero value is a documented default.
