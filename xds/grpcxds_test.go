@@ -37,8 +37,21 @@ func backend(t *testing.T) string {
 }
 
 // The real third-party client: grpc-go's xDS resolver and balancers dial
-// xds:///target through the Server to a loopback backend.
+// xds:///target through the Server to a loopback backend, with gRPC's
+// protobuf codec and with the Server's (CodecOption).
 func TestGRPCXDSClient(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		interning bool
+	}{
+		{name: "codec=proto"},
+		{name: "codec=CodecOption", interning: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testGRPCXDSClient(t, tc.interning) })
+	}
+}
+
+func testGRPCXDSClient(t *testing.T, interning bool) {
 	b1, b2 := backend(t), backend(t)
 	st := newStore()
 	st.listeners["target"] = makeListener("target", "route-target")
@@ -48,7 +61,7 @@ func TestGRPCXDSClient(t *testing.T) {
 	var mu sync.Mutex
 	var nacks []NACK
 	cdsSends := 0
-	f := start(t, st, func(cfg *Config) {
+	f := startCodec(t, st, "test", func(cfg *Config) {
 		cfg.Hooks.OnNACK = func(n NACK) { mu.Lock(); nacks = append(nacks, n); mu.Unlock() }
 		cfg.Hooks.OnSend = func(e SendEvent) {
 			if e.Type == ClusterType {
@@ -57,7 +70,7 @@ func TestGRPCXDSClient(t *testing.T) {
 				mu.Unlock()
 			}
 		}
-	}, true)
+	}, true, interning)
 
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],

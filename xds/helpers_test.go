@@ -315,6 +315,13 @@ func start(t testing.TB, st *store, tweak func(*Config), tcp bool) *fixture {
 // startEpoch is start with the Builder's epoch ("" for a random one).
 func startEpoch(t testing.TB, st *store, epoch string, tweak func(*Config), tcp bool) *fixture {
 	t.Helper()
+	return startCodec(t, st, epoch, tweak, tcp, true)
+}
+
+// startCodec is startEpoch with the gRPC server's codec: the Server's
+// (CodecOption, as every test uses) if interning, else gRPC's own.
+func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp, interning bool) *fixture {
+	t.Helper()
 	cfg, idx := newConfigEpoch(t, st, epoch)
 	f := &fixture{t: t, store: st, index: idx}
 	hooks := &cfg.Hooks
@@ -329,7 +336,11 @@ func startEpoch(t testing.TB, st *store, epoch string, tweak func(*Config), tcp 
 		t.Fatal(err)
 	}
 	f.srv = srv
-	f.gs = grpc.NewServer()
+	var opts []grpc.ServerOption
+	if interning {
+		opts = append(opts, srv.CodecOption())
+	}
+	f.gs = grpc.NewServer(opts...)
 	srv.Register(f.gs)
 	f.lis = bufconn.Listen(1 << 20)
 	var wg sync.WaitGroup

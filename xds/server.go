@@ -42,6 +42,7 @@ type Server struct {
 	deb     *debounce.Debouncer[*update]
 	queue   *pushqueue.Queue[*conn, *pushItem]
 	cache   *encCache
+	codec   *internCodec  // of CodecOption
 	limiter *rate.Limiter // nil: no limit on new streams
 
 	// stopCtx is cancelled when Run stops; every stream's context derives
@@ -98,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 		set:      set,
 		queue:    pushqueue.New[*conn, *pushItem](),
 		cache:    newEncCache(),
+		codec:    newInternCodec(),
 		conns:    make(map[*conn]struct{}),
 		versions: make(map[string]uint64),
 		waitCh:   make(chan struct{}),

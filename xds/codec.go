@@ -1,0 +1,250 @@
+package xds
+
+import (
+	"sync"
+	"unicode/utf8"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+)
+
+// Bounds of the table of interned resource names of CodecOption.
+const (
+	internMaxNames   = 1 << 16 // names; one more clears the table first
+	internMaxBytes   = 4 << 20 // bytes of names; a name beyond clears it first
+	internMaxNameLen = 1 << 10 // longer names are not interned
+)
+
+// Field numbers of the resource names in discovery requests.
+const (
+	fieldResourceNames    protowire.Number = 3 // DiscoveryRequest.resource_names
+	fieldNamesSubscribe   protowire.Number = 3 // DeltaDiscoveryRequest.resource_names_subscribe
+	fieldNamesUnsubscribe protowire.Number = 4 // DeltaDiscoveryRequest.resource_names_unsubscribe
+	noField               protowire.Number = 0
+)
+
+// CodecOption returns a gRPC server option that decodes discovery requests
+// without allocating their resource names: pass it to grpc.NewServer for
+// the *grpc.Server the Server is registered on, as in
+//
+//	gs := grpc.NewServer(srv.CodecOption())
+//	srv.Register(gs)
+//
+// A SotW client repeats every name it subscribes to in each request, ACKs
+// included, and gRPC's protobuf codec allocates a string for each; the
+// codec of CodecOption looks the names up in a table of the Server's
+// instead, so that an ACK costs the same whatever the number of names.
+// Every request decodes to a message equal to what proto.Unmarshal gives
+// (unknown fields included), and fails where it fails; every other message
+// of the gRPC server, and every response, is encoded and decoded by gRPC's
+// protobuf codec. The option forces that codec for every service of the
+// gRPC server (grpc.ForceServerCodecV2), whatever content-subtype a client
+// sends.
+//
+// The table holds at most 65,536 names and 4 MiB of them: when a name
+// would exceed either, the table is cleared and fills again with the names
+// clients send. Names longer than 1 KiB are not interned. Every call returns an option sharing the same table.
+func (s *Server) CodecOption() grpc.ServerOption {
+	return grpc.ForceServerCodecV2(s.codec)
+}
+
+// internCodec is the encoding.CodecV2 of CodecOption.
+type internCodec struct {
+	std   encoding.CodecV2
+	names internTable
+}
+
+func newInternCodec() *internCodec {
+	return &internCodec{std: encoding.GetCodecV2(grpcproto.Name)}
+}
+
+// Name returns gRPC's name of the protobuf codec, which it replaces.
+func (c *internCodec) Name() string { return grpcproto.Name }
+
+// Marshal encodes v as gRPC's protobuf codec does.
+func (c *internCodec) Marshal(v any) (mem.BufferSlice, error) { return c.std.Marshal(v) }
+
+// Unmarshal decodes discovery requests with interned resource names and
+// any other message as gRPC's protobuf codec does.
+func (c *internCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	switch m := v.(type) {
+	case *discoveryv3.DiscoveryRequest:
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		return c.decode(buf.ReadOnlyData(), m, [2]protowire.Number{fieldResourceNames, noField},
+			func(names *[2][]string) { m.ResourceNames = names[0] })
+	case *discoveryv3.DeltaDiscoveryRequest:
+		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+		defer buf.Free()
+		return c.decode(buf.ReadOnlyData(), m, [2]protowire.Number{fieldNamesSubscribe, fieldNamesUnsubscribe},
+			func(names *[2][]string) {
+				m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe = names[0], names[1]
+			})
+	}
+	return c.std.Unmarshal(data, v)
+}
+
+// decode unmarshals b into m: the repeated string fields numbered fields
+// (0: none) are decoded with interned strings and given to set in order of
+// appearance, and every other field is decoded by proto.Unmarshal, merging
+// the runs of fields between names in their order (parsing concatenated
+// encodings merges them). Whatever the scan does not recognise as
+// well-formed is left to proto.Unmarshal of all of b, so that the result
+// and its error-ness are always those of proto.Unmarshal(b, m).
+func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Number, set func(*[2][]string)) error {
+	proto.Reset(m)
+	merge := proto.UnmarshalOptions{Merge: true}
+	var counts [2]int
+	run := 0 // start of the fields not merged yet
+	for pos := 0; pos < len(b); {
+		num, typ, n := protowire.ConsumeTag(b[pos:])
+		if n < 0 {
+			return proto.Unmarshal(b, m)
+		}
+		i := fieldIndex(fields, num, typ)
+		if i < 0 {
+			vn := protowire.ConsumeFieldValue(num, typ, b[pos+n:])
+			if vn < 0 {
+				return proto.Unmarshal(b, m)
+			}
+			pos += n + vn
+			continue
+		}
+		v, vn := protowire.ConsumeBytes(b[pos+n:])
+		if vn < 0 || !utf8.Valid(v) {
+			return proto.Unmarshal(b, m)
+		}
+		if run < pos {
+			if err := merge.Unmarshal(b[run:pos], m); err != nil {
+				return proto.Unmarshal(b, m)
+			}
+		}
+		counts[i]++
+		pos += n + vn
+		run = pos
+	}
+	if run < len(b) {
+		if err := merge.Unmarshal(b[run:], m); err != nil {
+			return proto.Unmarshal(b, m)
+		}
+	}
+	if counts[0]+counts[1] == 0 {
+		return nil
+	}
+	var names [2][]string
+	for i, n := range counts {
+		if n > 0 {
+			names[i] = make([]string, 0, n)
+		}
+	}
+	if missed := c.names.lookup(b, fields, &names); missed {
+		c.names.insert(b, fields, &names)
+	}
+	set(&names)
+	return nil
+}
+
+// fieldIndex returns which of fields num is, as a length-delimited field,
+// or -1.
+func fieldIndex(fields [2]protowire.Number, num protowire.Number, typ protowire.Type) int {
+	if typ != protowire.BytesType {
+		return -1
+	}
+	for i, f := range fields {
+		if f != noField && f == num {
+			return i
+		}
+	}
+	return -1
+}
+
+// eachName calls fn with the index in fields, the position among that
+// field's values and the bytes of every value of fields in b, which decode
+// has found well-formed.
+func eachName(b []byte, fields [2]protowire.Number, fn func(i, j int, v []byte)) {
+	var pos [2]int
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if i := fieldIndex(fields, num, typ); i >= 0 {
+			v, vn := protowire.ConsumeBytes(b[n:])
+			fn(i, pos[i], v)
+			pos[i]++
+			b = b[n+vn:]
+			continue
+		}
+		b = b[n+protowire.ConsumeFieldValue(num, typ, b[n:]):]
+	}
+}
+
+// internTable is a bounded set of resource names, shared by the streams of
+// a Server.
+type internTable struct {
+	mu    sync.RWMutex
+	m     map[string]string
+	bytes int // sum of the lengths of the names in m
+}
+
+// lookup appends the names of b to names: interned ones, new strings for
+// those too long to intern and "" for the others, which it reports missed.
+func (t *internTable) lookup(b []byte, fields [2]protowire.Number, names *[2][]string) (missed bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	eachName(b, fields, func(i, _ int, v []byte) {
+		var s string
+		switch {
+		case len(v) == 0:
+		case len(v) > internMaxNameLen:
+			s = string(v)
+		default:
+			var ok bool
+			if s, ok = t.m[string(v)]; !ok {
+				missed = true
+			}
+		}
+		names[i] = append(names[i], s)
+	})
+	return missed
+}
+
+// insert interns the names lookup missed and fills them in.
+func (t *internTable) insert(b []byte, fields [2]protowire.Number, names *[2][]string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	eachName(b, fields, func(i, j int, v []byte) {
+		if len(v) == 0 || names[i][j] != "" {
+			return
+		}
+		names[i][j] = t.intern(v)
+	})
+}
+
+// intern returns the interned string of v, adding it if needed. t.mu is
+// held.
+func (t *internTable) intern(v []byte) string {
+	if s, ok := t.m[string(v)]; ok {
+		return s
+	}
+	if t.m == nil || len(t.m) >= internMaxNames || t.bytes+len(v) > internMaxBytes {
+		if t.m == nil {
+			t.m = make(map[string]string)
+		}
+		clear(t.m)
+		t.bytes = 0
+	}
+	s := string(v)
+	t.m[s] = s
+	t.bytes += len(s)
+	return s
+}
+
+// size returns the number of names and bytes the table holds.
+func (t *internTable) size() (names, bytes int) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.m), t.bytes
+}

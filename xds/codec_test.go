@@ -1,0 +1,281 @@
+package xds
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"unsafe"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// codecCases are encoded discovery requests, well-formed or not.
+func codecCases(t testing.TB) []struct {
+	name string
+	b    []byte
+} {
+	marshal := func(m proto.Message) []byte {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	str := func(num protowire.Number, s string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, num, protowire.BytesType), s)
+	}
+	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	node := &corev3.Node{Id: "sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", Metadata: &structpb.Struct{
+		Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("v")},
+	}}
+	ack := marshal(&discoveryv3.DiscoveryRequest{
+		VersionInfo:   "v1",
+		ResourceNames: []string{"c0", "c1", "c2"},
+		TypeUrl:       string(EndpointType),
+		ResponseNonce: "v1/7",
+	})
+	return []struct {
+		name string
+		b    []byte
+	}{
+		{name: "empty", b: nil},
+		{name: "ack", b: ack},
+		{name: "first request", b: marshal(&discoveryv3.DiscoveryRequest{
+			Node: node, ResourceNames: []string{"a", "", "a"}, TypeUrl: string(ClusterType),
+		})},
+		{name: "nack", b: marshal(&discoveryv3.DiscoveryRequest{
+			ResourceNames: []string{"x"}, ErrorDetail: &rpcstatus.Status{Code: 3, Message: "bad"},
+		})},
+		{name: "delta", b: marshal(&discoveryv3.DeltaDiscoveryRequest{
+			Node: node, TypeUrl: string(EndpointType),
+			ResourceNamesSubscribe: []string{"a", "b"}, ResourceNamesUnsubscribe: []string{"c"},
+			InitialResourceVersions: map[string]string{"a": "1"}, ResponseNonce: "n",
+		})},
+		{name: "names interleaved, fields repeated", b: cat(
+			str(3, "a"), str(4, "t1"), str(3, "b"), str(1, "v1"), str(4, "t2"), str(3, "c"), str(3, "a"), str(1, "v2"))},
+		{name: "unknown fields between names", b: cat(
+			str(3, "a"), str(99, "unknown"), protowire.AppendVarint(protowire.AppendTag(nil, 100, protowire.VarintType), 7),
+			str(3, "b"), protowire.AppendFixed32(protowire.AppendTag(nil, 101, protowire.Fixed32Type), 1), str(5, "n"))},
+		{name: "names field as varint", b: cat(
+			str(3, "a"), protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), 1), str(3, "b"))},
+		{name: "unknown group", b: cat(
+			str(3, "a"), protowire.AppendTag(nil, 200, protowire.StartGroupType), str(1, "in"),
+			protowire.AppendTag(nil, 200, protowire.EndGroupType), str(3, "b"))},
+		{name: "invalid UTF-8 name", b: cat(str(3, "a"), str(3, "\xff\xfe"))},
+		{name: "invalid UTF-8 type URL", b: cat(str(3, "a"), str(4, "\xff"))},
+		{name: "truncated name", b: cat(str(3, "a"), str(3, "abcdef")[:4])},
+		{name: "truncated tag", b: cat(str(3, "a"), []byte{0x80})},
+		{name: "field number 0", b: cat(str(3, "a"), str(0, "z"))},
+		{name: "field number too large", b: cat(str(3, "a"), str(protowire.MaxValidNumber+1, "z"))},
+		{name: "stray end group", b: cat(str(3, "a"), protowire.AppendTag(nil, 9, protowire.EndGroupType))},
+		{name: "malformed node", b: cat(str(3, "a"), str(2, "\x0a\x05ab"))},
+		{name: "long name", b: cat(str(3, string(bytes.Repeat([]byte("n"), internMaxNameLen+1))), str(3, "a"))},
+	}
+}
+
+// unmarshalBoth decodes b into a fresh message like m with the codec and
+// with proto.Unmarshal.
+func unmarshalBoth(c *internCodec, b []byte, m proto.Message) (got, want proto.Message, gotErr, wantErr error) {
+	got, want = m.ProtoReflect().New().Interface(), m.ProtoReflect().New().Interface()
+	gotErr = c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(bytes.Clone(b))}, got)
+	wantErr = proto.Unmarshal(b, want)
+	return got, want, gotErr, wantErr
+}
+
+// sameMessage reports whether a and b are equal, or encode the same (a
+// message holding a NaN is not equal to itself).
+func sameMessage(a, b proto.Message) bool {
+	if proto.Equal(a, b) {
+		return true
+	}
+	opts := proto.MarshalOptions{Deterministic: true}
+	ab, err1 := opts.Marshal(a)
+	bb, err2 := opts.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ab, bb)
+}
+
+func checkDecode(t *testing.T, c *internCodec, b []byte) {
+	t.Helper()
+	for _, m := range []proto.Message{&discoveryv3.DiscoveryRequest{}, &discoveryv3.DeltaDiscoveryRequest{}} {
+		got, want, gotErr, wantErr := unmarshalBoth(c, b, m)
+		if (gotErr != nil) != (wantErr != nil) {
+			t.Fatalf("%T: Unmarshal(%x) error = %v; want %v", m, b, gotErr, wantErr)
+		}
+		if wantErr == nil && !sameMessage(got, want) {
+			t.Fatalf("%T: Unmarshal(%x) = %v; want %v", m, b, got, want)
+		}
+	}
+}
+
+func TestCodecDecodeMatchesProto(t *testing.T) {
+	c := newInternCodec()
+	for _, tc := range codecCases(t) {
+		t.Run(tc.name, func(t *testing.T) {
+			checkDecode(t, c, tc.b)
+			checkDecode(t, c, tc.b) // names interned now
+		})
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, tc := range codecCases(f) {
+		f.Add(tc.b)
+	}
+	c := newInternCodec()
+	f.Fuzz(func(t *testing.T, b []byte) { checkDecode(t, c, b) })
+}
+
+func TestCodecInternsNames(t *testing.T) {
+	c := newInternCodec()
+	b, err := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: []string{"c0", "c1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r1, r2 discoveryv3.DiscoveryRequest
+	for _, r := range []*discoveryv3.DiscoveryRequest{&r1, &r2} {
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range r1.ResourceNames {
+		if got, want := r2.ResourceNames[i], r1.ResourceNames[i]; got != want || unsafe.StringData(got) != unsafe.StringData(want) {
+			t.Errorf("name %d = %q decoded twice into two strings; want one interned string", i, got)
+		}
+	}
+}
+
+func TestCodecTableBounded(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		length int // of each name
+		count  int // distinct names sent
+	}{
+		{name: "many short names", length: 8, count: internMaxNames + 1000},
+		{name: "many long names", length: internMaxNameLen, count: 2 * internMaxBytes / internMaxNameLen},
+		{name: "names too long to intern", length: internMaxNameLen + 1, count: 100},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newInternCodec()
+			maxNames, maxBytes := 0, 0
+			const perRequest = 500
+			for start := 0; start < tc.count; start += perRequest {
+				req := &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType)}
+				for i := start; i < min(start+perRequest, tc.count); i++ {
+					req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("%0*d", tc.length, i))
+				}
+				b, err := proto.Marshal(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var got discoveryv3.DiscoveryRequest
+				if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got); err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(&got, req) {
+					t.Fatalf("request %d decoded to %d names; want %d", start, len(got.ResourceNames), len(req.ResourceNames))
+				}
+				n, nb := c.names.size()
+				maxNames, maxBytes = max(maxNames, n), max(maxBytes, nb)
+			}
+			if maxNames > internMaxNames || maxBytes > internMaxBytes {
+				t.Errorf("table held up to %d names, %d bytes; want at most %d, %d", maxNames, maxBytes, internMaxNames, internMaxBytes)
+			}
+			if tc.length > internMaxNameLen && maxNames != 0 {
+				t.Errorf("table held %d names longer than %d bytes; want 0", maxNames, internMaxNameLen)
+			}
+			if tc.length <= internMaxNameLen && maxNames < min(tc.count, internMaxNames)/2 {
+				t.Errorf("table held up to %d names; want names interned", maxNames)
+			}
+		})
+	}
+}
+
+// An ACK's decoding allocates the same whatever the number of names it
+// repeats, once they are interned.
+func TestCodecAllocsIndependentOfNames(t *testing.T) {
+	c := newInternCodec()
+	allocs := func(n int) float64 {
+		req := &discoveryv3.DiscoveryRequest{
+			VersionInfo: "9f3c2a71-42", TypeUrl: string(EndpointType), ResponseNonce: "9f3c2a71-42/1007",
+		}
+		for i := range n {
+			req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|8080||svc-%d.ns.svc.cluster.local", i))
+		}
+		b, err := proto.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := mem.BufferSlice{mem.SliceBuffer(b)}
+		var got discoveryv3.DiscoveryRequest
+		if err := c.Unmarshal(data, &got); err != nil { // interns the names
+			t.Fatal(err)
+		}
+		return testing.AllocsPerRun(100, func() {
+			var got discoveryv3.DiscoveryRequest
+			if err := c.Unmarshal(data, &got); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	std := encoding.GetCodecV2(grpcproto.Name)
+	few, many := allocs(10), allocs(1000)
+	if many != few {
+		t.Errorf("decoding an ACK of 1,000 names: %v allocations; want %v, as for 10", many, few)
+	}
+	if few > 10 {
+		t.Errorf("decoding an ACK of 10 names: %v allocations; want at most 10", few)
+	}
+	// gRPC's codec, for comparison, allocates per name.
+	b, err := proto.Marshal(&discoveryv3.DiscoveryRequest{ResourceNames: make([]string, 1000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := testing.AllocsPerRun(10, func() {
+		var got discoveryv3.DiscoveryRequest
+		_ = std.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &got)
+	}); a < 1 {
+		t.Errorf("gRPC's codec: %v allocations; want some", a)
+	}
+}
+
+func TestCodecMarshalUnchanged(t *testing.T) {
+	c, std := newInternCodec(), encoding.GetCodecV2(grpcproto.Name)
+	if got, want := c.Name(), std.Name(); got != want {
+		t.Errorf("Name() = %q; want %q", got, want)
+	}
+	for _, m := range []any{
+		&discoveryv3.DiscoveryResponse{VersionInfo: "v", TypeUrl: string(ClusterType), Nonce: "v/1"},
+		&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "v", RemovedResources: []string{"a"}},
+		&discoveryv3.DiscoveryRequest{ResourceNames: []string{"a"}},
+	} {
+		got, err := c.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := std.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Materialize(), want.Materialize()) {
+			t.Errorf("Marshal(%T) = %x; want %x", m, got.Materialize(), want.Materialize())
+		}
+		got.Free()
+		want.Free()
+	}
+	// Other messages are decoded by gRPC's codec, errors included.
+	var resp discoveryv3.DiscoveryResponse
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer([]byte{0x80})}, &resp); err == nil {
+		t.Error("Unmarshal(truncated DiscoveryResponse) = nil; want an error")
+	}
+	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(nil)}, "not a message"); err == nil {
+		t.Error("Unmarshal(into a string) = nil; want an error")
+	}
+}
