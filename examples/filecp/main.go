@@ -98,7 +98,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		wg.Wait()
 	}()
 
-	gs := grpc.NewServer()
+	// The Server's codec interns the resource names every SotW ACK repeats.
+	gs := grpc.NewServer(cp.Server().CodecOption())
 	cp.Server().Register(gs)
 	wg.Go(func() {
 		if err := gs.Serve(adsLn); err != nil {

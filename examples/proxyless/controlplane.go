@@ -194,7 +194,7 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp.gs = grpc.NewServer()
+	cp.gs = grpc.NewServer(cp.srv.CodecOption())
 	cp.srv.Register(cp.gs)
 	return cp, nil
 }
