@@ -36,9 +36,9 @@
 // The packages:
 //
 //   - package [github.com/xdspush/xdspush/pushcontext] owns the request model
-//     ([pushcontext.PushRequest] and its non-mutating Merge), config keys,
-//     the immutable versioned [pushcontext.PushContext] with incrementally
-//     rebuilt indexes, and dependency filtering ([pushcontext.NeedsPush]).
+//     (pushcontext.PushRequest and its non-mutating Merge), config keys,
+//     the immutable versioned pushcontext.PushContext with incrementally
+//     rebuilt indexes, and dependency filtering (pushcontext.NeedsPush).
 //   - package [github.com/xdspush/xdspush/debounce] coalesces bursts of
 //     requests: a push after a quiet window, or after a maximum delay even if
 //     events keep coming, never two debounced pushes at once.
@@ -58,14 +58,14 @@
 // A host program is responsible for, in order:
 //
 //  1. Its config source. When its store changes it calls ConfigUpdate with a
-//     [pushcontext.PushRequest] naming the changed [pushcontext.ConfigKey]s,
+//     pushcontext.PushRequest naming the changed pushcontext.ConfigKeys,
 //     and it skips updates whose content did not change.
 //  2. The indexes of its PushContext: for each, the config kinds it depends on
-//     and how to build it from the previous one ([pushcontext.Register]).
+//     and how to build it from the previous one (pushcontext.Register).
 //  3. A generator per xDS type URL: given a proxy, what it watches and the
 //     push request, the resources to send.
 //  4. Proxy initialisation: from the first request's Node and the peer, the
-//     proxy's state and its dependency scope ([pushcontext.Scope]).
+//     proxy's state and its dependency scope (pushcontext.Scope).
 //  5. Optionally: authentication, a *slog.Logger (the library is silent by
 //     default), Hooks for metrics, and limits.
 //
@@ -74,7 +74,7 @@
 // The runnable Example of this package does all of the following in about a
 // hundred lines; here are the steps and the reasons behind them.
 //
-// First, make a [pushcontext.Builder] and register the indexes your
+// First, make a pushcontext.Builder and register the indexes your
 // generators read. Each index names the config kinds it depends on, so a
 // change to a "Service" rebuilds the cluster index and shares every other
 // index with the previous snapshot:
@@ -85,7 +85,7 @@
 //			return store.Clusters(), nil
 //		})
 //
-// Second, write a [xds.Generator] per type URL. It reads the proxy's own
+// Second, write a xds.Generator per type URL. It reads the proxy's own
 // PushContext (proxy.Push), so a proxy is always served from one consistent
 // snapshot, and it should return the same message pointers to every proxy,
 // so that each resource is marshalled once per change, not once per proxy:
@@ -98,7 +98,7 @@
 //		return out, nil
 //	})
 //
-// Third, build the [xds.Server] from a [xds.Config]: the Builder, the
+// Third, build the xds.Server from a xds.Config: the Builder, the
 // generators, which config kinds feed which type (TypeKinds, so that an
 // endpoint change regenerates EDS only), and InitProxy, which turns the
 // first request's Node into your proxy state and its dependency scope.
