@@ -54,7 +54,8 @@ type Builder interface {
 //
 // An error is logged at Warn and reported through Hooks.OnGenerateError; the
 // type is skipped for this push or request, the client keeps what it has and
-// the stream stays open.
+// the stream stays open. A type that failed during a push is generated again,
+// in full, by the next push to that proxy, whatever that push changes.
 type Generator interface {
 	Generate(ctx context.Context, proxy *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error)
 }
@@ -295,8 +296,9 @@ type Config struct {
 
 	// MaxResourceNames bounds the resource names of one request (for Delta:
 	// subscribed, unsubscribed and initial versions together); a request
-	// with more ends its stream with codes.InvalidArgument. Zero means
-	// DefaultMaxResourceNames (50,000).
+	// with more ends its stream with codes.InvalidArgument. A Delta
+	// subscription may not grow past it in total either, over any number
+	// of requests. Zero means DefaultMaxResourceNames (50,000).
 	MaxResourceNames int
 
 	// Phases tunes make-before-break ordering of pushes.

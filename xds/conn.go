@@ -328,8 +328,17 @@ func (c *conn) ctxStatus(ctx context.Context) error {
 // writer's progress, one at a time.
 func (c *conn) loop(ctx context.Context) error {
 	for {
+		// Answers to requests queue up behind a blocked write. Past
+		// maxQueuedAnswers, stop reading requests until the writer
+		// progresses: the receive goroutine then blocks and gRPC flow
+		// control slows the client down, so a client that sends requests
+		// but does not read cannot grow the outbox without bound.
+		reqCh := c.reqCh
+		if c.writing && len(c.outbox) >= maxQueuedAnswers {
+			reqCh = nil
+		}
 		select {
-		case in := <-c.reqCh:
+		case in := <-reqCh:
 			if err := c.handle(ctx, in); err != nil {
 				return err
 			}
@@ -444,6 +453,10 @@ func (c *conn) setBusy() {
 	}
 	c.mu.Unlock()
 }
+
+// maxQueuedAnswers bounds the responses waiting behind a write in progress
+// before the connection stops reading requests (see loop).
+const maxQueuedAnswers = 32
 
 // send queues responses for writing, starting the writer if it is idle.
 func (c *conn) send(msgs []*outMsg) {

@@ -33,7 +33,10 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		return nil
 	}
 	c.deltaNonce(ctx, i, req)
-	answer, o, delta := c.deltaSubscribe(ctx, i, req)
+	answer, o, delta, err := c.deltaSubscribe(ctx, i, req)
+	if err != nil {
+		return err
+	}
 	if !answer {
 		return nil
 	}
@@ -166,7 +169,11 @@ func (c *conn) recordACK(i int, w *watch) {
 //   - A name subscribed to that does not exist is listed in
 //     removed_resources of the answer, so the client stops waiting for it. initial_resource_versions after the first request
 //     are ignored. A name both subscribed and unsubscribed is unsubscribed.
-func (c *conn) deltaSubscribe(ctx context.Context, i int, req *discoveryv3.DeltaDiscoveryRequest) (bool, relOpts, pushcontext.ResourceDelta) {
+//
+// The subscription of one type may not grow past Config.MaxResourceNames in
+// total, over any number of requests: a request that would make it do so
+// ends the stream with InvalidArgument.
+func (c *conn) deltaSubscribe(ctx context.Context, i int, req *discoveryv3.DeltaDiscoveryRequest) (bool, relOpts, pushcontext.ResourceDelta, error) {
 	set := c.s.set
 	full := set.fullState[i]
 	w := c.watches[i]
@@ -208,6 +215,10 @@ func (c *conn) deltaSubscribe(ctx context.Context, i int, req *discoveryv3.Delta
 	if len(unsub) > 0 {
 		names = subtractSorted(names, unsub)
 	}
+	if len(names) > set.maxNames {
+		return false, relOpts{}, pushcontext.ResourceDelta{}, status.Errorf(codes.InvalidArgument,
+			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxNames)
+	}
 	added, removed := diffNames(w.names, names)
 	w.names = names
 
@@ -245,9 +256,9 @@ func (c *conn) deltaSubscribe(ctx context.Context, i int, req *discoveryv3.Delta
 	}
 	switch {
 	case first:
-		return true, relOpts{initial: true, notFound: true}, delta
+		return true, relOpts{initial: true, notFound: true}, delta, nil
 	case w.wildcard && !wasWildcard:
-		return true, relOpts{}, delta
+		return true, relOpts{}, delta, nil
 	case len(sub) > 0:
 		// Every name this request subscribes to is answered, even one
 		// the Server believes the client holds: the client may have
@@ -259,10 +270,10 @@ func (c *conn) deltaSubscribe(ctx context.Context, i int, req *discoveryv3.Delta
 			}
 		}
 		if len(only) > 0 {
-			return true, relOpts{only: only, notFound: true}, delta
+			return true, relOpts{only: only, notFound: true}, delta, nil
 		}
 	}
-	return false, relOpts{}, delta
+	return false, relOpts{}, delta, nil
 }
 
 // mergeSorted returns the sorted union of two sorted, unique slices.

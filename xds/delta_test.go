@@ -331,6 +331,16 @@ func TestDeltaBadInput(t *testing.T) {
 			want: codes.InvalidArgument,
 		},
 		{
+			// Each request is under the limit; the subscription they add
+			// up to is not.
+			name: "60,000 names over two requests",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: tooMany[:30_000]},
+				{TypeUrl: eds, ResourceNamesSubscribe: tooMany[30_000:60_000]},
+			},
+			want: codes.InvalidArgument,
+		},
+		{
 			name: "unknown type URL is ignored",
 			reqs: []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n"), TypeUrl: "type.googleapis.com/example.Unknown"}},
 		},

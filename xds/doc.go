@@ -117,7 +117,11 @@
 //     requests for types without a generator are ignored (logged at Debug);
 //     Authenticate failures give Unauthenticated; new streams beyond
 //     Config.NewStreamRate wait up to one second, then get
-//     ResourceExhausted. Generator errors skip the type and keep the stream.
+//     ResourceExhausted. Generator errors skip the type and keep the stream;
+//     the next push to that proxy generates the type again. A client that
+//     sends requests without reading the answers is slowed down: once 32
+//     answers wait behind a blocked write, its requests are no longer read,
+//     and gRPC flow control stops it.
 //   - Shutdown. When Run's ctx ends, new streams are refused, live ones end
 //     with codes.Unavailable, and Run returns after every goroutine it or a
 //     stream started has exited.

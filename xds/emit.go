@@ -645,8 +645,14 @@ func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest, seq uin
 	c.proxy.Push = pc
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
 	if !ok {
-		c.completedP = c.appliedP // nothing to send: complete
-		return nil
+		if !slices.Contains(c.dirty, true) {
+			c.completedP = c.appliedP // nothing to send: complete
+			return nil
+		}
+		// The push does not concern the proxy, but a NACK stopped an
+		// earlier push before some of its types: regenerate those now
+		// rather than wait for a push that concerns the proxy.
+		filtered = &pushcontext.PushRequest{Push: pc, Reason: req.Reason, Start: req.Start}
 	}
 	if filtered.Push != pc {
 		cp := *filtered
@@ -668,11 +674,14 @@ func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest, seq uin
 		if !dirty && !set.affects(i, filtered) && !(i == set.edsIdx && cdsAffected) {
 			continue
 		}
-		c.dirty[i] = false
 		// EDS re-sends the endpoints of re-warming clusters, which a
 		// DeltaGenerator does not list: it is generated in full then.
 		full := dirty || (i == set.edsIdx && cdsAffected)
-		if tgt, _ := c.generate(ctx, i, filtered, true, full); tgt != nil {
+		tgt, err := c.generate(ctx, i, filtered, true, full)
+		// A type that failed to generate stays (or becomes) dirty, so that
+		// the next push tries it in full again.
+		c.dirty[i] = err != nil
+		if tgt != nil {
 			pl.phases = append(pl.phases, phase{typeIdx: i, tgt: tgt})
 		}
 	}

@@ -410,3 +410,84 @@ func TestPushOrderConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestsBehindBlockedWrite: a client that keeps sending requests but
+// reads nothing cannot make the server queue answers without bound. Once
+// maxQueuedAnswers answers wait behind the blocked write, the connection
+// stops reading requests, and gRPC flow control stops the client.
+func TestRequestsBehindBlockedWrite(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		st.clusters["big"] = makeCluster("big")
+		st.clusters["big"].AltStatName = strings.Repeat("x", 100<<10)
+		f := start(t, st, func(cfg *Config) {
+			cfg.WriteTimeout = time.Minute
+		}, false)
+		cc := f.dialConn(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+		c := f.connect("flood", cc, false)
+		c.request(ClusterType)
+		const requests = 3000
+		sent := make(chan int, 1)
+		go func() {
+			n := 0
+			for ; n < requests; n++ {
+				// An empty nonce: each asks for a full answer.
+				if err := c.stream.Send(&discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}); err != nil {
+					break
+				}
+			}
+			sent <- n
+		}()
+		synctest.Wait()
+		// The client gives up; its stream's cancellation releases both the
+		// flooding goroutine and the server's blocked write.
+		c.cancel()
+		if n := <-sent; n == requests {
+			t.Errorf("client sent all %d requests; want flow control to have stopped it", n)
+		}
+	})
+}
+
+// TestGenerateErrorRetried: a type whose generator fails during a push is
+// generated again, in full, by the next push to that proxy, even one that
+// does not otherwise affect the type, so the change it carried is not lost.
+func TestGenerateErrorRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		f := start(t, st, nil, false)
+		c := f.connect("p", nil, true)
+		subs := c.subscribeAll(1)
+
+		// An endpoint change whose EDS generation fails.
+		f.update(false, func(s *store) {
+			s.endpoints["c0"] = makeCLA("c0", "10.9.9.9:80")
+			s.genErr[EndpointType] = errors.New("endpoints unavailable")
+		}, key(kindEndpoint, "c0"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if rs := c.ackAll(subs); len(rs) != 0 {
+			t.Fatalf("failed EDS generation sent %v; want nothing", typesOf(rs))
+		}
+
+		// A listener change, which does not feed EDS, retries it.
+		f.update(true, func(s *store) {
+			delete(s.genErr, EndpointType)
+			s.listeners["l0"] = makeListener("l0", "r0")
+			s.listeners["l0"].StatPrefix = "changed"
+		}, key(kindListener, "l0"))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		rs := c.ackAll(subs)
+		var eds *discoveryv3.DiscoveryResponse
+		for _, r := range rs {
+			if TypeURL(r.TypeUrl) == EndpointType {
+				eds = r
+			}
+		}
+		if eds == nil || len(eds.Resources) != 1 {
+			t.Fatalf("after the next push got %v; want the endpoints of c0 again", typesOf(rs))
+		}
+	})
+}
