@@ -184,7 +184,7 @@ func TestDeltaUnsub(t *testing.T) {
 		c.ackAll()
 		for _, ts := range f.srv.Status()[0].Types {
 			if !ts.Synced() || ts.SentNonce == "" {
-				t.Errorf("%s status = %+v; want sent and ACKed", shortType(ts.Type), ts)
+				t.Errorf("%s status = %+v; want sent and ACKed", ts.Type.Short(), ts)
 			}
 		}
 	})
@@ -666,7 +666,7 @@ func TestDeltaGeneratorSotWByName(t *testing.T) {
 			var got [][]string
 			for _, r := range c.ackUntilQuiet(subs) {
 				if TypeURL(r.TypeUrl) != EndpointType {
-					t.Fatalf("%s: got a %s response; want EDS only", step.name, shortType(TypeURL(r.TypeUrl)))
+					t.Fatalf("%s: got a %s response; want EDS only", step.name, TypeURL(r.TypeUrl).Short())
 				}
 				got = append(got, names(r))
 			}

@@ -44,7 +44,7 @@ func (e *envoy) start() {
 // subscription change that follows from it.
 func (e *envoy) handle(r *discoveryv3.DiscoveryResponse) {
 	t := TypeURL(r.TypeUrl)
-	e.received = append(e.received, fmt.Sprintf("%s%v", shortType(t), names(r)))
+	e.received = append(e.received, fmt.Sprintf("%s%v", t.Short(), names(r)))
 	e.nonce[t], e.version[t] = r.Nonce, r.VersionInfo
 	var follow TypeURL
 	var want []string
@@ -133,7 +133,7 @@ func TestEnvoyLikeClient(t *testing.T) {
 			}
 			for _, ts := range f.srv.Status()[0].Types {
 				if !ts.Synced() {
-					t.Fatalf("%s: %s not ACKed: %+v", step, shortType(ts.Type), ts)
+					t.Fatalf("%s: %s not ACKed: %+v", step, ts.Type.Short(), ts)
 				}
 			}
 		}

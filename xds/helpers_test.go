@@ -325,7 +325,7 @@ func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp,
 	cfg, idx := newConfigEpoch(t, st, epoch)
 	f := &fixture{t: t, store: st, index: idx}
 	hooks := &cfg.Hooks
-	hooks.OnNACK = func(n NACK) { f.event("nack %s %s", n.ProxyID, shortType(n.Type)) }
+	hooks.OnNACK = func(n NACK) { f.event("nack %s %s", n.ProxyID, n.Type.Short()) }
 	hooks.OnConnect = func(e ConnectEvent) { f.event("connect %s", e.Proxy.ID) }
 	hooks.OnDisconnect = func(e DisconnectEvent) { f.event("disconnect %s %v", e.Proxy.ID, codeOf(e.Err)) }
 	if tweak != nil {
@@ -384,20 +384,6 @@ func (f *fixture) eventList() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.events)
-}
-
-func shortType(t TypeURL) string {
-	switch t {
-	case ClusterType:
-		return "CDS"
-	case EndpointType:
-		return "EDS"
-	case ListenerType:
-		return "LDS"
-	case RouteType:
-		return "RDS"
-	}
-	return string(t)
 }
 
 // update changes the store under lock and sends a ConfigUpdate for keys.
@@ -559,7 +545,7 @@ func (c *client) expectNone(probe TypeURL) {
 	c.request(probe)
 	r := c.recv()
 	if TypeURL(r.TypeUrl) != probe {
-		c.t.Fatalf("got a %s response (%d resources); want no response before the %s probe", shortType(TypeURL(r.TypeUrl)), len(r.Resources), shortType(probe))
+		c.t.Fatalf("got a %s response (%d resources); want no response before the %s probe", TypeURL(r.TypeUrl).Short(), len(r.Resources), probe.Short())
 	}
 }
 
@@ -642,7 +628,7 @@ func (c *client) ackUntilQuiet(subs map[TypeURL][]string) []*discoveryv3.Discove
 func typesOf(rs []*discoveryv3.DiscoveryResponse) []string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, shortType(TypeURL(r.TypeUrl)))
+		out = append(out, TypeURL(r.TypeUrl).Short())
 	}
 	return out
 }
@@ -834,7 +820,7 @@ func (c *dclient) expectNone(probe TypeURL) {
 	c.subscribe(probe)
 	r := c.recv()
 	if TypeURL(r.TypeUrl) != probe {
-		c.t.Fatalf("got %s; want no response before the %s probe", dsummary(r), shortType(probe))
+		c.t.Fatalf("got %s; want no response before the %s probe", dsummary(r), probe.Short())
 	}
 	c.ack(r)
 }
@@ -857,7 +843,7 @@ func dsummary(r *discoveryv3.DeltaDiscoveryResponse) string {
 	if removed == nil {
 		removed = []string{}
 	}
-	return fmt.Sprintf("%s%v-%v", shortType(TypeURL(r.TypeUrl)), dnames(r), removed)
+	return fmt.Sprintf("%s%v-%v", TypeURL(r.TypeUrl).Short(), dnames(r), removed)
 }
 
 func dsummaries(rs []*discoveryv3.DeltaDiscoveryResponse) []string {

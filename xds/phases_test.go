@@ -25,7 +25,7 @@ func renameCluster(f *fixture) {
 func sotwSummaries(rs []*discoveryv3.DiscoveryResponse) []string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, shortType(TypeURL(r.TypeUrl))+"["+joinNames(names(r))+"]")
+		out = append(out, TypeURL(r.TypeUrl).Short()+"["+joinNames(names(r))+"]")
 	}
 	return out
 }
@@ -102,7 +102,7 @@ func TestPhasesWaitForACKs(t *testing.T) {
 		cs := f.srv.Status()[0]
 		for _, ts := range cs.Types {
 			if !ts.Synced() || ts.PhaseTimeouts != 0 {
-				t.Errorf("%s status = %+v; want synced without timeouts", shortType(ts.Type), ts)
+				t.Errorf("%s status = %+v; want synced without timeouts", ts.Type.Short(), ts)
 			}
 		}
 		if cs.PendingPhases != 0 {
@@ -165,9 +165,9 @@ func TestPhaseTimeout(t *testing.T) {
 		for _, e := range events {
 			var w []string
 			for _, t := range e.Waiting {
-				w = append(w, shortType(t))
+				w = append(w, t.Short())
 			}
-			got = append(got, ev{joinNames(w), shortType(e.Next), e.Removal})
+			got = append(got, ev{joinNames(w), e.Next.Short(), e.Removal})
 			if e.ProxyID != "n" || e.Version != f.srv.Version() || e.Waited != timeout {
 				t.Errorf("event %+v; want proxy n, version %s, waited %v", e, f.srv.Version(), timeout)
 			}
@@ -178,7 +178,7 @@ func TestPhaseTimeout(t *testing.T) {
 		cs := f.srv.Status()[0]
 		timeouts := map[string]int{}
 		for _, ts := range cs.Types {
-			timeouts[shortType(ts.Type)] = ts.PhaseTimeouts
+			timeouts[ts.Type.Short()] = ts.PhaseTimeouts
 		}
 		if want := map[string]int{"CDS": 1, "EDS": 1, "LDS": 0, "RDS": 1}; !mapsEqual(timeouts, want) {
 			t.Errorf("PhaseTimeouts = %v; want %v", timeouts, want)

@@ -61,7 +61,7 @@ func TestPushOrder(t *testing.T) {
 		seen := map[string]bool{}
 		for _, r := range rs {
 			if r.VersionInfo != f.srv.Version() {
-				t.Errorf("%s version = %q; want %q", shortType(TypeURL(r.TypeUrl)), r.VersionInfo, f.srv.Version())
+				t.Errorf("%s version = %q; want %q", TypeURL(r.TypeUrl).Short(), r.VersionInfo, f.srv.Version())
 			}
 			if len(r.Nonce) <= len(r.VersionInfo) || r.Nonce[:len(r.VersionInfo)] != r.VersionInfo || seen[r.Nonce] {
 				t.Errorf("nonce %q: want unique and prefixed by %q", r.Nonce, r.VersionInfo)

@@ -379,12 +379,12 @@ func TestSotWInitialFullStateWithNothing(t *testing.T) {
 					}
 					c.request(probe, "r0")
 					if r := c.recv(); TypeURL(r.TypeUrl) != probe {
-						t.Fatalf("got a %s response; want only the %s probe's", shortType(TypeURL(r.TypeUrl)), shortType(probe))
+						t.Fatalf("got a %s response; want only the %s probe's", TypeURL(r.TypeUrl).Short(), probe.Short())
 					}
 					return
 				}
 				if len(rs) != 1 || TypeURL(rs[0].TypeUrl) != tt.typ || len(rs[0].Resources) != 0 || rs[0].VersionInfo != f.srv.Version() || rs[0].Nonce == "" {
-					t.Fatalf("got %d responses (%v); want one empty %s response of version %s", len(rs), rs, shortType(tt.typ), f.srv.Version())
+					t.Fatalf("got %d responses (%v); want one empty %s response of version %s", len(rs), rs, tt.typ.Short(), f.srv.Version())
 				}
 				c.ack(rs[0], tt.req.ResourceNames...)
 				synctest.Wait()

@@ -206,7 +206,7 @@ func (d *demo) waitEndpointPush(ctx context.Context) (map[string]int, error) {
 			return err
 		}
 		if len(nacks) > 0 {
-			return fmt.Errorf("the client rejected the %s: %s", shortType(nacks[0].Type), nacks[0].Message)
+			return fmt.Errorf("the client rejected the %s: %s", nacks[0].Type.Short(), nacks[0].Message)
 		}
 		return nil
 	})
@@ -216,7 +216,7 @@ func (d *demo) waitEndpointPush(ctx context.Context) (map[string]int, error) {
 	byType := d.cp.pushes.counts()
 	pushed := make(map[string]int, len(byType))
 	for t, n := range byType {
-		pushed[shortType(t)] = n
+		pushed[t.Short()] = n
 	}
 	return pushed, nil
 }

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/xdspush/xdspush/xds"
 )
 
 // defaultTimeout bounds each wait of the demo.
@@ -147,7 +145,7 @@ func (d *demo) synced(ctx context.Context) ([]string, error) {
 			return err
 		}
 		if len(nacks) > 0 {
-			return fmt.Errorf("%s rejected %s: %s", nacks[0].ProxyID, shortType(nacks[0].Type), nacks[0].Message)
+			return fmt.Errorf("%s rejected %s: %s", nacks[0].ProxyID, nacks[0].Type.Short(), nacks[0].Message)
 		}
 		return nil
 	})
@@ -161,27 +159,11 @@ func (d *demo) synced(ctx context.Context) ([]string, error) {
 	var types []string
 	for _, ts := range st[0].Types {
 		if !ts.Synced() || ts.SentNonce == "" {
-			return nil, fmt.Errorf("proxyless: %s has not ACKed its %s", clientNodeID, shortType(ts.Type))
+			return nil, fmt.Errorf("proxyless: %s has not ACKed its %s", clientNodeID, ts.Type.Short())
 		}
-		types = append(types, shortType(ts.Type))
+		types = append(types, ts.Type.Short())
 	}
 	return types, nil
-}
-
-// shortType returns the usual short name of the four types the demo
-// serves (CDS, EDS, LDS, RDS), or the type URL.
-func shortType(t xds.TypeURL) string {
-	switch t {
-	case xds.ClusterType:
-		return "CDS"
-	case xds.EndpointType:
-		return "EDS"
-	case xds.ListenerType:
-		return "LDS"
-	case xds.RouteType:
-		return "RDS"
-	}
-	return string(t)
 }
 
 // formatCounts formats responses by type as "1 EDS response, 2 LDS

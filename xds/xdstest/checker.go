@@ -284,7 +284,7 @@ func checkMessage(t xds.TypeURL, r Resource) error {
 		_, ok = r.Message.(*routev3.RouteConfiguration)
 	}
 	if !ok {
-		return fmt.Errorf("xdstest: resource %q of a %s response is a %T", r.Name, shortType(t), r.Message)
+		return fmt.Errorf("xdstest: resource %q of a %s response is a %T", r.Name, t.Short(), r.Message)
 	}
 	return nil
 }

@@ -83,13 +83,13 @@ func (e ProxyEvent) String() string {
 		b.WriteString(e.Generation.String())
 	case e.Send != nil:
 		s := e.Send
-		fmt.Fprintf(&b, ": %s version %s nonce %s, %d resources", shortType(s.Type), s.Version, s.Nonce, s.Resources)
+		fmt.Fprintf(&b, ": %s version %s nonce %s, %d resources", s.Type.Short(), s.Version, s.Nonce, s.Resources)
 		if s.Removed > 0 {
 			fmt.Fprintf(&b, ", %d removed", s.Removed)
 		}
 		b.WriteString(pushOrAnswer(s.Push))
 	case e.NACK != nil:
-		fmt.Fprintf(&b, ": %s version %s nonce %s: %s", shortType(e.NACK.Type), e.NACK.Version, e.NACK.Nonce, e.NACK.Message)
+		fmt.Fprintf(&b, ": %s version %s nonce %s: %s", e.NACK.Type.Short(), e.NACK.Version, e.NACK.Nonce, e.NACK.Message)
 	case e.Err != nil:
 		fmt.Fprintf(&b, ": %v", e.Err)
 	}
@@ -153,7 +153,7 @@ func (g *Generation) Touches(key pushcontext.ConfigKey) bool {
 // String describes g on one line.
 func (g *Generation) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s from %s", shortType(g.Type), g.Version)
+	fmt.Fprintf(&b, "%s from %s", g.Type.Short(), g.Version)
 	if len(g.Configs) > 0 {
 		keys := make([]string, len(g.Configs))
 		for i, k := range g.Configs {

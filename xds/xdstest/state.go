@@ -114,7 +114,7 @@ func (r *Response) String() string {
 		b.WriteString(strconv.Itoa(r.Stream))
 		b.WriteString(" ")
 	}
-	b.WriteString(shortType(r.Type))
+	b.WriteString(r.Type.Short())
 	b.WriteString(" version ")
 	b.WriteString(strconv.Quote(r.Version))
 	b.WriteString(" nonce ")
@@ -307,22 +307,6 @@ func (ts *typeState) prune() {
 			delete(ts.res, n)
 		}
 	}
-}
-
-func shortType(t xds.TypeURL) string {
-	switch t {
-	case xds.ClusterType:
-		return "CDS"
-	case xds.EndpointType:
-		return "EDS"
-	case xds.ListenerType:
-		return "LDS"
-	case xds.RouteType:
-		return "RDS"
-	case xds.SecretType:
-		return "SDS"
-	}
-	return string(t)
 }
 
 func kindOf(t xds.TypeURL) string {

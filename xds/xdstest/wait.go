@@ -111,13 +111,13 @@ func waitError(c *Client, s *State, mismatch, cause error) error {
 func HoldsNames(want map[xds.TypeURL][]string) Condition {
 	exp := make(map[string][]string, len(want))
 	for t, names := range want {
-		exp[shortType(t)] = sortedUnique(slices.Clone(names))
+		exp[t.Short()] = sortedUnique(slices.Clone(names))
 	}
 	types := slices.Collect(maps.Keys(want))
 	return func(s *State) error {
 		got := make(map[string][]string, len(types))
 		for _, t := range types {
-			got[shortType(t)] = sortedUnique(s.Names(t))
+			got[t.Short()] = sortedUnique(s.Names(t))
 		}
 		if d := cmp.Diff(exp, got); d != "" {
 			return fmt.Errorf("held resource names differ (-want +held):\n%s", d)
@@ -145,7 +145,7 @@ func HoldsResources(want map[xds.TypeURL][]proto.Message) Condition {
 			}
 			m[n] = msg
 		}
-		exp[shortType(t)] = m
+		exp[t.Short()] = m
 	}
 	types := slices.Collect(maps.Keys(want))
 	return func(s *State) error {
@@ -158,7 +158,7 @@ func HoldsResources(want map[xds.TypeURL][]proto.Message) Condition {
 			for _, r := range s.Resources(t) {
 				m[r.Name] = r.Message
 			}
-			got[shortType(t)] = m
+			got[t.Short()] = m
 		}
 		if d := cmp.Diff(exp, got, protocmp.Transform()); d != "" {
 			return fmt.Errorf("held resources differ (-want +held):\n%s", d)
@@ -180,7 +180,7 @@ func AtVersion(version string, types ...xds.TypeURL) Condition {
 		var behind []string
 		for _, t := range typeOrder(types) {
 			if !versionReached(s.Version(t), version) {
-				behind = append(behind, fmt.Sprintf("%s at %q", shortType(t), s.Version(t)))
+				behind = append(behind, fmt.Sprintf("%s at %q", t.Short(), s.Version(t)))
 			}
 		}
 		if len(behind) > 0 {
@@ -226,11 +226,11 @@ func NACKed(t xds.TypeURL) Condition {
 				continue
 			}
 			if rs[i].NACK == "" {
-				return fmt.Errorf("the last %s response (#%d) was accepted", shortType(t), i)
+				return fmt.Errorf("the last %s response (#%d) was accepted", t.Short(), i)
 			}
 			return nil
 		}
-		return fmt.Errorf("no %s response received", shortType(t))
+		return fmt.Errorf("no %s response received", t.Short())
 	}
 }
 
