@@ -416,14 +416,79 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // ---- a raw ADS client ------------------------------------------------------
 
 type client struct {
-	t      testing.TB
+	responses[*discoveryv3.DiscoveryResponse]
 	cc     *grpc.ClientConn
 	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	cancel context.CancelFunc
 	node   *corev3.Node
-	resps  chan *discoveryv3.DiscoveryResponse
-	errc   chan error
 	first  bool
+}
+
+// responses is the receive side of a test client, SotW or Delta: a reader
+// goroutine feeds resps until the stream ends, then reports on errc.
+type responses[R any] struct {
+	t     testing.TB
+	resps chan R
+	errc  chan error
+}
+
+func newResponses[R any](t testing.TB) responses[R] {
+	return responses[R]{t: t, resps: make(chan R, 1024), errc: make(chan error, 1)}
+}
+
+// read receives from recv until it fails.
+func (c *responses[R]) read(recv func() (R, error)) {
+	for {
+		r, err := recv()
+		if err != nil {
+			c.errc <- err
+			return
+		}
+		c.resps <- r
+	}
+}
+
+// recv returns the next response, failing the test after the test timeout.
+func (c *responses[R]) recv() R {
+	c.t.Helper()
+	select {
+	case r := <-c.resps:
+		return r
+	case err := <-c.errc:
+		c.t.Fatalf("stream ended: %v", err)
+	case <-time.After(defaultTestTimeout):
+		c.t.Fatal("timed out waiting for a response")
+	}
+	var zero R
+	return zero
+}
+
+// recvErr waits for the stream to end and returns its error.
+func (c *responses[R]) recvErr() error {
+	c.t.Helper()
+	for {
+		select {
+		case <-c.resps:
+		case err := <-c.errc:
+			return err
+		case <-time.After(defaultTestTimeout):
+			c.t.Fatal("timed out waiting for the stream to end")
+			return nil
+		}
+	}
+}
+
+// pending returns the responses received so far without waiting.
+func (c *responses[R]) pending() []R {
+	var out []R
+	for {
+		select {
+		case r := <-c.resps:
+			out = append(out, r)
+		default:
+			return out
+		}
+	}
 }
 
 func (f *fixture) dialConn(opts ...grpc.DialOption) *grpc.ClientConn {
@@ -454,28 +519,16 @@ func (f *fixture) connect(id string, cc *grpc.ClientConn, reading bool) *client 
 		f.t.Fatal(err)
 	}
 	c := &client{
-		t: f.t, cc: cc, stream: stream, cancel: cancel,
+		responses: newResponses[*discoveryv3.DiscoveryResponse](f.t),
+		cc:        cc, stream: stream, cancel: cancel,
 		node:  &corev3.Node{Id: id},
-		resps: make(chan *discoveryv3.DiscoveryResponse, 1024),
-		errc:  make(chan error, 1),
 		first: true,
 	}
 	f.t.Cleanup(c.close)
 	if reading {
-		go c.readLoop()
+		go c.read(stream.Recv)
 	}
 	return c
-}
-
-func (c *client) readLoop() {
-	for {
-		r, err := c.stream.Recv()
-		if err != nil {
-			c.errc <- err
-			return
-		}
-		c.resps <- r
-	}
 }
 
 func (c *client) close() {
@@ -505,35 +558,6 @@ func (c *client) request(t TypeURL, names ...string) {
 func (c *client) ack(r *discoveryv3.DiscoveryResponse, names ...string) {
 	c.t.Helper()
 	c.send(&discoveryv3.DiscoveryRequest{TypeUrl: r.TypeUrl, VersionInfo: r.VersionInfo, ResponseNonce: r.Nonce, ResourceNames: names})
-}
-
-// recv returns the next response, failing the test after the test timeout.
-func (c *client) recv() *discoveryv3.DiscoveryResponse {
-	c.t.Helper()
-	select {
-	case r := <-c.resps:
-		return r
-	case err := <-c.errc:
-		c.t.Fatalf("stream ended: %v", err)
-	case <-time.After(defaultTestTimeout):
-		c.t.Fatal("timed out waiting for a response")
-	}
-	return nil
-}
-
-// recvErr waits for the stream to end and returns its error.
-func (c *client) recvErr() error {
-	c.t.Helper()
-	for {
-		select {
-		case <-c.resps:
-		case err := <-c.errc:
-			return err
-		case <-time.After(defaultTestTimeout):
-			c.t.Fatal("timed out waiting for the stream to end")
-			return nil
-		}
-	}
 }
 
 // expectNone checks that no response is pending, by requesting a type that is
@@ -582,19 +606,6 @@ func codeOf(err error) string {
 func settle() {
 	time.Sleep(time.Second)
 	synctest.Wait()
-}
-
-// pending returns the responses received so far without waiting.
-func (c *client) pending() []*discoveryv3.DiscoveryResponse {
-	var out []*discoveryv3.DiscoveryResponse
-	for {
-		select {
-		case r := <-c.resps:
-			out = append(out, r)
-		default:
-			return out
-		}
-	}
 }
 
 // ackAll ACKs every pending response (keeping names per type) and returns
@@ -674,12 +685,10 @@ func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0")
 // ---- a raw Delta ADS client ------------------------------------------------
 
 type dclient struct {
-	t      testing.TB
+	responses[*discoveryv3.DeltaDiscoveryResponse]
 	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
 	cancel context.CancelFunc
 	node   *corev3.Node
-	resps  chan *discoveryv3.DeltaDiscoveryResponse
-	errc   chan error
 	first  bool
 }
 
@@ -697,23 +706,13 @@ func (f *fixture) connectDelta(id string, cc *grpc.ClientConn) *dclient {
 		f.t.Fatal(err)
 	}
 	c := &dclient{
-		t: f.t, stream: stream, cancel: cancel,
+		responses: newResponses[*discoveryv3.DeltaDiscoveryResponse](f.t),
+		stream:    stream, cancel: cancel,
 		node:  &corev3.Node{Id: id},
-		resps: make(chan *discoveryv3.DeltaDiscoveryResponse, 1024),
-		errc:  make(chan error, 1),
 		first: true,
 	}
 	f.t.Cleanup(cancel)
-	go func() {
-		for {
-			r, err := stream.Recv()
-			if err != nil {
-				c.errc <- err
-				return
-			}
-			c.resps <- r
-		}
-	}()
+	go c.read(stream.Recv)
 	return c
 }
 
@@ -741,48 +740,6 @@ func (c *dclient) subscribe(t TypeURL, names ...string) {
 func (c *dclient) ack(r *discoveryv3.DeltaDiscoveryResponse) {
 	c.t.Helper()
 	c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
-}
-
-// recv returns the next response, failing the test after the test timeout.
-func (c *dclient) recv() *discoveryv3.DeltaDiscoveryResponse {
-	c.t.Helper()
-	select {
-	case r := <-c.resps:
-		return r
-	case err := <-c.errc:
-		c.t.Fatalf("stream ended: %v", err)
-	case <-time.After(defaultTestTimeout):
-		c.t.Fatal("timed out waiting for a response")
-	}
-	return nil
-}
-
-// recvErr waits for the stream to end and returns its error.
-func (c *dclient) recvErr() error {
-	c.t.Helper()
-	for {
-		select {
-		case <-c.resps:
-		case err := <-c.errc:
-			return err
-		case <-time.After(defaultTestTimeout):
-			c.t.Fatal("timed out waiting for the stream to end")
-			return nil
-		}
-	}
-}
-
-// pending returns the responses received so far without waiting.
-func (c *dclient) pending() []*discoveryv3.DeltaDiscoveryResponse {
-	var out []*discoveryv3.DeltaDiscoveryResponse
-	for {
-		select {
-		case r := <-c.resps:
-			out = append(out, r)
-		default:
-			return out
-		}
-	}
 }
 
 // ackAll ACKs every pending response and returns them. Only for synctest
