@@ -320,7 +320,9 @@ func startEpoch(t testing.TB, st *store, epoch string, tweak func(*Config), tcp 
 
 // startCodec is startEpoch with the gRPC server's codec: the Server's
 // (CodecOption, as every test uses) if interning, else gRPC's own.
-func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp, interning bool) *fixture {
+//
+// Extra gRPC server options come last; the codec option is added before them.
+func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp, interning bool, extra ...grpc.ServerOption) *fixture {
 	t.Helper()
 	cfg, idx := newConfigEpoch(t, st, epoch)
 	f := &fixture{t: t, store: st, index: idx}
@@ -340,7 +342,7 @@ func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp,
 	if interning {
 		opts = append(opts, srv.CodecOption())
 	}
-	f.gs = grpc.NewServer(opts...)
+	f.gs = grpc.NewServer(append(opts, extra...)...)
 	srv.Register(f.gs)
 	f.lis = bufconn.Listen(1 << 20)
 	var wg sync.WaitGroup

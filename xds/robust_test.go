@@ -421,9 +421,12 @@ func TestRequestsBehindBlockedWrite(t *testing.T) {
 		world(st, 1)
 		st.clusters["big"] = makeCluster("big")
 		st.clusters["big"].AltStatName = strings.Repeat("x", 100<<10)
-		f := start(t, st, func(cfg *Config) {
+		// Fixed windows on both sides: with gRPC's default, the server's
+		// bandwidth estimator may grow its receive window far enough to
+		// take every request before the answers back up.
+		f := startCodec(t, st, "test", func(cfg *Config) {
 			cfg.WriteTimeout = time.Minute
-		}, false)
+		}, false, true, grpc.InitialWindowSize(64<<10), grpc.InitialConnWindowSize(64<<10))
 		cc := f.dialConn(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
 		c := f.connect("flood", cc, false)
 		c.request(ClusterType)
