@@ -319,10 +319,13 @@ type Hooks struct {
 	// first response.
 	OnConnect func(ConnectEvent)
 	// OnDisconnect is called when a stream that called OnConnect ends.
+	// No OnSend for that connection follows it.
 	OnDisconnect func(DisconnectEvent)
 	// OnPush is called after each push has been fanned out to connections.
 	OnPush func(PushEvent)
-	// OnSend is called after each response has been written to a stream.
+	// OnSend is called after each response has been written to a stream,
+	// never after the stream's OnDisconnect: a write that completes after
+	// the stream has ended is not reported.
 	OnSend func(SendEvent)
 	// OnACK is called for each ACK of the last response of a type.
 	OnACK func(ACKEvent)
@@ -372,6 +375,7 @@ type PushEvent struct {
 // SendEvent describes one response written to a stream.
 type SendEvent struct {
 	ProxyID string
+	ConnID  string
 	Type    TypeURL
 	Version string
 	Nonce   string
@@ -393,6 +397,7 @@ type SendEvent struct {
 // ACKEvent describes an ACK of the last response sent for a type.
 type ACKEvent struct {
 	ProxyID string
+	ConnID  string
 	Type    TypeURL
 	Version string
 	Nonce   string
@@ -417,6 +422,7 @@ type NACK struct {
 // ConvergenceEvent reports how long a pushed change took to be ACKed.
 type ConvergenceEvent struct {
 	ProxyID string
+	ConnID  string
 	Type    TypeURL
 	Version string
 	// Took runs from the push request's Start (its first ConfigUpdate) to
@@ -444,6 +450,7 @@ type PhaseTimeoutEvent struct {
 // GenerateErrorEvent describes a failed Generator call.
 type GenerateErrorEvent struct {
 	ProxyID string
+	ConnID  string
 	Type    TypeURL
 	Err     error
 }

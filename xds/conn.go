@@ -103,6 +103,14 @@ type conn struct {
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
 
+	// hookSem (a channel of capacity 1 used as a lock, so that a hook
+	// blocking inside a testing/synctest bubble blocks durably) orders the
+	// writer's OnSend calls before OnDisconnect: the writer can outlive the
+	// handler by as long as its blocked Send takes to return, and a write
+	// that completes after the stream ended is not reported.
+	hookSem chan struct{}
+	ended   bool // OnDisconnect is due or done; protected by hookSem
+
 	mu       sync.Mutex    // protects the fields below
 	busy     bool          // initialising or writing: pushes are parked
 	closed   bool          // the stream has ended
@@ -167,6 +175,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		stuck:     make(chan struct{}, 1),
 		gateCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		hookSem:   make(chan struct{}, 1),
 		busy:      true,
 	}
 	c.st.delta = c.delta
@@ -217,6 +226,9 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		h(ConnectEvent{Proxy: p})
 	}
 	defer func() {
+		c.hookSem <- struct{}{}
+		c.ended = true
+		<-c.hookSem
 		if h := s.set.hooks.OnDisconnect; h != nil {
 			h(DisconnectEvent{Proxy: p, Err: err})
 		}
@@ -517,6 +529,7 @@ func (c *conn) write(batch []*outMsg) {
 		if h := c.s.set.hooks.OnSend; h != nil {
 			ev := SendEvent{
 				ProxyID: c.proxy.ID,
+				ConnID:  c.proxy.ConnID,
 				Type:    c.s.set.order[m.typeIdx],
 				Bytes:   m.bytes,
 				Push:    m.push,
@@ -529,7 +542,11 @@ func (c *conn) write(batch []*outMsg) {
 			} else {
 				ev.Version, ev.Nonce, ev.Resources = m.resp.VersionInfo, m.resp.Nonce, len(m.resp.Resources)
 			}
-			h(ev)
+			c.hookSem <- struct{}{}
+			if !c.ended {
+				h(ev)
+			}
+			<-c.hookSem
 		}
 		batch[i] = nil
 	}

@@ -145,10 +145,10 @@ func (c *conn) recordACK(i int, w *watch) {
 	w.pAcked = w.pSent
 	w.nack = nil
 	if h := set.hooks.OnACK; h != nil {
-		h(ACKEvent{ProxyID: c.proxy.ID, Type: t, Version: w.versionSent, Nonce: w.nonceSent})
+		h(ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: w.versionSent, Nonce: w.nonceSent})
 	}
 	if h := set.hooks.OnConvergence; h != nil && !w.startSent.IsZero() {
-		h(ConvergenceEvent{ProxyID: c.proxy.ID, Type: t, Version: w.versionSent, Took: now.Sub(w.startSent)})
+		h(ConvergenceEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: w.versionSent, Took: now.Sub(w.startSent)})
 	}
 }
 

@@ -1019,6 +1019,6 @@ func (c *conn) generateError(ctx context.Context, t TypeURL, err error) {
 	c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: generate failed",
 		slog.String("proxy", c.proxy.ID), slog.String("type_url", string(t)), slog.Any("err", err))
 	if h := c.s.set.hooks.OnGenerateError; h != nil {
-		h(GenerateErrorEvent{ProxyID: c.proxy.ID, Type: t, Err: err})
+		h(GenerateErrorEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Err: err})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -342,3 +343,86 @@ func TestHooks(t *testing.T) {
 }
 
 var errTestGen = fmt.Errorf("test generator failure")
+
+// TestHookOrder: every per-connection event names the connection, and
+// OnDisconnect does not start while an OnSend of the same connection is
+// still running: a writer that outlives the stream handler cannot report a
+// send after the disconnect.
+func TestHookOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		var events []string
+		var mu sync.Mutex
+		record := func(format string, args ...any) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
+		release := make(chan struct{})
+		blocking := false
+		f := start(t, st, func(cfg *Config) {
+			cfg.Hooks.OnConnect = func(e ConnectEvent) { record("connect %s", e.Proxy.ConnID) }
+			cfg.Hooks.OnDisconnect = func(e DisconnectEvent) { record("disconnect %s", e.Proxy.ConnID) }
+			cfg.Hooks.OnACK = func(e ACKEvent) { record("ack %s %s", e.ConnID, e.Type.Short()) }
+			cfg.Hooks.OnConvergence = func(e ConvergenceEvent) { record("converged %s %s", e.ConnID, e.Type.Short()) }
+			cfg.Hooks.OnGenerateError = func(e GenerateErrorEvent) { record("generate error %s %s", e.ConnID, e.Type.Short()) }
+			cfg.Hooks.OnSend = func(e SendEvent) {
+				record("send %s %s", e.ConnID, e.Type.Short())
+				mu.Lock()
+				b := blocking
+				mu.Unlock()
+				if b {
+					<-release
+					record("send returned %s", e.ConnID)
+				}
+			}
+		}, false)
+		c := f.connect("p", nil, true)
+		subs := c.subscribeAll(1)
+
+		// A push whose EDS generation fails, then one that converges.
+		st.mu.Lock()
+		st.genErr[EndpointType] = errTestGen
+		st.mu.Unlock()
+		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		settle()
+		st.mu.Lock()
+		delete(st.genErr, EndpointType)
+		st.mu.Unlock()
+		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.8:80") }, key(kindEndpoint, "c0"))
+		settle()
+		c.ackAll(subs)
+		settle()
+
+		// The next send blocks in OnSend while the client goes away.
+		mu.Lock()
+		blocking = true
+		mu.Unlock()
+		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.7:80") }, key(kindEndpoint, "c0"))
+		settle()
+		c.cancel()
+		synctest.Wait()
+		mu.Lock()
+		got := slices.Clone(events)
+		mu.Unlock()
+		if last := got[len(got)-1]; last != "send p-1 EDS" {
+			t.Errorf("while OnSend blocks, the last event is %q; want %q (events %q)", last, "send p-1 EDS", got)
+		}
+		close(release)
+		synctest.Wait()
+
+		want := []string{
+			"connect p-1",
+			"send p-1 CDS", "send p-1 EDS", "send p-1 LDS", "send p-1 RDS",
+			"ack p-1 CDS", "ack p-1 EDS", "ack p-1 LDS", "ack p-1 RDS",
+			"generate error p-1 EDS",
+			"send p-1 EDS", "ack p-1 EDS", "converged p-1 EDS",
+			"send p-1 EDS", "send returned p-1",
+			"disconnect p-1",
+		}
+		if !slices.Equal(events, want) {
+			t.Errorf("events:\n got %q\nwant %q", events, want)
+		}
+	})
+}

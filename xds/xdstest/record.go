@@ -56,8 +56,7 @@ type ProxyEvent struct {
 	// ProxyID is the proxy's Node.Id.
 	ProxyID string
 	// ConnID is the connection (xds.Proxy.ConnID), which tells a proxy's
-	// successive streams apart. It is empty for EventSend, whose
-	// xds.SendEvent does not name the connection.
+	// successive streams apart.
 	ConnID string
 	// Generation is set for EventGenerate.
 	Generation *Generation
@@ -301,7 +300,7 @@ func (r *Recorder) Instrument(cfg xds.Config) xds.Config {
 		}
 	}
 	out.Hooks.OnSend = func(ev xds.SendEvent) {
-		r.add(ProxyEvent{Kind: EventSend, ProxyID: ev.ProxyID, Send: &ev})
+		r.add(ProxyEvent{Kind: EventSend, ProxyID: ev.ProxyID, ConnID: ev.ConnID, Send: &ev})
 		if h.OnSend != nil {
 			h.OnSend(ev)
 		}
