@@ -203,7 +203,9 @@ type DebounceConfig struct {
 type PhaseConfig struct {
 	// NoWait writes the phases of a push back to back, as istiod does,
 	// without waiting for the client to ACK one before the next; their order
-	// on the stream still holds. The zero value waits.
+	// on the stream still holds. A reconnecting Delta client is then told
+	// at once what it reported holding that no longer exists. The zero
+	// value waits.
 	NoWait bool
 	// Timeout bounds how long a phase waits for the ACKs it needs; then it
 	// is sent anyway, and the Server reports it (Hooks.OnPhaseTimeout,

@@ -61,6 +61,9 @@ func (c *conn) onDeltaRequest(ctx context.Context, req *discoveryv3.DeltaDiscove
 		if m := c.release(ctx, i, tgt, o); m != nil {
 			msgs = append(msgs, m)
 		}
+		if o.initial && len(c.watches[i].held) > 0 {
+			c.planRemoval(i)
+		}
 	} else if o.initial {
 		// Nothing to send, but the first request of a type is always
 		// answered, and what the client holds is left alone.
@@ -167,8 +170,12 @@ func (c *conn) recordACK(i int, w *watch) {
 //     with what differs, and unsubscribing (known names or not) is not
 //     answered.
 //   - A name subscribed to that does not exist is listed in
-//     removed_resources of the answer, so the client stops waiting for it. initial_resource_versions after the first request
-//     are ignored. A name both subscribed and unsubscribed is unsubscribed.
+//     removed_resources of the answer, so the client stops waiting for it.
+//     initial_resource_versions after the first request are ignored. A name
+//     both subscribed and unsubscribed is unsubscribed.
+//   - What the client reported holding that no longer exists is removed
+//     by a removal phase, not in the answer (see planRemoval), for the
+//     deferred-removal types.
 //
 // The subscription of one type may not grow past Config.MaxResourceNames in
 // total, over any number of requests: a request that would make it do so

@@ -109,36 +109,75 @@ func TestDeltaCDS(t *testing.T) {
 	})
 }
 
-// istiod's TestDeltaCDSReconnect: a client reconnects with
-// initial_resource_versions; it is sent what was added while it was away
-// and told what was removed, and nothing it already holds.
+// istiod's TestDeltaCDSReconnect, with make-before-break: a client
+// reconnects with initial_resource_versions; it is sent what was added
+// while it was away and nothing it already holds. What was removed
+// meanwhile is removed once the client has caught up on the full-state
+// types (LDS here) and on what its clusters and listeners fetch (EDS, RDS),
+// or, if it never subscribes to them, after PhaseConfig.Timeout, reported
+// as a phase timeout.
 func TestDeltaCDSReconnect(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 3)
-		f := start(t, st, nil, false)
-		c := f.connectDelta("n", nil)
-		c.subscribe(ClusterType)
-		held := versions(c.ackAll()...)
-		c.cancel()
-		synctest.Wait()
+	for _, tc := range []struct {
+		name     string
+		catchUp  bool
+		timeouts []string
+	}{
+		{name: "client catches up", catchUp: true},
+		{name: "client never subscribes to LDS", timeouts: []string{"LDS"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 3)
+				var timeouts []string
+				f := start(t, st, func(cfg *Config) {
+					cfg.Hooks.OnPhaseTimeout = func(e PhaseTimeoutEvent) {
+						for _, w := range e.Waiting {
+							timeouts = append(timeouts, w.Short())
+						}
+					}
+				}, false)
+				c := f.connectDelta("n", nil)
+				c.subscribe(ClusterType)
+				held := versions(c.ackAll()...)
+				c.cancel()
+				synctest.Wait()
 
-		f.update(true, func(s *store) {
-			delete(s.clusters, "c1")
-			s.clusters["c3"] = makeCluster("c3")
-		}, key(kindCluster, "c1"), key(kindCluster, "c3"))
-		settle()
+				f.update(true, func(s *store) {
+					delete(s.clusters, "c1")
+					s.clusters["c3"] = makeCluster("c3")
+					s.endpoints["c3"] = makeCLA("c3", "10.0.0.33:80")
+				}, key(kindCluster, "c1"), key(kindCluster, "c3"), key(kindEndpoint, "c3"))
+				settle()
 
-		c = f.connectDelta("n", nil)
-		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})
-		checkSummaries(t, "reconnect", c.ackAll(), "CDS[c3]-[c1]")
-	})
+				c = f.connectDelta("n", nil)
+				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})
+				checkSummaries(t, "reconnect", c.ackAll(), "CDS[c3]-[]")
+				if tc.catchUp {
+					c.subscribe(EndpointType, "c3")
+					checkSummaries(t, "endpoints", c.ackAll(), "EDS[c3]-[]")
+					c.subscribe(ListenerType)
+					checkSummaries(t, "listeners", c.ackAll(), "LDS[l0]-[]")
+					c.subscribe(RouteType, "r0")
+					checkSummaries(t, "routes", c.ackAll(), "RDS[r0]-[]")
+				} else {
+					time.Sleep(5 * time.Second)
+				}
+				checkSummaries(t, "then", c.ackAll(), "CDS[]-[c1]")
+				if !slices.Equal(timeouts, tc.timeouts) {
+					t.Errorf("phase timeouts waited for %v; want %v", timeouts, tc.timeouts)
+				}
+			})
+		})
+	}
 }
 
-// istiod's TestDeltaReconnectRequests: the reconnecting client asks for EDS
-// first, then CDS, both with initial_resource_versions. EDS removes what is
-// gone; CDS sends the changed cluster, removes the deleted one, and the
-// changed cluster's endpoints follow unasked (the client re-warms it).
+// istiod's TestDeltaReconnectRequests, with make-before-break: the
+// reconnecting client asks for EDS first, then CDS, both with
+// initial_resource_versions. CDS sends the changed cluster, and the
+// changed cluster's endpoints follow unasked (the client re-warms it). The
+// deleted cluster and its endpoints are removed, in that order, once the
+// client has caught up on listeners and routes.
 func TestDeltaReconnectRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
@@ -163,9 +202,16 @@ func TestDeltaReconnectRequests(t *testing.T) {
 		c = f.connectDelta("n", nil)
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType),
 			ResourceNamesSubscribe: []string{"c0", "c1", "c2"}, InitialResourceVersions: eds})
-		checkSummaries(t, "EDS first", c.ackAll(), "EDS[]-[c1]")
+		checkSummaries(t, "EDS first", c.ackAll(), "EDS[]-[]")
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: cds})
-		checkSummaries(t, "then CDS", c.ackAll(), "CDS[c2]-[c1]", "EDS[c2]-[]")
+		checkSummaries(t, "then CDS", c.ackAll(), "CDS[c2]-[]", "EDS[c2]-[]")
+		c.subscribe(ListenerType)
+		checkSummaries(t, "listeners", c.ackAll(), "LDS[l0]-[]")
+		c.subscribe(RouteType, "r0")
+		checkSummaries(t, "routes", c.ackAll(), "RDS[r0]-[]")
+		checkSummaries(t, "cluster removal", c.ackAll(), "CDS[]-[c1]")
+		checkSummaries(t, "endpoints removal", c.ackAll(), "EDS[]-[c1]")
+		checkSummaries(t, "the end", c.ackAll())
 	})
 }
 

@@ -65,6 +65,19 @@
 //     order, as istiod does. While a push is in its phases, the
 //     connection's later pushes wait, merged, and requests are answered at
 //     once (a phase does not re-send what an answer just sent).
+//   - Reconnects. A Delta client that (re)subscribes with
+//     initial_resource_versions naming routes, clusters or endpoints that
+//     no longer exist (it was away while they were deleted, or it moved to
+//     a replica with newer configuration) is not told at once: those
+//     removals get removal phases of their own, sent once the client has
+//     subscribed to every full-state type the Server serves (CDS, LDS by
+//     default), ACKed its answers, and holds warm what its clusters and
+//     listeners fetch, under the same gates and Timeout as a push. Pushes
+//     to that connection wait for them. A client that never subscribes to
+//     one of those types therefore has its stale resources removed after
+//     Timeout, reported as a phase timeout. A SotW client reports only a
+//     version per type, not what it holds, so the first full-state answer
+//     after its reconnect removes what is gone, whatever still names it.
 //   - SotW state machine, in istiod's order: a NACK (error_detail) is
 //     recorded and not answered; a by-name type with no names unsubscribes;
 //     an empty nonce (initial request or reconnect) or a nonce for a type not

@@ -333,9 +333,12 @@ func (c *conn) release(ctx context.Context, i int, tgt *target, o relOpts) *outM
 		}
 		slices.Sort(gone)
 	}
-	if o.only == nil && set.deferred[i] && (c.delta || full) && (o.push || len(w.held) > 0) {
+	if o.only == nil && set.deferred[i] && (c.delta || full) &&
+		(o.push || len(w.held) > 0 || (o.initial && set.phaseWait)) {
 		// Make-before-break: hold the removals until the push's removal
-		// phase (answers keep holding what a push holds).
+		// phase (answers keep holding what a push holds), or, for what a
+		// reconnecting Delta client reported holding, until its removal
+		// phase after the client has caught up (see planRemoval).
 		if !tgt.partial {
 			w.held = nil
 		}
@@ -626,6 +629,78 @@ type plan struct {
 	// waitSince is when the head phase started waiting for the gate; zero
 	// when it is not waiting.
 	waitSince time.Time
+	// reconnect marks a plan of removal phases only, for what a Delta
+	// client reported holding when it (re)subscribed and no longer exists
+	// (see planRemoval). It is not a push: seq is 0.
+	reconnect bool
+}
+
+func newPlan(req *pushcontext.PushRequest, n int) *plan {
+	return &plan{
+		req:      req,
+		sent:     make([]bool, n),
+		armed:    make([]bool, n),
+		need:     make([][]string, n),
+		excused:  make([]string, n),
+		answered: make([]map[string]struct{}, n),
+		refs:     make([]bool, n),
+		gaveUp:   make([]bool, n),
+	}
+}
+
+// planRemoval gives the removals that the first answer of deferred type i
+// held back (what a Delta client reported holding in
+// initial_resource_versions and no longer exists) a removal phase: in the
+// current push if there is one, otherwise in a reconnect plan of its own.
+// A reconnect plan's removals wait, besides the usual gate, until the
+// client has subscribed to every full-state type the Server serves (by
+// default CDS and LDS) and ACKed its last response of each: a client
+// reconnecting after the configuration changed first replaces the
+// listeners and routes that may still name what is removed. The wait is
+// bounded by PhaseConfig.Timeout, as for any phase.
+func (c *conn) planRemoval(i int) {
+	pl := c.plan
+	if pl == nil {
+		pl = newPlan(&pushcontext.PushRequest{Push: c.proxy.Push}, len(c.s.set.order))
+		pl.reconnect = true
+		c.plan = pl
+		c.setBusy()
+	}
+	pl.armed[i] = true
+	for _, ph := range pl.phases {
+		if ph.removal && ph.typeIdx == i {
+			return
+		}
+	}
+	// Insert in removal order, before the first later removal phase.
+	order := c.s.set.removalOrder
+	rank := slices.Index(order, i)
+	at := len(pl.phases)
+	for k, ph := range pl.phases {
+		if ph.removal && slices.Index(order, ph.typeIdx) > rank {
+			at = k
+			break
+		}
+	}
+	pl.phases = slices.Insert(pl.phases, at, phase{typeIdx: i, removal: true})
+}
+
+// rootsReady reports whether a reconnect plan's client has caught up: for
+// every full-state type the Server serves, it has subscribed and ACKed the
+// last response (or a phase timeout gave up waiting for the type).
+func (c *conn) rootsReady(pl *plan) bool {
+	for j, full := range c.s.set.fullState {
+		if full && !c.rootReady(pl, j) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *conn) rootReady(pl *plan, j int) bool {
+	w := c.watches[j]
+	return pl.gaveUp[j] ||
+		(w != nil && w.nonceSent != "" && (w.synced() || pl.excused[j] == w.nonceSent))
 }
 
 // onPush applies a push to the connection: re-initialises the proxy on a
@@ -665,7 +740,7 @@ func (c *conn) onPush(ctx context.Context, req *pushcontext.PushRequest, seq uin
 	// its endpoints: when CDS is generated, so is EDS.
 	cdsAffected := set.cdsIdx >= 0 && c.watches[set.cdsIdx] != nil &&
 		(c.dirty[set.cdsIdx] || set.affects(set.cdsIdx, filtered))
-	pl := &plan{req: filtered, sent: make([]bool, n), armed: make([]bool, n), need: make([][]string, n), excused: make([]string, n), answered: make([]map[string]struct{}, n), refs: make([]bool, n), gaveUp: make([]bool, n)}
+	pl := newPlan(filtered, n)
 	for i, w := range c.watches {
 		if w == nil {
 			continue
@@ -712,7 +787,8 @@ func (c *conn) advance(ctx context.Context, force bool) {
 	var msgs []*outMsg
 	for len(pl.phases) > 0 {
 		ph := pl.phases[0]
-		if set.phaseWait && ph.removal && pl.armed[ph.typeIdx] && !pl.heldNeeds {
+		if set.phaseWait && ph.removal && pl.armed[ph.typeIdx] && !pl.heldNeeds &&
+			(!pl.reconnect || c.rootsReady(pl)) {
 			// Before anything is removed, everything the client holds
 			// must be warm, including what an earlier push left warming.
 			pl.heldNeeds = true
@@ -770,12 +846,16 @@ func (c *conn) advance(ctx context.Context, force bool) {
 
 // needHeld adds to the plan's needs what the clusters and listeners the
 // client holds fetch, some possibly still warming from an earlier push.
+// During a push, a client without any subscription of the child type is not
+// waited for; a reconnecting client (a reconnect plan) is, as it may not
+// have re-subscribed yet.
 func (c *conn) needHeld(pl *plan) {
 	set := c.s.set
 	for _, pc := range [][2]int{{set.cdsIdx, set.edsIdx}, {set.ldsIdx, set.rdsIdx}} {
 		parent, child := pc[0], pc[1]
-		if parent < 0 || child < 0 || c.watches[parent] == nil || c.watches[child] == nil || pl.gaveUp[child] {
-			continue // a client without a subscription of the child type is not waited for
+		if parent < 0 || child < 0 || c.watches[parent] == nil || pl.gaveUp[child] ||
+			(c.watches[child] == nil && !pl.reconnect) {
+			continue
 		}
 		cw := c.watches[child]
 		pw := c.watches[parent]
@@ -785,7 +865,7 @@ func (c *conn) needHeld(pl *plan) {
 			}
 			for _, n := range set.children(parent, e, nil) {
 				pl.refs[child] = true
-				if !cw.covers(n) {
+				if cw == nil || !cw.covers(n) {
 					pl.need[child] = append(pl.need[child], n)
 				}
 			}
@@ -826,6 +906,9 @@ func (c *conn) sentListener(pl *plan, r entry) {
 // has ACKed its last response of those types: what it was sent is warm. A
 // client without any subscription of such a type is not waited for.
 func (c *conn) gateOpen(pl *plan) bool {
+	if pl.reconnect && !c.rootsReady(pl) {
+		return false
+	}
 	for i, s := range pl.sent {
 		if w := c.watches[i]; s && w != nil && !w.synced() && pl.excused[i] != w.nonceSent {
 			return false
@@ -833,7 +916,13 @@ func (c *conn) gateOpen(pl *plan) bool {
 	}
 	for i, names := range pl.need {
 		w := c.watches[i]
-		if !pl.refs[i] || w == nil {
+		if !pl.refs[i] {
+			continue
+		}
+		if w == nil {
+			if pl.reconnect && len(names) > 0 {
+				return false // not re-subscribed yet (see needHeld)
+			}
 			continue
 		}
 		if !w.synced() && pl.excused[i] != w.nonceSent {
@@ -857,8 +946,28 @@ func (c *conn) gateOpen(pl *plan) bool {
 // them again, unless the push sends them a new response.
 func (c *conn) excuse(pl *plan) []TypeURL {
 	var out []TypeURL
+	listed := make([]bool, len(c.watches))
+	if pl.reconnect {
+		for j, full := range c.s.set.fullState {
+			if !full || c.rootReady(pl, j) {
+				continue
+			}
+			out = append(out, c.s.set.order[j])
+			listed[j] = true
+			if c.watches[j] != nil {
+				c.timeouts[j]++
+			}
+			pl.gaveUp[j] = true
+		}
+	}
 	for i, w := range c.watches {
-		if w == nil || (!pl.sent[i] && !pl.refs[i]) {
+		if w == nil && pl.reconnect && pl.refs[i] && len(pl.need[i]) > 0 {
+			out = append(out, c.s.set.order[i])
+			pl.need[i] = nil
+			pl.gaveUp[i] = true
+			continue
+		}
+		if w == nil || listed[i] || (!pl.sent[i] && !pl.refs[i]) {
 			continue
 		}
 		open := w.synced() || pl.excused[i] == w.nonceSent

@@ -172,6 +172,35 @@ type host struct {
 func startHost(t testing.TB, w *world, tweak func(*xds.Config)) *host {
 	t.Helper()
 	h := &host{t: t, w: w}
+	srv, err := xds.New(h.config(tweak))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv = srv
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	h.lis = bufconn.Listen(1 << 20)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = gs.Serve(h.lis) })
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- srv.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-runErr; err != nil {
+			t.Errorf("Run() = %v; want nil", err)
+		}
+		gs.Stop()
+		wg.Wait()
+	})
+	<-srv.Ready()
+	return h
+}
+
+// config is the Config that serves h.w, with tweak applied.
+func (h *host) config(tweak func(*xds.Config)) xds.Config {
+	t := h.t
+	t.Helper()
 	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "mbb"})
 	if err != nil {
 		t.Fatal(err)
@@ -211,29 +240,7 @@ func startHost(t testing.TB, w *world, tweak func(*xds.Config)) *host {
 	if tweak != nil {
 		tweak(&cfg)
 	}
-	srv, err := xds.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.srv = srv
-	gs := grpc.NewServer()
-	srv.Register(gs)
-	h.lis = bufconn.Listen(1 << 20)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = gs.Serve(h.lis) })
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run() = %v; want nil", err)
-		}
-		gs.Stop()
-		wg.Wait()
-	})
-	<-srv.Ready()
-	return h
+	return cfg
 }
 
 // change applies f to a copy of the configuration and reports the keys it
@@ -768,6 +775,72 @@ func TestMakeBeforeBreak(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+// A client moves to another replica whose configuration has changed while
+// it was away: route r0 now sends to a new cluster, and the cluster it
+// used to send to is gone. A Delta client reports what it holds
+// (initial_resource_versions), so the new replica keeps the old cluster
+// until the client has replaced the route: no dangling reference. Without
+// waiting for ACKs (Phases.NoWait) the removal comes at once, and a SotW
+// client, which reports only a version per type, loses the cluster with
+// the first CDS answer whatever the phases: the server does not have the
+// deleted cluster to keep sending it. Those two are the negative controls:
+// the checker sees the dangling route.
+func TestMakeBeforeBreakReconnect(t *testing.T) {
+	tests := []struct {
+		name         string
+		protocol     xdstest.Protocol
+		noWait       bool
+		wantDangling bool
+	}{
+		{name: "delta", protocol: xdstest.Delta},
+		{name: "delta without waiting", protocol: xdstest.Delta, noWait: true, wantDangling: true},
+		{name: "sotw", protocol: xdstest.SotW, wantDangling: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				before := baseWorld(2)
+				after := before.clone()
+				delete(after.clusters, "c0")
+				delete(after.endpoints, "c0")
+				after.clusters["c9"] = mkCluster("c9")
+				after.endpoints["c9"] = mkCLA("c9", 9009)
+				after.routes["r0"] = mkRoute("r0", "c9")
+
+				tweak := func(cfg *xds.Config) { cfg.Phases.NoWait = tt.noWait }
+				old := xdstest.NewServer(t, (&host{t: t, w: before}).config(tweak))
+				var timeouts atomic.Int64
+				next := xdstest.NewServer(t, (&host{t: t, w: after}).config(func(cfg *xds.Config) {
+					tweak(cfg)
+					cfg.Hooks.OnPhaseTimeout = func(xds.PhaseTimeoutEvent) { timeouts.Add(1) }
+				}))
+				c := old.NewClient(t, xdstest.ClientConfig{NodeID: "envoy", Protocol: tt.protocol})
+				xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{
+					xds.ClusterType: {"c0", "c1"}, xds.EndpointType: {"c0", "c1"},
+					xds.ListenerType: {"l0", "l1"}, xds.RouteType: {"r0", "r1"},
+				}), c)
+				if err := c.ReconnectTo(t.Context(), next); err != nil {
+					t.Fatal(err)
+				}
+				xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{
+					xds.ClusterType: {"c1", "c9"}, xds.EndpointType: {"c1", "c9"},
+					xds.ListenerType: {"l0", "l1"}, xds.RouteType: {"r0", "r1"},
+				}), c)
+				vs, err := c.Violations()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := len(vs) > 0; got != tt.wantDangling {
+					t.Errorf("dangling references observed = %v (%v); want %v\nresponses: %v", got, vs, tt.wantDangling, c.Responses())
+				}
+				if n := timeouts.Load(); n != 0 {
+					t.Errorf("%d phase timeouts; want none (the client ACKs)", n)
+				}
+			})
+		})
 	}
 }
 

@@ -53,8 +53,8 @@ type ClientConfig struct {
 	// whose error_detail carries the error's message, keeps what it held
 	// (and, in SotW, the version it last accepted) and changes no
 	// subscription. NACK must not block, must not modify the Response and
-	// must not call Wait, Reconnect or Close on this client. Responses the client cannot decode are rejected without
-	// calling NACK.
+	// must not call Wait, Reconnect or Close on this client. Responses the
+	// client cannot decode are rejected without calling NACK.
 	NACK func(*Response) error
 
 	// DialOptions are appended to the options of the client's gRPC
