@@ -999,3 +999,102 @@ func TestMakeBeforeBreakRandom(t *testing.T) {
 			changes, h.pushes.Load(), len(clients), len(final.clusters), len(final.listeners))
 	})
 }
+
+// set replaces the configuration with w and reports keys.
+func (h *host) set(w *world, keys []pushcontext.ConfigKey) {
+	h.mu.Lock()
+	h.w = w
+	h.mu.Unlock()
+	h.srv.ConfigUpdate(&pushcontext.PushRequest{
+		Full:           true,
+		ConfigsUpdated: pushcontext.NewConfigSet(keys...),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+	})
+}
+
+// Two replicas serve the same random sequence of changes, the second a few
+// changes behind the first, and Delta clients hop between them at random
+// moments, reporting what they hold. A client moving to the replica that
+// is behind holds what that replica does not know yet, and one moving
+// ahead holds what was deleted meanwhile: either way no client ever
+// observes a dangling reference, every client converges, and no phase
+// times out.
+func TestMakeBeforeBreakReconnectRandom(t *testing.T) {
+	const (
+		changes = 300
+		clients = 8
+		lag     = 3 // changes the second replica is behind
+		seed    = 20261129
+	)
+	synctest.Test(t, func(t *testing.T) {
+		rnd := rand.New(rand.NewPCG(seed, 1))
+		var timeouts atomic.Int64
+		replica := func(w *world) (*host, *xdstest.Server) {
+			h := &host{t: t, w: w}
+			ts := xdstest.NewServer(t, h.config(func(cfg *xds.Config) {
+				cfg.Hooks.OnPhaseTimeout = func(xds.PhaseTimeoutEvent) { timeouts.Add(1) }
+			}))
+			h.srv = ts.XDS()
+			return h, ts
+		}
+		base := baseWorld(3)
+		ha, a := replica(base)
+		hb, b := replica(base)
+		servers := []*xdstest.Server{a, b}
+		on := make([]int, clients) // the replica each client is connected to
+		cs := make([]*xdstest.Client, clients)
+		for i := range cs {
+			on[i] = i % 2
+			cs[i] = servers[on[i]].NewClient(t, xdstest.ClientConfig{NodeID: fmt.Sprintf("envoy-%d", i), Protocol: xdstest.Delta})
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		type step struct {
+			w    *world
+			keys []pushcontext.ConfigKey
+		}
+		var steps []step
+		w, seq, hops := base, 100, 0
+		var log []string
+		for i := range changes + lag {
+			if i < changes {
+				w = w.clone()
+				what, ks := mutate(rnd, w, &seq)
+				log = append(log, what)
+				steps = append(steps, step{w, ks})
+				ha.set(w, ks)
+			}
+			if i >= lag {
+				hb.set(steps[i-lag].w, steps[i-lag].keys)
+			}
+			if rnd.IntN(3) == 0 {
+				k := rnd.IntN(clients)
+				on[k] = 1 - on[k]
+				if err := cs[k].ReconnectTo(t.Context(), servers[on[k]]); err != nil {
+					t.Fatal(err)
+				}
+				hops++
+			}
+			time.Sleep(time.Duration(rnd.Int64N(int64(3 * time.Millisecond))))
+		}
+
+		want := map[xds.TypeURL][]string{
+			xds.ClusterType:  slices.Sorted(maps.Keys(w.clusters)),
+			xds.EndpointType: slices.Sorted(maps.Keys(w.endpoints)),
+			xds.ListenerType: slices.Sorted(maps.Keys(w.listeners)),
+			xds.RouteType:    slices.Sorted(maps.Keys(w.routes)),
+		}
+		xdstest.Await(t, xdstest.HoldsNames(want), cs...)
+		for _, c := range cs {
+			xdstest.AssertNoDangling(t, c)
+		}
+		if n := timeouts.Load(); n != 0 {
+			t.Errorf("%d phase timeouts; want none (the clients ACK)", n)
+		}
+		if t.Failed() {
+			t.Logf("changes (seed %d): %v", seed, log)
+		}
+		t.Logf("%d changes, %d hops, %d clients", changes, hops, clients)
+	})
+}
