@@ -336,6 +336,9 @@ type Hooks struct {
 	// OnConvergence is called when a client ACKs a response that a push
 	// produced: the time from the push's first ConfigUpdate to the ACK.
 	OnConvergence func(ConvergenceEvent)
+	// OnGenerate is called after each call of a Generator (Generate, or a
+	// DeltaGenerator's GenerateDelta) for a connection, failed or not.
+	OnGenerate func(GenerateEvent)
 	// OnGenerateError is called when a Generator returns an error.
 	OnGenerateError func(GenerateErrorEvent)
 	// OnPhaseTimeout is called when a phase of a push is sent although
@@ -447,6 +450,34 @@ type PhaseTimeoutEvent struct {
 	Removal bool
 	// Waited is how long the phase waited.
 	Waited time.Duration
+}
+
+// GenerateEvent describes one Generator call for a connection.
+type GenerateEvent struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	// Version is the version of the PushContext generated from.
+	Version string
+	// Push is true when the call served a push, false when it answered a
+	// request of the client.
+	Push bool
+	// Delta reports a DeltaGenerator's GenerateDelta call; Resources and
+	// Removed then count the changes it listed. When GenerateDelta
+	// declines (its ok result is false), Generate follows as a second
+	// event.
+	Delta bool
+	// Resources is the number of resources returned (before those the
+	// proxy does not subscribe to are dropped).
+	Resources int
+	// Removed is the number of names a GenerateDelta call listed as
+	// removed.
+	Removed int
+	// Took is how long the call took.
+	Took time.Duration
+	// Err is the Generator's error, if any (OnGenerateError also reports
+	// it).
+	Err error
 }
 
 // GenerateErrorEvent describes a failed Generator call.

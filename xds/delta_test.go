@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -585,15 +586,36 @@ func (g *deltaCDS) GenerateDelta(ctx context.Context, p *Proxy, w Watch, req *pu
 
 // The optional DeltaGenerator serves pushes: a SotW client still gets its
 // full state (make-before-break included), a Delta client what changed.
-// Answers to requests and Forced pushes use Generate.
+// Answers to requests and Forced pushes use Generate. Hooks.OnGenerate
+// reports each call.
 func TestDeltaGenerator(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
 		world(st, 3)
 		g := &deltaCDS{}
+		var mu sync.Mutex
+		var gens []string
+		// takeGens returns the CDS generations reported since the last
+		// call, sorted (connections generate concurrently).
+		takeGens := func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			out := gens
+			gens = nil
+			slices.Sort(out)
+			return out
+		}
 		f := start(t, st, func(cfg *Config) {
 			g.Generator = cfg.Generators[ClusterType]
 			cfg.Generators[ClusterType] = g
+			cfg.Hooks.OnGenerate = func(e GenerateEvent) {
+				if e.Type != ClusterType {
+					return
+				}
+				mu.Lock()
+				gens = append(gens, fmt.Sprintf("%s %s push=%v delta=%v %d-%d err=%v", e.ConnID, e.Version, e.Push, e.Delta, e.Resources, e.Removed, e.Err))
+				mu.Unlock()
+			}
 		}, false)
 		g.f = f
 		s := f.connect("sotw", nil, true)
@@ -605,6 +627,14 @@ func TestDeltaGenerator(t *testing.T) {
 		if g.fulls.Load() != 2 || g.deltas.Load() != 0 {
 			t.Fatalf("answers: Generate %d, GenerateDelta %d calls; want 2, 0", g.fulls.Load(), g.deltas.Load())
 		}
+		v := f.srv.Version()
+		checkGens := func(what string, want ...string) {
+			t.Helper()
+			if got := takeGens(); !slices.Equal(got, want) {
+				t.Errorf("%s: OnGenerate events\n got %q\nwant %q", what, got, want)
+			}
+		}
+		checkGens("answers", "delta-2 "+v+" push=false delta=false 3-0 err=<nil>", "sotw-1 "+v+" push=false delta=false 3-0 err=<nil>")
 
 		f.update(true, func(s *store) {
 			s.clusters["c1"] = makeCluster("c1")
@@ -625,6 +655,8 @@ func TestDeltaGenerator(t *testing.T) {
 		if g.fulls.Load() != 2 || g.deltas.Load() != 2 {
 			t.Errorf("push: Generate %d, GenerateDelta %d calls; want 2, 2", g.fulls.Load(), g.deltas.Load())
 		}
+		v = f.srv.Version()
+		checkGens("push", "delta-2 "+v+" push=true delta=true 2-1 err=<nil>", "sotw-1 "+v+" push=true delta=true 2-1 err=<nil>")
 
 		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
 		settle()
@@ -635,6 +667,8 @@ func TestDeltaGenerator(t *testing.T) {
 		if g.fulls.Load() != 4 || g.deltas.Load() != 2 {
 			t.Errorf("Forced push: Generate %d, GenerateDelta %d calls; want 4, 2", g.fulls.Load(), g.deltas.Load())
 		}
+		v = f.srv.Version()
+		checkGens("Forced push", "delta-2 "+v+" push=true delta=false 3-0 err=<nil>", "sotw-1 "+v+" push=true delta=false 3-0 err=<nil>")
 	})
 }
 

@@ -118,7 +118,8 @@
 //     WaitForVersion does the same for a PushContext version (which
 //     endpoint-only pushes keep). Neither polls: connections report their
 //     progress as it happens. Hooks.OnConvergence reports ConfigUpdate→ACK
-//     times.
+//     times, Hooks.OnGenerate the time of each Generator call and
+//     Hooks.OnSend of each write.
 //   - Slow clients. Writes happen off the push path: a push slot
 //     (Config.Concurrency) covers generation only, and a push waiting for
 //     ACKs holds none. While a write is blocked, pushes to that client
@@ -199,8 +200,10 @@
 // a listener's RDS route configurations (HTTP connection managers), when
 // they are fetched over ADS. Resources of other types, and references these
 // do not cover, are ordered by phase only. What a reconnecting Delta client
-// reports holding is reconciled by the answers to its requests, type by
-// type, not by phases.
+// reports holding is upserted by the answers to its requests, type by type,
+// and removed by phases (see Reconnects above). After a NACK the Server
+// cannot know what the client kept, so the rule holds again only from the
+// next push the client accepts.
 //
 // # Concurrency
 //

@@ -115,9 +115,23 @@ func (c *conn) generate(ctx context.Context, i int, req *pushcontext.PushRequest
 	t := set.order[i]
 	w := c.watches[i]
 	wt := Watch{Type: t, Names: w.names, Wildcard: w.wildcard}
+	onGen := set.hooks.OnGenerate
+	var start time.Time
+	if onGen != nil {
+		start = time.Now()
+	}
 	if push && !mustFull && !req.Forced && w.sent != nil {
 		if dg, ok := set.generators[i].(DeltaGenerator); ok {
 			ch, ok, err := dg.GenerateDelta(ctx, c.proxy, wt, req)
+			if onGen != nil {
+				ev := c.generateEvent(i, req, push, start, err)
+				ev.Delta = true
+				if ok {
+					ev.Resources, ev.Removed = len(ch.Upserted), len(ch.Removed)
+				}
+				onGen(ev)
+				start = time.Now()
+			}
 			if err != nil {
 				c.generateError(ctx, t, err)
 				return nil, err
@@ -134,6 +148,11 @@ func (c *conn) generate(ctx context.Context, i int, req *pushcontext.PushRequest
 		}
 	}
 	res, err := set.generators[i].Generate(ctx, c.proxy, wt, req)
+	if onGen != nil {
+		ev := c.generateEvent(i, req, push, start, err)
+		ev.Resources = len(res)
+		onGen(ev)
+	}
 	if err != nil {
 		c.generateError(ctx, t, err)
 		return nil, err
@@ -160,6 +179,22 @@ func (c *conn) generate(ctx context.Context, i int, req *pushcontext.PushRequest
 		tgt.res[j] = entry{name: r.Name, enc: encs[j], msg: r.Message}
 	}
 	return tgt, nil
+}
+
+// generateEvent describes a Generator call of type i that began at start.
+func (c *conn) generateEvent(i int, req *pushcontext.PushRequest, push bool, start time.Time, err error) GenerateEvent {
+	ev := GenerateEvent{
+		ProxyID: c.proxy.ID,
+		ConnID:  c.proxy.ConnID,
+		Type:    c.s.set.order[i],
+		Push:    push,
+		Took:    time.Since(start),
+		Err:     err,
+	}
+	if req.Push != nil {
+		ev.Version = req.Push.Version()
+	}
+	return ev
 }
 
 // partialTarget returns the changes ch as a partial target: a Delta

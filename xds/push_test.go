@@ -367,6 +367,11 @@ func TestHookOrder(t *testing.T) {
 			cfg.Hooks.OnACK = func(e ACKEvent) { record("ack %s %s", e.ConnID, e.Type.Short()) }
 			cfg.Hooks.OnConvergence = func(e ConvergenceEvent) { record("converged %s %s", e.ConnID, e.Type.Short()) }
 			cfg.Hooks.OnGenerateError = func(e GenerateErrorEvent) { record("generate error %s %s", e.ConnID, e.Type.Short()) }
+			cfg.Hooks.OnGenerate = func(e GenerateEvent) {
+				if e.Err != nil {
+					record("generate %s %s: %v", e.ConnID, e.Type.Short(), e.Err)
+				}
+			}
 			cfg.Hooks.OnSend = func(e SendEvent) {
 				record("send %s %s", e.ConnID, e.Type.Short())
 				mu.Lock()
@@ -416,7 +421,7 @@ func TestHookOrder(t *testing.T) {
 			"connect p-1",
 			"send p-1 CDS", "send p-1 EDS", "send p-1 LDS", "send p-1 RDS",
 			"ack p-1 CDS", "ack p-1 EDS", "ack p-1 LDS", "ack p-1 RDS",
-			"generate error p-1 EDS",
+			"generate p-1 EDS: " + errTestGen.Error(), "generate error p-1 EDS",
 			"send p-1 EDS", "ack p-1 EDS", "converged p-1 EDS",
 			"send p-1 EDS", "send returned p-1",
 			"disconnect p-1",
