@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -119,12 +120,20 @@ func TestDeltaCDS(t *testing.T) {
 // as a phase timeout.
 func TestDeltaCDSReconnect(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		catchUp  bool
-		timeouts []string
+		name string
+		// What the reconnected client does after its CDS answer:
+		// subscribe to the new cluster's endpoints, to listeners (and ACK
+		// their answer or not) and to the route they fetch.
+		eds, lds, ackLDS, rds bool
+		// timeouts lists the types the removal phase timed out waiting
+		// for; ldsTimeouts is the LDS PhaseTimeouts of the status then.
+		timeouts    []string
+		ldsTimeouts int
 	}{
-		{name: "client catches up", catchUp: true},
-		{name: "client never subscribes to LDS", timeouts: []string{"LDS"}},
+		{name: "client catches up", eds: true, lds: true, ackLDS: true, rds: true},
+		{name: "client never subscribes to LDS", eds: true, timeouts: []string{"LDS"}},
+		{name: "client does not ACK LDS", eds: true, lds: true, rds: true, timeouts: []string{"LDS"}, ldsTimeouts: 1},
+		{name: "client does not fetch what it holds", lds: true, ackLDS: true, timeouts: []string{"EDS", "RDS"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -154,19 +163,35 @@ func TestDeltaCDSReconnect(t *testing.T) {
 				c = f.connectDelta("n", nil)
 				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})
 				checkSummaries(t, "reconnect", c.ackAll(), "CDS[c3]-[]")
-				if tc.catchUp {
+				if tc.eds {
 					c.subscribe(EndpointType, "c3")
 					checkSummaries(t, "endpoints", c.ackAll(), "EDS[c3]-[]")
+				}
+				if tc.lds {
 					c.subscribe(ListenerType)
-					checkSummaries(t, "listeners", c.ackAll(), "LDS[l0]-[]")
+					if tc.ackLDS {
+						checkSummaries(t, "listeners", c.ackAll(), "LDS[l0]-[]")
+					} else {
+						synctest.Wait()
+						checkSummaries(t, "listeners, not ACKed", c.pending(), "LDS[l0]-[]")
+					}
+				}
+				if tc.rds {
 					c.subscribe(RouteType, "r0")
 					checkSummaries(t, "routes", c.ackAll(), "RDS[r0]-[]")
-				} else {
+				}
+				if tc.timeouts != nil {
+					checkSummaries(t, "before the timeout", c.ackAll())
 					time.Sleep(5 * time.Second)
 				}
 				checkSummaries(t, "then", c.ackAll(), "CDS[]-[c1]")
 				if !slices.Equal(timeouts, tc.timeouts) {
 					t.Errorf("phase timeouts waited for %v; want %v", timeouts, tc.timeouts)
+				}
+				for _, ts := range f.srv.Status()[0].Types {
+					if ts.Type == ListenerType && ts.PhaseTimeouts != tc.ldsTimeouts {
+						t.Errorf("LDS PhaseTimeouts = %d; want %d", ts.PhaseTimeouts, tc.ldsTimeouts)
+					}
 				}
 			})
 		})
@@ -612,8 +637,11 @@ func TestDeltaGenerator(t *testing.T) {
 				if e.Type != ClusterType {
 					return
 				}
+				if !strings.HasPrefix(e.ConnID, e.ProxyID+"-") {
+					t.Errorf("OnGenerate: ConnID %q is not one of proxy %q", e.ConnID, e.ProxyID)
+				}
 				mu.Lock()
-				gens = append(gens, fmt.Sprintf("%s %s push=%v delta=%v %d-%d err=%v", e.ConnID, e.Version, e.Push, e.Delta, e.Resources, e.Removed, e.Err))
+				gens = append(gens, fmt.Sprintf("%s %s push=%v delta=%v %d-%d err=%v", e.ProxyID, e.Version, e.Push, e.Delta, e.Resources, e.Removed, e.Err))
 				mu.Unlock()
 			}
 		}, false)
@@ -634,7 +662,7 @@ func TestDeltaGenerator(t *testing.T) {
 				t.Errorf("%s: OnGenerate events\n got %q\nwant %q", what, got, want)
 			}
 		}
-		checkGens("answers", "delta-2 "+v+" push=false delta=false 3-0 err=<nil>", "sotw-1 "+v+" push=false delta=false 3-0 err=<nil>")
+		checkGens("answers", "delta "+v+" push=false delta=false 3-0 err=<nil>", "sotw "+v+" push=false delta=false 3-0 err=<nil>")
 
 		f.update(true, func(s *store) {
 			s.clusters["c1"] = makeCluster("c1")
@@ -656,7 +684,7 @@ func TestDeltaGenerator(t *testing.T) {
 			t.Errorf("push: Generate %d, GenerateDelta %d calls; want 2, 2", g.fulls.Load(), g.deltas.Load())
 		}
 		v = f.srv.Version()
-		checkGens("push", "delta-2 "+v+" push=true delta=true 2-1 err=<nil>", "sotw-1 "+v+" push=true delta=true 2-1 err=<nil>")
+		checkGens("push", "delta "+v+" push=true delta=true 2-1 err=<nil>", "sotw "+v+" push=true delta=true 2-1 err=<nil>")
 
 		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
 		settle()
@@ -668,7 +696,7 @@ func TestDeltaGenerator(t *testing.T) {
 			t.Errorf("Forced push: Generate %d, GenerateDelta %d calls; want 4, 2", g.fulls.Load(), g.deltas.Load())
 		}
 		v = f.srv.Version()
-		checkGens("Forced push", "delta-2 "+v+" push=true delta=false 3-0 err=<nil>", "sotw-1 "+v+" push=true delta=false 3-0 err=<nil>")
+		checkGens("Forced push", "delta "+v+" push=true delta=false 3-0 err=<nil>", "sotw "+v+" push=true delta=false 3-0 err=<nil>")
 	})
 }
 

@@ -687,6 +687,7 @@ func newPlan(req *pushcontext.PushRequest, n int) *plan {
 // held back (what a Delta client reported holding in
 // initial_resource_versions and no longer exists) a removal phase: in the
 // current push if there is one, otherwise in a reconnect plan of its own.
+// It is called at most once per type and stream.
 // A reconnect plan's removals wait, besides the usual gate, until the
 // client has subscribed to every full-state type the Server serves (by
 // default CDS and LDS) and ACKed its last response of each: a client
@@ -701,13 +702,11 @@ func (c *conn) planRemoval(i int) {
 		c.plan = pl
 		c.setBusy()
 	}
+	// The plan has no removal phase of type i yet: a push's plan has them
+	// for the types watched when it began, and this is the first request
+	// of type i on the stream. Insert one in removal order, before the
+	// first later removal phase.
 	pl.armed[i] = true
-	for _, ph := range pl.phases {
-		if ph.removal && ph.typeIdx == i {
-			return
-		}
-	}
-	// Insert in removal order, before the first later removal phase.
 	order := c.s.set.removalOrder
 	rank := slices.Index(order, i)
 	at := len(pl.phases)
