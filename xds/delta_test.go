@@ -114,16 +114,18 @@ func TestDeltaCDS(t *testing.T) {
 // istiod's TestDeltaCDSReconnect, with make-before-break: a client
 // reconnects with initial_resource_versions; it is sent what was added
 // while it was away and nothing it already holds. What was removed
-// meanwhile is removed once the client has caught up on the full-state
-// types (LDS here) and on what its clusters and listeners fetch (EDS, RDS),
-// or, if it never subscribes to them, after PhaseConfig.Timeout, reported
-// as a phase timeout.
+// meanwhile is removed once the client has ACKed the full-state types it
+// subscribes to (LDS here) and holds what its clusters and listeners fetch
+// (EDS, RDS); a full-state type it has not subscribed to when it ACKs its
+// CDS answer is not waited for. If the client falls short, the removal
+// goes after PhaseConfig.Timeout, reported as a phase timeout.
 func TestDeltaCDSReconnect(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		// What the reconnected client does after its CDS answer:
-		// subscribe to the new cluster's endpoints, to listeners (and ACK
-		// their answer or not) and to the route they fetch.
+		// What the reconnected client subscribes to besides CDS, before it
+		// ACKs anything, as Envoy does: the new cluster's endpoints,
+		// listeners (whose answer it may leave un-ACKed) and the route
+		// they fetch.
 		eds, lds, ackLDS, rds bool
 		// timeouts lists the types the removal phase timed out waiting
 		// for; ldsTimeouts is the LDS PhaseTimeouts of the status then.
@@ -131,7 +133,7 @@ func TestDeltaCDSReconnect(t *testing.T) {
 		ldsTimeouts int
 	}{
 		{name: "client catches up", eds: true, lds: true, ackLDS: true, rds: true},
-		{name: "client never subscribes to LDS", eds: true, timeouts: []string{"LDS"}},
+		{name: "client without LDS", eds: true},
 		{name: "client does not ACK LDS", eds: true, lds: true, rds: true, timeouts: []string{"LDS"}, ldsTimeouts: 1},
 		{name: "client does not fetch what it holds", lds: true, ackLDS: true, timeouts: []string{"EDS", "RDS"}},
 	} {
@@ -162,23 +164,26 @@ func TestDeltaCDSReconnect(t *testing.T) {
 
 				c = f.connectDelta("n", nil)
 				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})
-				checkSummaries(t, "reconnect", c.ackAll(), "CDS[c3]-[]")
+				want := []string{"CDS[c3]-[]"}
 				if tc.eds {
 					c.subscribe(EndpointType, "c3")
-					checkSummaries(t, "endpoints", c.ackAll(), "EDS[c3]-[]")
+					want = append(want, "EDS[c3]-[]")
 				}
 				if tc.lds {
 					c.subscribe(ListenerType)
-					if tc.ackLDS {
-						checkSummaries(t, "listeners", c.ackAll(), "LDS[l0]-[]")
-					} else {
-						synctest.Wait()
-						checkSummaries(t, "listeners, not ACKed", c.pending(), "LDS[l0]-[]")
-					}
+					want = append(want, "LDS[l0]-[]")
 				}
 				if tc.rds {
 					c.subscribe(RouteType, "r0")
-					checkSummaries(t, "routes", c.ackAll(), "RDS[r0]-[]")
+					want = append(want, "RDS[r0]-[]")
+				}
+				synctest.Wait()
+				rs := c.pending()
+				checkSummaries(t, "answers", rs, want...)
+				for _, r := range rs {
+					if TypeURL(r.TypeUrl) != ListenerType || tc.ackLDS {
+						c.ack(r)
+					}
 				}
 				if tc.timeouts != nil {
 					checkSummaries(t, "before the timeout", c.ackAll())
@@ -200,10 +205,10 @@ func TestDeltaCDSReconnect(t *testing.T) {
 
 // istiod's TestDeltaReconnectRequests, with make-before-break: the
 // reconnecting client asks for EDS first, then CDS, both with
-// initial_resource_versions. CDS sends the changed cluster, and the
-// changed cluster's endpoints follow unasked (the client re-warms it). The
-// deleted cluster and its endpoints are removed, in that order, once the
-// client has caught up on listeners and routes.
+// initial_resource_versions, then LDS and RDS. CDS sends the changed
+// cluster, and the changed cluster's endpoints follow unasked (the client
+// re-warms it). The deleted cluster and its endpoints are removed, in that
+// order, once the client has ACKed its answers.
 func TestDeltaReconnectRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
@@ -228,13 +233,12 @@ func TestDeltaReconnectRequests(t *testing.T) {
 		c = f.connectDelta("n", nil)
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType),
 			ResourceNamesSubscribe: []string{"c0", "c1", "c2"}, InitialResourceVersions: eds})
-		checkSummaries(t, "EDS first", c.ackAll(), "EDS[]-[]")
+		synctest.Wait()
+		checkSummaries(t, "EDS first", c.pending(), "EDS[]-[]")
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: cds})
-		checkSummaries(t, "then CDS", c.ackAll(), "CDS[c2]-[]", "EDS[c2]-[]")
 		c.subscribe(ListenerType)
-		checkSummaries(t, "listeners", c.ackAll(), "LDS[l0]-[]")
 		c.subscribe(RouteType, "r0")
-		checkSummaries(t, "routes", c.ackAll(), "RDS[r0]-[]")
+		checkSummaries(t, "then the others", c.ackAll(), "CDS[c2]-[]", "EDS[c2]-[]", "LDS[l0]-[]", "RDS[r0]-[]")
 		checkSummaries(t, "cluster removal", c.ackAll(), "CDS[]-[c1]")
 		checkSummaries(t, "endpoints removal", c.ackAll(), "EDS[]-[c1]")
 		checkSummaries(t, "the end", c.ackAll())

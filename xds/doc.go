@@ -70,14 +70,15 @@
 //     no longer exist (it was away while they were deleted, or it moved to
 //     a replica with newer configuration) is not told at once: those
 //     removals get removal phases of their own, sent once the client has
-//     subscribed to every full-state type the Server serves (CDS, LDS by
-//     default), ACKed its answers, and holds warm what its clusters and
-//     listeners fetch, under the same gates and Timeout as a push. Pushes
-//     to that connection wait for them. A client that never subscribes to
-//     one of those types therefore has its stale resources removed after
-//     Timeout, reported as a phase timeout. A SotW client reports only a
-//     version per type, not what it holds, so the first full-state answer
-//     after its reconnect removes what is gone, whatever still names it.
+//     ACKed its answers of the full-state types (CDS, LDS by default) and
+//     holds warm what its clusters and listeners fetch, under the same
+//     gates and Timeout as a push; pushes to that connection wait for them.
+//     A full-state type the client has not subscribed to by the time it
+//     ACKs the answers that held the removals back is not waited for (a
+//     reconnecting Envoy sends all its subscriptions first). A SotW client
+//     reports only a version per type, not what it holds, so the first
+//     full-state answer after its reconnect removes what is gone, whatever
+//     still names it.
 //   - SotW state machine, in istiod's order: a NACK (error_detail) is
 //     recorded and not answered; a by-name type with no names unsubscribes;
 //     an empty nonce (initial request or reconnect) or a nonce for a type not

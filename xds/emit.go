@@ -666,8 +666,10 @@ type plan struct {
 	waitSince time.Time
 	// reconnect marks a plan of removal phases only, for what a Delta
 	// client reported holding when it (re)subscribed and no longer exists
-	// (see planRemoval). It is not a push: seq is 0.
+	// (see planRemoval). It is not a push: seq is 0. anchors are the types
+	// whose first answers held those removals back.
 	reconnect bool
+	anchors   []int
 }
 
 func newPlan(req *pushcontext.PushRequest, n int) *plan {
@@ -688,12 +690,16 @@ func newPlan(req *pushcontext.PushRequest, n int) *plan {
 // initial_resource_versions and no longer exists) a removal phase: in the
 // current push if there is one, otherwise in a reconnect plan of its own.
 // It is called at most once per type and stream.
+//
 // A reconnect plan's removals wait, besides the usual gate, until the
-// client has subscribed to every full-state type the Server serves (by
-// default CDS and LDS) and ACKed its last response of each: a client
+// client has ACKed its last response of every full-state type the Server
+// serves (by default CDS and LDS) that it subscribes to: a client
 // reconnecting after the configuration changed first replaces the
-// listeners and routes that may still name what is removed. The wait is
-// bounded by PhaseConfig.Timeout, as for any phase.
+// listeners and routes that may still name what is removed. A full-state
+// type the client has not subscribed to by the time it ACKs the answers
+// that held the removals back is not waited for: a reconnecting client
+// (Envoy) sends its subscriptions before any ACK, so it does not use that
+// type. The wait is bounded by PhaseConfig.Timeout, as for any phase.
 func (c *conn) planRemoval(i int) {
 	pl := c.plan
 	if pl == nil {
@@ -701,6 +707,9 @@ func (c *conn) planRemoval(i int) {
 		pl.reconnect = true
 		c.plan = pl
 		c.setBusy()
+	}
+	if pl.reconnect {
+		pl.anchors = append(pl.anchors, i)
 	}
 	// The plan has no removal phase of type i yet: a push's plan has them
 	// for the types watched when it began, and this is the first request
@@ -720,8 +729,9 @@ func (c *conn) planRemoval(i int) {
 }
 
 // rootsReady reports whether a reconnect plan's client has caught up: for
-// every full-state type the Server serves, it has subscribed and ACKed the
-// last response (or a phase timeout gave up waiting for the type).
+// every full-state type the Server serves, it has ACKed the last response,
+// or it had not subscribed to the type when it ACKed the plan's anchors
+// (see planRemoval), or a phase timeout gave up waiting for the type.
 func (c *conn) rootsReady(pl *plan) bool {
 	for j, full := range c.s.set.fullState {
 		if full && !c.rootReady(pl, j) {
@@ -732,9 +742,25 @@ func (c *conn) rootsReady(pl *plan) bool {
 }
 
 func (c *conn) rootReady(pl *plan, j int) bool {
+	if pl.gaveUp[j] {
+		return true
+	}
 	w := c.watches[j]
-	return pl.gaveUp[j] ||
-		(w != nil && w.nonceSent != "" && (w.synced() || pl.excused[j] == w.nonceSent))
+	if w == nil {
+		return c.anchorsACKed(pl)
+	}
+	return w.nonceSent != "" && (w.synced() || pl.excused[j] == w.nonceSent)
+}
+
+// anchorsACKed reports whether the client has ACKed its last response of
+// every type whose first answer held back the reconnect plan's removals.
+func (c *conn) anchorsACKed(pl *plan) bool {
+	for _, a := range pl.anchors {
+		if w := c.watches[a]; w == nil || !w.synced() {
+			return false
+		}
+	}
+	return true
 }
 
 // onPush applies a push to the connection: re-initialises the proxy on a
