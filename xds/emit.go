@@ -963,8 +963,9 @@ func (c *conn) sentListener(pl *plan, r entry) {
 // gateOpen reports whether the next phase may be released: every type a
 // previous phase sent has been ACKed, and the client subscribes to what the
 // clusters and listeners it was sent fetch over ADS (endpoints, routes) and
-// has ACKed its last response of those types: what it was sent is warm. A
-// client without any subscription of such a type is not waited for.
+// has ACKed its last response of those types: what it was sent is warm.
+// During a push, a client without any subscription of such a type is not
+// waited for. A reconnect plan also waits for rootsReady.
 func (c *conn) gateOpen(pl *plan) bool {
 	if pl.reconnect && !c.rootsReady(pl) {
 		return false
