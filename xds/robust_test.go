@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -492,5 +493,46 @@ func TestGenerateErrorRetried(t *testing.T) {
 		if eds == nil || len(eds.Resources) != 1 {
 			t.Fatalf("after the next push got %v; want the endpoints of c0 again", typesOf(rs))
 		}
+	})
+}
+
+// TestMaxConnectionAge: a host spreads clients over replicas with gRPC's
+// MaxConnectionAge (see the package documentation). When the age and its
+// grace have passed, gRPC closes the connection: the stream ends, the
+// Server reports the disconnect and forgets the connection, and the client
+// reconnects over a new connection, reporting what it holds; with content
+// versions it is sent nothing it already has, only what changed meanwhile.
+func TestMaxConnectionAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := startCodec(t, st, "test", nil, false, true, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      time.Minute,
+			MaxConnectionAgeGrace: 10 * time.Second,
+		}))
+		cc := f.dialConn()
+		c := f.connectDelta("n", cc)
+		c.subscribe(ClusterType)
+		held := versions(c.ackAll()...)
+
+		// The age with gRPC's jitter (at most 66s), then the grace.
+		time.Sleep(66*time.Second + 10*time.Second + time.Second)
+		synctest.Wait()
+		if err := c.recvErr(); status.Code(err) != codes.Unavailable {
+			t.Errorf("stream ended with %v; want Unavailable", err)
+		}
+		synctest.Wait()
+		if ev := f.eventList(); !slices.Equal(ev, []string{"connect n", "disconnect n Canceled"}) {
+			t.Errorf("events = %q; want n connected, then disconnected with Canceled", ev)
+		}
+		if st := f.srv.Status(); len(st) != 0 {
+			t.Errorf("Status() = %+v; want no connection", st)
+		}
+
+		f.update(true, func(s *store) { s.clusters["c2"] = makeCluster("c2") }, key(kindCluster, "c2"))
+		settle()
+		c = f.connectDelta("n", cc)
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})
+		checkSummaries(t, "reconnect", c.ackAll(), "CDS[c2]-[]")
 	})
 }

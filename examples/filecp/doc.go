@@ -57,8 +57,10 @@
 //
 // Flags: -dir (default: the bundled testdata, embedded in the binary),
 // -addr (ADS, default 127.0.0.1:18000), -admin (HTTP, default
-// 127.0.0.1:18001; empty disables it). Every push is printed on stdout,
-// logs go to stderr. SIGINT or SIGTERM stops it.
+// 127.0.0.1:18001; empty disables it), -max-conn-age (default 30m; 0
+// disables: ADS connections are closed after that age, ±10%, so that
+// clients reconnect and spread over replicas). Every push is printed on
+// stdout, logs go to stderr. SIGINT or SIGTERM stops it.
 //
 // Admin endpoints: /healthz; /readyz (200 once a snapshot is loaded and the
 // server runs); /debug/source (version, warnings, problems of the last

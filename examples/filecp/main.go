@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -47,11 +48,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dir := flags.String("dir", "", "configuration `directory` to serve and watch (default: the bundled examples/filecp/testdata, not watched)")
 	addr := flags.String("addr", "127.0.0.1:18000", "ADS (xDS) listen `address`")
 	admin := flags.String("admin", "127.0.0.1:18001", "admin HTTP listen `address`; empty to disable")
+	maxAge := flags.Duration("max-conn-age", 30*time.Minute,
+		"close each ADS connection after this `duration` (±10%), so that clients reconnect and spread over replicas; 0 disables")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
 	if flags.NArg() > 0 {
 		return fmt.Errorf("filecp: unexpected arguments %q", flags.Args())
+	}
+	if *maxAge < 0 {
+		return fmt.Errorf("filecp: -max-conn-age %v is negative", *maxAge)
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
@@ -99,7 +105,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 
 	// The Server's codec interns the resource names every SotW ACK repeats.
-	gs := grpc.NewServer(cp.Server().CodecOption())
+	opts := []grpc.ServerOption{cp.Server().CodecOption()}
+	if *maxAge > 0 {
+		// ADS streams last as long as their connection: without an age
+		// limit, a replica started later never gets clients. gRPC sends
+		// GOAWAY after the age (with ±10% jitter) and closes the
+		// connection, ending its streams, after the grace; clients then
+		// reconnect, possibly elsewhere.
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{
+			MaxConnectionAge:      *maxAge,
+			MaxConnectionAgeGrace: time.Minute,
+		}))
+	}
+	gs := grpc.NewServer(opts...)
 	cp.Server().Register(gs)
 	wg.Go(func() {
 		if err := gs.Serve(adsLn); err != nil {

@@ -155,6 +155,8 @@ func TestRunErrors(t *testing.T) {
 		{"dir is a file", []string{"-addr", "127.0.0.1:0", "-dir", file}, "is not a directory"},
 		{"bad ads address", []string{"-addr", "256.0.0.1:bad", "-admin", ""}, "filecp: ads"},
 		{"bad admin address", []string{"-addr", "127.0.0.1:0", "-admin", "256.0.0.1:bad"}, "filecp: admin"},
+		{"negative connection age", []string{"-max-conn-age", "-1s"}, "is negative"},
+		{"bad connection age", []string{"-max-conn-age", "soon"}, "invalid value"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
