@@ -100,6 +100,7 @@ type conn struct {
 	stuck     chan struct{} // a write may have exceeded WriteTimeout (cap 1)
 	gateCh    chan struct{} // the phase gate's timer fired (cap 1)
 	done      chan struct{} // closed when the stream ends
+	queries   chan func()   // run by the loop between steps (see Server.Dump)
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
 
@@ -175,6 +176,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		stuck:     make(chan struct{}, 1),
 		gateCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
+		queries:   make(chan func()),
 		hookSem:   make(chan struct{}, 1),
 		busy:      true,
 	}
@@ -371,6 +373,8 @@ func (c *conn) loop(ctx context.Context) error {
 			c.updateSynced()
 		case <-c.gateCh:
 			c.onGateTimer(ctx)
+		case q := <-c.queries:
+			q()
 		case <-c.stuck:
 			if at := c.sendStart.Load(); at != 0 && time.Since(time.Unix(0, at)) >= c.s.set.writeTimeout {
 				c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: write timed out; closing stream",

@@ -113,7 +113,9 @@
 //     response.
 //   - Convergence is measured to the ACK, for both protocols alike. Status
 //     lists, per connection and type, what was last sent, ACKed and NACKed,
-//     and the phases not sent yet. Sync blocks until every ConfigUpdate made
+//     and the phases not sent yet; Dump shows what a connection holds, as
+//     far as the Server knows (the content last sent per resource). Sync
+//     blocks until every ConfigUpdate made
 //     before it, Full or not, has been pushed and ACKed (or NACKed, which it
 //     reports) by every connection it concerns, all phases included;
 //     WaitForVersion does the same for a PushContext version (which

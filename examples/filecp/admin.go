@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/xdspush/xdspush/xds"
 )
 
 // adminHandler serves the admin endpoints of the control plane:
@@ -17,8 +20,10 @@ import (
 //   - /debug/syncz: per connection and type, the version and nonce last
 //     sent and ACKed, and the last NACK (xds.Server.Status);
 //   - /debug/connections: the connected proxies with their fleet;
-//   - /debug/config_dump?proxy=ID: the resources the current snapshot holds
-//     for that proxy's fleet, by type URL, in Envoy's JSON form.
+//   - /debug/config_dump?proxy=ID: for each connection of that proxy, what
+//     it holds as far as the server knows (xds.Server.Dump): by type URL,
+//     the resources last sent, in Envoy's JSON form, with their content
+//     versions, and those a make-before-break push is about to remove.
 func adminHandler(src *Source, cp *ControlPlane) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -42,40 +47,69 @@ func adminHandler(src *Source, cp *ControlPlane) http.Handler {
 	})
 	mux.HandleFunc("GET /debug/config_dump", func(w http.ResponseWriter, r *http.Request) {
 		id := r.URL.Query().Get("proxy")
-		i := -1
-		proxies := cp.Proxies()
-		for j, p := range proxies {
-			if p.ID == id {
-				i = j
-				break
+		var out []connDump
+		for _, p := range cp.Proxies() {
+			if p.ID != id {
+				continue
 			}
+			d, err := cp.Server().Dump(r.Context(), p.ConnID)
+			if err != nil {
+				continue // ended meanwhile
+			}
+			cd, err := newConnDump(d, p.Fleet)
+			if err != nil {
+				writeText(w, http.StatusInternalServerError, err.Error()+"\n")
+				return
+			}
+			out = append(out, cd)
 		}
-		if i < 0 {
+		if len(out) == 0 {
 			writeText(w, http.StatusNotFound, "no connected proxy with id "+id+"\n")
 			return
 		}
-		dump := struct {
-			Proxy     string                       `json:"proxy"`
-			Fleet     string                       `json:"fleet"`
-			Version   string                       `json:"version"`
-			Resources map[string][]json.RawMessage `json:"resources"`
-		}{Proxy: id, Fleet: proxies[i].Fleet, Resources: map[string][]json.RawMessage{}}
-		if snap := src.Snapshot(); snap != nil {
-			dump.Version = snap.Version()
-			for _, t := range supportedTypes() {
-				for _, res := range snap.ForNode(dump.Fleet, t) {
-					b, err := protojson.Marshal(res.Message)
-					if err != nil {
-						writeText(w, http.StatusInternalServerError, err.Error()+"\n")
-						return
-					}
-					dump.Resources[t] = append(dump.Resources[t], b)
-				}
-			}
-		}
-		writeJSON(w, http.StatusOK, dump)
+		writeJSON(w, http.StatusOK, out)
 	})
 	return mux
+}
+
+// connDump is one connection in /debug/config_dump.
+type connDump struct {
+	Proxy   string                      `json:"proxy"`
+	Conn    string                      `json:"conn"`
+	Fleet   string                      `json:"fleet"`
+	Version string                      `json:"version"`
+	Types   map[string][]dumpedResource `json:"resources"`
+}
+
+// dumpedResource is one resource in /debug/config_dump. Resource is absent
+// for a resource a Delta client only reported holding.
+type dumpedResource struct {
+	Name     string          `json:"name"`
+	Version  string          `json:"version"`
+	Removing bool            `json:"removing,omitempty"`
+	Resource json.RawMessage `json:"resource,omitempty"`
+}
+
+func newConnDump(d *xds.ConnDump, fleet string) (connDump, error) {
+	out := connDump{Proxy: d.ProxyID, Conn: d.ConnID, Fleet: fleet, Version: d.Version, Types: map[string][]dumpedResource{}}
+	for _, td := range d.Types {
+		rs := make([]dumpedResource, 0, len(td.Resources))
+		for _, r := range td.Resources {
+			dr := dumpedResource{Name: r.Name, Version: r.Version, Removing: r.Removing}
+			if r.Resource != nil {
+				m, err := r.Resource.UnmarshalNew()
+				if err != nil {
+					return connDump{}, fmt.Errorf("filecp: config_dump: %s %q: %w", td.Type, r.Name, err)
+				}
+				if dr.Resource, err = protojson.Marshal(m); err != nil {
+					return connDump{}, fmt.Errorf("filecp: config_dump: %s %q: %w", td.Type, r.Name, err)
+				}
+			}
+			rs = append(rs, dr)
+		}
+		out.Types[string(td.Type)] = rs
+	}
+	return out, nil
 }
 
 // writeText writes a plain-text response.

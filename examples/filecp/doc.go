@@ -66,7 +66,8 @@
 // server runs); /debug/source (version, warnings, problems of the last
 // rejected load); /debug/syncz (per proxy and type: sent and ACKed version
 // and nonce, last NACK); /debug/connections (proxies and their fleet);
-// /debug/config_dump?proxy=ID (the resources of that proxy's view).
+// /debug/config_dump?proxy=ID (what each of that proxy's connections holds
+// as far as the server knows: the resources last sent, xds.Server.Dump).
 //
 // # Concurrency
 //

@@ -112,8 +112,24 @@ func TestEndToEnd(t *testing.T) {
 	if len(conns) != 2 || conns[0].ID != "edge-1" || conns[0].Fleet != "edge" || conns[1].ID != "web-1" || conns[1].Fleet != "web" {
 		t.Errorf("/debug/connections = %+v; want edge-1 (edge) and web-1 (web)", conns)
 	}
-	if dump := adminGet(t, admin, "/debug/config_dump?proxy=web-1"); !strings.Contains(dump, `"name": "backend"`) || strings.Contains(dump, "edge-api") {
-		t.Errorf("/debug/config_dump?proxy=web-1 = %s; want backend and no edge-api", dump)
+	var dumps []connDump
+	if err := json.Unmarshal([]byte(adminGet(t, admin, "/debug/config_dump?proxy=web-1")), &dumps); err != nil {
+		t.Fatal(err)
+	}
+	if len(dumps) != 1 || dumps[0].Conn != conns[1].ConnID || dumps[0].Fleet != "web" {
+		t.Fatalf("/debug/config_dump?proxy=web-1 = %+v; want web-1's one connection", dumps)
+	}
+	for typ, names := range globalNames {
+		var got []string
+		for _, r := range dumps[0].Types[string(typ)] {
+			got = append(got, r.Name)
+			if r.Removing || !strings.Contains(string(r.Resource), r.Name) {
+				t.Errorf("config_dump %s %s = %+v; want its content, not removing", typ.Short(), r.Name, r)
+			}
+		}
+		if !slices.Equal(got, names) {
+			t.Errorf("config_dump %s = %v; want %v", typ.Short(), got, names)
+		}
 	}
 	if syncz := adminGet(t, admin, "/debug/syncz"); strings.Count(syncz, `"SentNonce": "`) != 8 {
 		t.Errorf("/debug/syncz = %s; want 4 types sent to each of 2 proxies", syncz)

@@ -1,0 +1,118 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// ConnDump is what one connection holds, as far as the Server knows: the
+// content it last sent for each resource, whether or not the client has
+// ACKed it yet (Status says what was ACKed; after a NACK the client may
+// still hold an older version). See Server.Dump.
+type ConnDump struct {
+	ProxyID string
+	ConnID  string
+	// Delta reports a Delta stream; false means SotW.
+	Delta bool
+	// Version is the version of the PushContext the connection was last
+	// served from.
+	Version string
+	// Types lists the watched types, in push order.
+	Types []TypeDump
+}
+
+// TypeDump is one type of a ConnDump.
+type TypeDump struct {
+	Type TypeURL
+	// Wildcard reports a wildcard subscription; Names are the names
+	// subscribed to besides, sorted.
+	Wildcard bool
+	Names    []string
+	// Resources are the resources the client holds, sorted by name.
+	Resources []DumpedResource
+}
+
+// DumpedResource is one resource a connection holds.
+type DumpedResource struct {
+	Name string
+	// Version is the resource's content version (see ContentVersion), as
+	// in Delta responses.
+	Version string
+	// Resource is the encoding last sent, shared with every connection
+	// sent the same content: it must not be modified. It is nil for a
+	// resource a Delta client reported holding (initial_resource_versions)
+	// and has not been sent since.
+	Resource *anypb.Any
+	// Removing reports a resource the configuration no longer has, kept
+	// until its make-before-break removal phase.
+	Removing bool
+}
+
+// Dump returns what the connection connID (ConnStatus.ConnID) holds, as far
+// as the Server knows: for each watched type, its subscription and the
+// content last sent for each resource. It is meant for debugging, like
+// Envoy's config_dump seen from the server.
+//
+// The connection's own goroutine takes the dump between two of its steps,
+// so Dump waits while it handles a request or generates a push, and until
+// the proxy is initialised. It returns an error if no registered
+// connection has that ID, if the connection ends first, or ctx.Err() if ctx
+// ends first.
+func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
+	var c *conn
+	for _, cand := range s.connections() {
+		if cand.proxy.ConnID == connID {
+			c = cand
+			break
+		}
+	}
+	if c == nil {
+		return nil, fmt.Errorf("xds: no connection %q", connID)
+	}
+	res := make(chan *ConnDump, 1)
+	q := func() { res <- c.dump() }
+	select {
+	case c.queries <- q:
+	case <-c.done:
+		return nil, fmt.Errorf("xds: connection %q ended", connID)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case d := <-res:
+		return d, nil
+	case <-c.done:
+		return nil, fmt.Errorf("xds: connection %q ended", connID)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// dump runs on the handler goroutine, which owns the watches.
+func (c *conn) dump() *ConnDump {
+	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
+	if pc := c.proxy.Push; pc != nil {
+		d.Version = pc.Version()
+	}
+	for i, w := range c.watches {
+		if w == nil {
+			continue
+		}
+		td := TypeDump{
+			Type:      c.s.set.order[i],
+			Wildcard:  w.wildcard,
+			Names:     slices.Clone(w.names),
+			Resources: make([]DumpedResource, 0, len(w.sent)),
+		}
+		for _, n := range sortedKeys(w.sent) {
+			e := w.sent[n]
+			_, removing := w.held[n]
+			td.Resources = append(td.Resources, DumpedResource{Name: n, Version: e.version, Resource: e.any, Removing: removing})
+		}
+		d.Types = append(d.Types, td)
+	}
+	return d
+}

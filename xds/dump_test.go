@@ -1,0 +1,179 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
+
+// dumpSummary renders d as one line per type: "CDS* [c0@v c1@v-]", where *
+// marks a wildcard, @? a resource without content and a trailing - one
+// being removed. Versions are checked against the content separately.
+func dumpSummary(d *ConnDump) []string {
+	var out []string
+	for _, td := range d.Types {
+		var b strings.Builder
+		b.WriteString(td.Type.Short())
+		if td.Wildcard {
+			b.WriteString("*")
+		}
+		fmt.Fprintf(&b, " %v [", td.Names)
+		for i, r := range td.Resources {
+			if i > 0 {
+				b.WriteString(" ")
+			}
+			b.WriteString(r.Name)
+			if r.Resource == nil {
+				b.WriteString("@?")
+			}
+			if r.Removing {
+				b.WriteString("-")
+			}
+		}
+		b.WriteString("]")
+		out = append(out, b.String())
+	}
+	return out
+}
+
+// checkDumpVersions checks that every resource with content carries the
+// content version of that content.
+func checkDumpVersions(t *testing.T, d *ConnDump) {
+	t.Helper()
+	for _, td := range d.Types {
+		for _, r := range td.Resources {
+			if r.Resource == nil {
+				continue
+			}
+			m, err := r.Resource.UnmarshalNew()
+			if err != nil {
+				t.Fatalf("%s %s: %v", td.Type.Short(), r.Name, err)
+			}
+			if v, _ := ContentVersion(m); v != r.Version {
+				t.Errorf("%s %s: version %s; its content's is %s", td.Type.Short(), r.Name, r.Version, v)
+			}
+		}
+	}
+}
+
+// Dump shows what each connection holds, SotW and Delta: subscriptions,
+// the content sent, resources a Delta client only reported, and removals a
+// make-before-break push still holds back.
+func TestDump(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := start(t, st, nil, false)
+		s := f.connect("sotw", nil, true)
+		subs := s.subscribeAll(2)
+		d := f.connectDelta("delta", nil)
+		d.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType),
+			InitialResourceVersions: map[string]string{"c0": "1234", "gone": "5678"}})
+		d.ackAll()
+
+		dumps := map[string]*ConnDump{}
+		for _, cs := range f.srv.Status() {
+			dump, err := f.srv.Dump(t.Context(), cs.ConnID)
+			if err != nil {
+				t.Fatalf("Dump(%s) = %v", cs.ConnID, err)
+			}
+			if dump.ProxyID != cs.ProxyID || dump.ConnID != cs.ConnID || dump.Delta != cs.Delta || dump.Version != f.srv.Version() {
+				t.Errorf("Dump(%s) = {%s %s %v %s}; want {%s %s %v %s}", cs.ConnID, dump.ProxyID, dump.ConnID, dump.Delta, dump.Version,
+					cs.ProxyID, cs.ConnID, cs.Delta, f.srv.Version())
+			}
+			checkDumpVersions(t, dump)
+			dumps[cs.ProxyID] = dump
+		}
+		tests := []struct {
+			proxy string
+			want  []string
+		}{
+			{"sotw", []string{"CDS* [] [c0 c1]", "EDS [c0 c1] [c0 c1]", "LDS* [] [l0]", "RDS [r0] [r0]"}},
+			// c0 differs from what the client reported and is sent; "gone"
+			// is held back, removing, until the client subscribes to the
+			// endpoints of the clusters it holds, which it does not.
+			{"delta", []string{"CDS* [] [c0 c1 gone@?-]"}},
+		}
+		for _, tt := range tests {
+			if got := dumpSummary(dumps[tt.proxy]); !slices.Equal(got, tt.want) {
+				t.Errorf("%s: Dump = %q; want %q", tt.proxy, got, tt.want)
+			}
+		}
+
+		// A push that removes c1 holds it back until its removal phase,
+		// which waits for the client to ACK the upserts.
+		f.update(true, func(s *store) {
+			delete(s.clusters, "c1")
+			s.clusters["c0"] = makeCluster("c0")
+			s.clusters["c0"].AltStatName = "changed"
+		}, key(kindCluster, "c0"), key(kindCluster, "c1"))
+		settle()
+		dump, err := f.srv.Dump(t.Context(), dumps["sotw"].ConnID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := dumpSummary(dump)[0], "CDS* [] [c0 c1-]"; got != want {
+			t.Errorf("during the push: CDS %q; want %q", got, want)
+		}
+		c0 := dump.Types[0].Resources[0]
+		if m, err := c0.Resource.UnmarshalNew(); err != nil || m.(*clusterv3.Cluster).AltStatName != "changed" {
+			t.Errorf("c0 in the dump = %v, %v; want the changed cluster", m, err)
+		}
+		s.ackUntilQuiet(subs)
+		dump, err = f.srv.Dump(t.Context(), dumps["sotw"].ConnID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := dumpSummary(dump)[0], "CDS* [] [c0]"; got != want {
+			t.Errorf("after the push: CDS %q; want %q", got, want)
+		}
+	})
+}
+
+// Dump's errors: an unknown connection, one that ended, a context that
+// ends first.
+func TestDumpErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		f := start(t, st, nil, false)
+		if _, err := f.srv.Dump(t.Context(), "nobody-1"); err == nil || !strings.Contains(err.Error(), `no connection "nobody-1"`) {
+			t.Errorf("Dump(unknown) = %v; want no connection", err)
+		}
+
+		// InitProxy blocks: the connection is registered, its loop not
+		// running yet, so Dump waits until ctx ends.
+		started, release := make(chan string, 1), make(chan struct{})
+		st.mu.Lock()
+		st.initStarted, st.initRelease = started, release
+		st.mu.Unlock()
+		c := f.connect("p", nil, true)
+		c.request(ClusterType)
+		<-started
+		conns := f.srv.Status()
+		if len(conns) != 1 {
+			t.Fatalf("Status() = %+v; want one connection", conns)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if _, err := f.srv.Dump(ctx, conns[0].ConnID); err != context.Canceled {
+			t.Errorf("Dump(cancelled ctx) = %v; want %v", err, context.Canceled)
+		}
+		close(release)
+		synctest.Wait()
+		if _, err := f.srv.Dump(t.Context(), conns[0].ConnID); err != nil {
+			t.Errorf("Dump() once initialised = %v", err)
+		}
+		c.cancel()
+		synctest.Wait()
+		if _, err := f.srv.Dump(t.Context(), conns[0].ConnID); err == nil {
+			t.Error("Dump(ended connection) = nil; want an error")
+		}
+	})
+}
