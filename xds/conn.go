@@ -56,6 +56,7 @@ type outMsg struct {
 	bytes   int
 	push    bool
 	p       uint64 // the connection's appliedP when the response was made
+	seq     uint64 // Seq of the PushContext the response was made from
 }
 
 // conn is one ADS stream.
@@ -485,6 +486,13 @@ func (c *conn) send(msgs []*outMsg) {
 	c.outbox = nil
 	c.writing = true
 	c.writingP = lowestP(batch)
+	low := batch[0].seq
+	for _, m := range batch[1:] {
+		low = min(low, m.seq)
+	}
+	c.statusMu.Lock()
+	c.st.writingSeq = low
+	c.statusMu.Unlock()
 	c.s.goStream(func() { c.write(batch) })
 }
 
@@ -496,6 +504,10 @@ func (c *conn) onWritten() {
 		c.send(nil)
 		return
 	}
+	c.statusMu.Lock()
+	c.st.writingSeq = 0
+	c.statusMu.Unlock()
+	c.s.notify()
 	c.maybeIdle()
 }
 

@@ -557,6 +557,7 @@ func (c *conn) sotwMsg(ctx context.Context, i int, anys []*anypb.Any, size int, 
 		bytes:   size,
 		push:    o.push,
 		p:       c.appliedP,
+		seq:     o.pc.Seq(),
 	}
 }
 
@@ -583,6 +584,7 @@ func (c *conn) deltaMsg(ctx context.Context, i int, ups []entry, gone []string, 
 		bytes:   size,
 		push:    o.push,
 		p:       c.appliedP,
+		seq:     o.pc.Seq(),
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -430,4 +431,66 @@ func TestHookOrder(t *testing.T) {
 			t.Errorf("events:\n got %q\nwant %q", events, want)
 		}
 	})
+}
+
+// TestWaitForVersionAfterOnSend: a client can ACK a response before the
+// Server's OnSend hook for it has run (the writer calls the hook after
+// Send returns). WaitForVersion and Sync count the response only once the
+// hook has returned, so a host that counts sends in OnSend sees them all
+// when either returns.
+func TestWaitForVersionAfterOnSend(t *testing.T) {
+	for _, call := range []string{"WaitForVersion", "Sync"} {
+		t.Run(call, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				release := make(chan struct{})
+				var blocking atomic.Bool
+				var sends atomic.Int32
+				f := start(t, st, func(cfg *Config) {
+					cfg.Hooks.OnSend = func(e SendEvent) {
+						if blocking.Load() && e.Type == EndpointType {
+							<-release
+						}
+						sends.Add(1)
+					}
+				}, false)
+				c := f.connect("p", nil, true)
+				subs := c.subscribeAll(1)
+
+				blocking.Store(true)
+				f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+				settle()
+				before := sends.Load()
+				if rs := c.ackAll(subs); len(rs) != 1 {
+					t.Fatalf("got %v; want one EDS push", typesOf(rs))
+				}
+				done := make(chan error, 1)
+				go func() {
+					var err error
+					if call == "Sync" {
+						_, err = f.srv.Sync(t.Context())
+					} else {
+						_, err = f.srv.WaitForVersion(t.Context(), f.srv.Version())
+					}
+					done <- err
+				}()
+				synctest.Wait()
+				select {
+				case err := <-done:
+					t.Errorf("%s returned (%v) while the OnSend hook of the ACKed response was still running", call, err)
+					close(release)
+					return
+				default:
+				}
+				close(release)
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if got := sends.Load(); got != before+1 {
+					t.Errorf("OnSend ran %d times for the push; want 1", got-before)
+				}
+			})
+		})
+	}
 }

@@ -77,6 +77,9 @@ type connState struct {
 	version     string
 	seq         uint64 // Seq of the PushContext the connection was last served from
 	types       []typeState
+	// writingSeq is the lowest PushContext Seq of the responses being
+	// written, whose OnSend hooks may not have run yet; 0 when none.
+	writingSeq uint64
 }
 
 // publishStatus copies the connection's state where Status and
@@ -191,6 +194,11 @@ func (c *conn) converged(seq uint64) (bool, []NACK) {
 		// its phases have been sent.
 		return false, nil
 	}
+	if st.writingSeq != 0 && st.writingSeq <= seq {
+		// A response of this version (or an older one) is being written:
+		// the client may have ACKed it before its OnSend hook has run.
+		return false, nil
+	}
 	var nacks []NACK
 	for _, ts := range st.types {
 		switch {
@@ -226,9 +234,10 @@ func (s *Server) Status() []ConnStatus {
 // every type the connection watches, the last response sent has been ACKed,
 // or a response of that version or a later one has been ACKed. A type
 // whose last response was NACKed counts as settled: WaitForVersion returns
-// those NACKs instead of waiting for an ACK that will not come. Proxies
-// that disconnect stop counting; proxies that connect later are served the
-// current version and count too.
+// those NACKs instead of waiting for an ACK that will not come. A response
+// of that version counts once it has been written and Hooks.OnSend has
+// returned for it. Proxies that disconnect stop counting; proxies that
+// connect later are served the current version and count too.
 //
 // If version has not been published yet, WaitForVersion waits for it (only
 // the last 4096 published versions are remembered). It returns ctx.Err()
