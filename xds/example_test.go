@@ -19,6 +19,7 @@ import (
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
 // Example wires a Server: a host store, a PushContext index built from it, a
@@ -258,4 +259,44 @@ func ExampleServer_Sync() {
 	// version example-1: web at 10.0.0.1
 	// version example-1: web at 10.0.0.2
 	// synced: true NACKs: 0
+}
+
+// ExampleServer_Dump shows what a connection holds, as far as the Server
+// knows: here, one cluster sent to a client of the test kit.
+func ExampleServer_Dump() {
+	ctx := context.Background()
+	b, _ := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "example"})
+	web := &clusterv3.Cluster{Name: "web"}
+	cds := xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+		return []xds.Resource{{Name: "web", Message: web}}, nil
+	})
+	ts, err := xdstest.Start(ctx, xds.Config{Builder: b, Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: cds}})
+	if err != nil {
+		panic(err)
+	}
+	defer ts.Close()
+	c, err := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "proxy-1"})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	if err := c.Wait(ctx, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"web"}})); err != nil {
+		panic(err)
+	}
+
+	conn := ts.XDS().Status()[0]
+	d, err := ts.XDS().Dump(ctx, conn.ConnID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s at version %s\n", d.ConnID, d.Version)
+	want, _ := xds.ContentVersion(web)
+	for _, td := range d.Types {
+		for _, r := range td.Resources {
+			fmt.Printf("%s wildcard=%v: %s, content version matches: %v\n", td.Type.Short(), td.Wildcard, r.Name, r.Version == want)
+		}
+	}
+	// Output:
+	// proxy-1-1 at version example-1
+	// CDS wildcard=true: web, content version matches: true
 }
