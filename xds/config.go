@@ -315,7 +315,9 @@ type Config struct {
 
 // Hooks are optional callbacks. They are called synchronously, from the
 // Server's goroutines (several at once), so they must be fast, must not block
-// and must be safe for concurrent use. A nil field is skipped.
+// and must be safe for concurrent use. In particular they must not call
+// Sync, WaitForVersion or Dump, which wait for the connections that run the
+// hooks. A nil field is skipped.
 type Hooks struct {
 	// OnConnect is called when a proxy has been initialised, before its
 	// first response.

@@ -58,7 +58,8 @@ type DumpedResource struct {
 //
 // The connection's own goroutine takes the dump between two of its steps,
 // so Dump waits while it handles a request or generates a push, and until
-// the proxy is initialised. It returns an error if no registered
+// the proxy is initialised; it must not be called from a Hook. It returns
+// an error if no registered
 // connection has that ID, if the connection ends first, or ctx.Err() if ctx
 // ends first.
 func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
