@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -216,17 +217,17 @@ func (c *conn) deltaSubscribe(ctx context.Context, i int, req *discoveryv3.Delta
 	}
 	want := sub
 	if !w.wildcard && len(initial) > 0 {
-		want = mergeSorted(sub, initial)
+		want = sortedset.Union(sub, initial)
 	}
-	names := mergeSorted(w.names, want)
+	names := sortedset.Union(w.names, want)
 	if len(unsub) > 0 {
-		names = subtractSorted(names, unsub)
+		names = sortedset.Subtract(names, unsub)
 	}
 	if len(names) > set.maxNames {
 		return false, relOpts{}, pushcontext.ResourceDelta{}, status.Errorf(codes.InvalidArgument,
 			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxNames)
 	}
-	added, removed := diffNames(w.names, names)
+	added, removed := sortedset.Diff(w.names, names)
 	w.names = names
 
 	// What the client reported holding.
@@ -281,49 +282,4 @@ func (c *conn) deltaSubscribe(ctx context.Context, i int, req *discoveryv3.Delta
 		}
 	}
 	return false, relOpts{}, delta, nil
-}
-
-// mergeSorted returns the sorted union of two sorted, unique slices.
-func mergeSorted(a, b []string) []string {
-	if len(b) == 0 {
-		return a
-	}
-	if len(a) == 0 {
-		return slices.Clone(b)
-	}
-	out := make([]string, 0, len(a)+len(b))
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		switch {
-		case a[i] == b[j]:
-			out = append(out, a[i])
-			i++
-			j++
-		case a[i] < b[j]:
-			out = append(out, a[i])
-			i++
-		default:
-			out = append(out, b[j])
-			j++
-		}
-	}
-	out = append(out, a[i:]...)
-	return append(out, b[j:]...)
-}
-
-// subtractSorted returns a new slice of the names of a that are not in b
-// (both sorted and unique).
-func subtractSorted(a, b []string) []string {
-	rest := make([]string, 0, len(a))
-	j := 0
-	for _, n := range a {
-		for j < len(b) && b[j] < n {
-			j++
-		}
-		if j < len(b) && b[j] == n {
-			continue
-		}
-		rest = append(rest, n)
-	}
-	return rest
 }

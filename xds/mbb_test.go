@@ -29,6 +29,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -353,7 +354,7 @@ func (e *envoy) request(t xds.TypeURL, names []string) {
 	}
 	var err error
 	if e.delta {
-		sub, unsub := diff(e.subs[t], names)
+		sub, unsub := sortedset.Diff(e.subs[t], names)
 		if e.asked[t] && len(sub) == 0 && len(unsub) == 0 {
 			return
 		}
@@ -368,21 +369,6 @@ func (e *envoy) request(t xds.TypeURL, names []string) {
 	}
 	e.asked[t] = true
 	e.subs[t] = names
-}
-
-// diff returns the names of b not in a and of a not in b (both sorted).
-func diff(a, b []string) (added, removed []string) {
-	for _, n := range b {
-		if _, ok := slices.BinarySearch(a, n); !ok {
-			added = append(added, n)
-		}
-	}
-	for _, n := range a {
-		if _, ok := slices.BinarySearch(b, n); !ok {
-			removed = append(removed, n)
-		}
-	}
-	return added, removed
 }
 
 func (e *envoy) receive() {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -292,7 +293,7 @@ func (c *conn) shouldRespond(ctx context.Context, i int, req *discoveryv3.Discov
 	c.recordACK(i, w)
 	var added, removed []string
 	if !same {
-		added, removed = diffNames(w.names, names)
+		added, removed = sortedset.Diff(w.names, names)
 	}
 	changed := len(added) > 0 || len(removed) > 0 || wildcard != w.wildcard
 	w.names, w.wildcard, w.order, w.star = names, wildcard, order, star
@@ -319,26 +320,4 @@ func (c *conn) shouldRespond(ctx context.Context, i int, req *discoveryv3.Discov
 	}
 	// A full-state type must be answered with the whole subscribed state.
 	return true, modeFull, pushcontext.ResourceDelta{}
-}
-
-// diffNames returns the names in b but not in a, and those in a but not in
-// b. Both inputs are sorted and unique.
-func diffNames(a, b []string) (added, removed []string) {
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		switch {
-		case a[i] == b[j]:
-			i++
-			j++
-		case a[i] < b[j]:
-			removed = append(removed, a[i])
-			i++
-		default:
-			added = append(added, b[j])
-			j++
-		}
-	}
-	removed = append(removed, a[i:]...)
-	added = append(added, b[j:]...)
-	return added, removed
 }

@@ -312,13 +312,6 @@ func TestSubscription(t *testing.T) {
 	}
 }
 
-func TestDiffNames(t *testing.T) {
-	added, removed := diffNames([]string{"a", "b", "d"}, []string{"b", "c", "d", "e"})
-	if !slices.Equal(added, []string{"c", "e"}) || !slices.Equal(removed, []string{"a"}) {
-		t.Errorf("diffNames = %q, %q; want [c e], [a]", added, removed)
-	}
-}
-
 // nilGenerator returns nil ("nothing to send"), or err.
 type nilGenerator struct{ err error }
 

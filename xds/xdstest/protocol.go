@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/xds"
 )
 
@@ -312,7 +313,7 @@ func (c *Client) subscriptionRequests(st *stream, before map[xds.TypeURL]sub, s 
 		}
 		if c.cfg.protocol == Delta {
 			m := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(t)}
-			m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe = diffNames(old.names, now.names)
+			m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe = sortedset.Diff(old.names, now.names)
 			switch {
 			case now.wildcard && !old.wildcard:
 				m.ResourceNamesSubscribe = append(m.ResourceNamesSubscribe, "*")
@@ -333,22 +334,6 @@ func (c *Client) subscriptionRequests(st *stream, before map[xds.TypeURL]sub, s 
 		}))
 	}
 	return out
-}
-
-// diffNames returns the names in b but not in a, and those in a but not in
-// b. Both inputs are sorted.
-func diffNames(a, b []string) (added, removed []string) {
-	for _, n := range b {
-		if _, ok := slices.BinarySearch(a, n); !ok {
-			added = append(added, n)
-		}
-	}
-	for _, n := range a {
-		if _, ok := slices.BinarySearch(b, n); !ok {
-			removed = append(removed, n)
-		}
-	}
-	return added, removed
 }
 
 func sotwRequest(st *stream, m *discoveryv3.DiscoveryRequest) *Request {
