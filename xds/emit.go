@@ -525,8 +525,8 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // stamp records a response of type i as sent and returns its version and
-// nonce.
-func (c *conn) stamp(ctx context.Context, i int, resources, removed, size int, o relOpts) (string, string) {
+// nonce, and the message that will carry it, all set but the response.
+func (c *conn) stamp(ctx context.Context, i int, resources, removed, size int, o relOpts) (*outMsg, string, string) {
 	w := c.watches[i]
 	version := o.pc.Version()
 	nonce := c.s.nextNonce(version)
@@ -541,24 +541,19 @@ func (c *conn) stamp(ctx context.Context, i int, resources, removed, size int, o
 		slog.String("version", version), slog.String("nonce", nonce), slog.Bool("delta", c.delta),
 		slog.Int("resources", resources), slog.Int("removed", removed), slog.Int("bytes", size),
 		slog.Bool("push", o.push))
-	return version, nonce
+	m := &outMsg{typeIdx: i, bytes: size, push: o.push, p: c.appliedP, seq: o.pc.Seq()}
+	return m, version, nonce
 }
 
 func (c *conn) sotwMsg(ctx context.Context, i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
-	version, nonce := c.stamp(ctx, i, len(anys), 0, size, o)
-	return &outMsg{
-		resp: &discoveryv3.DiscoveryResponse{
-			VersionInfo: version,
-			Resources:   anys,
-			TypeUrl:     string(c.s.set.order[i]),
-			Nonce:       nonce,
-		},
-		typeIdx: i,
-		bytes:   size,
-		push:    o.push,
-		p:       c.appliedP,
-		seq:     o.pc.Seq(),
+	m, version, nonce := c.stamp(ctx, i, len(anys), 0, size, o)
+	m.resp = &discoveryv3.DiscoveryResponse{
+		VersionInfo: version,
+		Resources:   anys,
+		TypeUrl:     string(c.s.set.order[i]),
+		Nonce:       nonce,
 	}
+	return m
 }
 
 func (c *conn) deltaMsg(ctx context.Context, i int, ups []entry, gone []string, o relOpts) *outMsg {
@@ -571,21 +566,15 @@ func (c *conn) deltaMsg(ctx context.Context, i int, ups []entry, gone []string, 
 		res = append(res, &discoveryv3.Resource{Name: r.name, Version: r.enc.version, Resource: r.enc.any})
 		size += len(r.enc.any.Value)
 	}
-	version, nonce := c.stamp(ctx, i, len(res), len(gone), size, o)
-	return &outMsg{
-		dresp: &discoveryv3.DeltaDiscoveryResponse{
-			SystemVersionInfo: version,
-			Resources:         res,
-			TypeUrl:           string(c.s.set.order[i]),
-			RemovedResources:  gone,
-			Nonce:             nonce,
-		},
-		typeIdx: i,
-		bytes:   size,
-		push:    o.push,
-		p:       c.appliedP,
-		seq:     o.pc.Seq(),
+	m, version, nonce := c.stamp(ctx, i, len(res), len(gone), size, o)
+	m.dresp = &discoveryv3.DeltaDiscoveryResponse{
+		SystemVersionInfo: version,
+		Resources:         res,
+		TypeUrl:           string(c.s.set.order[i]),
+		RemovedResources:  gone,
+		Nonce:             nonce,
 	}
+	return m
 }
 
 // warmSet names the EDS resources that must be sent even if unchanged,
