@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -23,8 +22,6 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -163,7 +160,7 @@ type host struct {
 	mu  sync.Mutex
 	w   *world // the current configuration; replaced, never modified
 	srv *xds.Server
-	lis *bufconn.Listener
+	ts  *xdstest.Server // serves srv in memory (startHost)
 
 	pushes   atomic.Int64
 	timeouts atomic.Int64
@@ -178,23 +175,7 @@ func startHost(t testing.TB, w *world, tweak func(*xds.Config)) *host {
 		t.Fatal(err)
 	}
 	h.srv = srv
-	gs := grpc.NewServer()
-	srv.Register(gs)
-	h.lis = bufconn.Listen(1 << 20)
-	var wg sync.WaitGroup
-	wg.Go(func() { _ = gs.Serve(h.lis) })
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- srv.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Errorf("Run() = %v; want nil", err)
-		}
-		gs.Stop()
-		wg.Wait()
-	})
-	<-srv.Ready()
+	h.ts = xdstest.NewServerFor(t, srv)
 	return h
 }
 
@@ -263,8 +244,7 @@ func (h *host) change(f func(w *world) []pushcontext.ConfigKey) {
 }
 
 func (h *host) dial() *grpc.ClientConn {
-	cc, err := grpc.NewClient("passthrough:///mbb", grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return h.lis.DialContext(ctx) }))
+	cc, err := h.ts.Dial()
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -797,18 +777,13 @@ func TestMakeBeforeBreakReconnect(t *testing.T) {
 				after.routes["r0"] = mkRoute("r0", "c9")
 
 				tweak := func(cfg *xds.Config) { cfg.Phases.NoWait = tt.noWait }
-				old := xdstest.NewServer(t, (&host{t: t, w: before}).config(tweak))
-				var timeouts atomic.Int64
-				next := xdstest.NewServer(t, (&host{t: t, w: after}).config(func(cfg *xds.Config) {
-					tweak(cfg)
-					cfg.Hooks.OnPhaseTimeout = func(xds.PhaseTimeoutEvent) { timeouts.Add(1) }
-				}))
-				c := old.NewClient(t, xdstest.ClientConfig{NodeID: "envoy", Protocol: tt.protocol})
+				old, next := startHost(t, before, tweak), startHost(t, after, tweak)
+				c := old.ts.NewClient(t, xdstest.ClientConfig{NodeID: "envoy", Protocol: tt.protocol})
 				xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{
 					xds.ClusterType: {"c0", "c1"}, xds.EndpointType: {"c0", "c1"},
 					xds.ListenerType: {"l0", "l1"}, xds.RouteType: {"r0", "r1"},
 				}), c)
-				if err := c.ReconnectTo(t.Context(), next); err != nil {
+				if err := c.ReconnectTo(t.Context(), next.ts); err != nil {
 					t.Fatal(err)
 				}
 				xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{
@@ -822,7 +797,7 @@ func TestMakeBeforeBreakReconnect(t *testing.T) {
 				if got := len(vs) > 0; got != tt.wantDangling {
 					t.Errorf("dangling references observed = %v (%v); want %v\nresponses: %v", got, vs, tt.wantDangling, c.Responses())
 				}
-				if n := timeouts.Load(); n != 0 {
+				if n := next.timeouts.Load(); n != 0 {
 					t.Errorf("%d phase timeouts; want none (the client ACKs)", n)
 				}
 			})
@@ -1014,19 +989,9 @@ func TestMakeBeforeBreakReconnectRandom(t *testing.T) {
 	)
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, 1))
-		var timeouts atomic.Int64
-		replica := func(w *world) (*host, *xdstest.Server) {
-			h := &host{t: t, w: w}
-			ts := xdstest.NewServer(t, h.config(func(cfg *xds.Config) {
-				cfg.Hooks.OnPhaseTimeout = func(xds.PhaseTimeoutEvent) { timeouts.Add(1) }
-			}))
-			h.srv = ts.XDS()
-			return h, ts
-		}
 		base := baseWorld(3)
-		ha, a := replica(base)
-		hb, b := replica(base)
-		servers := []*xdstest.Server{a, b}
+		ha, hb := startHost(t, base, nil), startHost(t, base, nil)
+		servers := []*xdstest.Server{ha.ts, hb.ts}
 		on := make([]int, clients) // the replica each client is connected to
 		cs := make([]*xdstest.Client, clients)
 		for i := range cs {
@@ -1075,7 +1040,7 @@ func TestMakeBeforeBreakReconnectRandom(t *testing.T) {
 		for _, c := range cs {
 			xdstest.AssertNoDangling(t, c)
 		}
-		if n := timeouts.Load(); n != 0 {
+		if n := ha.timeouts.Load() + hb.timeouts.Load(); n != 0 {
 			t.Errorf("%d phase timeouts; want none (the clients ACK)", n)
 		}
 		if t.Failed() {
