@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/internal/sortedset"
+	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/xds"
 )
 
@@ -51,7 +52,7 @@ func decodeResponse(raw proto.Message) (*Response, error) {
 		resp.Protocol = SotW
 		resp.Type, resp.Version, resp.Nonce = xds.TypeURL(m.GetTypeUrl()), m.GetVersionInfo(), m.GetNonce()
 		for _, a := range m.GetResources() {
-			if a.GetTypeUrl() != m.GetTypeUrl() && a.GetTypeUrl() != wrapperTypeURL {
+			if a.GetTypeUrl() != m.GetTypeUrl() && a.GetTypeUrl() != xdsrefs.ResourceTypeURL {
 				return resp, fmt.Errorf("xdstest: a %s resource in a %s response", a.GetTypeUrl(), m.GetTypeUrl())
 			}
 			name, msg, err := decodeAny(a)
