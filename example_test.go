@@ -34,6 +34,12 @@ func (s *store) set(name string, timeout time.Duration) {
 	s.services[name] = timeout
 }
 
+func (s *store) remove(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.services, name)
+}
+
 // clusters builds one Cluster per service, sorted by name.
 func (s *store) clusters() []*clusterv3.Cluster {
 	s.mu.Lock()
@@ -49,7 +55,8 @@ func (s *store) clusters() []*clusterv3.Cluster {
 // Example wires the whole pipeline: a host store, a PushContext index built
 // from it, a generator serving the index as CDS, the xds Server on an
 // in-memory gRPC listener, and a client that subscribes, receives, ACKs, and
-// receives again after the host reports a change.
+// receives again after the host reports each change, down to the deletion
+// of the last cluster.
 func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -68,7 +75,9 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// 2. A generator per type URL, reading the proxy's own PushContext.
+	// 2. A generator per type URL, reading the proxy's own PushContext. What
+	// it returns is all the proxy should hold: nothing (even a nil slice)
+	// means no cluster.
 	cds := xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, _ xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
 		var out []xds.Resource
 		for _, c := range clusters.Get(p.Push) {
@@ -95,6 +104,9 @@ func Example() {
 	defer wg.Wait()
 	defer gs.Stop()
 	defer cancel()
+	// The store is loaded: the Server may serve it. Until now it refused
+	// clients, which would otherwise have been told there is nothing.
+	srv.Loaded()
 	<-srv.Ready()
 
 	// 4. A client: subscribe to every cluster, print and ACK what arrives.
@@ -135,23 +147,36 @@ func Example() {
 	receive()
 
 	// 5. The host changes its store and says which config changed.
+	update := func(names ...string) {
+		keys := pushcontext.ConfigSet{}
+		for _, n := range names {
+			keys[pushcontext.ConfigKey{Kind: "Service", Name: n}] = struct{}{}
+		}
+		if err := srv.ConfigUpdate(&pushcontext.PushRequest{
+			Full:           true,
+			ConfigsUpdated: keys,
+			Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+		}); err != nil {
+			log.Fatal(err)
+		}
+	}
 	src.set("web", 2*time.Second)
 	src.set("api", time.Second)
-	srv.ConfigUpdate(&pushcontext.PushRequest{
-		Full: true,
-		ConfigsUpdated: pushcontext.NewConfigSet(
-			pushcontext.ConfigKey{Kind: "Service", Name: "web"},
-			pushcontext.ConfigKey{Kind: "Service", Name: "api"},
-		),
-		Reason: pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
-	})
+	update("web", "api")
 	receive()
 
 	// 6. Convergence is measured to the ACK, not to the send.
-	nacks, err := srv.WaitForVersion(ctx, srv.Version())
+	nacks, err := srv.Sync(ctx)
 	fmt.Println("converged:", err == nil, "NACKs:", len(nacks))
+
+	// 7. Every service goes: the client is told it holds no cluster.
+	src.remove("web")
+	src.remove("api")
+	update("web", "api")
+	receive()
 	// Output:
 	// client holds [web(1s)]
 	// client holds [api(1s) web(2s)]
 	// converged: true NACKs: 0
+	// client holds []
 }

@@ -169,6 +169,21 @@ func NewBuilder(cfg BuilderConfig) (*Builder, error) {
 // Epoch returns the first part of the versions b produces.
 func (b *Builder) Epoch() string { return b.epoch }
 
+// Kinds returns, sorted and without duplicates, the config kinds that b's
+// indexes are registered with so far. A consumer of ConfigKeys can check
+// a kind against it: a key of a kind no index is registered with rebuilds
+// nothing.
+func (b *Builder) Kinds() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, d := range b.indexes {
+		out = append(out, d.kinds...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // Index is a typed handle to one index of a Builder's PushContexts,
 // returned by Register. The zero Index refers to no index. An Index is a
 // small value, safe to copy and to use from any goroutine.
@@ -377,6 +392,48 @@ func (pc *PushContext) Seq() uint64 {
 		return 0
 	}
 	return pc.seq
+}
+
+// RebuiltSince reports whether an index registered with one of kinds was
+// rebuilt for a PushContext after since and up to pc, that is whether what
+// such an index holds may differ between since and pc. It reports true
+// when since is nil or comes from another Builder, and false when since is
+// not older than pc or kinds is empty. Indexes registered with no kind are
+// not considered.
+//
+// A consumer that serves several kinds from one snapshot uses it to learn
+// whether what a kind feeds may have changed, announced in ConfigsUpdated
+// or not: an index whose build function reads a live store may hold more
+// than the request that rebuilt it says.
+func (pc *PushContext) RebuiltSince(since *PushContext, kinds ...string) bool {
+	if pc == nil || len(kinds) == 0 {
+		return false
+	}
+	if since == nil || since.builder != pc.builder {
+		return true
+	}
+	if since.seq >= pc.seq {
+		return false
+	}
+	defs := pc.builder.defs()
+	for i, sl := range pc.slots {
+		if sl.seq <= since.seq || i >= len(defs) {
+			continue
+		}
+		for _, k := range defs[i].kinds {
+			if slices.Contains(kinds, k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// defs returns the registered indexes; the slice is fixed once sealed.
+func (b *Builder) defs() []*indexDef {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.indexes
 }
 
 // Build returns a new PushContext made from prev (nil for the first one) and

@@ -642,3 +642,52 @@ func TestBuildContextRequest(t *testing.T) {
 		t.Errorf("Request() = %p; want the request passed to Build (%p)", seen[1], req)
 	}
 }
+
+func TestKindsAndRebuiltSince(t *testing.T) {
+	f := newFixture(t, BuilderConfig{Epoch: "k"})
+	if got, want := f.b.Kinds(), []string{"Gateway", "Mesh", "Route", "Service"}; !slices.Equal(got, want) {
+		t.Fatalf("Kinds() = %v; want %v", got, want)
+	}
+	other := newFixture(t, BuilderConfig{Epoch: "o"})
+	p1, err := f.b.Build(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := f.b.Build(p1, &PushRequest{ConfigsUpdated: NewConfigSet(ConfigKey{Kind: "Service", Name: "a"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p3, err := f.b.Build(p2, &PushRequest{ConfigsUpdated: NewConfigSet(ConfigKey{Kind: "Gateway", Name: "g"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o1, err := other.b.Build(nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		pc, since *PushContext
+		kinds     []string
+		want      bool
+	}{
+		{name: "the kind rebuilt", pc: p2, since: p1, kinds: []string{"Service"}, want: true},
+		// summary reads services, so it was rebuilt too: Mesh may have changed.
+		{name: "an index reading a rebuilt one", pc: p2, since: p1, kinds: []string{"Mesh"}, want: true},
+		{name: "a kind not rebuilt", pc: p2, since: p1, kinds: []string{"Route"}, want: false},
+		{name: "over two builds", pc: p3, since: p1, kinds: []string{"Route", "Nothing"}, want: true},
+		{name: "only the last build", pc: p3, since: p2, kinds: []string{"Service"}, want: false},
+		{name: "the same context", pc: p3, since: p3, kinds: []string{"Service"}, want: false},
+		{name: "since is newer", pc: p1, since: p3, kinds: []string{"Service"}, want: false},
+		{name: "no kinds", pc: p3, since: p1, kinds: nil, want: false},
+		{name: "since nil", pc: p1, since: nil, kinds: []string{"Route"}, want: true},
+		{name: "since from another builder", pc: p3, since: o1, kinds: []string{"Route"}, want: true},
+		{name: "nil context", pc: nil, since: p1, kinds: []string{"Route"}, want: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.pc.RebuiltSince(tc.since, tc.kinds...); got != tc.want {
+				t.Errorf("RebuiltSince() = %v; want %v", got, tc.want)
+			}
+		})
+	}
+}

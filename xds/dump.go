@@ -92,26 +92,26 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 	}
 }
 
-// dump runs on the handler goroutine, which owns the watches.
+// dump runs on the handler goroutine, which owns the core.
 func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
 	if pc := c.proxy.Push; pc != nil {
 		d.Version = pc.Version()
 	}
-	for i, w := range c.watches {
-		if w == nil {
+	for i, ts := range c.core.types {
+		if ts == nil {
 			continue
 		}
+		ents := ts.held.entries()
 		td := TypeDump{
 			Type:      c.s.set.order[i],
-			Wildcard:  w.wildcard,
-			Names:     slices.Clone(w.names),
-			Resources: make([]DumpedResource, 0, len(w.sent)),
+			Wildcard:  ts.sub.wildcard,
+			Names:     slices.Clone(ts.sub.names),
+			Resources: make([]DumpedResource, 0, len(ents)),
 		}
-		for _, n := range sortedKeys(w.sent) {
-			e := w.sent[n]
-			_, removing := w.held[n]
-			td.Resources = append(td.Resources, DumpedResource{Name: n, Version: e.version, Resource: e.any, Removing: removing})
+		for _, e := range ents {
+			_, removing := ts.removing[e.name]
+			td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: removing})
 		}
 		d.Types = append(d.Types, td)
 	}

@@ -3,30 +3,41 @@ package xds
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/internal/xdsrefs"
 )
 
 // encoded is a resource marshalled once and shared by every connection that
 // sends it. It is immutable.
 type encoded struct {
-	any     *anypb.Any // nil for a version a Delta client reported (initial_resource_versions)
-	hash    uint64     // content hash of the deterministic encoding
-	version string     // the hex form of hash: the Delta resource version
-	foreign bool       // a reported version that is not one of ours: matches nothing
+	any     *anypb.Any    // nil for a version a Delta client reported (initial_resource_versions)
+	msg     proto.Message // what any was marshalled from; nil when reported
+	hash    uint64        // content hash of the deterministic encoding
+	version string        // the hex form of hash: the Delta resource version
+	foreign bool          // a reported version that is not one of ours: matches nothing
 
-	refs atomic.Pointer[[]string] // what a Cluster or Listener fetches over ADS, once computed (see children)
+	refs atomic.Pointer[encRefs] // what the resource names, once computed (see settings.refsOf)
 }
 
 // same reports whether a client that was sent (or reported) e holds the
 // content of x. A nil e holds nothing.
 func (e *encoded) same(x *encoded) bool {
-	return e != nil && !e.foreign && e.hash == x.hash
+	return e != nil && x != nil && !e.foreign && !x.foreign && e.hash == x.hash
+}
+
+// size is the encoded size of the resource (0 for a reported version).
+func (e *encoded) size() int {
+	if e.any == nil {
+		return 0
+	}
+	return len(e.any.Value)
 }
 
 // reported returns the stand-in encoding of a version a Delta client says it
@@ -70,52 +81,27 @@ func (c *encCache) rotate() {
 	c.mu.Unlock()
 }
 
-// encode returns the shared encoding of r, marshalling it on first use.
-func (c *encCache) encode(typeIdx int, r Resource) (*encoded, error) {
-	k := encKey{typeIdx: typeIdx, name: r.Name, msg: r.Message}
-	c.mu.Lock()
+// lookup returns the cached encoding of k, moving it to the current
+// generation. c.mu must be held.
+func (c *encCache) lookup(k encKey) (*encoded, bool) {
 	e, ok := c.cur[k]
 	if !ok {
 		if e, ok = c.prev[k]; ok {
 			c.cur[k] = e
 		}
 	}
-	c.mu.Unlock()
-	if ok {
-		return e, nil
-	}
-	// Marshal outside the lock; two connections racing on the same new
-	// resource both marshal it, and the first stored encoding wins.
-	e, err := marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	if prior, ok := c.cur[k]; ok {
-		e = prior
-	} else {
-		c.cur[k] = e
-	}
-	c.mu.Unlock()
-	return e, nil
+	return e, ok
 }
 
-// encodeAll returns the shared encodings of res, in order, marshalling
-// those not in the cache. It takes the cache's lock twice, not once per
-// resource.
-func (c *encCache) encodeAll(typeIdx int, res []Resource) ([]*encoded, error) {
+// encodeAll returns the shared encodings of res (resources of type t), in
+// order, marshalling and checking those not in the cache. It takes the
+// cache's lock twice, not once per resource.
+func (c *encCache) encodeAll(typeIdx int, t TypeURL, res []Resource) ([]*encoded, error) {
 	out := make([]*encoded, len(res))
 	var miss []int
 	c.mu.Lock()
 	for i, r := range res {
-		k := encKey{typeIdx: typeIdx, name: r.Name, msg: r.Message}
-		e, ok := c.cur[k]
-		if !ok {
-			if e, ok = c.prev[k]; ok {
-				c.cur[k] = e
-			}
-		}
-		if ok {
+		if e, ok := c.lookup(encKey{typeIdx, r.Name, r.Message}); ok {
 			out[i] = e
 		} else {
 			miss = append(miss, i)
@@ -126,7 +112,7 @@ func (c *encCache) encodeAll(typeIdx int, res []Resource) ([]*encoded, error) {
 		return out, nil
 	}
 	for _, i := range miss {
-		e, err := marshal(res[i])
+		e, err := marshal(t, res[i])
 		if err != nil {
 			return nil, err
 		}
@@ -134,9 +120,9 @@ func (c *encCache) encodeAll(typeIdx int, res []Resource) ([]*encoded, error) {
 	}
 	c.mu.Lock()
 	for _, i := range miss {
-		k := encKey{typeIdx: typeIdx, name: res[i].Name, msg: res[i].Message}
+		k := encKey{typeIdx, res[i].Name, res[i].Message}
 		if prior, ok := c.cur[k]; ok {
-			out[i] = prior
+			out[i] = prior // two connections raced on it; the first one wins
 		} else {
 			c.cur[k] = out[i]
 		}
@@ -145,22 +131,36 @@ func (c *encCache) encodeAll(typeIdx int, res []Resource) ([]*encoded, error) {
 	return out, nil
 }
 
-// marshal encodes r deterministically and hashes the bytes.
-func marshal(r Resource) (*encoded, error) {
+const typeURLPrefix = "type.googleapis.com/"
+
+// marshal checks r, a resource of type t, then encodes it deterministically
+// and hashes the bytes.
+func marshal(t TypeURL, r Resource) (*encoded, error) {
+	bad := func(reason string) error { return &ResourceError{Type: t, Name: r.Name, Reason: reason} }
+	if r.Name == "" {
+		return nil, bad("empty name")
+	}
 	if r.Message == nil {
-		return nil, fmt.Errorf("xds: resource %q has a nil message", r.Name)
+		return nil, bad("nil message")
+	}
+	full := string(r.Message.ProtoReflect().Descriptor().FullName())
+	if want, ok := strings.CutPrefix(string(t), typeURLPrefix); ok && want != full {
+		return nil, bad("a " + full + " message, not a " + want)
+	}
+	if strings.HasPrefix(full, "envoy.") {
+		if n, ok := xdsrefs.NameOf(r.Message); ok && n != r.Name {
+			return nil, bad("the message is named " + strconv.Quote(n))
+		}
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Message)
 	if err != nil {
-		return nil, fmt.Errorf("xds: marshal resource %q: %w", r.Name, err)
+		return nil, bad("marshal: " + err.Error())
 	}
 	sum := sha256.Sum256(b)
 	h := binary.BigEndian.Uint64(sum[:8])
 	return &encoded{
-		any: &anypb.Any{
-			TypeUrl: "type.googleapis.com/" + string(r.Message.ProtoReflect().Descriptor().FullName()),
-			Value:   b,
-		},
+		any:     &anypb.Any{TypeUrl: typeURLPrefix + full, Value: b},
+		msg:     r.Message,
 		hash:    h,
 		version: strconv.FormatUint(h, 16),
 	}, nil
@@ -172,9 +172,13 @@ func marshal(r Resource) (*encoded, error) {
 // versions in every process, so a Delta client that reconnects to another
 // replica with initial_resource_versions is sent only what differs.
 func ContentVersion(m proto.Message) (string, error) {
-	e, err := marshal(Resource{Name: "resource", Message: m})
+	if m == nil {
+		return "", &ResourceError{Name: "", Reason: "nil message"}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
 		return "", err
 	}
-	return e.version, nil
+	sum := sha256.Sum256(b)
+	return strconv.FormatUint(binary.BigEndian.Uint64(sum[:8]), 16), nil
 }

@@ -59,6 +59,7 @@ func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	srv.Loaded() // the configuration above is all there is
 	defer func() { cancel(); <-done }()
 	<-srv.Ready()
 
@@ -132,6 +133,7 @@ func Example_delta() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	srv.Loaded() // the configuration above is all there is
 	defer func() { cancel(); <-done }()
 	<-srv.Ready()
 	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -184,18 +186,22 @@ func Example_delta() {
 	// sent [], removed []
 }
 
-// ExampleServer_Sync follows an endpoint-only change, which keeps the
-// version, until the client has ACKed it.
+// ExampleServer_Sync follows an endpoint-only change until the client has
+// ACKed it. Like every push, it gets a version of its own.
 func ExampleServer_Sync() {
 	var mu sync.Mutex
-	endpoints := map[string]string{"web": "10.0.0.1"} // the host's store: service → address
+	store := map[string]string{"web": "10.0.0.1"} // the host's store: service → address
 	b, _ := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "example"})
+	endpoints, _ := pushcontext.Register(b, "endpoints", []string{"Endpoints"},
+		func(pushcontext.BuildContext[map[string]string]) (map[string]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return maps.Clone(store), nil // rebuilt only when Endpoints change
+		})
 	eds := xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-		mu.Lock()
-		defer mu.Unlock()
 		var out []xds.Resource
 		for _, name := range w.Names {
-			if addr, ok := endpoints[name]; ok {
+			if addr, ok := endpoints.Get(req.Push)[name]; ok {
 				out = append(out, xds.Resource{Name: name, Message: &endpointv3.ClusterLoadAssignment{
 					ClusterName: name,
 					Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
@@ -223,6 +229,7 @@ func ExampleServer_Sync() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx) }()
+	srv.Loaded() // the configuration above is all there is
 	defer func() { cancel(); <-done }()
 	<-srv.Ready()
 	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -244,9 +251,9 @@ func ExampleServer_Sync() {
 	}
 	receive()
 
-	// web moves: an endpoint-only change, pushed without a new version.
+	// web moves: an endpoint-only change.
 	mu.Lock()
-	endpoints["web"] = "10.0.0.2"
+	store["web"] = "10.0.0.2"
 	mu.Unlock()
 	srv.ConfigUpdate(&pushcontext.PushRequest{
 		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Endpoints", Name: "web"}),
@@ -257,7 +264,7 @@ func ExampleServer_Sync() {
 	fmt.Println("synced:", err == nil, "NACKs:", len(nacks))
 	// Output:
 	// version example-1: web at 10.0.0.1
-	// version example-1: web at 10.0.0.2
+	// version example-2: web at 10.0.0.2
 	// synced: true NACKs: 0
 }
 

@@ -244,6 +244,15 @@ func newConfigEpoch(t testing.TB, st *store, epoch string) (Config, pushcontext.
 	if err != nil {
 		t.Fatal(err)
 	}
+	eps, err := pushcontext.Register(b, "endpoints", []string{kindEndpoint},
+		func(pushcontext.BuildContext[map[string]*endpointv3.ClusterLoadAssignment]) (map[string]*endpointv3.ClusterLoadAssignment, error) {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return cloneMap(st.endpoints), nil
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
 	gen := func(t TypeURL, f func(*snapshot, Watch) []Resource) Generator {
 		return GeneratorFunc(func(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
 			st.mu.Lock()
@@ -265,10 +274,14 @@ func newConfigEpoch(t testing.TB, st *store, epoch string) (Config, pushcontext.
 			ClusterType:  gen(ClusterType, func(s *snapshot, w Watch) []Resource { return pick(s.clusters, w) }),
 			ListenerType: gen(ListenerType, func(s *snapshot, w Watch) []Resource { return pick(s.listeners, w) }),
 			RouteType:    gen(RouteType, func(s *snapshot, w Watch) []Resource { return pick(s.routes, w) }),
-			EndpointType: gen(EndpointType, func(_ *snapshot, w Watch) []Resource {
+			EndpointType: GeneratorFunc(func(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
 				st.mu.Lock()
-				defer st.mu.Unlock()
-				return pick(st.endpoints, w)
+				err := st.genErr[EndpointType]
+				st.mu.Unlock()
+				if err != nil {
+					return nil, err
+				}
+				return pick(eps.Get(req.Push), w), nil
 			}),
 		},
 		TypeKinds: map[TypeURL][]string{
@@ -359,6 +372,7 @@ func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp,
 	f.stop = cancel
 	runErr := make(chan error, 1)
 	go func() { runErr <- srv.Run(ctx) }()
+	srv.Loaded()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-runErr; err != nil {
@@ -393,11 +407,13 @@ func (f *fixture) update(full bool, change func(*store), keys ...pushcontext.Con
 	f.store.mu.Lock()
 	change(f.store)
 	f.store.mu.Unlock()
-	f.srv.ConfigUpdate(&pushcontext.PushRequest{
+	if err := f.srv.ConfigUpdate(&pushcontext.PushRequest{
 		Full:           full,
 		ConfigsUpdated: pushcontext.NewConfigSet(keys...),
 		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
-	})
+	}); err != nil {
+		f.t.Errorf("ConfigUpdate() = %v", err)
+	}
 }
 
 // waitFor polls cond on every status change of the server, or at most every

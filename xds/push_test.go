@@ -93,8 +93,10 @@ func TestEndpointChangeIsIncremental(t *testing.T) {
 		if got, want := names(rs[0]), []string{"c7"}; !slices.Equal(got, want) {
 			t.Errorf("EDS resources = %v; want %v", got, want)
 		}
-		if rs[0].VersionInfo != version || f.srv.Version() != version {
-			t.Errorf("version = %q (server %q); want %q unchanged", rs[0].VersionInfo, f.srv.Version(), version)
+		// Every push publishes a version, Full or not: the new endpoints
+		// are told apart from the old by version_info.
+		if rs[0].VersionInfo == version || rs[0].VersionInfo != f.srv.Version() {
+			t.Errorf("version = %q (server %q); want a new one, not %q", rs[0].VersionInfo, f.srv.Version(), version)
 		}
 		// A Forced push with unchanged content sends nothing.
 		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true})
@@ -316,6 +318,7 @@ func TestHooks(t *testing.T) {
 			cfg.Hooks.OnConvergence = func(e ConvergenceEvent) { conv = append(conv, e) }
 			cfg.Hooks.OnACK = func(ACKEvent) { acks++ }
 			cfg.Hooks.OnGenerateError = func(GenerateErrorEvent) { genErrs++ }
+			cfg.Backoff.Initial = time.Minute // no retry within the test
 		}, false)
 		c := f.connect("n", nil, true)
 		subs := c.subscribeAll(2)
@@ -373,6 +376,7 @@ func TestHookOrder(t *testing.T) {
 					record("generate %s %s: %v", e.ConnID, e.Type.Short(), e.Err)
 				}
 			}
+			cfg.Backoff.Initial = time.Minute // the failed push is retried by the next one
 			cfg.Hooks.OnSend = func(e SendEvent) {
 				record("send %s %s", e.ConnID, e.Type.Short())
 				mu.Lock()

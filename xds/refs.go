@@ -1,110 +1,98 @@
 package xds
 
 import (
-	"slices"
-
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/internal/xdsrefs"
 )
 
-// The Server reads two kinds of reference in the resources it sends, to know
-// when a client holds what the resources it holds need, that is when they are
-// warm (make-before-break gates; see gateOpen): the endpoints of an EDS
-// cluster and the route configurations of a listener's HTTP connection
-// managers, when the client fetches them on this stream (config source ADS
-// or self).
+// The Server reads the references between the resources it sends (through
+// internal/xdsrefs, as the test kit's checker does) for two reasons:
+//
+//   - warmth (the phase gates): a cluster fetches its endpoints and a
+//     listener its routes over this stream; until the client holds them,
+//     what it was sent is warming;
+//   - integrity: a route or listener naming a cluster, and a listener
+//     naming a route, must not reach a client that does not hold what it
+//     names, and what is named must not be removed from under it (see
+//     holdBack and removable).
 
-const hcmTypeURL = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
-
-// viaADS reports whether a config source is this ADS stream.
-func viaADS(cs *corev3.ConfigSource) bool {
-	switch cs.GetConfigSourceSpecifier().(type) {
-	case *corev3.ConfigSource_Ads, *corev3.ConfigSource_Self:
-		return true
-	}
-	return false
+// encRefs is what one resource names: for a cluster, the endpoint set it
+// fetches over ADS (eds); for a listener, the routes it fetches over ADS
+// (routes) and the clusters it names; for a route configuration, the
+// clusters it names. Every list is sorted and unique.
+type encRefs struct {
+	eds      []string
+	routes   []string
+	clusters []string
 }
 
-// edsName returns the ClusterLoadAssignment an EDS cluster fetches over ADS
-// (eds_cluster_config.service_name, or the cluster's name), or "".
-func edsName(cl *clusterv3.Cluster) string {
-	if cl.GetType() != clusterv3.Cluster_EDS || !viaADS(cl.GetEdsClusterConfig().GetEdsConfig()) {
-		return ""
-	}
-	if n := cl.GetEdsClusterConfig().GetServiceName(); n != "" {
-		return n
-	}
-	return cl.GetName()
-}
+var noRefs = &encRefs{}
 
-// children returns the names of type child (EDS or RDS) that the resource
-// e of type parent (CDS or LDS) fetches over ADS: a cluster's
-// ClusterLoadAssignment, a listener's route configurations (sorted, unique).
-// It decodes a resource once per encoding (m may be nil: e is decoded then).
-func (s *settings) children(parent int, e *encoded, m proto.Message) []string {
-	if p := e.refs.Load(); p != nil {
-		return *p
+// refsOf returns what e, a resource of type index t, names, decoding it at
+// most once per encoding.
+func (s *settings) refsOf(t int, e *encoded) *encRefs {
+	if e == nil {
+		return noRefs
 	}
-	var names []string
-	switch parent {
+	if r := e.refs.Load(); r != nil {
+		return r
+	}
+	r := noRefs
+	switch t {
 	case s.cdsIdx:
-		cl, ok := m.(*clusterv3.Cluster)
-		if !ok && e.any != nil {
-			cl = &clusterv3.Cluster{}
-			if e.any.UnmarshalTo(cl) != nil {
-				cl = nil
+		if cl, ok := decodeAs[*clusterv3.Cluster](e); ok {
+			if n, ads, ok := xdsrefs.EDSName(cl); ok && ads {
+				r = &encRefs{eds: []string{n}}
 			}
-		}
-		if n := edsName(cl); n != "" {
-			names = []string{n}
 		}
 	case s.ldsIdx:
-		l, ok := m.(*listenerv3.Listener)
-		if !ok && e.any != nil {
-			l = &listenerv3.Listener{}
-			if e.any.UnmarshalTo(l) != nil {
-				l = nil
+		if l, ok := decodeAs[*listenerv3.Listener](e); ok {
+			lr := xdsrefs.OfListener(l)
+			if len(lr.RoutesADS) > 0 || len(lr.Clusters) > 0 {
+				r = &encRefs{routes: lr.RoutesADS, clusters: lr.Clusters}
 			}
 		}
-		names = listenerRoutes(l)
+	case s.rdsIdx:
+		if rc, ok := decodeAs[*routev3.RouteConfiguration](e); ok {
+			if cs := xdsrefs.ClustersOfRoute(rc); len(cs) > 0 {
+				r = &encRefs{clusters: cs}
+			}
+		}
 	}
-	e.refs.Store(&names)
-	return names
+	e.refs.Store(r)
+	return r
 }
 
-// listenerRoutes returns the route configurations a listener fetches over
-// ADS through RDS, sorted and unique.
-func listenerRoutes(l *listenerv3.Listener) []string {
-	var names []string
-	add := func(a *anypb.Any) {
-		if a.GetTypeUrl() != hcmTypeURL {
-			return
-		}
-		var hcm hcmv3.HttpConnectionManager
-		if a.UnmarshalTo(&hcm) != nil {
-			return
-		}
-		if rds := hcm.GetRds(); rds.GetRouteConfigName() != "" && viaADS(rds.GetConfigSource()) {
-			names = append(names, rds.GetRouteConfigName())
-		}
+// decodeAs returns e's message as an M: the message it was marshalled
+// from, or its encoding decoded.
+func decodeAs[M proto.Message](e *encoded) (M, bool) {
+	if m, ok := e.msg.(M); ok {
+		return m, true
 	}
-	if l == nil {
-		return nil
+	var zero M
+	if e.any == nil {
+		return zero, false
 	}
-	add(l.GetApiListener().GetApiListener())
-	chains := l.GetFilterChains()
-	if d := l.GetDefaultFilterChain(); d != nil {
-		chains = append(slices.Clip(chains), d)
+	m, err := e.any.UnmarshalNew()
+	if err != nil {
+		return zero, false
 	}
-	for _, fc := range chains {
-		for _, f := range fc.GetFilters() {
-			add(f.GetTypedConfig())
-		}
+	mm, ok := m.(M)
+	return mm, ok
+}
+
+// children returns the names of the child type (EDS for CDS, RDS for LDS)
+// that e, a resource of type index parent, fetches over ADS.
+func (s *settings) children(parent int, e *encoded) []string {
+	switch parent {
+	case s.cdsIdx:
+		return s.refsOf(parent, e).eds
+	case s.ldsIdx:
+		return s.refsOf(parent, e).routes
 	}
-	slices.Sort(names)
-	return slices.Compact(names)
+	return nil
 }

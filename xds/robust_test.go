@@ -324,6 +324,7 @@ func TestShutdownClosesStreams(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- srv.Run(ctx) }()
+		srv.Loaded()
 		synctest.Wait()
 		c := f.connect("n", nil, true)
 		c.request(ClusterType)
@@ -371,7 +372,7 @@ func TestNewValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := good
-			cfg.Generators = maps(good.Generators)
+			cfg.Generators = cloneGens(good.Generators)
 			tt.tweak(&cfg)
 			_, err := New(cfg)
 			if err == nil || !strings.HasPrefix(err.Error(), "xds: ") || !strings.Contains(err.Error(), tt.want) {
@@ -384,7 +385,7 @@ func TestNewValidation(t *testing.T) {
 	}
 }
 
-func maps(m map[TypeURL]Generator) map[TypeURL]Generator {
+func cloneGens(m map[TypeURL]Generator) map[TypeURL]Generator {
 	out := make(map[TypeURL]Generator, len(m))
 	for k, v := range m {
 		out[k] = v

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,14 +28,15 @@ const maxVersions = 4096
 // Server states, in the order they are reached.
 const (
 	stateNew      = iota // New returned; streams are refused
-	stateStarting        // Run is building the first PushContext
+	stateStarting        // Run waits for Loaded and the first PushContext
 	stateRunning         // streams are admitted
 	stateStopped         // Run's ctx ended; streams are refused
 )
 
 // Server is an ADS server that composes debounce, pushqueue and pushcontext
 // into the push pipeline. Create it with New, register it on a gRPC server
-// with Register, and call Run.
+// with Register, call Run, and call Loaded once the host's configuration is
+// loaded.
 //
 // A Server is safe for concurrent use.
 type Server struct {
@@ -42,51 +44,41 @@ type Server struct {
 	deb     *debounce.Debouncer[*update]
 	queue   *pushqueue.Queue[*conn, *pushItem]
 	cache   *encCache
+	views   viewCache
+	subs    subTable
 	codec   *internCodec  // of CodecOption
 	limiter *rate.Limiter // nil: no limit on new streams
+	track   tracker       // convergence: Sync and WaitForVersion
 
 	// stopCtx is cancelled when Run stops; every stream's context derives
 	// from it, so host callbacks and blocked loops end with the Server.
 	stopCtx context.Context
 	stop    context.CancelFunc
 
-	buildMu sync.Mutex // serialises push: Build, publication and fan-out
+	loadOnce   sync.Once
+	loadedCh   chan struct{} // closed by Loaded
+	ready      chan struct{} // closed once streams are admitted
+	retryBuild chan time.Duration
+
+	buildMu    sync.Mutex // serialises push: Build, publication and fan-out; protects the fields below
+	pending    *update    // a request whose build failed (or that came before Loaded), to build again
+	buildFails int        // consecutive failed builds
 
 	current atomic.Pointer[pushcontext.PushContext] // the last published PushContext
 
-	mu       sync.Mutex         // protects the fields below
-	state    int                // stateNew … stateStopped
-	conns    map[*conn]struct{} // registered connections, initialised or not
-	pushSeq  uint64             // pushes fanned out so far (see sync.go)
-	versions map[string]uint64  // published version → Seq, for WaitForVersion
-	vorder   []string           // versions in publication order (bounded)
-	streams  sync.WaitGroup     // stream handlers and the goroutines they start; Add only under mu while running
-	connSeq  atomic.Uint64      // connection IDs
-	nonceSeq atomic.Uint64      // nonces
+	mu      sync.Mutex         // protects the fields below
+	state   int                // stateNew … stateStopped
+	conns   map[*conn]struct{} // registered connections, initialised or not
+	streams sync.WaitGroup     // stream handlers and the goroutines they start; Add only under mu while running
 
-	// Waiters of WaitForVersion sleep on waitCh, which notify closes and
-	// replaces whenever a connection's status changes.
-	ready chan struct{} // closed once Run admits streams
+	hostCalls sync.WaitGroup // host calls running on goroutines of their own (hostcall.go)
+	abandoned atomic.Int64   // host calls given up on (timeout, shutdown)
+	connSeq   atomic.Uint64  // connection IDs
+	nonceSeq  atomic.Uint64  // nonces
 
-	waiters atomic.Int32
-	waitMu  sync.Mutex // protects waitCh
-	waitCh  chan struct{}
-
-	// Sync's counters; see sync.go.
 	updMu     sync.Mutex       // serialises ConfigUpdate's numbering and its Add, and protects the fields below
 	updGen    uint64           // ConfigUpdate requests numbered so far
 	laneAdded [numLanes]uint64 // by lane: the generation of the last request added
-
-	syncWaiters atomic.Int32
-	syncMu      sync.Mutex       // protects the fields below and conn.syncedP; taken after mu, never before
-	lanePushed  [numLanes]uint64 // by lane: the generation of the last request pushed
-	lanePushSeq [numLanes]uint64 // by lane: the sequence number of its last push
-	syncTop     uint64           // the sequence number of the last push
-	syncConns   int              // registered connections
-	syncHist    map[uint64]int   // syncedP → number of registered connections at that value
-	minSynced   uint64           // the lowest syncedP of a registered connection (if any)
-	syncStopped bool             // Run has stopped
-	syncCh      chan struct{}    // closed and replaced to wake Sync calls
 }
 
 // New validates cfg and returns a Server. It starts no goroutine.
@@ -96,17 +88,16 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{
-		set:      set,
-		queue:    pushqueue.New[*conn, *pushItem](),
-		cache:    newEncCache(),
-		codec:    newInternCodec(),
-		conns:    make(map[*conn]struct{}),
-		versions: make(map[string]uint64),
-		waitCh:   make(chan struct{}),
-		ready:    make(chan struct{}),
-		syncHist: make(map[uint64]int),
-		syncCh:   make(chan struct{}),
+		set:        set,
+		queue:      pushqueue.New[*conn, *pushItem](),
+		cache:      newEncCache(),
+		codec:      newInternCodec(),
+		conns:      make(map[*conn]struct{}),
+		loadedCh:   make(chan struct{}),
+		ready:      make(chan struct{}),
+		retryBuild: make(chan time.Duration, 1),
 	}
+	s.track.init()
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if set.streamRate > 0 {
 		s.limiter = rate.NewLimiter(rate.Limit(set.streamRate), set.streamBurst)
@@ -119,6 +110,7 @@ func New(cfg Config) (*Server, error) {
 		After:  set.debounce.After,
 		Max:    set.debounce.Max,
 		Bypass: bypass,
+		Clock:  debounceClock{set.clock},
 		Logger: set.logger,
 	}, s.push)
 	if err != nil {
@@ -152,13 +144,38 @@ func (a *adsService) DeltaAggregatedResources(stream discoveryv3.AggregatedDisco
 	return a.s.serve(nil, stream)
 }
 
-// Run builds the first PushContext, then runs the debounce loop and the push
-// sender until ctx ends. Streams are admitted only while Run runs.
+// Loaded tells the Server that the host's configuration is loaded: the
+// first PushContext is built from it, and once that succeeds streams are
+// admitted and Ready is closed. Until then every stream is refused with
+// codes.Unavailable, as istiod refuses discovery until its caches have
+// synced: a client served before the configuration is there would be told
+// it holds nothing (an Envoy drops every cluster). Call it once the config
+// source has read its initial state; it may be called before or after
+// Run, and more than once.
+func (s *Server) Loaded() {
+	s.loadOnce.Do(func() { close(s.loadedCh) })
+}
+
+func (s *Server) isLoaded() bool {
+	select {
+	case <-s.loadedCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// Run runs the debounce stage, the push sender and the retry of failed
+// builds until ctx ends. Once Loaded has been called, it builds the first
+// PushContext (retrying a failed build after a backoff, like any other),
+// and from then on admits streams.
 //
-// When ctx ends, Run stops admitting streams, closes every live stream with
-// codes.Unavailable, discards pending pushes, waits for every goroutine it
-// or a stream started and returns nil. It returns an error if the first
-// Build fails or if Run was called before: a Server runs once.
+// When ctx ends, Run stops admitting streams, closes every live stream
+// with codes.Unavailable, discards pending pushes, waits for every goroutine
+// it or a stream started and returns nil; host calls still running then
+// (a Generator ignoring its ctx) are waited for at most
+// Config.GenerateTimeout, then left to finish on their own. It returns an
+// error if Run was called before: a Server runs once.
 func (s *Server) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.state != stateNew {
@@ -168,29 +185,6 @@ func (s *Server) Run(ctx context.Context) error {
 	s.state = stateStarting
 	s.mu.Unlock()
 
-	start := time.Now()
-	pc, err := s.set.builder.Build(nil, &pushcontext.PushRequest{
-		Full:   true,
-		Forced: true,
-		Reason: pushcontext.NewReasonStats(pushcontext.ReasonGlobalUpdate),
-		Start:  start,
-	})
-	if err == nil && pc == nil {
-		err = errors.New("builder returned a nil PushContext")
-	}
-	if err != nil {
-		s.shutdown()
-		return fmt.Errorf("xds: build the first PushContext: %w", err)
-	}
-	s.publish(pc)
-	s.set.logger.LogAttrs(ctx, slog.LevelInfo, "xds: server running",
-		slog.String("version", pc.Version()), slog.Duration("build", time.Since(start)))
-
-	s.mu.Lock()
-	s.state = stateRunning
-	s.mu.Unlock()
-	close(s.ready)
-
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -198,12 +192,42 @@ func (s *Server) Run(ctx context.Context) error {
 	wg.Go(func() {
 		_ = s.queue.Drain(runCtx, pushqueue.DrainConfig{Concurrency: s.set.concurrency}, s.deliver)
 	})
+	wg.Go(func() { s.retryBuilds(runCtx) })
+	wg.Go(func() {
+		select {
+		case <-s.loadedCh:
+		case <-runCtx.Done():
+			return
+		}
+		s.push(runCtx, &update{req: &pushcontext.PushRequest{
+			Full:   true,
+			Forced: true,
+			Reason: pushcontext.NewReasonStats(pushcontext.ReasonGlobalUpdate),
+			Start:  s.set.clock.Now(),
+		}, merged: 1})
+	})
 	<-ctx.Done()
 	s.shutdown()
 	cancel()
 	wg.Wait()
+	s.awaitHostCalls()
 	s.set.logger.LogAttrs(context.Background(), slog.LevelInfo, "xds: server stopped")
 	return nil
+}
+
+// awaitHostCalls waits for host calls still running, at most
+// Config.GenerateTimeout.
+func (s *Server) awaitHostCalls() {
+	done := make(chan struct{})
+	go func() {
+		s.hostCalls.Wait()
+		close(done)
+	}()
+	if !sleepCtx(s.set.clock, s.set.genTimeout, done) {
+		return
+	}
+	s.set.logger.LogAttrs(context.Background(), slog.LevelWarn, "xds: host calls still running after shutdown; not waiting for them",
+		slog.Int64("abandoned", s.abandoned.Load()))
 }
 
 // shutdown refuses new streams, ends live ones and waits for them.
@@ -213,23 +237,32 @@ func (s *Server) shutdown() {
 	s.mu.Unlock()
 	s.stop()
 	s.queue.ShutDown()
-	s.syncMu.Lock()
-	s.syncStopped = true
-	s.wakeSync()
-	s.syncMu.Unlock()
+	s.track.stop()
 	s.streams.Wait()
-	s.notify()
 }
 
-// admit reserves a place for a new stream. It fails unless Run is running.
-func (s *Server) admit() bool {
+func (s *Server) stopped() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state != stateRunning {
-		return false
+	return s.state == stateStopped
+}
+
+// admit reserves a place for a new stream. It fails unless Run is running
+// and the first PushContext is built.
+func (s *Server) admit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch s.state {
+	case stateRunning:
+		s.streams.Add(1)
+		return nil
+	case stateStopped:
+		return status.Error(codes.Unavailable, "xds: server is shutting down")
 	}
-	s.streams.Add(1)
-	return true
+	if !s.isLoaded() {
+		return status.Error(codes.Unavailable, "xds: server is not ready: its configuration is not loaded yet")
+	}
+	return status.Error(codes.Unavailable, "xds: server is not ready: building its first configuration")
 }
 
 // goStream runs f on a goroutine that Run waits for. It must be called by a
@@ -242,51 +275,32 @@ func (s *Server) goStream(f func()) {
 	}()
 }
 
-// ConfigUpdate hands a change to the pipeline and returns at once; it never
-// blocks. A nil request is ignored (and logged at Debug). A zero Start is set
-// to the time of the call, so convergence is measured from here. The Server
-// keeps req: the caller must not modify it afterwards.
-//
-// ConfigUpdate may be called before Run; requests wait for it.
-func (s *Server) ConfigUpdate(req *pushcontext.PushRequest) {
-	if req == nil {
-		s.set.logger.LogAttrs(context.Background(), slog.LevelDebug, "xds: nil ConfigUpdate ignored")
-		return
-	}
-	if req.Start.IsZero() {
-		cp := *req
-		cp.Start = time.Now()
-		req = &cp
-	}
-	u := &update{req: req}
-	if bypass := s.set.debounce.Bypass; bypass != nil {
-		u.bypass = bypass(req)
-	}
-	// Numbered and added under one lock, so that generations follow the
-	// order of the debounce lanes (see sync.go).
-	s.updMu.Lock()
-	s.updGen++
-	u.gen = s.updGen
-	s.laneAdded[u.lane()] = u.gen
-	s.deb.Add(u)
-	s.updMu.Unlock()
-}
-
-// Inbound returns the number of ConfigUpdate calls received (nil excluded).
-func (s *Server) Inbound() int64 { return s.deb.Inbound() }
-
-// Committed returns the number of ConfigUpdate calls whose requests have
-// been pushed: built into a PushContext and queued for every connection.
-// It does not mean clients hold them; see Sync and WaitForVersion.
-func (s *Server) Committed() int64 { return s.deb.Committed() }
-
-// Ready returns a channel that is closed once Run has built the first
-// PushContext and streams are admitted (for readiness probes). It stays
-// closed after Run returns.
+// Ready returns a channel that is closed once Loaded has been called and
+// the first PushContext built, when streams start being admitted (for
+// readiness probes). It stays closed after Run returns.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
-// Version returns the version of the current PushContext, or "" before Run
-// has built the first one.
+// WaitReady blocks until Ready is closed, once Loaded has been called: it
+// returns ErrNotLoaded at once if it has not. While the first build fails
+// it returns a *FailureError naming the failure (the Server keeps
+// retrying); it returns ctx.Err() if ctx ends first, and ErrStopped if Run
+// stops.
+func (s *Server) WaitReady(ctx context.Context) error {
+	if !s.isLoaded() {
+		return ErrNotLoaded
+	}
+	return s.track.wait(ctx, func() (uint64, bool, bool) {
+		select {
+		case <-s.ready:
+			return 0, true, false
+		default:
+			return 0, false, true
+		}
+	})
+}
+
+// Version returns the version of the current PushContext, or "" before the
+// first one is built.
 func (s *Server) Version() string {
 	if pc := s.current.Load(); pc != nil {
 		return pc.Version()
@@ -294,99 +308,22 @@ func (s *Server) Version() string {
 	return ""
 }
 
-// publish makes pc the current PushContext and records its version.
+// publish makes pc the current PushContext and records its version; the
+// first one opens the Server to streams.
 func (s *Server) publish(pc *pushcontext.PushContext) {
+	s.track.published(pc.Version(), pc.Seq())
 	s.mu.Lock()
-	if _, ok := s.versions[pc.Version()]; !ok {
-		s.versions[pc.Version()] = pc.Seq()
-		s.vorder = append(s.vorder, pc.Version())
-		if len(s.vorder) > maxVersions {
-			delete(s.versions, s.vorder[0])
-			s.vorder[0] = ""
-			s.vorder = s.vorder[1:]
-		}
-	}
 	// Stored under mu so that a connection registering (under mu) sees
 	// either this PushContext or the fan-out that follows; see serve.
 	s.current.Store(pc)
+	first := s.state == stateStarting
+	if first {
+		s.state = stateRunning
+	}
 	s.mu.Unlock()
-	s.notify()
-}
-
-// push is the debounce callback: it builds the next PushContext for a Full
-// request and fans the request out to every registered connection.
-func (s *Server) push(ctx context.Context, u *update) {
-	s.buildMu.Lock()
-	defer s.buildMu.Unlock()
-	req := u.req
-
-	ev := PushEvent{Full: req.Full, Reason: req.Reason}
-	pc := s.current.Load()
-	if req.Full {
-		start := time.Now()
-		next, err := s.set.builder.Build(pc, req)
-		ev.Build = time.Since(start)
-		if err == nil && next == nil {
-			err = errors.New("builder returned a nil PushContext")
-		}
-		if err != nil {
-			ev.BuildErr = fmt.Errorf("xds: build PushContext: %w", err)
-			s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: build failed; pushing the previous PushContext",
-				slog.String("version", pc.Version()), slog.Any("err", err))
-		} else {
-			pc = next
-			s.publish(pc)
-		}
-	}
-	out := *req
-	out.Push = pc
-	if out.Start.IsZero() {
-		out.Start = time.Now()
-	}
-	s.cache.rotate()
-
-	item := &pushItem{req: &out}
-	s.mu.Lock()
-	s.pushSeq++
-	item.seq = s.pushSeq
-	for c := range s.conns {
-		s.queue.Enqueue(c, item)
-	}
-	ev.Connections = len(s.conns)
-	s.mu.Unlock()
-
-	s.syncMu.Lock()
-	l := u.lane()
-	s.lanePushed[l] = max(s.lanePushed[l], u.gen)
-	s.lanePushSeq[l] = item.seq
-	s.syncTop = item.seq
-	s.wakeSync()
-	s.syncMu.Unlock()
-
-	ev.Version = pc.Version()
-	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: push",
-		slog.String("version", ev.Version), slog.Bool("full", req.Full),
-		slog.Int("connections", ev.Connections), slog.String("reason", req.Reason.String()))
-	if s.set.hooks.OnPush != nil {
-		s.set.hooks.OnPush(ev)
-	}
-}
-
-// deliver is the push queue's handler: it hands req to the connection and
-// waits until the connection has generated its responses, so that at most
-// Config.Concurrency connections generate at once. It does not wait for the
-// network: a connection that is writing (or still initialising) parks the
-// request and queues itself again when it is free, so a slow client never
-// holds a slot for the length of a blocked write.
-func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
-	done := c.post(item)
-	if done == nil {
-		return
-	}
-	select {
-	case <-done:
-	case <-c.done:
-	case <-ctx.Done():
+	if first {
+		close(s.ready)
+		s.set.logger.LogAttrs(context.Background(), slog.LevelInfo, "xds: server running", slog.String("version", pc.Version()))
 	}
 }
 
@@ -401,19 +338,15 @@ func (s *Server) register(c *conn) (*pushcontext.PushContext, error) {
 		return nil, status.Error(codes.Unavailable, "xds: server is shutting down")
 	}
 	s.conns[c] = struct{}{}
-	// Every push so far is either in the PushContext returned or, for
-	// non-Full pushes, in what the generators read now.
-	c.appliedP, c.completedP, c.reportedP = s.pushSeq, s.pushSeq, s.pushSeq
-	s.syncAdd(c, s.pushSeq)
+	s.track.add(c)
 	return s.current.Load(), nil
 }
 
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
-	s.syncRemove(c)
 	s.mu.Unlock()
-	s.notify()
+	s.track.remove(c)
 }
 
 // connections returns the registered connections sorted by proxy ID, then
@@ -434,24 +367,41 @@ func (s *Server) connections() []*conn {
 	return out
 }
 
-// notify wakes every WaitForVersion call so it re-checks convergence.
-func (s *Server) notify() {
-	if s.waiters.Load() == 0 {
-		return
+// nonce returns a nonce unique within the Server, prefixed by version.
+func (s *Server) nonce(version string) string {
+	return version + "/" + strconv.FormatUint(s.nonceSeq.Add(1), 10)
+}
+
+// initProxy calls Config.InitProxy through its guard.
+func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+	init := s.set.initProxy
+	if init == nil {
+		return ProxyState{}, nil
 	}
-	s.waitMu.Lock()
-	close(s.waitCh)
-	s.waitCh = make(chan struct{})
-	s.waitMu.Unlock()
+	var st ProxyState
+	err := s.guard(ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) error {
+		var err error
+		st, err = init(ctx, p, pc)
+		return err
+	})
+	if err != nil {
+		if _, ok := status.FromError(err); ok && !isPanic(err) && err != errInitTimeout {
+			return st, err
+		}
+		return st, status.Errorf(codes.Internal, "xds: init proxy %s: %v", p.ID, err)
+	}
+	return st, nil
 }
 
-func (s *Server) waitChan() <-chan struct{} {
-	s.waitMu.Lock()
-	defer s.waitMu.Unlock()
-	return s.waitCh
+var errInitTimeout = errors.New("xds: InitProxy timed out")
+
+func isPanic(err error) bool {
+	var pe *PanicError
+	return errors.As(err, &pe)
 }
 
-// nextNonce returns a nonce unique within the Server, prefixed by version.
-func (s *Server) nextNonce(version string) string {
-	return version + "/" + fmtUint(s.nonceSeq.Add(1))
+// rebuilt reports whether an index fed by type i's kinds was rebuilt
+// between since and pc (see core.affected).
+func (s *Server) rebuilt(i int, since, pc *pushcontext.PushContext) bool {
+	return pc.RebuiltSince(since, s.set.kinds[i]...)
 }

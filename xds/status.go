@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"time"
 )
 
@@ -17,9 +16,11 @@ type ConnStatus struct {
 	Initialised bool
 	// Delta reports a Delta (incremental) stream; false means SotW.
 	Delta bool
-	// Version is the version of the PushContext the connection was last
-	// served from.
+	// Version is the version of the PushContext the connection is served
+	// from.
 	Version string
+	// View is the proxy's view (ProxyState.View), "" for none.
+	View string
 	// PendingPhases is the number of make-before-break phases of the
 	// current push not sent yet (waiting for ACKs; see PhaseConfig).
 	PendingPhases int
@@ -54,85 +55,110 @@ type TypeStatus struct {
 	// PhaseTimeouts counts the push phases sent after PhaseConfig.Timeout
 	// without this type's ACK, over the life of the connection.
 	PhaseTimeouts int
+
+	// Error is the type's last failure, until it succeeds again: a
+	// Generator's error or panic, a check of its output, a timeout, or a
+	// reference the configuration breaks (a *ReferenceError). ErrorStage
+	// says which ("generate" or "reference"), ErrorSince when the failures
+	// began and Failures how many in a row; the Server retries meanwhile.
+	Error      error
+	ErrorStage string
+	ErrorSince time.Time
+	Failures   int
 }
 
 // Synced reports whether the client has ACKed the last response sent for
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// typeState is what a connection publishes for one type.
-type typeState struct {
+// typePub is what a connection publishes for one type.
+type typePub struct {
 	watched bool
 	TypeStatus
-	seqSent  uint64
-	seqAcked uint64
 }
 
-// connState is what a connection publishes for Status and WaitForVersion.
+// connState is what a connection publishes for Status, Sync and
+// WaitForVersion.
 type connState struct {
 	connectedAt time.Time
 	delta       bool
 	pending     int // phases of the current push not released
 	initialised bool
 	version     string
-	seq         uint64 // Seq of the PushContext the connection was last served from
-	types       []typeState
+	view        string
+	types       []typePub
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
 	writingSeq uint64
 }
 
-// publishStatus copies the connection's state where Status and
-// WaitForVersion read it, and wakes waiters. It runs on the handler
-// goroutine.
+// publishStatus copies the connection's state where Status and the
+// convergence tracker read it, and tells the tracker how far the
+// connection is synced. It runs on the handler goroutine.
 func (c *conn) publishStatus(initialised bool) {
+	core := c.core
 	c.statusMu.Lock()
 	st := &c.st
 	if initialised {
 		st.initialised = true
 	}
 	if pc := c.proxy.Push; pc != nil {
-		st.version, st.seq = pc.Version(), pc.Seq()
+		st.version = pc.Version()
 	}
+	st.view = c.proxy.View
 	st.pending = 0
-	if c.plan != nil {
-		st.pending = len(c.plan.phases)
+	if core.plan != nil {
+		st.pending = len(core.plan.phases)
 	}
-	for i, w := range c.watches {
-		ts := &st.types[i]
-		if w == nil {
-			*ts = typeState{}
+	failing := false
+	for i, ts := range core.types {
+		p := &st.types[i]
+		if ts == nil {
+			*p = typePub{}
 			continue
 		}
-		*ts = typeState{
+		*p = typePub{
 			watched: true,
 			TypeStatus: TypeStatus{
 				Type:          c.s.set.order[i],
-				Names:         len(w.names),
-				Wildcard:      w.wildcard,
-				SentVersion:   w.versionSent,
-				SentNonce:     w.nonceSent,
-				SentAt:        w.sentAt,
-				AckedVersion:  w.versionAcked,
-				AckedNonce:    w.nonceAcked,
-				AckedAt:       w.ackedAt,
-				NACK:          w.nack,
-				PhaseTimeouts: c.timeouts[i],
+				Names:         len(ts.sub.names),
+				Wildcard:      ts.sub.wildcard,
+				SentVersion:   ts.versionSent,
+				SentNonce:     ts.nonceSent,
+				SentAt:        ts.sentAt,
+				AckedVersion:  ts.versionAcked,
+				AckedNonce:    ts.nonceAcked,
+				AckedAt:       ts.ackedAt,
+				NACK:          ts.nack,
+				PhaseTimeouts: ts.timeouts,
+				Error:         ts.err,
+				ErrorStage:    ts.errStage,
+				Failures:      ts.fails,
 			},
-			seqSent:  w.seqSent,
-			seqAcked: w.seqAcked,
+		}
+		if ts.err != nil {
+			p.ErrorSince = ts.errAt
+			failing = true
 		}
 	}
 	c.statusMu.Unlock()
-	c.updateSynced()
-	c.s.notify()
+	c.s.track.set(c, c.syncedTo(), failing)
 }
 
-// updateSynced computes the highest push the connection is synced to (see
-// sync.go) and reports it to the Server if it rose. It runs on the handler
-// goroutine.
-func (c *conn) updateSynced() {
-	x := c.completedP
+// syncedTo computes the highest push the connection is synced to (see
+// convergence.go). It runs on the handler goroutine.
+func (c *conn) syncedTo() uint64 {
+	core := c.core
+	c.statusMu.Lock()
+	initialised := c.st.initialised
+	c.statusMu.Unlock()
+	if !initialised {
+		return 0
+	}
+	x := core.completedSeq
+	if core.failed != nil {
+		x = min(x, core.appliedSeq)
+	}
 	if c.writing || len(c.outbox) > 0 {
 		// Responses still being written (their OnSend hooks not run): not
 		// synced to the pushes they carry.
@@ -140,22 +166,33 @@ func (c *conn) updateSynced() {
 		if q := lowestP(c.outbox); q != 0 && (low == 0 || q < low) {
 			low = q
 		}
-		if low == 0 {
-			return
+		if low > 0 {
+			x = min(x, low-1)
 		}
-		x = min(x, low-1)
 	}
-	for _, w := range c.watches {
-		if w == nil || w.nonceSent == "" || w.nonceAcked == w.nonceSent ||
-			(w.nack != nil && w.nack.Nonce == w.nonceSent) {
+	for _, ts := range core.types {
+		if ts == nil || ts.nonceSent == "" || ts.nonceAcked == ts.nonceSent ||
+			(ts.nack != nil && ts.nack.Nonce == ts.nonceSent) {
 			continue // nothing sent, or the last response ACKed or NACKed
 		}
-		x = min(x, w.pAcked)
+		x = min(x, ts.pAcked)
 	}
-	if x > c.reportedP {
-		c.reportedP = x
-		c.s.syncAdvance(c, x)
+	return x
+}
+
+// failures returns the connection's failing types. The caller holds the
+// tracker's lock; statusMu is taken after it.
+func (c *conn) failures() []Failure {
+	c.statusMu.Lock()
+	defer c.statusMu.Unlock()
+	var out []Failure
+	for _, p := range c.st.types {
+		if p.watched && p.Error != nil {
+			out = append(out, Failure{Stage: p.ErrorStage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
+				Type: p.Type, Err: p.Error, Attempts: p.Failures})
+		}
 	}
+	return out
 }
 
 // status returns the connection's published state.
@@ -169,51 +206,18 @@ func (c *conn) status() ConnStatus {
 		Initialised:   c.st.initialised,
 		Delta:         c.st.delta,
 		Version:       c.st.version,
+		View:          c.st.view,
 		PendingPhases: c.st.pending,
 	}
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
 	}
-	for _, ts := range c.st.types {
-		if ts.watched {
-			cs.Types = append(cs.Types, ts.TypeStatus)
+	for _, p := range c.st.types {
+		if p.watched {
+			cs.Types = append(cs.Types, p.TypeStatus)
 		}
 	}
 	return cs
-}
-
-// converged reports whether the connection holds (has ACKed) the state of
-// the PushContext with sequence number seq or a later one, and the NACKs
-// that settled a type instead of an ACK.
-func (c *conn) converged(seq uint64) (bool, []NACK) {
-	c.statusMu.Lock()
-	defer c.statusMu.Unlock()
-	st := &c.st
-	if !st.initialised || st.seq < seq || st.pending > 0 {
-		// The push has not been applied to this proxy yet, or not all of
-		// its phases have been sent.
-		return false, nil
-	}
-	if st.writingSeq != 0 && st.writingSeq <= seq {
-		// A response of this version (or an older one) is being written:
-		// the client may have ACKed it before its OnSend hook has run.
-		return false, nil
-	}
-	var nacks []NACK
-	for _, ts := range st.types {
-		switch {
-		case !ts.watched, ts.SentNonce == "", ts.AckedNonce == ts.SentNonce:
-			// Nothing sent, or the last response is ACKed.
-		case ts.seqAcked >= seq:
-			// A response of this or a later version was ACKed; a newer one
-			// is in flight.
-		case ts.NACK != nil && ts.NACK.Nonce == ts.SentNonce:
-			nacks = append(nacks, *ts.NACK)
-		default:
-			return false, nil
-		}
-	}
-	return true, nacks
 }
 
 // Status returns the state of every registered connection, sorted by proxy
@@ -227,54 +231,19 @@ func (s *Server) Status() []ConnStatus {
 	return out
 }
 
-// WaitForVersion blocks until every connected proxy, SotW or Delta, that the
-// PushContext version concerns holds it: it has been applied to each
-// connection (a proxy the change does not concern is done then), every
-// make-before-break phase of the connection's push has been sent, and for
-// every type the connection watches, the last response sent has been ACKed,
-// or a response of that version or a later one has been ACKed. A type
-// whose last response was NACKed counts as settled: WaitForVersion returns
-// those NACKs instead of waiting for an ACK that will not come. A response
-// of that version counts once it has been written and Hooks.OnSend has
-// returned for it. Proxies that disconnect stop counting; proxies that
-// connect later are served the current version and count too.
-//
-// If version has not been published yet, WaitForVersion waits for it (only
-// the last 4096 published versions are remembered). It returns ctx.Err()
-// if ctx ends first.
-//
-// A non-Full push (endpoint changes) reuses the current version, so
-// waiting for that version does not wait for those changes: Sync does.
-func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, error) {
-	s.waiters.Add(1)
-	defer s.waiters.Add(-1)
-	for {
-		ch := s.waitChan()
-		s.mu.Lock()
-		seq, known := s.versions[version]
-		s.mu.Unlock()
-		if known {
-			if ok, nacks := s.converged(seq); ok {
-				return nacks, nil
-			}
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+// Failures returns what is failing now: a build that keeps failing, and,
+// per connection and type, a generation or a reference that does. The
+// Server is retrying each; the list empties as the retries succeed.
+func (s *Server) Failures() []Failure {
+	var out []Failure
+	s.track.mu.Lock()
+	if f := s.track.buildFail; f != nil {
+		out = append(out, *f)
 	}
-}
-
-// converged checks every registered connection.
-func (s *Server) converged(seq uint64) (bool, []NACK) {
-	var all []NACK
+	s.track.mu.Unlock()
 	for _, c := range s.connections() {
-		ok, nacks := c.converged(seq)
-		if !ok {
-			return false, nil
-		}
-		all = append(all, nacks...)
+		out = append(out, c.failures()...)
 	}
-	return true, all
+	sortFailures(out)
+	return out
 }

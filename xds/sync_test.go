@@ -97,8 +97,8 @@ func TestSyncEndpointChange(t *testing.T) {
 		if r := returned(t, done, "after the last ACK"); r.err != nil || len(r.nacks) != 0 {
 			t.Fatalf("Sync() = %+v, %v; want no NACK, nil", r.nacks, r.err)
 		}
-		if got := f.srv.Version(); got != version {
-			t.Errorf("Version() = %s; want %s (an endpoint push keeps the version)", got, version)
+		if got := f.srv.Version(); got == version {
+			t.Errorf("Version() = %s; want a new version (every push publishes one)", got)
 		}
 	})
 }
@@ -288,37 +288,46 @@ func TestSyncEdges(t *testing.T) {
 	})
 }
 
-// The connection histogram behind Sync: the lowest value follows
-// connections as they advance and leave.
-func TestSyncHistogram(t *testing.T) {
-	s := &Server{syncHist: map[uint64]int{}, syncCh: make(chan struct{})}
+// The connection histogram behind Sync and WaitForVersion: the lowest
+// value follows connections as they move, in both directions, and leave.
+func TestTrackerHistogram(t *testing.T) {
+	var tr tracker
+	tr.init()
+	tr.top = 10
 	conns := make([]*conn, 3)
 	for i := range conns {
 		conns[i] = &conn{}
+		tr.add(conns[i])
 	}
-	s.syncTop = 10
-	s.syncAdd(conns[0], 2)
-	s.syncAdd(conns[1], 2)
-	s.syncAdd(conns[2], 5)
 	steps := []struct {
 		name string
 		do   func()
 		want uint64
 	}{
-		{name: "start", do: func() {}, want: 2},
-		{name: "one of two at the lowest advances", do: func() { s.syncAdvance(conns[0], 7) }, want: 2},
-		{name: "going back is ignored", do: func() { s.syncAdvance(conns[0], 3) }, want: 2},
-		{name: "the last at the lowest advances", do: func() { s.syncAdvance(conns[1], 9) }, want: 5},
-		{name: "the lowest leaves", do: func() { s.syncRemove(conns[2]) }, want: 7},
-		{name: "far above the last push", do: func() { s.syncAdvance(conns[0], 1000) }, want: 9},
+		{name: "new connections are synced to nothing", do: func() {}, want: 0},
+		{name: "they initialise", do: func() { tr.set(conns[0], 2, false); tr.set(conns[1], 2, false); tr.set(conns[2], 5, false) }, want: 2},
+		{name: "one of two at the lowest advances", do: func() { tr.set(conns[0], 7, false) }, want: 2},
+		{name: "going back counts", do: func() { tr.set(conns[0], 1, false) }, want: 1},
+		{name: "and forward again", do: func() { tr.set(conns[0], 7, false) }, want: 2},
+		{name: "the last at the lowest advances", do: func() { tr.set(conns[1], 9, false) }, want: 5},
+		{name: "the lowest leaves", do: func() { tr.remove(conns[2]) }, want: 7},
+		{name: "far above the last push", do: func() { tr.set(conns[0], 1000, false) }, want: 9},
 	}
 	for _, st := range steps {
 		st.do()
-		if s.minSynced != st.want {
-			t.Errorf("%s: minSynced = %d; want %d", st.name, s.minSynced, st.want)
+		if tr.min != st.want {
+			t.Errorf("%s: min = %d; want %d", st.name, tr.min, st.want)
 		}
 	}
-	if s.syncConns != 2 || len(s.syncHist) != 2 {
-		t.Errorf("syncConns, values = %d, %v; want 2 connections at 2 values", s.syncConns, s.syncHist)
+	if tr.conns != 2 || len(tr.hist) != 2 {
+		t.Errorf("conns, values = %d, %v; want 2 connections at 2 values", tr.conns, tr.hist)
+	}
+	tr.set(conns[1], 9, true)
+	if len(tr.failing) != 1 {
+		t.Errorf("failing = %v; want one connection", tr.failing)
+	}
+	tr.remove(conns[1])
+	if len(tr.failing) != 0 {
+		t.Errorf("failing after remove = %v; want none", tr.failing)
 	}
 }

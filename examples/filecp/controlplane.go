@@ -34,12 +34,13 @@ type ControlPlaneConfig struct {
 
 // ControlPlane serves a Source over ADS with an xds.Server:
 //
-//   - the PushContext holds one index, the Source's snapshot at build time,
-//     rebuilt by every Full push;
-//   - clusters, listeners, routes and secrets are generated from the
-//     proxy's PushContext; endpoints from the Source's current snapshot,
-//     since endpoint-only pushes are not Full and keep the PushContext (the
-//     way istiod serves EDS from its live endpoint index);
+//   - the PushContext holds one index per type, the Source's snapshot at
+//     build time, rebuilt when a resource of its type changes; every type
+//     is generated from the proxy's PushContext, so every response of a
+//     push comes from one snapshot (a snapshot a type's index took later
+//     than another's may hold more: the Server regenerates each type whose
+//     index was rebuilt, and holds back a route or listener naming a
+//     cluster the client does not hold yet);
 //   - a proxy's fleet is its Node.cluster: it is served the global
 //     resources plus its fleet's, and its dependency scope is the keys of
 //     the global scope (Namespace "") and of its fleet, so a change in one
@@ -52,7 +53,7 @@ type ControlPlane struct {
 	src     *Source
 	srv     *xds.Server
 	builder *pushcontext.Builder
-	snap    pushcontext.Index[*Snapshot]
+	gens    map[string]generator // by type URL; read-only after NewControlPlane
 
 	mu      sync.Mutex            // protects proxies
 	proxies map[string]*xds.Proxy // initialised connections by ConnID
@@ -68,16 +69,21 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{src: cfg.Source, builder: b, proxies: make(map[string]*xds.Proxy)}
-	cp.snap, err = pushcontext.Register(b, "snapshot", supportedTypes(),
-		func(pushcontext.BuildContext[*Snapshot]) (*Snapshot, error) { return cp.src.Snapshot(), nil })
-	if err != nil {
-		return nil, err
-	}
+	cp := &ControlPlane{src: cfg.Source, builder: b, proxies: make(map[string]*xds.Proxy), gens: make(map[string]generator)}
 	gens := make(map[xds.TypeURL]xds.Generator, numTypes)
 	kinds := make(map[xds.TypeURL][]string, numTypes)
 	for _, t := range supportedTypes() {
-		gens[xds.TypeURL(t)] = generator{cp: cp, typeURL: t}
+		// One index per type, rebuilt when a resource of its type
+		// changes: it holds the Source's snapshot as of then, and the
+		// type is generated from it (an endpoint change rebuilds the
+		// endpoints' index alone).
+		idx, err := pushcontext.Register(b, shortType(t), []string{t},
+			func(pushcontext.BuildContext[*Snapshot]) (*Snapshot, error) { return cp.src.Snapshot(), nil })
+		if err != nil {
+			return nil, err
+		}
+		cp.gens[t] = generator{cp: cp, typeURL: t, snap: idx}
+		gens[xds.TypeURL(t)] = cp.gens[t]
 		kinds[xds.TypeURL(t)] = []string{t}
 	}
 	deb := cfg.Debounce
@@ -118,6 +124,17 @@ func (cp *ControlPlane) Server() *xds.Server { return cp.srv }
 
 // Run runs the Server until ctx ends; see xds.Server.Run.
 func (cp *ControlPlane) Run(ctx context.Context) error { return cp.srv.Run(ctx) }
+
+// Reloaded is the Watcher's OnReload hook (main calls it for the bundled
+// configuration too): the first reload that succeeds is the loaded
+// configuration, and only then does the Server serve (see
+// xds.Server.Loaded): a proxy connecting earlier would be told there is
+// nothing, and drop what it holds.
+func (cp *ControlPlane) Reloaded(ev ReloadEvent) {
+	if ev.Err == nil {
+		cp.srv.Loaded()
+	}
+}
 
 // Ready reports whether the Server admits streams and the Source has a
 // snapshot to serve.
@@ -169,10 +186,11 @@ func initProxy(_ context.Context, p *xds.Proxy, _ *pushcontext.PushContext) (xds
 	}, nil
 }
 
-// generator serves one type URL from snapshots.
+// generator serves one type URL from the snapshot its index holds.
 type generator struct {
 	cp      *ControlPlane
 	typeURL string
+	snap    pushcontext.Index[*Snapshot]
 }
 
 var _ xds.Generator = generator{}
@@ -182,10 +200,7 @@ var _ xds.Generator = generator{}
 // named ones otherwise (names that do not exist are left out). Before the
 // first snapshot it returns nil: nothing to send yet.
 func (g generator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-	snap := g.cp.snap.Get(p.Push)
-	if g.typeURL == typeEndpoint {
-		snap = g.cp.src.Snapshot()
-	}
+	snap := g.snap.Get(p.Push)
 	if snap == nil {
 		return nil, nil
 	}

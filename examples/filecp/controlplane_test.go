@@ -53,7 +53,7 @@ func TestGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen := func(typeURL string) xds.Generator { return generator{cp: cp, typeURL: typeURL} }
+	gen := func(typeURL string) xds.Generator { return cp.gens[typeURL] }
 	proxy := func(fleet string) *xds.Proxy { return &xds.Proxy{ID: "p", Data: fleet} }
 
 	// Before the first snapshot there is nothing to send.
@@ -67,7 +67,7 @@ func TestGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cp.snap.Get(pc) != src.Snapshot() {
+	if cp.gens[typeCluster].snap.Get(pc) != src.Snapshot() {
 		t.Fatalf("the PushContext does not hold the current snapshot")
 	}
 	tests := []struct {
@@ -109,10 +109,11 @@ func TestGenerate(t *testing.T) {
 	}
 }
 
-// TestGenerateEndpointsLive checks that endpoints come from the Source's
-// current snapshot (endpoint-only pushes keep the PushContext) while the
-// other types come from the proxy's PushContext.
-func TestGenerateEndpointsLive(t *testing.T) {
+// TestGenerateFromOwnIndex checks that every type is generated from the
+// proxy's PushContext, each from its own index: an endpoint-only push
+// rebuilds the endpoints' index alone, so EDS comes from the snapshot of
+// then while CDS stays on the one its index was built from.
+func TestGenerateFromOwnIndex(t *testing.T) {
 	dir := copyBundled(t)
 	src := newDirSource(t, dir)
 	cp, err := NewControlPlane(ControlPlaneConfig{Source: src})
@@ -129,7 +130,13 @@ func TestGenerateEndpointsLive(t *testing.T) {
 	if _, err := src.Reload(time.Unix(2, 0)); err != nil {
 		t.Fatal(err)
 	}
-	p := &xds.Proxy{ID: "p", Data: "", Push: pc}
+	next, err := cp.builder.Build(pc, &pushcontext.PushRequest{
+		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: typeEndpoint, Name: "backend"}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &xds.Proxy{ID: "p", Data: "", Push: next}
 	tests := []struct {
 		typeURL string
 		watch   xds.Watch
@@ -140,7 +147,7 @@ func TestGenerateEndpointsLive(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(shortType(tc.typeURL), func(t *testing.T) {
-			rs, err := generator{cp: cp, typeURL: tc.typeURL}.Generate(t.Context(), p, tc.watch, nil)
+			rs, err := cp.gens[tc.typeURL].Generate(t.Context(), p, tc.watch, &pushcontext.PushRequest{Push: next})
 			if err != nil || len(rs) != 1 {
 				t.Fatalf("Generate() = %v, %v; want one resource", rs, err)
 			}

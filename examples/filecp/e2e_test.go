@@ -85,15 +85,16 @@ func TestEndToEnd(t *testing.T) {
 	}
 	ads, admin := addrOf("ads listening"), addrOf("admin listening")
 	stdout.waitFor(t, "  RouteConfiguration edge_route (fleet edge)\n")
+	stderr.waitFor(t, `msg="xds: server running"`) // loaded: streams are admitted
 
 	// Envoy-like proxies from the test kit, over TCP: they ACK every
 	// response and are checked for dangling references at the end.
 	target := "passthrough:///" + ads
 	edge := xdstest.DialClient(t, target, xdstest.ClientConfig{Node: &corev3.Node{Id: "edge-1", Cluster: "edge"}})
 	web := xdstest.DialClient(t, target, xdstest.ClientConfig{Node: &corev3.Node{Id: "web-1", Cluster: "web"}})
-	// Each holds its fleet's view, every type at the same version: the
-	// program's first push is over (a client that connects before it is
-	// answered with nothing first).
+	// Each holds its fleet's view, every type at the same version (a
+	// client that connected before the configuration was loaded would
+	// have been refused).
 	next := map[*xdstest.Client]int{}
 	for c, want := range map[*xdstest.Client]map[xds.TypeURL][]string{edge: edgeNames, web: globalNames} {
 		xdstest.Await(t, xdstest.All(xdstest.HoldsNames(want), func(s *xdstest.State) error {

@@ -53,6 +53,7 @@ func TestGRPCClient(t *testing.T) {
 	stderr.waitFor(t, `msg="ads listening"`)
 	ads := regexp.MustCompile(`msg="ads listening" addr=(\S+)`).FindStringSubmatch(stderr.String())[1]
 	stdout.waitFor(t, "push version=")
+	stderr.waitFor(t, `msg="xds: server running"`) // loaded: streams are admitted
 
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],

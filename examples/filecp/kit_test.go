@@ -12,6 +12,8 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -38,6 +40,7 @@ type kitPlane struct {
 	t       *testing.T
 	dir     string
 	src     *Source
+	cp      *ControlPlane
 	ts      *xdstest.Server
 	rec     *xdstest.Recorder
 	reloads chan ReloadEvent
@@ -82,6 +85,7 @@ func newKitPlane(t *testing.T, dir string, src *Source) *kitPlane {
 	if err != nil {
 		t.Fatal(err)
 	}
+	p.cp = cp
 	p.ts = xdstest.NewServerFor(t, cp.Server())
 	return p
 }
@@ -95,8 +99,15 @@ func (p *kitPlane) watch() ReloadEvent {
 		Source: p.src,
 		After:  20 * time.Millisecond,
 		Max:    defaultTestTimeout,
-		OnPush: func(_ context.Context, req *pushcontext.PushRequest) { p.ts.XDS().ConfigUpdate(req) },
-		Hooks:  WatchHooks{OnReload: func(ev ReloadEvent) { p.reloads <- ev }},
+		OnPush: func(_ context.Context, req *pushcontext.PushRequest) {
+			if err := p.cp.Server().ConfigUpdate(req); err != nil {
+				p.t.Errorf("ConfigUpdate() = %v", err)
+			}
+		},
+		Hooks: WatchHooks{OnReload: func(ev ReloadEvent) {
+			p.cp.Reloaded(ev)
+			p.reloads <- ev
+		}},
 	})
 	if err != nil {
 		p.t.Fatal(err)
@@ -110,7 +121,17 @@ func (p *kitPlane) watch() ReloadEvent {
 			p.t.Errorf("Watcher.Run() = %v; want context.Canceled", err)
 		}
 	})
-	return p.nextReload()
+	ev := p.nextReload()
+	if ev.Err == nil {
+		// The first reload that succeeds loads the Server: wait until it
+		// serves, as a readiness probe would.
+		ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+		defer cancel()
+		if err := p.cp.Server().WaitReady(ctx); err != nil {
+			p.t.Fatalf("WaitReady() = %v", err)
+		}
+	}
+	return ev
 }
 
 // connect opens a fake proxy of fleet (Node.cluster) on the Server and
@@ -278,9 +299,11 @@ func TestKitFleetScope(t *testing.T) {
 }
 
 // TestKitConnectBeforeFirstLoad starts in run's order: the Server runs
-// before the Watcher's first reload, so proxies that connect early are
-// answered with nothing, then served the whole configuration once it is
-// loaded.
+// before the Watcher's first reload. Proxies that connect early are
+// refused with Unavailable (an answer then would say there is nothing, and
+// an Envoy would drop every cluster); once the configuration is loaded,
+// readiness turns and a proxy connecting at that instant is served the
+// whole configuration.
 func TestKitConnectBeforeFirstLoad(t *testing.T) {
 	for _, protocol := range protocols {
 		t.Run(protocol.String(), func(t *testing.T) {
@@ -290,34 +313,37 @@ func TestKitConnectBeforeFirstLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			p := newKitPlane(t, dir, src)
-			edge := p.connect(xdstest.ClientConfig{NodeID: "edge-1", Protocol: protocol}, "edge")
-			global := p.connect(xdstest.ClientConfig{NodeID: "global-1", Protocol: protocol}, "")
-			timer := time.NewTimer(defaultTestTimeout)
-			defer timer.Stop()
-			for range 2 {
-				select {
-				case <-p.inits:
-				case <-timer.C:
-					t.Fatalf("the proxies were not initialised within %v", defaultTestTimeout)
-				}
+			if p.cp.Ready() {
+				t.Fatal("Ready() before the first load = true; want false")
 			}
-			none := xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: nil, xds.ListenerType: nil})
-			if protocol == xdstest.Delta {
-				// Delta answers the first request of each type, here with
-				// nothing.
-				xdstest.Await(t, xdstest.All(none, xdstest.AtVersion(p.ts.XDS().Version(), xds.ClusterType, xds.ListenerType)), edge, global)
+			early, err := p.ts.Connect(t.Context(), xdstest.ClientConfig{NodeID: "early-1", Protocol: protocol})
+			if err != nil {
+				t.Fatal(err)
 			}
-			for _, c := range []*xdstest.Client{edge, global} {
-				if err := none(c.State()); err != nil {
-					t.Errorf("%s before the first load: %v", c.ID(), err)
-				}
+			defer early.Close()
+			never := xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"never"}})
+			if err := early.Wait(t.Context(), never); status.Code(early.Err()) != codes.Unavailable {
+				t.Fatalf("a stream before the first load ended with %v (wait: %v); want Unavailable", early.Err(), err)
+			}
+			if got := len(early.Responses()); got != 0 {
+				t.Errorf("a stream before the first load received %d responses; want none", got)
 			}
 
 			if ev := p.watch(); ev.Err != nil || ev.Request == nil || !ev.Request.Full {
 				t.Fatalf("first reload = %+v; want a full push", ev)
 			}
+			if !p.cp.Ready() {
+				t.Fatal("Ready() after the first load = false; want true")
+			}
+			edge := p.connect(xdstest.ClientConfig{NodeID: "edge-1", Protocol: protocol}, "edge")
+			global := p.connect(xdstest.ClientConfig{NodeID: "global-1", Protocol: protocol}, "")
 			xdstest.Await(t, xdstest.All(xdstest.HoldsNames(edgeNames), xdstest.HoldsResources(p.view("edge"))), edge)
 			xdstest.Await(t, xdstest.All(xdstest.HoldsNames(globalNames), xdstest.HoldsResources(p.view(""))), global)
+			for _, c := range []*xdstest.Client{edge, global} {
+				if got := c.Responses()[0].Resources; len(got) == 0 {
+					t.Errorf("%s: first response is empty; want the loaded configuration", c.ID())
+				}
+			}
 		})
 	}
 }

@@ -148,8 +148,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	push := func(_ context.Context, req *pushcontext.PushRequest) {
+		if req == nil {
+			return // nothing changed
+		}
 		printPush(stdout, src.Snapshot(), req)
-		cp.Server().ConfigUpdate(req)
+		if err := cp.Server().ConfigUpdate(req); err != nil {
+			logger.Error("push refused", "err", err)
+		}
 	}
 	if *dir == "" {
 		logger.Info("serving the bundled configuration; pass -dir to serve and watch a directory")
@@ -158,9 +163,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		push(ctx, ch.PushRequest())
+		cp.Reloaded(ReloadEvent{}) // until now the Server refused clients, and /readyz said so
 		<-ctx.Done()
 	} else {
-		w, err := NewWatcher(WatchConfig{Dir: *dir, Source: src, OnPush: push, Logger: logger})
+		w, err := NewWatcher(WatchConfig{Dir: *dir, Source: src, OnPush: push, Logger: logger,
+			Hooks: WatchHooks{OnReload: cp.Reloaded}})
 		if err != nil {
 			return err
 		}

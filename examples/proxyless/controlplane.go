@@ -149,7 +149,7 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 		}
 	}
 
-	// The PushContext holds one index, rebuilt when a Service changes.
+	// The PushContext holds an index rebuilt when a Service changes.
 	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "proxyless"})
 	if err != nil {
 		return nil, err
@@ -164,10 +164,19 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 			return get(services.Get(p.Push), w), nil
 		})
 	}
-	eds := xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return pick(st.endpoints, w), nil
+	// Endpoints have an index of their own: an endpoint change rebuilds it
+	// alone, and EDS is generated from the PushContext like every type.
+	endpoints, err := pushcontext.Register(b, "endpoints", []string{kindEndpoints},
+		func(pushcontext.BuildContext[map[string]*endpointv3.ClusterLoadAssignment]) (map[string]*endpointv3.ClusterLoadAssignment, error) {
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			return maps.Clone(st.endpoints), nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	eds := xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
+		return pick(endpoints.Get(p.Push), w), nil
 	})
 
 	cp := &controlPlane{store: st, pushes: newPushCounts()}
@@ -196,6 +205,7 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 	}
 	cp.gs = grpc.NewServer(cp.srv.CodecOption())
 	cp.srv.Register(cp.gs)
+	cp.srv.Loaded() // the store is complete: serve it
 	return cp, nil
 }
 
@@ -243,7 +253,9 @@ func (cp *controlPlane) moveEndpoints(svc string, addrs []string) (*pushcontext.
 		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: kindEndpoints, Name: endpointsName(svc)}),
 		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonEndpointUpdate),
 	}
-	cp.srv.ConfigUpdate(req)
+	if err := cp.srv.ConfigUpdate(req); err != nil {
+		return nil, err
+	}
 	return req, nil
 }
 

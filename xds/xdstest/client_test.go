@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -12,7 +13,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -209,8 +212,8 @@ func TestEndpointChange(t *testing.T) {
 	moved := cla("c1", 42)
 	h.update(ts, false, func(h *host) { h.endpoints["c1"] = moved }, key(kindEndpoint, "c1"))
 	xdstest.Await(t, xdstest.HoldsResources(map[xds.TypeURL][]proto.Message{xds.EndpointType: {cla("c0", 0), moved}}), c)
-	if got := ts.XDS().Version(); got != v {
-		t.Errorf("version after an endpoint change = %q; want %q (no new PushContext)", got, v)
+	if got := ts.XDS().Version(); got == v {
+		t.Errorf("version after an endpoint change = %q; want a new one (every push publishes a version)", got)
 	}
 }
 
@@ -295,32 +298,41 @@ func nextVersion(t *testing.T, v string) string {
 
 // Responses a client cannot accept are NACKed without calling NACK.
 func TestMalformedResponsesAreRejected(t *testing.T) {
+	mustAny := func(m proto.Message) *anypb.Any {
+		a, err := anypb.New(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
 	tests := []struct {
 		name string
-		res  []xds.Resource
+		res  []*anypb.Any
 		want string
 	}{
 		{
 			name: "duplicate name",
-			res:  []xds.Resource{{Name: "a", Message: cluster("a")}, {Name: "a", Message: cluster("a")}},
+			res:  []*anypb.Any{mustAny(cluster("a")), mustAny(cluster("a"))},
 			want: `xdstest: duplicate resource "a"`,
 		},
 		{
 			name: "wrong type",
-			res:  []xds.Resource{{Name: "l", Message: listener("l", "r")}},
+			res:  []*anypb.Any{mustAny(listener("l", "r"))},
 			want: "xdstest: a type.googleapis.com/envoy.config.listener.v3.Listener resource in a type.googleapis.com/envoy.config.cluster.v3.Cluster response",
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newHost()
-			cfg := h.config(t)
-			cfg.Generators[xds.ClusterType] = xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-				return tt.res, nil
+			// The xds.Server refuses to send such output (it checks what
+			// Generators return), so a raw server sends it.
+			addr := rawServer(t, func(req *discoveryv3.DiscoveryRequest) *discoveryv3.DiscoveryResponse {
+				if req.TypeUrl != string(xds.ClusterType) || req.ResponseNonce != "" {
+					return nil
+				}
+				return &discoveryv3.DiscoveryResponse{TypeUrl: req.TypeUrl, VersionInfo: "1", Nonce: "1", Resources: tt.res}
 			})
-			ts := xdstest.NewServer(t, cfg)
 			var called atomic.Bool
-			c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "n", NACK: func(r *xdstest.Response) error {
+			c := xdstest.DialClient(t, addr, xdstest.ClientConfig{NodeID: "n", NACK: func(r *xdstest.Response) error {
 				if r.Type == xds.ClusterType {
 					called.Store(true)
 				}
@@ -334,6 +346,47 @@ func TestMalformedResponsesAreRejected(t *testing.T) {
 				t.Error("ClientConfig.NACK was called for a response that does not decode")
 			}
 		})
+	}
+}
+
+// rawServer serves SotW ADS on loopback with answer, which may return nil
+// for no response, until the test ends.
+func rawServer(t *testing.T, answer func(*discoveryv3.DiscoveryRequest) *discoveryv3.DiscoveryResponse) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, rawADS{answer: answer})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = gs.Serve(lis)
+	}()
+	t.Cleanup(func() {
+		gs.Stop()
+		<-done
+	})
+	return lis.Addr().String()
+}
+
+type rawADS struct {
+	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
+	answer func(*discoveryv3.DiscoveryRequest) *discoveryv3.DiscoveryResponse
+}
+
+func (r rawADS) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		if resp := r.answer(req); resp != nil {
+			if err := stream.Send(resp); err != nil {
+				return nil
+			}
+		}
 	}
 }
 

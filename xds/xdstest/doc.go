@@ -10,9 +10,13 @@
 //     xds.Server from the host's xds.Config as given (Builder, Generators,
 //     InitProxy, hooks, limits; instrumented by a Recorder, which calls
 //     them unchanged), serves it with a gRPC server on an in-memory
-//     bufconn listener, runs it and returns once it admits streams. Serve
-//     (NewServerFor) does the same for an xds.Server the host built
-//     itself. Either way the kit owns Run: the host must not call it.
+//     bufconn listener, runs it, tells it its configuration is loaded
+//     (xds.Server.Loaded: a test's configuration is in its hands) and
+//     returns once it admits streams. Serve (NewServerFor) does the same
+//     for an xds.Server the host built itself, except that the host says
+//     when its configuration is loaded: if it has not yet, Serve returns
+//     at once and streams are refused (Unavailable) until it does. Either
+//     way the kit owns Run: the host must not call it.
 //     Close (run by t.Cleanup for NewServer and NewServerFor) ends Run,
 //     waits for it, stops the gRPC server and closes the listener: nothing
 //     is left running.

@@ -163,6 +163,7 @@ func Example_leftOutOfAPush() {
 	m.calls["worker-1"] = []string{"db"}
 	rec := xdstest.NewRecorder()
 	srv, _ := xds.New(rec.Instrument(m.config()))
+	srv.Loaded() // the mesh above is the configuration
 	ts, _ := xdstest.Serve(ctx, srv)
 	defer ts.Close()
 	frontend, _ := ts.Connect(ctx, xdstest.ClientConfig{NodeID: "frontend-1"})

@@ -69,12 +69,6 @@ func (h *host) world(n int) *host {
 	return h
 }
 
-type snapshot struct {
-	clusters  map[string]*clusterv3.Cluster
-	listeners map[string]*listenerv3.Listener
-	routes    map[string]*routev3.RouteConfiguration
-}
-
 // config returns the xds.Config of the host.
 func (h *host) config(t testing.TB) xds.Config {
 	t.Helper()
@@ -82,20 +76,29 @@ func (h *host) config(t testing.TB) xds.Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := pushcontext.Register(b, "snapshot", []string{kindCluster, kindListener, kindRoute},
-		func(pushcontext.BuildContext[*snapshot]) (*snapshot, error) {
+	// One index per kind, read from the host's maps: a change rebuilds
+	// the index of its kind alone, and only the types it feeds are
+	// generated again.
+	index := func(name, kind string, m func() any) pushcontext.Index[any] {
+		idx, err := pushcontext.Register(b, name, []string{kind}, func(pushcontext.BuildContext[any]) (any, error) {
 			h.mu.Lock()
 			defer h.mu.Unlock()
-			return &snapshot{maps.Clone(h.clusters), maps.Clone(h.listeners), maps.Clone(h.routes)}, nil
+			return m(), nil
 		})
-	if err != nil {
-		t.Fatal(err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return idx
 	}
+	clusters := index("clusters", kindCluster, func() any { return maps.Clone(h.clusters) })
+	listeners := index("listeners", kindListener, func() any { return maps.Clone(h.listeners) })
+	routes := index("routes", kindRoute, func() any { return maps.Clone(h.routes) })
+	eps := index("endpoints", kindEndpoint, func() any { return maps.Clone(h.endpoints) })
 	return xds.Config{
 		Builder: b,
 		Generators: map[xds.TypeURL]xds.Generator{
 			xds.ClusterType: xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-				all := idx.Get(req.Push).clusters
+				all := clusters.Get(req.Push).(map[string]*clusterv3.Cluster)
 				if deps, ok := p.Data.([]string); ok {
 					mine := map[string]*clusterv3.Cluster{}
 					for _, d := range deps {
@@ -108,17 +111,15 @@ func (h *host) config(t testing.TB) xds.Config {
 				return pick(all, w), nil
 			}),
 			xds.ListenerType: xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-				return pick(idx.Get(req.Push).listeners, w), nil
+				return pick(listeners.Get(req.Push).(map[string]*listenerv3.Listener), w), nil
 			}),
 			xds.RouteType: xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-				return pick(idx.Get(req.Push).routes, w), nil
+				return pick(routes.Get(req.Push).(map[string]*routev3.RouteConfiguration), w), nil
 			}),
-			// Endpoints are read live, not from the PushContext, as istiod
-			// does: endpoint changes are non-Full pushes.
-			xds.EndpointType: xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-				h.mu.Lock()
-				defer h.mu.Unlock()
-				return pick(h.endpoints, w), nil
+			// Endpoints have an index of their own: an endpoint change
+			// (a non-Full push) rebuilds it alone.
+			xds.EndpointType: xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+				return pick(eps.Get(req.Push).(map[string]*endpointv3.ClusterLoadAssignment), w), nil
 			}),
 		},
 		TypeKinds: map[xds.TypeURL][]string{
@@ -127,6 +128,9 @@ func (h *host) config(t testing.TB) xds.Config {
 			xds.ListenerType: {kindListener},
 			xds.RouteType:    {kindRoute},
 		},
+		// A proxy with dependencies is sent only their clusters, but every
+		// route: r0 may name a cluster it lacks, knowingly.
+		Phases: xds.PhaseConfig{SendMissingReferences: true},
 		InitProxy: func(_ context.Context, p *xds.Proxy, _ *pushcontext.PushContext) (xds.ProxyState, error) {
 			h.mu.Lock()
 			deps, ok := h.deps[p.ID]

@@ -31,6 +31,7 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.Loaded() // the host's configuration is in h
 	ts := xdstest.NewServerFor(t, srv)
 	if ts.XDS() != srv {
 		t.Error("XDS() is not the Server given to Serve")
@@ -88,6 +89,7 @@ func TestServeErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	runDone := make(chan error, 1)
 	go func() { runDone <- ran.Run(ctx) }()
+	ran.Loaded()
 	<-ran.Ready()
 	cancel()
 	if err := <-runDone; err != nil {
@@ -104,6 +106,7 @@ func TestServeErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			s.Loaded()
 			return s
 		}, "no store"},
 		{"run by the host", func(*testing.T) *xds.Server { return ran }, "has been run already"},
@@ -144,6 +147,7 @@ func tcpServer(t *testing.T, cfg xds.Config) (*xds.Server, string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan error, 1)
 	go func() { runDone <- srv.Run(ctx) }()
+	srv.Loaded()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-runDone; err != nil {

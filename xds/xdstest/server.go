@@ -48,29 +48,36 @@ type Server struct {
 
 // Start creates an xds.Server from cfg (the host's Builder, Generators,
 // InitProxy and any other field, as given), serves and runs it as Serve
-// does, and returns once the Server admits streams (its first PushContext
-// is built). ctx bounds that wait only.
+// does, calls its Loaded (the test's configuration is loaded), and returns
+// once the Server admits streams (its first PushContext is built). ctx
+// bounds that wait only.
 //
 // The Server is built from cfg instrumented by a Recorder (see
 // Recorder.Instrument: the host's generators and hooks are called as they
 // would be, and recorded), so that Server.Recorder tells what the Server
 // generated and sent for each proxy.
 //
-// It returns an error if xds.New refuses cfg, if Run fails to start (the
-// first Build fails) or if ctx ends first; nothing is left running then.
-// Otherwise the caller must call Close.
+// It returns an error if xds.New refuses cfg, if the first Build fails
+// (the error names the failure; the Server would retry it) or if ctx ends
+// first; nothing is left running then. Otherwise the caller must call
+// Close.
 func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
 	rec := NewRecorder()
 	srv, err := xds.New(rec.Instrument(cfg))
 	if err != nil {
 		return nil, fmt.Errorf("xdstest: %w", err)
 	}
+	// The kit builds the Server from a Config whose configuration is in
+	// the test's hands: it is loaded.
+	srv.Loaded()
 	return serve(ctx, srv, rec)
 }
 
 // Serve serves an xds.Server the host built itself, as Start serves the
 // one it builds: it registers srv on a gRPC server listening in memory,
-// runs the gRPC server and srv.Run, and returns once srv admits streams.
+// runs the gRPC server and srv.Run, and returns once srv admits streams,
+// or at once if the host has not called srv.Loaded yet (streams are
+// refused with Unavailable until it does).
 // ctx bounds that wait only.
 //
 // The kit owns Run: Serve calls srv.Run on a goroutine of its own, and
@@ -85,9 +92,9 @@ func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
 // hooks to a Server that exists. To record what srv generates and sends,
 // build it from Recorder.Instrument(cfg) and read that Recorder.
 //
-// It returns an error for a nil srv, one that has been run, if Run fails
-// to start (the first Build fails) or if ctx ends first; nothing is left
-// running then. Otherwise the caller must call Close.
+// It returns an error for a nil srv, one that has been run, if the first
+// Build fails or if ctx ends first; nothing is left running then.
+// Otherwise the caller must call Close.
 func Serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 	if srv == nil {
 		return nil, errors.New("xdstest: Serve a nil xds.Server")
@@ -121,9 +128,22 @@ func serve(ctx context.Context, srv *xds.Server, rec *Recorder) (*Server, error)
 		defer close(s.runDone)
 		s.runErr = srv.Run(runCtx)
 	}()
+	wctx, wcancel := withDefaultTimeout(ctx)
+	defer wcancel()
+	readyErr := make(chan error, 1)
+	go func() { readyErr <- srv.WaitReady(wctx) }()
 	select {
-	case <-srv.Ready():
-		return s, nil
+	case err := <-readyErr:
+		if err == nil || errors.Is(err, xds.ErrNotLoaded) {
+			// Ready, or not loaded yet: streams are refused until the
+			// host calls Loaded.
+			return s, nil
+		}
+		_ = s.Close()
+		if ctx.Err() == nil && wctx.Err() != nil {
+			return nil, fmt.Errorf("xdstest: the xds.Server did not become ready within %v: %w", DefaultWaitTimeout, err)
+		}
+		return nil, fmt.Errorf("xdstest: start: %w", err)
 	case <-s.runDone:
 		err := s.Close()
 		if err == nil {

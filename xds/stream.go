@@ -10,16 +10,18 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-
-	"github.com/xdspush/xdspush/pushcontext"
 )
 
-func fmtUint(n uint64) string { return strconv.FormatUint(n, 10) }
+// A stream's runner: the gRPC handler goroutine admits the stream, reads
+// its first request, registers the connection and initialises the proxy,
+// then runs the loop that feeds the core (core.go) its steps — client
+// requests, pushes, timers — and writes what the core queues. One receive
+// goroutine reads requests; a writer goroutine runs only while responses
+// are being written, so that a blocked write never blocks the loop.
 
 // sotwStream is the part of the generated SotW stream a conn uses.
 type sotwStream interface {
@@ -35,71 +37,36 @@ type deltaStream interface {
 	Context() context.Context
 }
 
-// inbound is one client request: exactly one field is set, by protocol.
-type inbound struct {
-	sotw  *discoveryv3.DiscoveryRequest
-	delta *discoveryv3.DeltaDiscoveryRequest
-}
+// errStreamGenerateTimeout ends a stream whose Generator overran
+// Config.GenerateTimeout.
+var errStreamGenerateTimeout = status.Error(codes.Unavailable, "xds: generating the configuration timed out; reconnect")
 
-func (in inbound) node() *corev3.Node {
-	if in.delta != nil {
-		return in.delta.GetNode()
-	}
-	return in.sotw.GetNode()
-}
-
-// outMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
-type outMsg struct {
-	resp    *discoveryv3.DiscoveryResponse
-	dresp   *discoveryv3.DeltaDiscoveryResponse
-	typeIdx int
-	bytes   int
-	push    bool
-	p       uint64 // the connection's appliedP when the response was made
-	seq     uint64 // Seq of the PushContext the response was made from
-}
+// maxQueuedAnswers bounds the responses waiting behind a write in progress
+// before the connection stops reading requests (see loop).
+const maxQueuedAnswers = 32
 
 // conn is one ADS stream.
-//
-// Goroutines: the gRPC handler goroutine runs serve and the main loop, and
-// owns every field not listed under mu or statusMu; one receive goroutine
-// feeds reqCh; while responses are being written, one writer goroutine runs
-// write. An idle connection therefore costs the handler goroutine and the
-// receive goroutine.
 type conn struct {
 	s       *Server
 	stream  sotwStream  // nil on a Delta stream
 	dstream deltaStream // nil on a SotW stream
-	delta   bool        // the stream is Delta
-	seq     uint64      // per-Server connection number
+	delta   bool
+	seq     uint64 // per-Server connection number
 	proxy   *Proxy
+	core    *core
 
 	// Owned by the handler goroutine.
-	watches   []*watch // by type index; nil when the type is not watched
-	prevScope pushcontext.Scope
-	initSeq   uint64 // Seq of the PushContext of the last InitProxy
-	outbox    []*outMsg
-	writing   bool        // a writer goroutine is running
-	plan      *plan       // phases of the current push not yet released; nil when none
-	dirty     []bool      // by type index: regenerate on the next push (a NACK stopped its phase)
-	timeouts  []int       // by type index: phases sent without this type's ACK
-	gate      *time.Timer // fires gateCh when a waiting phase may have timed out; nil until needed
-
-	// Sync (see sync.go): the sequence numbers of the last push applied
-	// (generated) and completed (every phase released), the lowest push
-	// stamp of the batch being written (0 when none), and the last syncedP
-	// reported to the Server.
-	appliedP   uint64
-	completedP uint64
-	writingP   uint64
-	reportedP  uint64
+	outbox     []*outMsg
+	writing    bool   // a writer goroutine is running
+	writingP   uint64 // the lowest push stamp of the batch being written (0 when none)
+	timer      Timer  // fires when the core's deadline is due; nil until needed
+	timerAt    time.Time
+	writeTimer Timer // checks for a blocked write; nil until needed
 
 	reqCh     chan inbound  // receive goroutine → loop
 	recvErr   chan error    // receive goroutine's final error (cap 1)
 	kick      chan struct{} // mail is waiting (cap 1)
 	writeDone chan error    // writer's result (cap 1)
-	stuck     chan struct{} // a write may have exceeded WriteTimeout (cap 1)
-	gateCh    chan struct{} // the phase gate's timer fired (cap 1)
 	done      chan struct{} // closed when the stream ends
 	queries   chan func()   // run by the loop between steps (see Server.Dump)
 
@@ -114,13 +81,13 @@ type conn struct {
 	ended   bool // OnDisconnect is due or done; protected by hookSem
 
 	mu       sync.Mutex    // protects the fields below
-	busy     bool          // initialising or writing: pushes are parked
+	busy     bool          // initialising, writing or in a push's phases: pushes are parked
 	closed   bool          // the stream has ended
 	mail     *pushItem     // push handed over by deliver, not yet generated
 	mailDone chan struct{} // closed once mail has been generated
 	parked   *pushItem     // pushes that arrived while busy
 
-	syncedP uint64 // the push this connection is synced to; protected by Server.syncMu
+	syncedSeq uint64 // the push this connection is synced to; protected by Server.track.mu
 
 	statusMu sync.Mutex // protects st
 	st       connState
@@ -129,8 +96,8 @@ type conn struct {
 // serve runs one stream, SotW (stream set) or Delta (dstream set), from
 // admission to its end.
 func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
-	if !s.admit() {
-		return status.Error(codes.Unavailable, "xds: server is not running")
+	if err := s.admit(); err != nil {
+		return err
 	}
 	defer s.streams.Done()
 
@@ -153,36 +120,34 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		}
 	}
 	var identity any
-	if s.set.authenticate != nil {
-		identity, err = s.set.authenticate(ctx)
+	if auth := s.set.authenticate; auth != nil {
+		err := s.guard(ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), func(ctx context.Context) error {
+			var err error
+			identity, err = auth(ctx)
+			return err
+		})
 		if err != nil {
 			return status.Errorf(codes.Unauthenticated, "xds: authentication failed: %v", err)
 		}
 	}
 
-	n := len(s.set.order)
 	c := &conn{
 		s:         s,
 		stream:    stream,
 		dstream:   dstream,
 		delta:     dstream != nil,
 		seq:       s.connSeq.Add(1),
-		watches:   make([]*watch, n),
-		dirty:     make([]bool, n),
-		timeouts:  make([]int, n),
 		reqCh:     make(chan inbound),
 		recvErr:   make(chan error, 1),
 		kick:      make(chan struct{}, 1),
 		writeDone: make(chan error, 1),
-		stuck:     make(chan struct{}, 1),
-		gateCh:    make(chan struct{}, 1),
 		done:      make(chan struct{}),
 		queries:   make(chan func()),
 		hookSem:   make(chan struct{}, 1),
 		busy:      true,
 	}
 	c.st.delta = c.delta
-	c.st.types = make([]typeState, n)
+	c.st.types = make([]typePub, len(s.set.order))
 	defer c.close()
 	s.goStream(c.receive)
 
@@ -196,7 +161,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	p := &Proxy{
 		ID:       node.Id,
-		ConnID:   node.Id + "-" + fmtUint(c.seq),
+		ConnID:   node.Id + "-" + strconv.FormatUint(c.seq, 10),
 		Node:     node,
 		Identity: identity,
 	}
@@ -204,7 +169,8 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		p.Peer = pr.Addr
 	}
 	c.proxy = p
-	c.st.connectedAt = time.Now()
+	c.core = newCore(s.set, s, p, c.delta, c.seq)
+	c.st.connectedAt = s.set.clock.Now()
 
 	// Register for pushes BEFORE initialising the proxy. If we registered
 	// after InitProxy, a PushContext published while InitProxy runs would
@@ -213,32 +179,26 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	// later change. Registered first, this connection either receives the
 	// PushContext from register (it was published before) or has the push
 	// queued (it was published after); pushes that arrive before
-	// initialisation ends are parked (busy) and re-queued by ready.
+	// initialisation ends are parked (busy) and re-queued by unpark.
 	pc, err := s.register(c)
 	if err != nil {
 		return err
 	}
 	defer s.unregister(c)
-	p.Push = pc
-	if err := c.initProxy(ctx, pc); err != nil {
+	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq()); err != nil {
 		return err
 	}
 	c.publishStatus(true)
 
-	if h := s.set.hooks.OnConnect; h != nil {
-		h(ConnectEvent{Proxy: p})
-	}
+	callHook(s.set, s.set.hooks.OnConnect, ConnectEvent{Proxy: p})
 	defer func() {
 		c.hookSem <- struct{}{}
 		c.ended = true
 		<-c.hookSem
-		if h := s.set.hooks.OnDisconnect; h != nil {
-			h(DisconnectEvent{Proxy: p, Err: err})
-		}
+		callHook(s.set, s.set.hooks.OnDisconnect, DisconnectEvent{Proxy: p, Err: err})
 	}()
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: connected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
-	c.unpark()
 
 	if err := c.handle(ctx, first); err != nil {
 		return err
@@ -247,25 +207,6 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	s.set.logger.LogAttrs(context.Background(), slog.LevelDebug, "xds: disconnected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.Any("err", err))
 	return err
-}
-
-// initProxy calls Config.InitProxy against pc and stores its result.
-func (c *conn) initProxy(ctx context.Context, pc *pushcontext.PushContext) error {
-	c.initSeq = pc.Seq()
-	init := c.s.set.initProxy
-	if init == nil {
-		return nil
-	}
-	st, err := init(ctx, c.proxy, pc)
-	if err != nil {
-		if _, ok := status.FromError(err); ok {
-			return err
-		}
-		return status.Errorf(codes.Internal, "xds: init proxy %s: %v", c.proxy.ID, err)
-	}
-	c.prevScope = c.proxy.Scope
-	c.proxy.Data, c.proxy.Scope = st.Data, st.Scope
-	return nil
 }
 
 // receive is the receive goroutine: it feeds requests to the loop until the
@@ -303,23 +244,6 @@ func (c *conn) next(ctx context.Context) (inbound, error) {
 	}
 }
 
-// handle runs one client request of either protocol, then releases the
-// phases its ACK may have let through, and publishes the status.
-func (c *conn) handle(ctx context.Context, in inbound) error {
-	var err error
-	if in.delta != nil {
-		err = c.onDeltaRequest(ctx, in.delta)
-	} else {
-		err = c.onRequest(ctx, in.sotw)
-	}
-	if err != nil {
-		return err
-	}
-	c.advance(ctx, false)
-	c.publishStatus(false)
-	return nil
-}
-
 // recvStatus turns the receive goroutine's error into the handler's result.
 func (c *conn) recvStatus(err error) error {
 	if errors.Is(err, io.EOF) {
@@ -339,8 +263,16 @@ func (c *conn) ctxStatus(ctx context.Context) error {
 	return status.FromContextError(ctx.Err()).Err()
 }
 
-// loop is the connection's main loop: client requests, pushes and the
-// writer's progress, one at a time.
+// handle runs one client request through the core.
+func (c *conn) handle(ctx context.Context, in inbound) error {
+	c.core.step(ctx, c.s.set.clock.Now())
+	err := c.core.request(in)
+	c.after()
+	return err
+}
+
+// loop is the connection's main loop: client requests, pushes, timers and
+// the writer's progress, one at a time.
 func (c *conn) loop(ctx context.Context) error {
 	for {
 		// Answers to requests queue up behind a blocked write. Past
@@ -351,6 +283,13 @@ func (c *conn) loop(ctx context.Context) error {
 		reqCh := c.reqCh
 		if c.writing && len(c.outbox) >= maxQueuedAnswers {
 			reqCh = nil
+		}
+		var timerC, writeC <-chan time.Time
+		if c.timer != nil && !c.timerAt.IsZero() {
+			timerC = c.timer.C()
+		}
+		if c.writing && c.writeTimer != nil {
+			writeC = c.writeTimer.C()
 		}
 		select {
 		case in := <-reqCh:
@@ -371,40 +310,86 @@ func (c *conn) loop(ctx context.Context) error {
 				return err
 			}
 			c.onWritten()
-			c.updateSynced()
-		case <-c.gateCh:
-			c.onGateTimer(ctx)
+		case <-timerC:
+			c.timerAt = time.Time{}
+			if err := c.onTimer(ctx); err != nil {
+				return err
+			}
+		case <-writeC:
+			if err := c.checkWrite(ctx); err != nil {
+				return err
+			}
 		case q := <-c.queries:
 			q()
-		case <-c.stuck:
-			if at := c.sendStart.Load(); at != 0 && time.Since(time.Unix(0, at)) >= c.s.set.writeTimeout {
-				c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: write timed out; closing stream",
-					slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
-					slog.Duration("timeout", c.s.set.writeTimeout))
-				return status.Errorf(codes.DeadlineExceeded, "xds: a write to the client blocked for more than %v", c.s.set.writeTimeout)
-			}
 		case <-ctx.Done():
 			return c.ctxStatus(ctx)
 		}
 	}
 }
 
+// after takes what the core queued, re-admits parked pushes if the
+// connection is idle, re-arms the timer and publishes the status.
+func (c *conn) after() {
+	c.send(c.core.takeOut())
+	c.resetTimer()
+	if c.writing || len(c.outbox) > 0 || c.core.busy() {
+		c.setBusy()
+	} else {
+		c.unpark()
+	}
+	c.publishStatus(false)
+}
+
+// onTimer runs the core's timers: phase timeouts, retries.
+func (c *conn) onTimer(ctx context.Context) error {
+	retryPush, err := c.core.tick(ctx, c.s.set.clock.Now())
+	if retryPush {
+		// Generated again under a push slot, merged with what arrives
+		// meanwhile.
+		c.s.queue.Enqueue(c, c.core.takeFailed())
+	}
+	c.after()
+	return err
+}
+
+// resetTimer arms the timer for the core's next deadline.
+func (c *conn) resetTimer() {
+	at := c.core.deadline()
+	if at.Equal(c.timerAt) {
+		return
+	}
+	c.timerAt = at
+	if at.IsZero() {
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		return
+	}
+	d := max(at.Sub(c.s.set.clock.Now()), 0)
+	if c.timer == nil {
+		c.timer = c.s.set.clock.NewTimer(d)
+		return
+	}
+	c.timer.Stop()
+	c.timer.Reset(d)
+}
+
 // post hands a push to the connection. It returns a channel that is closed
 // once the connection has generated its responses, or nil if the request was
 // parked (the connection is initialising or writing; it will queue itself
 // again when it is free) or dropped (the connection has ended).
-func (c *conn) post(req *pushItem) <-chan struct{} {
+func (c *conn) post(item *pushItem) <-chan struct{} {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
 	if c.busy {
-		c.parked = c.parked.Merge(req)
+		c.parked = c.parked.Merge(item)
 		c.mu.Unlock()
 		return nil
 	}
-	c.mail = c.mail.Merge(req)
+	c.mail = c.mail.Merge(item)
 	if c.mailDone == nil {
 		c.mailDone = make(chan struct{})
 	}
@@ -422,7 +407,7 @@ func (c *conn) onKick(ctx context.Context) error {
 	c.mu.Lock()
 	item, done := c.mail, c.mailDone
 	c.mail, c.mailDone = nil, nil
-	if item != nil && c.plan != nil {
+	if item != nil && c.core.busy() {
 		// A push is still in its phases: this one waits for the end.
 		c.parked = c.parked.Merge(item)
 		item = nil
@@ -435,11 +420,16 @@ func (c *conn) onKick(ctx context.Context) error {
 	if item == nil {
 		return nil
 	}
-	if err := c.onPush(ctx, item.req, item.seq); err != nil {
-		return err
+	now := c.s.set.clock.Now()
+	callHook(c.s.set, c.s.set.hooks.OnQueue, QueueEvent{
+		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: now.Sub(item.start), Merged: item.merged,
+	})
+	err := c.core.push(ctx, now, item)
+	if err == nil {
+		err = c.core.flushDeferred()
 	}
-	c.publishStatus(false)
-	return nil
+	c.after()
+	return err
 }
 
 // unpark ends a busy phase: if pushes were parked meanwhile, the connection
@@ -447,11 +437,11 @@ func (c *conn) onKick(ctx context.Context) error {
 func (c *conn) unpark() {
 	c.mu.Lock()
 	c.busy = false
-	req := c.parked
+	item := c.parked
 	c.parked = nil
 	c.mu.Unlock()
-	if req != nil {
-		c.s.queue.Enqueue(c, req)
+	if item != nil {
+		c.s.queue.Enqueue(c, item)
 	}
 }
 
@@ -471,17 +461,12 @@ func (c *conn) setBusy() {
 	c.mu.Unlock()
 }
 
-// maxQueuedAnswers bounds the responses waiting behind a write in progress
-// before the connection stops reading requests (see loop).
-const maxQueuedAnswers = 32
-
 // send queues responses for writing, starting the writer if it is idle.
 func (c *conn) send(msgs []*outMsg) {
 	c.outbox = append(c.outbox, msgs...)
 	if c.writing || len(c.outbox) == 0 {
 		return
 	}
-	c.setBusy()
 	batch := c.outbox
 	c.outbox = nil
 	c.writing = true
@@ -493,6 +478,12 @@ func (c *conn) send(msgs []*outMsg) {
 	c.statusMu.Lock()
 	c.st.writingSeq = low
 	c.statusMu.Unlock()
+	if c.writeTimer == nil {
+		c.writeTimer = c.s.set.clock.NewTimer(c.s.set.writeTimeout)
+	} else {
+		c.writeTimer.Stop()
+		c.writeTimer.Reset(c.s.set.writeTimeout)
+	}
 	c.s.goStream(func() { c.write(batch) })
 }
 
@@ -500,44 +491,46 @@ func (c *conn) send(msgs []*outMsg) {
 func (c *conn) onWritten() {
 	c.writing = false
 	c.writingP = 0
-	if len(c.outbox) > 0 {
-		c.send(nil)
-		return
-	}
+	c.writeTimer.Stop()
 	c.statusMu.Lock()
 	c.st.writingSeq = 0
 	c.statusMu.Unlock()
-	c.s.notify()
-	c.maybeIdle()
+	c.after()
 }
 
-// maybeIdle re-admits pushes once nothing is being written and no push is
-// in its phases.
-func (c *conn) maybeIdle() {
-	if c.writing || len(c.outbox) > 0 || c.plan != nil {
-		return
+// checkWrite ends the stream if a Send has been blocked for
+// Config.WriteTimeout, and otherwise re-arms the check.
+func (c *conn) checkWrite(ctx context.Context) error {
+	timeout := c.s.set.writeTimeout
+	wait := timeout
+	if at := c.sendStart.Load(); at != 0 {
+		blocked := c.s.set.clock.Now().Sub(time.Unix(0, at))
+		if blocked >= timeout {
+			c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: write timed out; closing stream",
+				slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
+				slog.Duration("timeout", timeout))
+			callHook(c.s.set, c.s.set.hooks.OnWriteTimeout, WriteTimeoutEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: blocked})
+			return status.Errorf(codes.DeadlineExceeded, "xds: a write to the client blocked for more than %v", timeout)
+		}
+		wait = timeout - blocked
 	}
-	c.unpark()
+	c.writeTimer.Reset(wait)
+	return nil
 }
 
 // write runs on the writer goroutine: it sends batch in order and reports
-// the result on writeDone. A Send that blocks for WriteTimeout signals stuck;
-// the loop then ends the stream, which unblocks Send.
+// the result on writeDone.
 func (c *conn) write(batch []*outMsg) {
-	timeout := c.s.set.writeTimeout
-	timer := time.AfterFunc(timeout, c.onStuck)
-	timer.Stop()
+	clock := c.s.set.clock
 	var err error
 	for i, m := range batch {
-		start := time.Now()
+		start := clock.Now()
 		c.sendStart.Store(start.UnixNano())
-		timer.Reset(timeout)
 		if m.dresp != nil {
 			err = c.dstream.Send(m.dresp)
 		} else {
 			err = c.stream.Send(m.resp)
 		}
-		timer.Stop()
 		c.sendStart.Store(0)
 		if err != nil {
 			break
@@ -549,7 +542,7 @@ func (c *conn) write(batch []*outMsg) {
 				Type:    c.s.set.order[m.typeIdx],
 				Bytes:   m.bytes,
 				Push:    m.push,
-				Took:    time.Since(start),
+				Took:    clock.Now().Sub(start),
 			}
 			if m.dresp != nil {
 				ev.Delta = true
@@ -560,7 +553,7 @@ func (c *conn) write(batch []*outMsg) {
 			}
 			c.hookSem <- struct{}{}
 			if !c.ended {
-				h(ev)
+				callHook(c.s.set, h, ev)
 			}
 			<-c.hookSem
 		}
@@ -569,32 +562,17 @@ func (c *conn) write(batch []*outMsg) {
 	c.writeDone <- err
 }
 
-// lowestP returns the lowest push stamp of msgs, or 0 if there is none.
-func lowestP(msgs []*outMsg) uint64 {
-	var p uint64
-	for _, m := range msgs {
-		if p == 0 || m.p < p {
-			p = m.p
-		}
-	}
-	return p
-}
-
-func (c *conn) onStuck() {
-	select {
-	case c.stuck <- struct{}{}:
-	default:
-	}
-}
-
 // close marks the connection ended and releases anyone waiting on it.
 func (c *conn) close() {
 	c.mu.Lock()
 	c.closed = true
 	c.mail, c.parked = nil, nil
 	c.mu.Unlock()
-	if c.gate != nil {
-		c.gate.Stop()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	if c.writeTimer != nil {
+		c.writeTimer.Stop()
 	}
 	close(c.done)
 }

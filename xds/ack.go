@@ -1,0 +1,203 @@
+package xds
+
+import (
+	"log/slog"
+	"slices"
+)
+
+// What the client holds (typeState.held) is kept as if it accepted every
+// response sent. Each response the client has not answered yet is a
+// flight, which can undo what it did to held: an ACK settles the flights
+// up to the one it names, a NACK reverts the one it names (the client keeps
+// what it held before, and keeps applying the later responses), so that
+// make-before-break and reference checks always reason on what the client
+// really holds. A client answers responses in order, so a request naming a
+// response settles every earlier one as accepted.
+
+// flight is one response of a type the client has not answered yet.
+type flight struct {
+	nonce string
+	// For a response that replaced what the client holds (a SotW
+	// full-state response), before and after are the holdings; otherwise
+	// changes lists what it changed, in order, with what was held before.
+	before, after *holding
+	changes       []change
+}
+
+// change is one name a response changed: what the client held before
+// (prev, nil for nothing) and holds after (next, nil for nothing).
+type change struct {
+	name       string
+	prev, next *encoded
+}
+
+// put records, in f, that the client holds e under name.
+func (f *flight) put(h *holding, name string, e *encoded) {
+	prev := h.put(name, e)
+	f.changes = append(f.changes, change{name, prev, e})
+}
+
+// del records, in f, that the client no longer holds name.
+func (f *flight) del(h *holding, name string) {
+	prev := h.del(name)
+	f.changes = append(f.changes, change{name, prev, nil})
+}
+
+func (f *flight) undo(h *holding) {
+	if f.before != nil {
+		*h = f.before.snapshot()
+		return
+	}
+	for k := len(f.changes) - 1; k >= 0; k-- {
+		ch := f.changes[k]
+		if ch.prev == nil {
+			h.del(ch.name)
+		} else {
+			h.put(ch.name, ch.prev)
+		}
+	}
+}
+
+func (f *flight) redo(h *holding) {
+	if f.after != nil {
+		*h = f.after.snapshot()
+		return
+	}
+	for _, ch := range f.changes {
+		if ch.next == nil {
+			h.del(ch.name)
+		} else {
+			h.put(ch.name, ch.next)
+		}
+	}
+}
+
+// upserts returns what f made the client hold anew or differently.
+func (f *flight) upserts() []entry {
+	if f.after == nil {
+		var out []entry
+		for _, ch := range f.changes {
+			if ch.next != nil && !ch.prev.same(ch.next) {
+				out = append(out, entry{ch.name, ch.next})
+			}
+		}
+		return out
+	}
+	var out []entry
+	for _, e := range f.after.entries() {
+		if !f.before.get(e.name).same(e.enc) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// flightIndex returns the index of the flight with nonce, or -1.
+func (ts *typeState) flightIndex(nonce string) int {
+	if nonce == "" {
+		return -1
+	}
+	return slices.IndexFunc(ts.flights, func(f *flight) bool { return f.nonce == nonce })
+}
+
+// accepted settles the flights up to the one with nonce (a request that
+// names it without an error) as accepted.
+func (c *core) accepted(ts *typeState, nonce string) {
+	if k := ts.flightIndex(nonce); k >= 0 {
+		clear(ts.flights[:k+1])
+		ts.flights = ts.flights[k+1:]
+	}
+}
+
+// reject settles the flights before the one with nonce as accepted and
+// that one as rejected: held goes back to what the client holds without
+// it, and its new content is recorded as rejected.
+func (c *core) reject(ts *typeState, nonce string) {
+	k := ts.flightIndex(nonce)
+	if k < 0 {
+		return
+	}
+	for j := len(ts.flights) - 1; j >= k; j-- {
+		ts.flights[j].undo(&ts.held)
+	}
+	bad := ts.flights[k]
+	for _, f := range ts.flights[k+1:] {
+		f.redo(&ts.held)
+	}
+	clear(ts.flights[:k+1])
+	ts.flights = ts.flights[k+1:]
+	for _, e := range bad.upserts() {
+		if ts.rejected == nil {
+			ts.rejected = make(map[string]uint64)
+		}
+		ts.rejected[e.name] = e.enc.hash
+	}
+	// The client drops what it no longer subscribes to, and holds back
+	// for removal only what it holds.
+	var drop []string
+	ts.held.each(func(n string, _ *encoded) {
+		if !ts.covers(n) {
+			drop = append(drop, n)
+		}
+	})
+	for _, n := range drop {
+		ts.held.del(n)
+	}
+	for n := range ts.removing {
+		if ts.held.get(n) == nil {
+			delete(ts.removing, n)
+		}
+	}
+}
+
+// ack records that the client ACKed the last response of type ts.
+func (c *core) ack(ts *typeState) {
+	c.accepted(ts, ts.nonceSent)
+	if ts.nonceAcked == ts.nonceSent {
+		return
+	}
+	t := c.set.order[ts.idx]
+	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt = ts.nonceSent, ts.versionSent, ts.seqSent, c.now
+	ts.pAcked = ts.pSent
+	ts.nack = nil
+	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Nonce: ts.nonceSent})
+	if !ts.startSent.IsZero() {
+		callHook(c.set, c.set.hooks.OnConvergence, ConvergenceEvent{
+			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Took: c.now.Sub(ts.startSent),
+		})
+	}
+}
+
+// nack records a NACK of the response with nonce (version is the client's
+// version_info, used when the nonce names no response of the stream): the
+// client keeps what it held before that response, the push that sent it
+// stops (see stopOnNACK), and the NACK stands in Status until the client
+// ACKs a later response.
+func (c *core) nack(i int, nonce, version, msg string) {
+	ts := c.types[i]
+	t := c.set.order[i]
+	n := NACK{
+		ProxyID: c.proxy.ID,
+		ConnID:  c.proxy.ConnID,
+		Type:    t,
+		Version: version,
+		Nonce:   nonce,
+		Message: msg,
+		At:      c.now,
+	}
+	matched := ts != nil && nonce != "" && nonce == ts.nonceSent
+	if matched {
+		n.Version = ts.versionSent
+	}
+	if ts != nil {
+		c.reject(ts, nonce)
+		ts.nack = &n
+	}
+	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: NACK",
+		slog.String("proxy", n.ProxyID), slog.String("type_url", string(t)),
+		slog.String("version", n.Version), slog.String("nonce", n.Nonce), slog.String("error", n.Message))
+	callHook(c.set, c.set.hooks.OnNACK, n)
+	if matched {
+		c.stopOnNACK(i)
+	}
+}

@@ -1,0 +1,334 @@
+package xds
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"sync"
+)
+
+// One tracker answers both Sync and WaitForVersion, without polling.
+//
+//   - Pushes. Every successful build publishes a PushContext whose Seq
+//     numbers the push. A connection has applied push S once it has
+//     generated a request that includes S (or found that S does not
+//     concern it), and completed it once every phase is released.
+//   - Connections. A connection is synced to S when it has completed S, no
+//     response made before S is still being written, and for every type it
+//     watches the last response sent has been ACKed or NACKed, or a
+//     response made after S has been ACKed. A connection that is still
+//     initialising is synced to nothing. The connection computes the
+//     highest such S (its syncedSeq) whenever its state changes; the
+//     tracker keeps how many connections stand at each value, and so the
+//     lowest one, in amortised O(1) per change.
+//   - Updates (Sync only). ConfigUpdate numbers each request (its
+//     generation) and records, per debounce lane, the last generation
+//     added. Within a lane requests are pushed in the order they were
+//     added, so a push that carries generation g has pushed every earlier
+//     request of its lane; push records, per lane, the last generation
+//     pushed and its push's Seq.
+//   - Failures. A failed build, and every connection with a failing type,
+//     are registered with the tracker while they fail: Sync and
+//     WaitForVersion return them (FailureError) rather than wait.
+//
+// WaitForVersion(v) waits until every registered connection is synced to
+// v's Seq; Sync until the pushes that carry its updates are out, then the
+// same for the highest of their Seqs.
+type tracker struct {
+	mu        sync.Mutex
+	ch        chan struct{}  // closed and replaced when what waiters read changes
+	conns     int            // registered connections
+	hist      map[uint64]int // syncedSeq → number of registered connections at that value
+	min       uint64         // the lowest syncedSeq of a registered connection (if any)
+	top       uint64         // the Seq of the last PushContext published
+	lanePush  [numLanes]uint64
+	laneSeq   [numLanes]uint64
+	buildFail *Failure
+	failing   map[*conn]struct{} // connections with failing types
+	stopped   bool
+	versions  map[string]uint64 // published version → Seq, for WaitForVersion
+	vorder    []string          // versions in publication order (bounded)
+}
+
+func (t *tracker) init() {
+	t.ch = make(chan struct{})
+	t.hist = make(map[uint64]int)
+	t.failing = make(map[*conn]struct{})
+	t.versions = make(map[string]uint64)
+}
+
+// wake wakes every waiter. t.mu must be held.
+func (t *tracker) wake() {
+	close(t.ch)
+	t.ch = make(chan struct{})
+}
+
+// published records a new PushContext.
+func (t *tracker) published(version string, seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.top = max(t.top, seq)
+	if _, ok := t.versions[version]; !ok {
+		t.versions[version] = seq
+		t.vorder = append(t.vorder, version)
+		if len(t.vorder) > maxVersions {
+			delete(t.versions, t.vorder[0])
+			t.vorder[0] = ""
+			t.vorder = t.vorder[1:]
+		}
+	}
+	t.wake()
+}
+
+// pushed records that the requests of generations gens (per lane) are out
+// in push seq, whose build succeeded.
+func (t *tracker) pushed(gens [numLanes]uint64, seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for l, g := range gens {
+		if g > 0 {
+			t.lanePush[l] = max(t.lanePush[l], g)
+			t.laneSeq[l] = seq
+		}
+	}
+	t.buildFail = nil
+	t.wake()
+}
+
+func (t *tracker) buildFailed(f *Failure) {
+	t.mu.Lock()
+	t.buildFail = f
+	t.wake()
+	t.mu.Unlock()
+}
+
+func (t *tracker) stop() {
+	t.mu.Lock()
+	t.stopped = true
+	t.wake()
+	t.mu.Unlock()
+}
+
+// add counts a newly registered connection; it is synced to nothing until
+// it is initialised.
+func (t *tracker) add(c *conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c.syncedSeq = 0
+	t.min = 0
+	t.conns++
+	t.hist[0]++
+}
+
+// remove stops counting a connection that ended.
+func (t *tracker) remove(c *conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.conns--
+	t.drop(c.syncedSeq)
+	delete(t.failing, c)
+	t.wake()
+}
+
+// set records that c is now synced to seq, and whether it has failing
+// types.
+func (t *tracker) set(c *conn, seq uint64, failing bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	changed := false
+	if _, was := t.failing[c]; was != failing {
+		changed = true
+		if failing {
+			t.failing[c] = struct{}{}
+		} else {
+			delete(t.failing, c)
+		}
+	}
+	if seq != c.syncedSeq {
+		old := c.syncedSeq
+		c.syncedSeq = seq
+		t.hist[seq]++
+		if seq < t.min {
+			t.min = seq
+			changed = true
+		}
+		if t.drop(old) {
+			changed = true
+		}
+	}
+	if changed {
+		t.wake()
+	}
+}
+
+// drop removes one connection at value v from the histogram and, if v was
+// the lowest value and no connection is left at it, finds the new lowest.
+// It reports whether the lowest value rose. t.mu must be held.
+func (t *tracker) drop(v uint64) bool {
+	n := t.hist[v] - 1
+	if n > 0 {
+		t.hist[v] = n
+		return false
+	}
+	delete(t.hist, v)
+	if v != t.min || len(t.hist) == 0 {
+		return false
+	}
+	// Connections stand at few distinct values, close to the last push:
+	// walk up from v, or scan the values if that is shorter.
+	if t.top >= v && t.top-v <= uint64(len(t.hist)) {
+		for next := v + 1; next <= t.top; next++ {
+			if t.hist[next] > 0 {
+				t.min = next
+				return true
+			}
+		}
+	}
+	lowest := ^uint64(0)
+	for k := range t.hist {
+		lowest = min(lowest, k)
+	}
+	t.min = lowest
+	return true
+}
+
+func sortFailures(fs []Failure) {
+	slices.SortFunc(fs, func(a, b Failure) int {
+		return cmp.Or(cmp.Compare(a.Stage, b.Stage), cmp.Compare(a.ConnID, b.ConnID), cmp.Compare(a.Type, b.Type))
+	})
+}
+
+// wait blocks until every registered connection is synced to the Seq need
+// returns (ok false: not known yet), or something it waits for fails, or
+// ctx ends, or the Server stops.
+func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, buildPending bool)) error {
+	for {
+		t.mu.Lock()
+		ch := t.ch
+		seq, ok, buildPending := need()
+		done := ok && (t.conns == 0 || t.min >= seq)
+		var fails []Failure
+		if !done {
+			if t.buildFail != nil && buildPending {
+				fails = append(fails, *t.buildFail)
+			}
+			for c := range t.failing {
+				if !ok || c.syncedSeq < seq {
+					fails = append(fails, c.failures()...)
+				}
+			}
+		}
+		stopped := t.stopped
+		t.mu.Unlock()
+		switch {
+		case stopped:
+			return ErrStopped
+		case done:
+			return nil
+		case len(fails) > 0:
+			sortFailures(fails)
+			return &FailureError{Failures: fails}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Sync blocks until every request passed to ConfigUpdate before the call,
+// Full or not, has been debounced, built, pushed to every registered
+// connection, SotW or Delta, and settled there: the connection has
+// generated the push (a connection the push does not concern is done then),
+// sent every make-before-break phase of it, and, for every type it
+// watches, the client has ACKed the last response sent or one sent after
+// the push, or has NACKed the last response sent. Connections still
+// initialising count too, as do those that connected after the requests;
+// connections that close meanwhile stop counting. A response counts once
+// it has been written and Hooks.OnSend has returned for it.
+//
+// Sync returns the NACKs that settled a type instead of an ACK (for each
+// connection and type, the client's standing NACK of the last response
+// sent), in the order of Status; it does not wait for an ACK that will not
+// come. While something it waits for is failing — the build of a pending
+// request, or a connection's generation of a type, or a reference the
+// configuration breaks — it returns a *FailureError saying what, without
+// waiting: the Server keeps retrying, and a later Sync succeeds once the
+// retries do.
+//
+// With no ConfigUpdate before the call, Sync waits only for the
+// connections. It returns ctx.Err() if ctx ends first, and ErrStopped if
+// Run stops first. It may be called from any goroutine, including before
+// Run.
+func (s *Server) Sync(ctx context.Context) ([]NACK, error) {
+	s.updMu.Lock()
+	want := s.laneAdded
+	s.updMu.Unlock()
+	var need uint64
+	var seen [numLanes]bool
+	err := s.track.wait(ctx, func() (uint64, bool, bool) {
+		ready := true
+		for l, g := range want {
+			if g == 0 || seen[l] {
+				continue
+			}
+			if s.track.lanePush[l] < g {
+				ready = false
+				continue
+			}
+			seen[l] = true
+			need = max(need, s.track.laneSeq[l])
+		}
+		return need, ready, !ready
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.standingNACKs(), nil
+}
+
+// WaitForVersion blocks until every connected proxy, SotW or Delta, holds
+// the PushContext version or a later one: it has been applied to each
+// connection (a proxy the change does not concern is done then), every
+// make-before-break phase of the connection's push has been sent, and for
+// every type the connection watches, the last response sent has been
+// ACKed, or a response of that version or a later one has been ACKed. A
+// type whose last response was NACKed counts as settled: WaitForVersion
+// returns those NACKs instead of waiting for an ACK that will not come. A
+// response counts once it has been written and Hooks.OnSend has returned
+// for it. Proxies that disconnect stop counting; proxies that connect
+// later, and those still initialising, count too.
+//
+// Every push publishes a version, Full or not, so WaitForVersion(Version())
+// right after a ConfigUpdate's push waits for that change too. If version
+// has not been published yet, WaitForVersion waits for it (only the last
+// 4096 published versions are remembered). While a connection fails to
+// generate what it must send, it returns a *FailureError, as Sync does. It
+// returns ctx.Err() if ctx ends first.
+func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, error) {
+	err := s.track.wait(ctx, func() (uint64, bool, bool) {
+		seq, ok := s.track.versions[version]
+		return seq, ok, !ok
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.standingNACKs(), nil
+}
+
+// standingNACKs returns, for every registered connection and type, the
+// client's NACK of the last response sent.
+func (s *Server) standingNACKs() []NACK {
+	var out []NACK
+	for _, c := range s.connections() {
+		c.statusMu.Lock()
+		for _, ts := range c.st.types {
+			if ts.watched && ts.NACK != nil && ts.NACK.Nonce == ts.SentNonce {
+				out = append(out, *ts.NACK)
+			}
+		}
+		c.statusMu.Unlock()
+	}
+	return out
+}

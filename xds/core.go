@@ -1,0 +1,456 @@
+package xds
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// core is one connection's state machine: what the client subscribes to,
+// what it holds (as far as the Server can know), what it ACKed, the push
+// being released phase by phase, and what failed and when to retry it. It
+// decides what to send; it does no I/O and starts no goroutine. Time is an
+// argument of every step, so tests drive it step by step with any clock.
+//
+// Its steps are
+//
+//   - request: a client request (subscription, ACK, NACK) — request.go;
+//   - push: a push taken from the push queue — push below;
+//   - tick: time has passed (phase deadlines, retries) — tick below;
+//
+// each of which may queue responses (take them with takeOut) and move the
+// deadline at which tick wants to run next (deadline). Generators and
+// InitProxy are called through c.host, synchronously.
+//
+// A core is not safe for concurrent use: the stream's runner (stream.go)
+// owns it and calls it from one goroutine.
+type core struct {
+	set   *settings
+	host  coreHost
+	proxy *Proxy
+	delta bool
+	seed  uint64 // per-connection jitter seed (the connection number)
+
+	types     []*typeState // by type index; nil when the type is not watched
+	prevScope pushcontext.Scope
+	initSeq   uint64 // Seq of the PushContext of the last InitProxy
+
+	// genFrom holds, by type index, the PushContext the type was last
+	// generated from by a push: a type is regenerated when an index of its
+	// kinds was rebuilt since (see affected).
+	genFrom []*pushcontext.PushContext
+
+	plan *plan     // the push being released phase by phase; nil when none
+	out  []*outMsg // responses to write, in order
+	now  time.Time // the time of the current step
+	ctx  context.Context
+
+	// Sync (convergence.go): the newest push applied (generated, or left
+	// out as not concerning the proxy), and the newest whose phases have
+	// all been released.
+	appliedSeq   uint64
+	completedSeq uint64
+
+	// A push whose generation failed waits here, merged with later ones,
+	// until pushRetryAt; the runner then queues it again.
+	failed      *pushItem
+	pushRetryAt time.Time
+	pushFails   int // consecutive failed pushes
+}
+
+// coreHost is what a core needs from its Server: the host's code behind
+// its guards, and the shared caches.
+type coreHost interface {
+	// generate returns the full target of type i for the proxy of c,
+	// shared by the proxies of its view; see generate.go.
+	generate(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
+	// generateDelta calls a DeltaGenerator for the proxy of c.
+	generateDelta(ctx context.Context, c *core, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
+	// encode checks and encodes resources of type i into a set.
+	encode(i int, res []Resource) (*resSet, error)
+	// initProxy calls Config.InitProxy.
+	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
+	// nonce returns a new nonce for a response of version.
+	nonce(version string) string
+	// rebuilt reports whether an index fed by type i's kinds was rebuilt
+	// between since and pc.
+	rebuilt(i int, since, pc *pushcontext.PushContext) bool
+}
+
+// typeState is a connection's state for one type.
+type typeState struct {
+	idx int
+	sub *subscription
+
+	// order and star describe the resource names of the last SotW request
+	// as the client sent them, so that a request that repeats them (every
+	// ACK does) is recognised without sorting: order is nil when they were
+	// the subscription's names themselves (sorted, unique, without "*");
+	// otherwise it holds, for each name sent, its index in the names
+	// (starIndex for "*"). star reports a "*" among them.
+	order []uint32
+	star  bool
+
+	// held is what the client holds, assuming it accepts every response
+	// sent (held, or reported in Delta's initial_resource_versions, and
+	// still subscribed to). It is what makes pushes incremental: a
+	// resource whose content is unchanged is not sent again.
+	held holding
+	// flights are the responses sent that the client has neither ACKed
+	// nor NACKed, oldest first, each able to undo what it did to held: a
+	// NACK reverts held to what the client keeps.
+	flights []*flight
+	// rejected maps the names of resources the client NACKed to the
+	// content it rejected: that content is not sent to it again (a NACK is
+	// terminal), unless it changes or a push is Forced.
+	rejected map[string]uint64
+	// lastTarget is the resources of the type the proxy's configuration
+	// last had, as last generated in full: what tells a reference the
+	// configuration breaks from one a client still holds on its way to the
+	// configuration (see removable).
+	lastTarget *resSet
+	// removing names the resources of a deferred-removal type that the
+	// client still holds although its configuration no longer has them:
+	// the push's removal phase removes them, after every upsert
+	// (make-before-break).
+	removing map[string]struct{}
+
+	// alwaysRespond forces a full answer to the next request with the
+	// current nonce: set on EDS when CDS is requested anew, because the
+	// client re-warms its clusters and waits for their endpoints.
+	alwaysRespond bool
+	// dirty asks the next push to regenerate the type in full (a NACK
+	// stopped its phase, a push failed, something was held back).
+	dirty bool
+	// deferred is an answer waiting for the current push's phases up to
+	// the type (answers do not overtake them); retry is an answer whose
+	// generation failed, tried again at retryAt.
+	deferred *answer
+	retry    *answer
+	retryAt  time.Time
+	fails    int   // consecutive failures of the type (pushes and answers)
+	err      error // the last failure, until the type succeeds
+	errStage string
+	errAt    time.Time
+
+	nonceSent   string
+	versionSent string
+	seqSent     uint64
+	sentAt      time.Time
+	startSent   time.Time // Start of the push that produced the last response; zero for answers
+	pSent       uint64    // the connection's appliedSeq when the last response was made
+
+	nonceAcked   string
+	versionAcked string
+	seqAcked     uint64
+	ackedAt      time.Time
+	pAcked       uint64
+
+	nack     *NACK // last NACK since the last ACK
+	timeouts int   // phases sent after a timeout without this type's ACK
+}
+
+func newTypeState(i int, sub *subscription) *typeState {
+	return &typeState{idx: i, sub: sub, held: newHolding()}
+}
+
+// synced reports whether the client has ACKed the last response of the type.
+func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
+
+// covers reports whether the type's subscription covers name.
+func (ts *typeState) covers(name string) bool { return ts.sub.covers(name) }
+
+func newCore(set *settings, host coreHost, p *Proxy, delta bool, seed uint64) *core {
+	n := len(set.order)
+	return &core{
+		set:     set,
+		host:    host,
+		proxy:   p,
+		delta:   delta,
+		seed:    seed,
+		types:   make([]*typeState, n),
+		genFrom: make([]*pushcontext.PushContext, n),
+	}
+}
+
+// step sets the context and time of a step.
+func (c *core) step(ctx context.Context, now time.Time) {
+	c.ctx, c.now = ctx, now
+}
+
+// init initialises the proxy against pc (the stream's first step).
+func (c *core) init(ctx context.Context, now time.Time, pc *pushcontext.PushContext, seq uint64) error {
+	c.step(ctx, now)
+	c.proxy.Push = pc
+	c.appliedSeq, c.completedSeq = seq, seq
+	return c.initProxy(pc)
+}
+
+// initProxy calls Config.InitProxy against pc and stores its result.
+func (c *core) initProxy(pc *pushcontext.PushContext) error {
+	c.initSeq = pc.Seq()
+	st, err := c.host.initProxy(c.ctx, c.proxy, pc)
+	if err != nil {
+		return err
+	}
+	c.prevScope = c.proxy.Scope
+	c.proxy.Data, c.proxy.Scope, c.proxy.View = st.Data, st.Scope, st.View
+	return nil
+}
+
+// takeOut returns the responses queued since the last call, in order.
+func (c *core) takeOut() []*outMsg {
+	out := c.out
+	c.out = nil
+	return out
+}
+
+// busy reports whether pushes must wait: a push is still in its phases.
+func (c *core) busy() bool { return c.plan != nil }
+
+// deadline returns when tick should run next; zero when nothing waits.
+func (c *core) deadline() time.Time {
+	var at time.Time
+	earlier := func(t time.Time) {
+		if !t.IsZero() && (at.IsZero() || t.Before(at)) {
+			at = t
+		}
+	}
+	if pl := c.plan; pl != nil && !pl.waitSince.IsZero() {
+		earlier(pl.waitSince.Add(c.set.phaseTimeout))
+	}
+	if c.failed != nil {
+		earlier(c.pushRetryAt)
+	}
+	for _, ts := range c.types {
+		if ts != nil && ts.retry != nil {
+			earlier(ts.retryAt)
+		}
+	}
+	return at
+}
+
+// tick runs what is due at now: a phase that waited for its timeout,
+// answers to retry. It reports whether a failed push is due for a retry
+// (the runner then queues it, so that it is generated under a push slot).
+func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err error) {
+	c.step(ctx, now)
+	if pl := c.plan; pl != nil && !pl.waitSince.IsZero() && !now.Before(pl.waitSince.Add(c.set.phaseTimeout)) {
+		c.phaseTimedOut()
+	}
+	for _, ts := range c.types {
+		if ts != nil && ts.retry != nil && !now.Before(ts.retryAt) {
+			a := ts.retry
+			ts.retry = nil
+			if err := c.answer(ts.idx, a); err != nil {
+				return false, err
+			}
+		}
+	}
+	if err := c.flushDeferred(); err != nil {
+		return false, err
+	}
+	return c.failed != nil && !now.Before(c.pushRetryAt), nil
+}
+
+// takeFailed returns the failed push to queue again.
+func (c *core) takeFailed() *pushItem {
+	f := c.failed
+	c.failed = nil
+	return f
+}
+
+// push applies a push to the connection: re-initialises the proxy on a
+// Full push, filters by dependencies, generates the affected watched
+// types and starts releasing its phases. If a type fails to generate,
+// nothing of the push is sent: it waits, merged with later pushes, for a
+// retry (see Generator).
+func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
+	c.step(ctx, now)
+	if c.failed != nil {
+		item = c.failed.Merge(item)
+		c.failed = nil
+	}
+	req := item.req
+	pc := req.Push
+	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
+		pc = c.proxy.Push // never go back to an older snapshot
+	}
+	if req.Full && pc.Seq() > c.initSeq {
+		if err := c.initProxy(pc); err != nil {
+			return err
+		}
+	}
+	c.proxy.Push = pc
+	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
+	dirty := slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
+	if !ok {
+		c.explained(req, pc, nil)
+		if !dirty {
+			c.applied(item.seq, true)
+			return nil
+		}
+		// The push does not concern the proxy, but an earlier push left
+		// types to regenerate: do them now rather than wait for a push
+		// that concerns the proxy.
+		filtered = &pushcontext.PushRequest{Push: pc, Reason: req.Reason, Start: req.Start}
+	}
+	if filtered.Push != pc {
+		cp := *filtered
+		cp.Push = pc
+		filtered = &cp
+	}
+	set := c.set
+	// A cluster that is sent re-warms on the client, which then waits for
+	// its endpoints: when CDS is generated, so is EDS.
+	cdsAffected := set.cdsIdx >= 0 && c.types[set.cdsIdx] != nil && c.affected(set.cdsIdx, filtered)
+	pl := newPlan(filtered, len(set.order))
+	var failed bool
+	for i, ts := range c.types {
+		if ts == nil {
+			continue
+		}
+		eds := i == set.edsIdx && cdsAffected
+		if !c.affected(i, filtered) && !eds {
+			continue
+		}
+		// EDS re-sends the endpoints of re-warming clusters, which a
+		// DeltaGenerator does not list: it is generated in full then.
+		full := ts.dirty || eds || ts.held.len() == 0 && ts.nonceSent == ""
+		tgt, err := c.generate(i, true, !full, filtered)
+		if err != nil {
+			c.typeFailed(ts, "generate", err, true)
+			failed = true
+			if err == ErrGenerateTimeout {
+				return errStreamGenerateTimeout
+			}
+			continue
+		}
+		pl.phases = append(pl.phases, phase{typeIdx: i, tgt: tgt})
+	}
+	if failed {
+		// Nothing of the push is sent: a later phase could reference
+		// what the failed type did not send.
+		for _, ph := range pl.phases {
+			c.types[ph.typeIdx].dirty = true
+		}
+		c.failed = &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged}
+		c.pushFails++
+		c.pushRetryAt = now.Add(set.backoffFor(c.pushFails, c.seed))
+		return nil
+	}
+	c.pushFails = 0
+	generated := make([]bool, len(c.types))
+	for _, ph := range pl.phases {
+		ts := c.types[ph.typeIdx]
+		ts.dirty = false
+		c.genFrom[ph.typeIdx] = pc
+		generated[ph.typeIdx] = true
+		c.typeOK(ts)
+	}
+	c.explained(req, pc, generated)
+	c.applied(item.seq, false)
+	if len(pl.phases) == 0 {
+		c.completedSeq = max(c.completedSeq, c.appliedSeq)
+		return nil
+	}
+	for _, i := range set.removalOrder {
+		if c.types[i] != nil {
+			pl.phases = append(pl.phases, phase{typeIdx: i, removal: true})
+		}
+	}
+	pl.seq = c.appliedSeq
+	c.plan = pl
+	c.advance(false)
+	return c.flushDeferred()
+}
+
+// applied records that push seq has been applied; done when nothing was
+// generated for it.
+func (c *core) applied(seq uint64, done bool) {
+	c.appliedSeq = max(c.appliedSeq, seq)
+	if done {
+		c.completedSeq = max(c.completedSeq, c.appliedSeq)
+	}
+}
+
+// explained records, for every type not generated by the push of req (the
+// request as fanned out, before the proxy's scope filtered it) from pc,
+// that the rebuilds of its kinds' indexes up to pc are explained by req's
+// keys when req names one of its kinds: what changed there is what req
+// says, and the scope decided whether it concerns the proxy. Only
+// rebuilds nothing announced (an index reading a rebuilt one, an index of
+// several kinds) make a type affected on their own.
+func (c *core) explained(req *pushcontext.PushRequest, pc *pushcontext.PushContext, generated []bool) {
+	for i, ts := range c.types {
+		if ts == nil || (generated != nil && generated[i]) || c.genFrom[i] == nil {
+			continue
+		}
+		for _, k := range c.set.kinds[i] {
+			if req.ConfigsUpdated.HasKind(k) {
+				c.genFrom[i] = pc
+				break
+			}
+		}
+	}
+}
+
+// affected reports whether type i must be regenerated for req (already
+// filtered by the proxy's scope): the request is Forced, the type is
+// dirty, the request names one of its kinds, or an index of its kinds was
+// rebuilt since the type was last generated for this proxy.
+func (c *core) affected(i int, req *pushcontext.PushRequest) bool {
+	ts := c.types[i]
+	if req.Forced || ts.dirty || c.set.kinds[i] == nil {
+		return true
+	}
+	for _, k := range c.set.kinds[i] {
+		if req.ConfigsUpdated.HasKind(k) {
+			return true
+		}
+	}
+	return c.host.rebuilt(i, c.genFrom[i], req.Push)
+}
+
+// typeFailed records a failure of type ts at the current step. A failed
+// answer (not push) is retried by tick.
+func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
+	ts.fails++
+	if ts.err == nil {
+		ts.errAt = c.now
+	}
+	ts.err, ts.errStage = err, stage
+	ts.dirty = true
+	var retryIn time.Duration
+	if err != ErrGenerateTimeout {
+		retryIn = c.set.backoffFor(ts.fails, c.seed+uint64(ts.idx))
+	}
+	t := c.set.order[ts.idx]
+	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: generate failed",
+		slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID), slog.String("type_url", string(t)),
+		slog.Bool("push", push), slog.Int("attempt", ts.fails), slog.Duration("retry_in", retryIn), slog.Any("err", err))
+	if pe, ok := err.(*PanicError); ok {
+		c.set.logger.LogAttrs(c.ctx, slog.LevelError, "xds: host code panicked",
+			slog.String("func", pe.Func), slog.String("proxy", c.proxy.ID), slog.String("type_url", string(t)),
+			slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
+	}
+	callHook(c.set, c.set.hooks.OnGenerateError, GenerateErrorEvent{
+		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Push: push, Err: err, Attempt: ts.fails, RetryIn: retryIn,
+	})
+}
+
+// typeOK records a successful generation of type ts, clearing its
+// failure; a reference held back since is recorded again by release.
+func (c *core) typeOK(ts *typeState) {
+	ts.fails, ts.err, ts.errStage = 0, nil, ""
+}
+
+// retryType asks tick to regenerate type ts after a backoff, as an answer
+// with nothing forced: what differs is sent.
+func (c *core) retryType(ts *typeState) {
+	ts.retry = ts.retry.merge(&answer{})
+	ts.retryAt = c.now.Add(c.set.backoffFor(max(ts.fails, 1), c.seed+uint64(ts.idx)))
+}

@@ -1,0 +1,587 @@
+package xds
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// A target (what a client should hold of one type, as generated) becomes a
+// response in two steps: diff compares it with what the client holds and
+// says what a response would carry, without changing anything; release
+// applies that and builds the response. The phase planner asks diff
+// whether a phase would send anything (phases.go), the sender releases.
+
+// target is the state of one type that a proxy should hold, restricted to
+// what it subscribes to, as generated. Targets of a view are shared.
+type target struct {
+	set *resSet
+	// sub is the subscription the target was generated for: a name
+	// subscribed to later is not known to it, so its absence does not mean
+	// a removal.
+	sub *subscription
+	// partial marks the target of a DeltaGenerator on a Delta stream or
+	// for a SotW by-name type: set holds only the upserted resources and
+	// removed the removed names (ignored by SotW by-name types, which
+	// never remove); what the client holds otherwise is unchanged.
+	partial bool
+	removed []string
+}
+
+// covers reports whether the target was generated for name.
+func (t *target) covers(name string) bool { return t.sub.covers(name) }
+
+// relOpts says how release turns a target into a response.
+type relOpts struct {
+	// push is true for a push phase, false for an answer to a request.
+	push bool
+	// all sends every resource of the target, not only those that differ
+	// from what the client holds (SotW full answers).
+	all bool
+	// force names resources sent even if unchanged; with restrict, the
+	// response is restricted to them and removes nothing.
+	force    map[string]struct{}
+	restrict bool
+	// initial answers even with nothing to send (a Delta type's first
+	// request on the stream).
+	initial bool
+	// notFound lists, in a Delta answer, the names asked for that do not
+	// exist, as removed.
+	notFound bool
+	// warm names resources sent even if unchanged.
+	warm *warmSet
+	// changed, if set, is called for each resource sent because its
+	// content differs from what the client held.
+	changed func(entry)
+	// start is the push's Start (zero for answers).
+	start time.Time
+	pc    *pushcontext.PushContext
+}
+
+// diffResult is what a response of one type would carry and do.
+type diffResult struct {
+	// kept is what the client will hold of what the target covers, sorted
+	// (a SotW full-state response carries it, plus what is removing).
+	kept []entry
+	// changed are the resources of kept whose content differs from what
+	// the client holds.
+	changed []entry
+	// ups are the resources a Delta or SotW by-name response carries.
+	ups []entry
+	// gone are the names removed now, sorted; notFound the names asked
+	// for that do not exist (a Delta answer lists both as removed).
+	gone, notFound []string
+	// deferring: the type's removals wait for the push's removal phase;
+	// deferGone are the names to add to typeState.removing, after
+	// clearing it if resetRemoving.
+	deferring     bool
+	resetRemoving bool
+	deferGone     []string
+	// substituted: something of the target is not kept as generated
+	// (rejected content, held back, answered during the push, not
+	// subscribed to), so the client will not hold the target exactly.
+	substituted bool
+	// refErrs are the references held back.
+	refErrs []*ReferenceError
+	// unrejected names rejected content that the target changes or no
+	// longer has: it may be sent again.
+	unrejected []string
+	// resync: the client's last response of the type stands NACKed and
+	// nothing of the rejected content is left in the target, so a response
+	// is sent even if nothing differs, for the client to ACK: its NACK no
+	// longer stands.
+	resync bool
+}
+
+// sends reports whether the response would be sent.
+func (d *diffResult) sends(c *core, i int, o relOpts) bool {
+	switch {
+	case d.resync:
+		return true
+	case c.delta:
+		return len(d.ups) > 0 || len(d.gone) > 0 || len(d.notFound) > 0 || o.initial
+	case c.set.fullState[i]:
+		return len(d.changed) > 0 || len(d.gone) > 0 || o.all
+	}
+	return len(d.ups) > 0
+}
+
+// diff compares tgt with what the client holds of type i. It changes
+// nothing.
+func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
+	set := c.set
+	ts := c.types[i]
+	full := set.fullState[i]
+	removes := c.delta || full
+	var answered map[string]struct{} // names an answer sent during the push
+	if o.push && c.plan != nil {
+		answered = c.plan.answered[i]
+	}
+	covered := tgt.sub == ts.sub
+	// A route or listener must not name a cluster the client does not
+	// hold, when the client holds every cluster it is sent (wildcard CDS).
+	checkClusters := (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 &&
+		c.types[set.cdsIdx] != nil && c.types[set.cdsIdx].sub.wildcard
+	var d diffResult
+	inHeld := 0
+	keep := func(r entry, prev *encoded) {
+		d.substituted = true
+		if prev != nil {
+			r.enc = prev
+			d.kept = append(d.kept, r)
+			inHeld++
+		}
+	}
+	for _, r := range tgt.set.ents {
+		if !covered && !ts.covers(r.name) {
+			d.substituted = true
+			continue
+		}
+		_, forced := o.force[r.name]
+		if o.restrict && !forced {
+			d.substituted = true
+			continue
+		}
+		prev := ts.held.get(r.name)
+		if _, ok := answered[r.name]; ok && prev != nil {
+			// The client holds what an answer sent during the push: at
+			// least as new as this phase.
+			keep(r, prev)
+			continue
+		}
+		if h, ok := ts.rejected[r.name]; ok {
+			if h == r.enc.hash {
+				keep(r, prev) // rejected content is not sent again
+				continue
+			}
+			d.unrejected = append(d.unrejected, r.name)
+		}
+		differs := !prev.same(r.enc)
+		if differs && checkClusters {
+			if e := c.danglingCluster(i, r); e != nil {
+				d.refErrs = append(d.refErrs, e)
+				if e.Rejected || !set.sendMissing {
+					keep(r, prev)
+					continue
+				}
+			}
+		}
+		d.kept = append(d.kept, r)
+		if prev != nil {
+			inHeld++
+		}
+		if differs {
+			d.changed = append(d.changed, r)
+		}
+		if !full || c.delta {
+			if differs || o.all || forced || o.warm.has(r.name) {
+				d.ups = append(d.ups, r) // SotW full-state responses carry kept
+			}
+		}
+	}
+
+	// What the client holds and the target no longer has. SotW by-name
+	// types never remove: the client unsubscribes.
+	var gone []string
+	switch {
+	case !removes:
+	case tgt.partial:
+		for _, n := range tgt.removed {
+			if ts.held.get(n) != nil && ts.covers(n) {
+				gone = append(gone, n)
+			}
+		}
+	case !o.restrict && inHeld < ts.held.len():
+		ts.held.each(func(n string, _ *encoded) {
+			if ts.covers(n) && tgt.covers(n) && !hasEntry(d.kept, n) {
+				gone = append(gone, n)
+			}
+		})
+	}
+	slices.Sort(gone)
+	if set.deferred[i] && removes && !o.restrict &&
+		(o.push || len(ts.removing) > 0 || (o.initial && set.phaseWait)) {
+		// Make-before-break: hold the removals until the push's removal
+		// phase (answers keep holding what a push holds), or, for what a
+		// reconnecting Delta client reported holding, until its removal
+		// phase after the client has caught up (see planRemoval).
+		d.deferring, d.resetRemoving, d.deferGone = true, !tgt.partial, gone
+		gone = nil
+	}
+	if len(gone) > 0 {
+		var kept []string
+		gone, kept, d.refErrs = c.removable(i, gone, d.refErrs)
+		for _, n := range kept {
+			d.substituted = true
+			d.kept = insertEntry(d.kept, entry{n, ts.held.get(n)})
+		}
+	}
+	d.gone = gone
+
+	if !tgt.partial && covered && !o.restrict {
+		for n := range ts.rejected {
+			if tgt.set.get(n) == nil {
+				d.unrejected = append(d.unrejected, n)
+			}
+		}
+	}
+	if ts.nack != nil && ts.nack.Nonce == ts.nonceSent && ts.nonceSent != "" && len(ts.rejected) == len(d.unrejected) {
+		d.resync = true
+	}
+
+	if c.delta && o.notFound {
+		asked := ts.sub.names
+		if o.restrict {
+			asked = sortedKeys(o.force)
+		}
+		for _, n := range asked {
+			if !hasEntry(d.kept, n) && ts.held.get(n) == nil {
+				if _, ok := slices.BinarySearch(d.gone, n); !ok {
+					d.notFound = append(d.notFound, n)
+				}
+			}
+		}
+	}
+	return d
+}
+
+func hasEntry(ents []entry, name string) bool {
+	_, ok := slices.BinarySearchFunc(ents, name, func(e entry, n string) int { return strings.Compare(e.name, n) })
+	return ok
+}
+
+func insertEntry(ents []entry, e entry) []entry {
+	i, ok := slices.BinarySearchFunc(ents, e.name, func(x entry, n string) int { return strings.Compare(x.name, n) })
+	if ok {
+		ents[i] = e
+		return ents
+	}
+	return slices.Insert(ents, i, e)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// release compares tgt with what the client holds of type i and returns
+// the response, or nil if there is nothing to send. It updates what the
+// client holds as if the response were delivered (the flight can undo it).
+func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
+	ts := c.types[i]
+	if ts == nil || tgt == nil {
+		return nil
+	}
+	set := c.set
+	full := set.fullState[i]
+	d := c.diff(i, tgt, o)
+	if !tgt.partial && tgt.sub == ts.sub {
+		ts.lastTarget = tgt.set
+	}
+	c.referencesHeld(ts, d.refErrs)
+	for _, n := range d.unrejected {
+		delete(ts.rejected, n)
+	}
+	if d.deferring {
+		if d.resetRemoving {
+			ts.removing = nil
+		}
+		for _, n := range d.deferGone {
+			if ts.removing == nil {
+				ts.removing = make(map[string]struct{}, len(d.deferGone))
+			}
+			ts.removing[n] = struct{}{}
+		}
+	}
+	exact := func() {
+		if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() &&
+			ts.held.len() == tgt.set.len() && len(ts.removing) == 0 {
+			ts.held.reset(tgt.set) // the same content, shared with other clients
+		}
+	}
+	if !d.sends(c, i, o) {
+		exact()
+		return nil
+	}
+
+	f := &flight{}
+	if full && !c.delta {
+		before := ts.held.snapshot()
+		state := d.kept
+		if len(ts.removing) > 0 {
+			state = slices.Clone(state)
+			for n := range ts.removing {
+				if e := ts.held.get(n); e != nil {
+					state = insertEntry(state, entry{n, e})
+				}
+			}
+		}
+		ts.held.reset(newSet(state))
+		exact()
+		after := ts.held.snapshot()
+		f.before, f.after = &before, &after
+	} else {
+		for _, r := range d.kept {
+			if !ts.held.get(r.name).same(r.enc) {
+				f.put(&ts.held, r.name, r.enc)
+			}
+		}
+		for _, n := range d.gone {
+			f.del(&ts.held, n)
+		}
+		exact()
+		ts.held.compact()
+	}
+	for _, r := range d.changed {
+		if o.changed != nil {
+			o.changed(r)
+		}
+	}
+	if !o.push && c.plan != nil && len(d.ups) > 0 {
+		if c.plan.answered[i] == nil {
+			c.plan.answered[i] = make(map[string]struct{}, len(d.ups))
+		}
+		for _, r := range d.ups {
+			c.plan.answered[i][r.name] = struct{}{}
+		}
+	}
+
+	var m *outMsg
+	switch {
+	case c.delta:
+		gone := d.gone
+		if len(d.notFound) > 0 {
+			gone = append(slices.Clone(gone), d.notFound...)
+			slices.Sort(gone)
+		}
+		m = c.deltaMsg(i, d.ups, gone, o)
+	case full:
+		ents := ts.held.entries()
+		anys := make([]*anypb.Any, 0, len(ents))
+		size := 0
+		for _, e := range ents {
+			if e.enc.any != nil {
+				anys = append(anys, e.enc.any)
+				size += len(e.enc.any.Value)
+			}
+		}
+		m = c.sotwMsg(i, anys, size, o)
+	default:
+		ups := d.ups
+		if d.resync && len(ups) == 0 {
+			ups = d.kept
+		}
+		anys := make([]*anypb.Any, 0, len(ups))
+		size := 0
+		for _, r := range ups {
+			anys = append(anys, r.enc.any)
+			size += len(r.enc.any.Value)
+		}
+		m = c.sotwMsg(i, anys, size, o)
+	}
+	f.nonce = m.nonce
+	ts.flights = append(ts.flights, f)
+	return m
+}
+
+// releaseRemovals is the removal phase of a deferred-removal type: it
+// removes what the push's upsert phase held back, except what a resource
+// the client holds still names.
+func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
+	ts := c.types[i]
+	if ts == nil || len(ts.removing) == 0 {
+		return nil
+	}
+	var gone []string
+	for n := range ts.removing {
+		if ts.held.get(n) != nil && ts.covers(n) {
+			gone = append(gone, n)
+		}
+	}
+	ts.removing = nil
+	slices.Sort(gone)
+	var errs []*ReferenceError
+	gone, _, errs = c.removable(i, gone, nil)
+	c.referencesHeld(ts, errs)
+	if len(gone) == 0 {
+		return nil
+	}
+	f := &flight{}
+	for _, n := range gone {
+		f.del(&ts.held, n)
+	}
+	var m *outMsg
+	switch {
+	case c.delta:
+		m = c.deltaMsg(i, nil, gone, o)
+	case c.set.fullState[i]:
+		ents := ts.held.entries()
+		anys := make([]*anypb.Any, 0, len(ents))
+		size := 0
+		for _, e := range ents {
+			if e.enc.any != nil {
+				anys = append(anys, e.enc.any)
+				size += len(e.enc.any.Value)
+			}
+		}
+		m = c.sotwMsg(i, anys, size, o)
+	default:
+		return nil // SotW by-name: the client drops them with their parents
+	}
+	f.nonce = m.nonce
+	ts.flights = append(ts.flights, f)
+	return m
+}
+
+// danglingCluster returns the error of r, a route or listener, if it names
+// a cluster the client does not hold.
+func (c *core) danglingCluster(i int, r entry) *ReferenceError {
+	cds := c.types[c.set.cdsIdx]
+	for _, name := range c.set.refsOf(i, r.enc).clusters {
+		if cds.held.get(name) != nil {
+			continue
+		}
+		// The client lacks the cluster because it rejected it, or because
+		// it has not been sent yet (it is in the configuration): not the
+		// configuration's fault. Otherwise the configuration names a
+		// cluster it does not have.
+		_, rejected := cds.rejected[name]
+		transient := rejected || cds.lastTarget == nil || cds.lastTarget.get(name) != nil
+		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
+	}
+	return nil
+}
+
+// What a reference check looks for in what a resource names.
+const (
+	refClusters = iota
+	refRoutes
+)
+
+func (r *encRefs) of(kind int) []string {
+	if kind == refRoutes {
+		return r.routes
+	}
+	return r.clusters
+}
+
+func (r *setRefs) of(kind int) []string {
+	if kind == refRoutes {
+		return r.routes
+	}
+	return r.clusters
+}
+
+// removable splits names, resources of type i to remove from the client,
+// into those it may remove and those a resource it holds still names (a
+// cluster named by a route or listener, a route named by a listener),
+// whose removal is held back; errs gets one error per name held back.
+func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kept []string, _ []*ReferenceError) {
+	set := c.set
+	var from []int
+	kind := refClusters
+	switch i {
+	case set.cdsIdx:
+		from = []int{set.rdsIdx, set.ldsIdx}
+	case set.rdsIdx:
+		from, kind = []int{set.ldsIdx}, refRoutes
+	default:
+		return names, nil, errs
+	}
+	for _, n := range names {
+		var e *ReferenceError
+		for _, j := range from {
+			if j < 0 || c.types[j] == nil {
+				continue
+			}
+			if by := c.namedBy(j, n, kind); by != "" {
+				// The client still holds a resource naming n. The
+				// configuration is at fault only if that resource, as the
+				// configuration has it now, still names n; otherwise the
+				// client is on its way (it will drop or replace it).
+				rts := c.types[j]
+				broken := false
+				if rts.lastTarget != nil {
+					if e := rts.lastTarget.get(by); e != nil {
+						_, broken = slices.BinarySearch(set.refsOf(j, e).of(kind), n)
+					}
+				}
+				e = &ReferenceError{FromType: set.order[j], From: by, ToType: set.order[i], To: n, Removal: true, Rejected: !broken}
+				break
+			}
+		}
+		switch {
+		case e == nil:
+			ok = append(ok, n)
+		case !e.Rejected && set.sendMissing:
+			ok = append(ok, n) // removed anyway, as asked; reported
+			errs = append(errs, e)
+		default:
+			kept = append(kept, n)
+			errs = append(errs, e)
+		}
+	}
+	return ok, kept, errs
+}
+
+// namedBy returns the first resource of type j the client holds that
+// names name (as kind), or "".
+func (c *core) namedBy(j int, name string, kind int) string {
+	ts := c.types[j]
+	if len(ts.held.over) == 0 {
+		// Most clients hold a shared set: its references are computed
+		// once, and a miss costs a binary search.
+		if _, ok := slices.BinarySearch(ts.held.set.refsOf(c.set, j).of(kind), name); !ok {
+			return ""
+		}
+	}
+	by := ""
+	ts.held.each(func(n string, e *encoded) {
+		if by == "" || n < by {
+			if _, ok := slices.BinarySearch(c.set.refsOf(j, e).of(kind), name); ok {
+				by = n
+			}
+		}
+	})
+	return by
+}
+
+// referencesHeld records references held back for type ts: the type is
+// regenerated by the next push and retried after a backoff; one that the
+// configuration itself breaks is a failure (Status, Sync).
+func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
+	heldBack, failed := false, false
+	for _, e := range errs {
+		callHook(c.set, c.set.hooks.OnReferenceError, ReferenceErrorEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Err: e})
+		if e.Rejected || !c.set.sendMissing {
+			heldBack = true
+		}
+		if !e.Rejected && !c.set.sendMissing && !failed {
+			failed = true
+			if ts.errStage != "reference" || ts.err == nil || ts.err.Error() != e.Error() {
+				ts.fails++
+			}
+			if ts.err == nil {
+				ts.errAt = c.now
+			}
+			ts.err, ts.errStage = e, "reference"
+		}
+	}
+	if !heldBack {
+		return
+	}
+	ts.dirty = true
+	if c.failed == nil && ts.retry == nil {
+		// Try again later even if nothing is pushed: what was missing
+		// may arrive with a push that does not concern this type.
+		c.retryType(ts)
+	}
+}

@@ -1,0 +1,146 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Errors the Server returns.
+var (
+	// ErrStopped is returned by Sync and WaitForVersion when Run stops
+	// before what they wait for has converged.
+	ErrStopped = errors.New("xds: server stopped")
+	// ErrNotLoaded is returned by WaitReady before Loaded is called.
+	ErrNotLoaded = errors.New("xds: the host has not called Loaded: its configuration is not loaded")
+	// ErrGenerateTimeout is the error of a Generator call that overran
+	// Config.GenerateTimeout.
+	ErrGenerateTimeout = errors.New("xds: generate timed out")
+)
+
+// PanicError is a panic of host code (a Builder, Generator, InitProxy,
+// Authenticate or Bypass), recovered by the Server and turned into an error
+// of the call that panicked.
+type PanicError struct {
+	// Func names the host function: "Build", "Generate", "GenerateDelta",
+	// "InitProxy", "Authenticate" or "Bypass".
+	Func string
+	// Value is what was passed to panic.
+	Value any
+	// Stack is the panicking goroutine's stack.
+	Stack []byte
+}
+
+// Error returns "xds: host Func panicked: Value".
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("xds: host %s panicked: %v", e.Func, e.Value)
+}
+
+// Unwrap returns Value if it is an error.
+func (e *PanicError) Unwrap() error {
+	err, _ := e.Value.(error)
+	return err
+}
+
+// ResourceError reports a resource a Generator returned that the Server
+// refuses to send.
+type ResourceError struct {
+	Type TypeURL
+	// Name is the resource's Name (possibly empty).
+	Name string
+	// Reason says what is wrong.
+	Reason string
+}
+
+// Error returns `xds: TYPE resource "NAME": REASON`.
+func (e *ResourceError) Error() string {
+	return fmt.Sprintf("xds: %s resource %q: %s", e.Type.Short(), e.Name, e.Reason)
+}
+
+// ReferenceError reports a reference the Server did not let a client hold
+// dangling: a resource naming one the client does not hold (the resource's
+// update is held back), or the removal of a resource that one the client
+// holds still names (the removal is held back).
+type ReferenceError struct {
+	// From names the resource that references To.
+	FromType TypeURL
+	From     string
+	// To is the resource referenced.
+	ToType TypeURL
+	To     string
+	// Removal is true when the removal of To is held back; false when
+	// From's update is.
+	Removal bool
+	// Rejected is true when the hold-back is the client's doing and
+	// passes: it rejected To (see its NACK), or it still holds an older
+	// From on its way to the configuration. It is false when the proxy's
+	// configuration itself is inconsistent: a From that names a To it does
+	// not have. Only those are failures (Status, Sync).
+	Rejected bool
+}
+
+// Error describes the reference.
+func (e *ReferenceError) Error() string {
+	why := "which the configuration does not have"
+	if e.Rejected {
+		why = "which the client does not hold yet"
+	}
+	if e.Removal {
+		return fmt.Sprintf("xds: removal of %s %q held back: %s %q still references it", e.ToType.Short(), e.To, e.FromType.Short(), e.From)
+	}
+	return fmt.Sprintf("xds: %s %q held back: it references %s %q, %s", e.FromType.Short(), e.From, e.ToType.Short(), e.To, why)
+}
+
+// Failure is one thing that keeps the configuration from reaching a
+// client, as Sync and WaitForVersion report it.
+type Failure struct {
+	// Stage is "build" (the Builder; no proxy), "init" (InitProxy),
+	// "generate" (a Generator, or a check of its output) or "reference"
+	// (a reference held back because the configuration lacks what it
+	// names).
+	Stage string
+	// ProxyID, ConnID and Type say where, for every stage but "build".
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	// Err is the last error.
+	Err error
+	// Attempts counts the consecutive failures.
+	Attempts int
+}
+
+func (f Failure) String() string {
+	if f.Stage == "build" {
+		return fmt.Sprintf("build (%d attempts): %v", f.Attempts, f.Err)
+	}
+	return fmt.Sprintf("%s %s for %s (%d attempts): %v", f.Stage, f.Type.Short(), f.ConnID, f.Attempts, f.Err)
+}
+
+// FailureError is what Sync and WaitForVersion return while something
+// they wait for is failing. The Server keeps retrying; a later call
+// succeeds once the retries do.
+type FailureError struct {
+	Failures []Failure
+}
+
+// Error lists the failures.
+func (e *FailureError) Error() string {
+	var b strings.Builder
+	b.WriteString("xds: not converging: ")
+	for i, f := range e.Failures {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(f.String())
+	}
+	return b.String()
+}
+
+// Unwrap returns the failures' errors.
+func (e *FailureError) Unwrap() []error {
+	out := make([]error, len(e.Failures))
+	for i, f := range e.Failures {
+		out[i] = f.Err
+	}
+	return out
+}

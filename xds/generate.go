@@ -1,0 +1,291 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// Generation: the core asks for the target of a type (generate); the
+// Server calls the Generator through its guard, checks and encodes what it
+// returns, and shares the result between the proxies of a view.
+
+// generate returns the target of type i for the proxy, generated from
+// req.Push: the full target from Generate, or, for a push that may use a
+// DeltaGenerator, a partial target (Delta, SotW by-name) or what the client
+// holds with the changes applied (SotW full-state).
+func (c *core) generate(i int, push, mayDelta bool, req *pushcontext.PushRequest) (*target, error) {
+	ts := c.types[i]
+	if push && mayDelta && !req.Forced && c.proxy.View == "" {
+		if dg, ok := c.set.generators[i].(DeltaGenerator); ok {
+			ch, ok, err := c.host.generateDelta(c.ctx, c, i, dg, ts.sub, req)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				if c.delta || !c.set.fullState[i] {
+					// Delta, and SotW by-name types (which send only what
+					// changed and never remove), need nothing else: the
+					// work is proportional to the change.
+					return c.partialTarget(i, ch)
+				}
+				return c.applyChanges(i, ch)
+			}
+		}
+	}
+	return c.host.generate(c.ctx, c, i, ts.sub, req, push)
+}
+
+// partialTarget returns the changes ch as a partial target.
+func (c *core) partialTarget(i int, ch Changes) (*target, error) {
+	ts := c.types[i]
+	res := make([]Resource, 0, len(ch.Upserted))
+	for _, r := range ch.Upserted {
+		if ts.covers(r.Name) {
+			res = append(res, r)
+		}
+	}
+	set, err := c.host.encode(i, res)
+	if err != nil {
+		return nil, err
+	}
+	tgt := &target{set: set, sub: ts.sub, partial: true}
+	for _, n := range ch.Removed {
+		if set.find(n) < 0 {
+			tgt.removed = append(tgt.removed, n)
+		}
+	}
+	return tgt, nil
+}
+
+// applyChanges returns what the client holds (what is removing excluded)
+// with ch applied, as a full target.
+func (c *core) applyChanges(i int, ch Changes) (*target, error) {
+	ts := c.types[i]
+	res := make([]Resource, 0, len(ch.Upserted))
+	for _, r := range ch.Upserted {
+		if ts.covers(r.Name) {
+			res = append(res, r)
+		}
+	}
+	up, err := c.host.encode(i, res)
+	if err != nil {
+		return nil, err
+	}
+	gone := make(map[string]struct{}, len(ch.Removed))
+	for _, n := range ch.Removed {
+		gone[n] = struct{}{}
+	}
+	ents := make([]entry, 0, ts.held.len()+up.len())
+	for _, e := range ts.held.entries() {
+		_, removing := ts.removing[e.name]
+		_, deleted := gone[e.name]
+		if !removing && !deleted && up.find(e.name) < 0 {
+			ents = append(ents, e)
+		}
+	}
+	ents = append(ents, up.ents...)
+	slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+	return &target{set: newSet(ents), sub: ts.sub}, nil
+}
+
+// genKey identifies a shared generation: one view, type, snapshot and
+// subscription.
+type genKey struct {
+	view string
+	typ  int
+	seq  uint64
+	sub  *subscription
+}
+
+// genCall is a generation shared by the proxies of a view: the first one
+// to ask makes it, the others wait for it.
+type genCall struct {
+	done chan struct{}
+	tgt  *target
+	err  error
+}
+
+// views caches the targets of the current and the previous PushContext,
+// by genKey; a failed generation is not kept.
+type viewCache struct {
+	mu   sync.Mutex // protects the fields below
+	seq  uint64     // the newest PushContext Seq seen
+	cur  map[genKey]*genCall
+	prev map[genKey]*genCall
+}
+
+func (v *viewCache) get(k genKey) (call *genCall, owner bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if k.seq > v.seq {
+		v.seq, v.prev, v.cur = k.seq, v.cur, nil
+	}
+	if call = v.cur[k]; call != nil {
+		return call, false
+	}
+	if call = v.prev[k]; call != nil {
+		return call, false
+	}
+	if v.cur == nil {
+		v.cur = make(map[genKey]*genCall)
+	}
+	call = &genCall{done: make(chan struct{})}
+	v.cur[k] = call
+	return call, true
+}
+
+func (v *viewCache) forget(k genKey, call *genCall) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.cur[k] == call {
+		delete(v.cur, k)
+	}
+	if v.prev[k] == call {
+		delete(v.prev, k)
+	}
+}
+
+// generate returns the full target of type i for the proxy of c, for sub,
+// from req.Push. A proxy with a view shares it with the other proxies of
+// that view.
+func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+	view := c.proxy.View
+	if view == "" {
+		return s.generateFor(ctx, c, i, sub, req, push)
+	}
+	k := genKey{view: view, typ: i, seq: req.Push.Seq(), sub: sub}
+	call, owner := s.views.get(k)
+	if !owner {
+		select {
+		case <-call.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		if call.err == nil {
+			return call.tgt, nil
+		}
+		// The owner failed: try for ourselves (its failure may be its own:
+		// a timeout, a cancelled stream).
+		return s.generateFor(ctx, c, i, sub, req, push)
+	}
+	call.tgt, call.err = s.generateFor(ctx, c, i, sub, req, push)
+	if call.err != nil {
+		s.views.forget(k, call)
+	}
+	close(call.done)
+	return call.tgt, call.err
+}
+
+// generateFor calls type i's Generator for the proxy of c and turns what
+// it returns into a target.
+func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
+	var res []Resource
+	start := s.set.clock.Now()
+	err := s.guard(ctx, "Generate", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) error {
+		var err error
+		res, err = s.set.generators[i].Generate(ctx, c.proxy, w, req)
+		return err
+	})
+	if h := s.set.hooks.OnGenerate; h != nil {
+		ev := s.generateEvent(c, i, req, push, start, err)
+		ev.Resources = len(res)
+		callHook(s.set, h, ev)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !sub.wildcard && !sub.coversAll(res) {
+		kept := make([]Resource, 0, len(res))
+		for _, r := range res {
+			if sub.covers(r.Name) {
+				kept = append(kept, r)
+			}
+		}
+		res = kept
+	}
+	set, err := s.encode(i, res)
+	if err != nil {
+		return nil, err
+	}
+	return &target{set: set, sub: sub}, nil
+}
+
+// generateDelta calls a DeltaGenerator for the proxy of c.
+func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
+	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
+	var ch Changes
+	var ok bool
+	start := s.set.clock.Now()
+	err := s.guard(ctx, "GenerateDelta", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) error {
+		var err error
+		ch, ok, err = dg.GenerateDelta(ctx, c.proxy, w, req)
+		return err
+	})
+	if h := s.set.hooks.OnGenerate; h != nil {
+		ev := s.generateEvent(c, i, req, true, start, err)
+		ev.Delta = true
+		if ok {
+			ev.Resources, ev.Removed = len(ch.Upserted), len(ch.Removed)
+		}
+		callHook(s.set, h, ev)
+	}
+	return ch, ok && err == nil, err
+}
+
+func (s *Server) generateEvent(c *core, i int, req *pushcontext.PushRequest, push bool, start time.Time, err error) GenerateEvent {
+	return GenerateEvent{
+		ProxyID: c.proxy.ID,
+		ConnID:  c.proxy.ConnID,
+		Type:    s.set.order[i],
+		Version: req.Push.Version(),
+		View:    c.proxy.View,
+		Push:    push,
+		Took:    s.set.clock.Now().Sub(start),
+		Err:     err,
+	}
+}
+
+// encode checks and encodes res, resources of type i, into a set: every
+// resource must have a name, a message of the type whose own name is that
+// name, and appear once.
+func (s *Server) encode(i int, res []Resource) (*resSet, error) {
+	encs, err := s.cache.encodeAll(i, s.set.order[i], res)
+	if err != nil {
+		return nil, err
+	}
+	ents := make([]entry, len(res))
+	for j, r := range res {
+		ents[j] = entry{r.Name, encs[j]}
+	}
+	if !entriesSorted(ents) {
+		slices.SortStableFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+		for j := 1; j < len(ents); j++ {
+			if ents[j-1].name == ents[j].name {
+				return nil, &ResourceError{Type: s.set.order[i], Name: ents[j].name,
+					Reason: fmt.Sprintf("returned %s", twice(ents, j))}
+			}
+		}
+	}
+	return newSet(ents), nil
+}
+
+// twice says how often the name at j appears (ents sorted).
+func twice(ents []entry, j int) string {
+	n := 0
+	for _, e := range ents {
+		if e.name == ents[j].name {
+			n++
+		}
+	}
+	if n == 2 {
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
+}

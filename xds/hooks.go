@@ -1,0 +1,296 @@
+package xds
+
+import (
+	"time"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// Hooks are optional callbacks, one per stage of the pipeline, so that a
+// change can be followed from ConfigUpdate to the client's ACK:
+// OnConfigUpdate → OnDebounce → OnPush (build) → OnQueue → OnGenerate →
+// OnSend → OnACK and OnConvergence.
+//
+// They are called synchronously, from the Server's goroutines (several at
+// once), so they must be fast, must not block and must be safe for
+// concurrent use. In particular they must not call Sync, WaitForVersion or
+// Dump, which wait for the connections that run the hooks. A nil field is
+// skipped. A hook that panics is recovered and logged; the event is lost,
+// nothing else is.
+type Hooks struct {
+	// OnConfigUpdate is called for each ConfigUpdate the Server accepts.
+	OnConfigUpdate func(ConfigUpdateEvent)
+	// OnDebounce is called when the debounce stage hands a merged request
+	// to be built and pushed.
+	OnDebounce func(DebounceEvent)
+	// OnPush is called after each successful build, once the push has been
+	// queued for every connection.
+	OnPush func(PushEvent)
+	// OnBuildError is called when Builder.Build fails (or panics); the
+	// request stays pending and is built again after RetryIn.
+	OnBuildError func(BuildErrorEvent)
+	// OnQueue is called when a connection takes a push from the push
+	// queue, with how long it waited there.
+	OnQueue func(QueueEvent)
+	// OnConnect is called when a proxy has been initialised, before its
+	// first response.
+	OnConnect func(ConnectEvent)
+	// OnDisconnect is called when a stream that called OnConnect ends.
+	// No OnSend for that connection follows it.
+	OnDisconnect func(DisconnectEvent)
+	// OnSend is called after each response has been written to a stream,
+	// never after the stream's OnDisconnect: a write that completes after
+	// the stream has ended is not reported.
+	OnSend func(SendEvent)
+	// OnWriteTimeout is called when a write blocks for longer than
+	// Config.WriteTimeout; the stream then ends with DeadlineExceeded.
+	OnWriteTimeout func(WriteTimeoutEvent)
+	// OnACK is called for each ACK of the last response of a type.
+	OnACK func(ACKEvent)
+	// OnNACK is called for each NACK.
+	OnNACK func(NACK)
+	// OnConvergence is called when a client ACKs a response that a push
+	// produced: the time from the push's first ConfigUpdate to the ACK.
+	OnConvergence func(ConvergenceEvent)
+	// OnGenerate is called after each call of a Generator (Generate, or a
+	// DeltaGenerator's GenerateDelta) for a connection, failed or not. A
+	// call shared by the proxies of a view is reported once, for the
+	// proxy it was made for.
+	OnGenerate func(GenerateEvent)
+	// OnGenerateError is called when generating a type fails: the
+	// Generator's error or panic, a check of its output, or its timeout.
+	OnGenerateError func(GenerateErrorEvent)
+	// OnReferenceError is called when a resource is held back because it
+	// names a resource the client does not hold, or a removal is held back
+	// because a resource the client holds still names what it removes.
+	OnReferenceError func(ReferenceErrorEvent)
+	// OnPhaseTimeout is called when a phase of a push is sent although
+	// the ACKs it waited for did not arrive within PhaseConfig.Timeout.
+	OnPhaseTimeout func(PhaseTimeoutEvent)
+}
+
+// ConfigUpdateEvent describes one accepted ConfigUpdate.
+type ConfigUpdateEvent struct {
+	// Full and Forced are the request's.
+	Full, Forced bool
+	// Keys is the number of ConfigsUpdated keys, and Kinds their distinct
+	// kinds, sorted.
+	Keys  int
+	Kinds []string
+	// Reason is the request's trigger counts.
+	Reason pushcontext.ReasonStats
+}
+
+// DebounceEvent describes a merged request that leaves the debounce stage.
+type DebounceEvent struct {
+	// Merged is the number of ConfigUpdate calls it covers.
+	Merged int
+	// Waited is the time from the first of them to now.
+	Waited time.Duration
+	// Bypass reports a request that skipped the quiet window
+	// (DebounceConfig.Bypass).
+	Bypass bool
+	// Full reports whether the merged request is Full.
+	Full bool
+}
+
+// PushEvent describes one push: a merged request that has been built into a
+// new PushContext and fanned out.
+type PushEvent struct {
+	// Version is the version of the PushContext pushed.
+	Version string
+	// Full reports whether the request is Full (InitProxy runs again for
+	// every proxy it concerns).
+	Full bool
+	// Build is how long building took.
+	Build time.Duration
+	// Attempts is the number of builds the request took (1 when the first
+	// succeeded).
+	Attempts int
+	// Connections is how many connections the push was queued for.
+	Connections int
+	// Reason is the merged request's trigger counts.
+	Reason pushcontext.ReasonStats
+}
+
+// BuildErrorEvent describes a failed build.
+type BuildErrorEvent struct {
+	// Err is the Builder's error, or a *PanicError.
+	Err error
+	// Attempt counts the failed builds of the pending request (1 for the
+	// first failure).
+	Attempt int
+	// RetryIn is when the request is built again.
+	RetryIn time.Duration
+	// Build is how long the failed build took.
+	Build time.Duration
+}
+
+// QueueEvent describes a push a connection takes from the push queue.
+type QueueEvent struct {
+	ProxyID string
+	ConnID  string
+	// Waited is the time from the first fan-out merged into the item to
+	// the moment the connection starts generating it.
+	Waited time.Duration
+	// Merged is the number of pushes merged into it.
+	Merged int
+}
+
+// ConnectEvent describes a proxy that has connected and been initialised.
+type ConnectEvent struct {
+	Proxy *Proxy
+}
+
+// DisconnectEvent describes a stream that ended.
+type DisconnectEvent struct {
+	Proxy *Proxy
+	// Err is the status the stream ended with (nil when the client closed
+	// it).
+	Err error
+}
+
+// SendEvent describes one response written to a stream.
+type SendEvent struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	Version string
+	Nonce   string
+	// Delta reports a DeltaDiscoveryResponse.
+	Delta bool
+	// Resources is the number of resources in the response.
+	Resources int
+	// Removed is the number of removed resource names (Delta only).
+	Removed int
+	// Bytes is the encoded size of those resources.
+	Bytes int
+	// Push is true for responses produced by a push, false for answers to a
+	// client's request.
+	Push bool
+	// Took is how long the Send call took.
+	Took time.Duration
+}
+
+// WriteTimeoutEvent describes a write that blocked for
+// Config.WriteTimeout.
+type WriteTimeoutEvent struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	Waited  time.Duration
+}
+
+// ACKEvent describes an ACK of the last response sent for a type.
+type ACKEvent struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	Version string
+	Nonce   string
+}
+
+// NACK describes a client's rejection of a response.
+type NACK struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	// Version is the version of the rejected response (the client's
+	// version_info when the rejection does not match a response sent on
+	// the stream).
+	Version string
+	// Nonce is the nonce the client rejected.
+	Nonce string
+	// Message is the client's error_detail message.
+	Message string
+	// At is when the NACK arrived.
+	At time.Time
+}
+
+// ConvergenceEvent reports how long a pushed change took to be ACKed.
+type ConvergenceEvent struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	Version string
+	// Took runs from the push request's Start (its first ConfigUpdate) to
+	// the ACK.
+	Took time.Duration
+}
+
+// PhaseTimeoutEvent describes a phase sent without the ACKs it waited for.
+type PhaseTimeoutEvent struct {
+	ProxyID string
+	ConnID  string
+	// Version is the version of the push.
+	Version string
+	// Waiting lists the types whose last response was not ACKed in time,
+	// in push order.
+	Waiting []TypeURL
+	// Next is the type of the phase that was sent anyway, and Removal
+	// reports whether it is a deferred-removal phase.
+	Next    TypeURL
+	Removal bool
+	// Waited is how long the phase waited.
+	Waited time.Duration
+}
+
+// GenerateEvent describes one Generator call for a connection.
+type GenerateEvent struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	// Version is the version of the PushContext generated from.
+	Version string
+	// View is the proxy's view; the call's result is shared by the
+	// proxies of that view.
+	View string
+	// Push is true when the call served a push, false when it answered a
+	// request of the client.
+	Push bool
+	// Delta reports a DeltaGenerator's GenerateDelta call; Resources and
+	// Removed then count the changes it listed. When GenerateDelta
+	// declines (its ok result is false), Generate follows as a second
+	// event.
+	Delta bool
+	// Resources is the number of resources returned (before those the
+	// proxy does not subscribe to are dropped).
+	Resources int
+	// Removed is the number of names a GenerateDelta call listed as
+	// removed.
+	Removed int
+	// Took is how long the call took.
+	Took time.Duration
+	// Err is the Generator's error, if any (OnGenerateError also reports
+	// it).
+	Err error
+}
+
+// GenerateErrorEvent describes a failed generation of one type for a
+// connection.
+type GenerateErrorEvent struct {
+	ProxyID string
+	ConnID  string
+	Type    TypeURL
+	// Push is true when it failed during a push (which is then abandoned
+	// for the proxy), false when answering a request.
+	Push bool
+	// Err is the Generator's error, a *PanicError, a *ResourceError (a
+	// check of the output), or ErrGenerateTimeout.
+	Err error
+	// Attempt counts the consecutive failures, and RetryIn is when the
+	// Server tries again (zero when the stream ends instead, after a
+	// timeout).
+	Attempt int
+	RetryIn time.Duration
+}
+
+// ReferenceErrorEvent describes a resource held back, or a removal held
+// back, to keep the client from holding a reference to what it does not
+// hold.
+type ReferenceErrorEvent struct {
+	ProxyID string
+	ConnID  string
+	// Err says which resource names which, and why it is held back.
+	Err *ReferenceError
+}

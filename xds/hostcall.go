@@ -1,0 +1,85 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime/debug"
+	"time"
+)
+
+// The Server calls host code — Builder, Generators, InitProxy,
+// Authenticate, Bypass, hooks — only through the guards below:
+//
+//   - A panic is recovered and becomes a *PanicError of the call, with the
+//     stack, logged at Error; the process and the other streams go on.
+//   - Calls that may block (all but Bypass and hooks) run on a goroutine of
+//     their own, which the caller waits for at most a timeout and at most
+//     until the Server stops: a host call that ignores its ctx cannot hold
+//     a push slot or a stream forever, nor keep Run from returning. Such a
+//     goroutine is abandoned, not killed; Run waits for abandoned calls at
+//     most Config.GenerateTimeout before it returns.
+
+// errHostStopped is the error of a host call abandoned because the Server
+// stopped.
+var errHostStopped = errors.New("xds: server stopped during a host call")
+
+// guard runs f, the host function name, on its own goroutine, with a ctx
+// derived from ctx and cancelled when guard returns, and waits for it at
+// most timeout (zero: no limit; timeoutErr is then returned) and until the
+// Server stops (errHostStopped).
+func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, timeoutErr error, f func(ctx context.Context) error) error {
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	s.hostCalls.Add(1)
+	go func() {
+		defer s.hostCalls.Done()
+		done <- s.recovered(name, func() error { return f(cctx) })
+	}()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := s.set.clock.NewTimer(timeout)
+		defer t.Stop()
+		expired = t.C()
+	}
+	select {
+	case err := <-done:
+		cancel()
+		return err
+	case <-expired:
+		cancel()
+		s.abandoned.Add(1)
+		return timeoutErr
+	case <-s.stopCtx.Done():
+		cancel()
+		s.abandoned.Add(1)
+		return errHostStopped
+	}
+}
+
+// recovered runs f, turning a panic into a *PanicError logged at Error.
+func (s *Server) recovered(name string, f func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			pe := &PanicError{Func: name, Value: v, Stack: debug.Stack()}
+			s.set.logger.LogAttrs(context.Background(), slog.LevelError, "xds: host code panicked",
+				slog.String("func", name), slog.Any("panic", v), slog.String("stack", string(pe.Stack)))
+			err = pe
+		}
+	}()
+	return f()
+}
+
+// callHook calls h(ev) if h is set; a panic is recovered and logged.
+func callHook[E any](set *settings, h func(E), ev E) {
+	if h == nil {
+		return
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			set.logger.LogAttrs(context.Background(), slog.LevelError, "xds: hook panicked",
+				slog.Any("panic", v), slog.String("stack", string(debug.Stack())))
+		}
+	}()
+	h(ev)
+}

@@ -1,0 +1,438 @@
+package xds
+
+import (
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// A push is released in phases (make-before-break). It first generates,
+// under its push slot, the target of every type it affects (core.push).
+// Then the phases are released one by one (advance): the upserts of each
+// type in push order (CDS, EDS, LDS, RDS, …), then the removals of the
+// deferred-removal types (RDS, CDS, EDS). For those types, what the client
+// holds but the target no longer has is held back (typeState.removing) and
+// removed by the push's removal phases, after every upsert: SotW CDS
+// responses keep the held clusters until then, Delta responses list them in
+// removed_resources only then. Between phases the connection waits for the
+// client's ACKs (the gate, gateOpen), up to PhaseConfig.Timeout.
+// Requests are answered meanwhile, except those of a type whose phase, or
+// an earlier type's, is still to come: they wait for it (core.answer).
+
+// phase is one step of a push: the upsert of one type (tgt) or the removal
+// of what a deferred-removal type held back.
+type phase struct {
+	typeIdx int
+	removal bool
+	tgt     *target
+}
+
+// plan is a push being released phase by phase.
+type plan struct {
+	req    *pushcontext.PushRequest // the request as filtered for this proxy
+	seq    uint64                   // the push's sequence number (see convergence.go)
+	phases []phase                  // not yet released, in order
+	sent   []bool                   // by type index: a response of the type was released
+	armed  []bool                   // by type index: the upsert held removals back
+	warm   *warmSet                 // clusters the CDS phase sent
+	// need lists, by type index (EDS, RDS), the names the client must
+	// subscribe to before the next phase: what the clusters and listeners
+	// the push sent fetch to warm, and, before the removal phases, what
+	// every cluster and listener the client holds fetches. refs marks the
+	// types (EDS, RDS) such resources fetch at all: those must be ACKed
+	// too (a response in flight may carry what a listener or cluster
+	// waits for).
+	need      [][]string
+	refs      []bool
+	heldNeeds bool // needHeld has run: the removal phases have begun
+	// excused holds, by type index, the nonce of a response whose ACK a
+	// phase timed out waiting for: later phases do not wait for it again;
+	// gaveUp marks the types whose subscriptions (need) a phase timed out
+	// waiting for: later phases do not wait for them either.
+	excused []string
+	gaveUp  []bool
+	// answered holds, by type index, the names that answers to requests
+	// sent while the push was in its phases: the client holds content at
+	// least as new as the push's, so its phases do not send them again.
+	answered []map[string]struct{}
+	// waitSince is when the head phase started waiting for the gate; zero
+	// when it is not waiting.
+	waitSince time.Time
+	// reconnect marks a plan of removal phases only, for what a Delta
+	// client reported holding when it (re)subscribed and no longer exists
+	// (see planRemoval). It is not a push: seq is 0. anchors are the types
+	// whose first answers held those removals back.
+	reconnect bool
+	anchors   []int
+}
+
+func newPlan(req *pushcontext.PushRequest, n int) *plan {
+	return &plan{
+		req:      req,
+		sent:     make([]bool, n),
+		armed:    make([]bool, n),
+		need:     make([][]string, n),
+		excused:  make([]string, n),
+		answered: make([]map[string]struct{}, n),
+		refs:     make([]bool, n),
+		gaveUp:   make([]bool, n),
+	}
+}
+
+// phaseOpts returns how the phase ph of pl releases its type.
+func (c *core) phaseOpts(pl *plan, ph phase) relOpts {
+	o := relOpts{push: true, start: pl.req.Start, pc: pl.req.Push}
+	if !ph.removal && ph.typeIdx == c.set.edsIdx {
+		o.warm = pl.warm
+	}
+	return o
+}
+
+// advance releases the phases of the current push that the gate lets
+// through (force lets the head phase through regardless) and queues their
+// responses.
+func (c *core) advance(force bool) {
+	pl := c.plan
+	if pl == nil {
+		return
+	}
+	set := c.set
+	for len(pl.phases) > 0 {
+		ph := pl.phases[0]
+		if set.phaseWait && ph.removal && pl.armed[ph.typeIdx] && !pl.heldNeeds &&
+			(!pl.reconnect || c.rootsReady(pl)) {
+			// Before anything is removed, everything the client holds
+			// must be warm, including what an earlier push left warming.
+			pl.heldNeeds = true
+			c.needHeld(pl)
+		}
+		if set.phaseWait && !force && !c.gateOpen(pl) && c.wouldSend(pl, ph) {
+			if pl.waitSince.IsZero() {
+				pl.waitSince = c.now
+			}
+			return
+		}
+		force = false
+		pl.waitSince = time.Time{}
+		pl.phases[0] = phase{}
+		pl.phases = pl.phases[1:]
+		i := ph.typeIdx
+		o := c.phaseOpts(pl, ph)
+		var m *outMsg
+		switch {
+		case ph.removal:
+			if pl.armed[i] {
+				m = c.releaseRemovals(i, o)
+			}
+		default:
+			switch i {
+			case set.cdsIdx:
+				pl.warm = &warmSet{}
+				o.changed = func(r entry) { c.sentCluster(pl, r) }
+			case set.ldsIdx:
+				o.changed = func(r entry) { c.sentListener(pl, r) }
+			}
+			m = c.release(i, ph.tgt, o)
+			if ts := c.types[i]; ts != nil && len(ts.removing) > 0 {
+				pl.armed[i] = true
+			}
+		}
+		if m != nil {
+			c.send(m)
+			pl.sent[i] = true
+		}
+	}
+	c.plan = nil
+	c.completedSeq = max(c.completedSeq, pl.seq)
+}
+
+// wouldSend reports whether releasing ph now would send a response. Phases
+// that would not are released without waiting for the gate.
+func (c *core) wouldSend(pl *plan, ph phase) bool {
+	i := ph.typeIdx
+	ts := c.types[i]
+	if ts == nil {
+		return false
+	}
+	if ph.removal {
+		return pl.armed[i]
+	}
+	o := c.phaseOpts(pl, ph)
+	d := c.diff(i, ph.tgt, o)
+	return d.sends(c, i, o)
+}
+
+// needHeld adds to the plan's needs what the clusters and listeners the
+// client holds fetch, some possibly still warming from an earlier push.
+// During a push, a client without any subscription of the child type is not
+// waited for; a reconnecting client (a reconnect plan) is, as it may not
+// have re-subscribed yet.
+func (c *core) needHeld(pl *plan) {
+	set := c.set
+	for _, pc := range [][2]int{{set.cdsIdx, set.edsIdx}, {set.ldsIdx, set.rdsIdx}} {
+		parent, child := pc[0], pc[1]
+		if parent < 0 || child < 0 || c.types[parent] == nil || pl.gaveUp[child] ||
+			(c.types[child] == nil && !pl.reconnect) {
+			continue
+		}
+		cts := c.types[child]
+		pts := c.types[parent]
+		pts.held.each(func(name string, e *encoded) {
+			if _, ok := pts.removing[name]; ok {
+				return // about to be removed: it need not be warm
+			}
+			for _, n := range set.children(parent, e) {
+				pl.refs[child] = true
+				if cts == nil || !cts.covers(n) {
+					pl.need[child] = append(pl.need[child], n)
+				}
+			}
+		})
+	}
+}
+
+// sentCluster records a cluster a CDS phase sent: its endpoints are sent
+// again by the EDS phase (the client re-warms it), and the next phases wait
+// until the client subscribes to them.
+func (c *core) sentCluster(pl *plan, r entry) {
+	pl.warm.addCluster(r.enc)
+	if e := c.set.edsIdx; e >= 0 && !pl.gaveUp[e] {
+		for _, n := range c.set.children(c.set.cdsIdx, r.enc) {
+			pl.refs[e] = true
+			pl.need[e] = append(pl.need[e], n)
+		}
+	}
+}
+
+// sentListener records a listener an LDS phase sent: the next phases wait
+// until the client subscribes to its routes (it stays warming, and the
+// version it replaces in service, until it holds them).
+func (c *core) sentListener(pl *plan, r entry) {
+	if rt := c.set.rdsIdx; rt >= 0 && !pl.gaveUp[rt] {
+		for _, n := range c.set.children(c.set.ldsIdx, r.enc) {
+			pl.refs[rt] = true
+			pl.need[rt] = append(pl.need[rt], n)
+		}
+	}
+}
+
+// gateOpen reports whether the next phase may be released: every type a
+// previous phase sent has been ACKed, and the client subscribes to what the
+// clusters and listeners it was sent fetch over ADS (endpoints, routes) and
+// has ACKed its last response of those types: what it was sent is warm.
+// During a push, a client without any subscription of such a type is not
+// waited for. A reconnect plan also waits for rootsReady.
+func (c *core) gateOpen(pl *plan) bool {
+	if pl.reconnect && !c.rootsReady(pl) {
+		return false
+	}
+	for i, s := range pl.sent {
+		if ts := c.types[i]; s && ts != nil && !ts.synced() && pl.excused[i] != ts.nonceSent {
+			return false
+		}
+	}
+	for i, names := range pl.need {
+		ts := c.types[i]
+		if !pl.refs[i] {
+			continue
+		}
+		if ts == nil {
+			if pl.reconnect && len(names) > 0 {
+				return false // not re-subscribed yet (see needHeld)
+			}
+			continue
+		}
+		if !ts.synced() && pl.excused[i] != ts.nonceSent {
+			return false
+		}
+		// Names found subscribed are dropped from the list: the client
+		// keeps what a resource it holds fetches.
+		for len(names) > 0 && ts.covers(names[len(names)-1]) {
+			names = names[:len(names)-1]
+		}
+		pl.need[i] = names
+		if len(names) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// excuse lists the types that keep the gate closed, counts the timeout
+// against each, and excuses them: later phases of the push do not wait for
+// them again, unless the push sends them a new response.
+func (c *core) excuse(pl *plan) []TypeURL {
+	var out []TypeURL
+	listed := make([]bool, len(c.types))
+	if pl.reconnect {
+		for j, full := range c.set.fullState {
+			if !full || c.rootReady(pl, j) {
+				continue
+			}
+			out = append(out, c.set.order[j])
+			listed[j] = true
+			if ts := c.types[j]; ts != nil {
+				ts.timeouts++
+			}
+			pl.gaveUp[j] = true
+		}
+	}
+	for i, ts := range c.types {
+		if ts == nil && pl.reconnect && pl.refs[i] && len(pl.need[i]) > 0 {
+			out = append(out, c.set.order[i])
+			pl.need[i] = nil
+			pl.gaveUp[i] = true
+			continue
+		}
+		if ts == nil || listed[i] || (!pl.sent[i] && !pl.refs[i]) {
+			continue
+		}
+		open := ts.synced() || pl.excused[i] == ts.nonceSent
+		for _, n := range pl.need[i] {
+			open = open && ts.covers(n)
+		}
+		if !open {
+			out = append(out, c.set.order[i])
+			ts.timeouts++
+			pl.excused[i] = ts.nonceSent
+			if len(pl.need[i]) > 0 {
+				pl.need[i] = nil
+				pl.gaveUp[i] = true
+			}
+		}
+	}
+	return out
+}
+
+// phaseTimedOut releases the head phase, which has waited for
+// Config.Phases.Timeout, and reports it.
+func (c *core) phaseTimedOut() {
+	pl := c.plan
+	if pl == nil || pl.waitSince.IsZero() || len(pl.phases) == 0 {
+		return
+	}
+	next := pl.phases[0]
+	waited := c.now.Sub(pl.waitSince)
+	ev := PhaseTimeoutEvent{
+		ProxyID: c.proxy.ID,
+		ConnID:  c.proxy.ConnID,
+		Version: pl.req.Push.Version(),
+		Waiting: c.excuse(pl),
+		Next:    c.set.order[next.typeIdx],
+		Removal: next.removal,
+		Waited:  waited,
+	}
+	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: phase sent without the ACKs it waited for",
+		slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
+		slog.String("version", ev.Version), slog.Any("waiting", ev.Waiting),
+		slog.String("next", string(ev.Next)), slog.Duration("waited", waited))
+	callHook(c.set, c.set.hooks.OnPhaseTimeout, ev)
+	c.advance(true)
+}
+
+// stopOnNACK ends the current push when the client rejects a response of
+// type i that the push sent: the later phases may rely on what was rejected
+// (routes on clusters, removals on routes), so they are not sent; their
+// types are regenerated in full by the next push, and what the push held
+// back for removal stays held until then.
+func (c *core) stopOnNACK(i int) {
+	pl := c.plan
+	if pl == nil || !pl.sent[i] {
+		return
+	}
+	var dropped []string
+	for _, ph := range pl.phases {
+		if !ph.removal || pl.armed[ph.typeIdx] {
+			// Regenerated by the next push, which also removes what this
+			// one held back once its own upserts are through.
+			if ts := c.types[ph.typeIdx]; ts != nil {
+				ts.dirty = true
+			}
+			dropped = append(dropped, string(c.set.order[ph.typeIdx]))
+		}
+	}
+	c.plan = nil
+	c.completedSeq = max(c.completedSeq, pl.seq) // the push is over; its NACK stands
+	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: NACK stops the push; later phases not sent",
+		slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
+		slog.Any("not_sent", dropped))
+}
+
+// planRemoval gives the removals that the first answer of deferred type i
+// held back (what a Delta client reported holding in
+// initial_resource_versions and no longer exists) a removal phase: in the
+// current push if there is one, otherwise in a reconnect plan of its own.
+// It is called at most once per type and stream.
+//
+// A reconnect plan's removals wait, besides the usual gate, until the
+// client has ACKed its last response of every full-state type the Server
+// serves (by default CDS and LDS) that it subscribes to: a client
+// reconnecting after the configuration changed first replaces the
+// listeners and routes that may still name what is removed. A full-state
+// type the client has not subscribed to by the time it ACKs the answers
+// that held the removals back is not waited for: a reconnecting client
+// (Envoy) sends its subscriptions before any ACK, so it does not use that
+// type. The wait is bounded by PhaseConfig.Timeout, as for any phase.
+func (c *core) planRemoval(i int) {
+	pl := c.plan
+	if pl == nil {
+		pl = newPlan(&pushcontext.PushRequest{Push: c.proxy.Push}, len(c.set.order))
+		pl.reconnect = true
+		c.plan = pl
+	}
+	if pl.reconnect {
+		pl.anchors = append(pl.anchors, i)
+	}
+	// The plan has no removal phase of type i yet: a push's plan has them
+	// for the types watched when it began, and this is the first request
+	// of type i on the stream. Insert one in removal order, before the
+	// first later removal phase.
+	pl.armed[i] = true
+	order := c.set.removalOrder
+	rank := slices.Index(order, i)
+	at := len(pl.phases)
+	for k, ph := range pl.phases {
+		if ph.removal && slices.Index(order, ph.typeIdx) > rank {
+			at = k
+			break
+		}
+	}
+	pl.phases = slices.Insert(pl.phases, at, phase{typeIdx: i, removal: true})
+}
+
+// rootsReady reports whether a reconnect plan's client has caught up: for
+// every full-state type the Server serves, it has ACKed the last response,
+// or it had not subscribed to the type when it ACKed the plan's anchors
+// (see planRemoval), or a phase timeout gave up waiting for the type.
+func (c *core) rootsReady(pl *plan) bool {
+	for j, full := range c.set.fullState {
+		if full && !c.rootReady(pl, j) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *core) rootReady(pl *plan, j int) bool {
+	if pl.gaveUp[j] {
+		return true
+	}
+	ts := c.types[j]
+	if ts == nil {
+		return c.anchorsACKed(pl)
+	}
+	return ts.nonceSent != "" && (ts.synced() || pl.excused[j] == ts.nonceSent)
+}
+
+// anchorsACKed reports whether the client has ACKed its last response of
+// every type whose first answer held back the reconnect plan's removals.
+func (c *core) anchorsACKed(pl *plan) bool {
+	for _, a := range pl.anchors {
+		if ts := c.types[a]; ts == nil || !ts.synced() {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,505 @@
+package xds
+
+import (
+	"log/slog"
+	"slices"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/internal/sortedset"
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// inbound is one client request: exactly one field is set, by protocol.
+type inbound struct {
+	sotw  *discoveryv3.DiscoveryRequest
+	delta *discoveryv3.DeltaDiscoveryRequest
+}
+
+func (in inbound) node() *corev3.Node {
+	if in.delta != nil {
+		return in.delta.GetNode()
+	}
+	return in.sotw.GetNode()
+}
+
+func (in inbound) typeURL() string {
+	if in.delta != nil {
+		return in.delta.GetTypeUrl()
+	}
+	return in.sotw.GetTypeUrl()
+}
+
+// names counts the resource names of the request (for Delta: subscribed,
+// unsubscribed and initial versions together).
+func (in inbound) names() int {
+	if d := in.delta; d != nil {
+		return len(d.ResourceNamesSubscribe) + len(d.ResourceNamesUnsubscribe) + len(d.InitialResourceVersions)
+	}
+	return len(in.sotw.ResourceNames)
+}
+
+// answer says how to answer a request of one type. Answers that wait
+// (deferred behind a push's phases, or retried after a failure) merge.
+type answer struct {
+	// all sends every resource of the type, not only those that differ
+	// from what the client holds (a SotW full answer).
+	all bool
+	// force names resources sent even if the client holds them (names a
+	// Delta client subscribed to); with restrict, only those are sent and
+	// nothing is removed.
+	force    map[string]struct{}
+	restrict bool
+	// initial answers even with nothing to send (a Delta type's first
+	// request on the stream).
+	initial bool
+	// notFound lists, in a Delta answer, the names asked for that do not
+	// exist, as removed.
+	notFound bool
+	// delta is the subscription change, for the Generator.
+	delta pushcontext.ResourceDelta
+}
+
+// merge returns a, then b, as one answer.
+func (a *answer) merge(b *answer) *answer {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	out := &answer{
+		all:      a.all || b.all,
+		restrict: a.restrict && b.restrict,
+		initial:  a.initial || b.initial,
+		notFound: a.notFound || b.notFound,
+		delta:    a.delta.Merge(b.delta),
+		force:    a.force,
+	}
+	if len(b.force) > 0 {
+		out.force = make(map[string]struct{}, len(a.force)+len(b.force))
+		for n := range a.force {
+			out.force[n] = struct{}{}
+		}
+		for n := range b.force {
+			out.force[n] = struct{}{}
+		}
+	}
+	return out
+}
+
+// request handles one client request of either protocol, then releases the
+// phases its ACK may have let through and the answers that waited for
+// them. The request's type URL and size are checked first, alike for both
+// protocols: an empty type URL and more than Config.MaxResourceNames names
+// end the stream with InvalidArgument, and a type without a generator is
+// ignored.
+func (c *core) request(in inbound) error {
+	t := in.typeURL()
+	if t == "" {
+		return status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
+	}
+	if n := in.names(); n > c.set.maxNames {
+		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
+			t, n, c.set.maxNames)
+	}
+	i := c.set.typeIndex(TypeURL(t))
+	if i < 0 {
+		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: request for a type without generator ignored",
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", t))
+		return nil
+	}
+	var err error
+	if in.delta != nil {
+		err = c.deltaRequest(i, in.delta)
+	} else {
+		err = c.sotwRequest(i, in.sotw)
+	}
+	if err != nil {
+		return err
+	}
+	c.advance(false)
+	return c.flushDeferred()
+}
+
+// sotwRequest applies the SotW request state machine, in istiod's order:
+// NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
+// subscription change, and answers when it should.
+func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
+	set := c.set
+	full := set.fullState[i]
+	ts := c.types[i]
+
+	// 1. NACK: record it; do not answer. The rejected content is not sent
+	// again to this client (see typeState.rejected).
+	if req.ErrorDetail != nil {
+		c.nack(i, req.ResponseNonce, req.VersionInfo, req.ErrorDetail.GetMessage())
+		return nil
+	}
+
+	// The names of an ACK are most often those of the previous request,
+	// in the same order: then they need no sorting (a SotW client repeats
+	// every name it subscribes to in every ACK).
+	same := ts != nil && ts.sameNames(req.ResourceNames)
+	var names []string
+	var star bool
+	var order []uint32
+	if same {
+		names, star, order = ts.sub.names, ts.star, ts.order
+	} else {
+		names, star, order = parseNames(req.ResourceNames)
+	}
+
+	// 2. Unsubscribe: a by-name type with no names.
+	if !full && len(names) == 0 {
+		if ts != nil {
+			set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: unsubscribed",
+				slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])))
+			c.types[i] = nil
+		}
+		return nil
+	}
+	wildcard := full && (len(names) == 0 || star)
+
+	// 3. Initial request (empty nonce) or a reconnect to this server (a
+	// nonce, but no watch on this stream): answer in full.
+	if req.ResponseNonce == "" || ts == nil {
+		nts := newTypeState(i, newSubscription(names, wildcard))
+		nts.order, nts.star = order, star
+		if ts != nil {
+			nts.timeouts = ts.timeouts
+			if len(ts.removing) > 0 {
+				// A push is holding removals back: the client still holds
+				// them and the answer keeps them until the push removes them.
+				nts.held, nts.removing = ts.held, ts.removing
+			}
+		}
+		c.types[i] = nts
+		if i == set.cdsIdx && set.edsIdx >= 0 && c.types[set.edsIdx] != nil {
+			// The client re-warms its clusters and waits for their
+			// endpoints: answer its next EDS request even if unchanged.
+			c.types[set.edsIdx].alwaysRespond = true
+		}
+		return c.answer(i, &answer{all: true})
+	}
+
+	// 4. Stale (or unknown) nonce: the client has not seen our last
+	// response yet; it will send a newer request. What it says of an
+	// older response still counts: it accepted it.
+	if req.ResponseNonce != ts.nonceSent {
+		c.accepted(ts, req.ResponseNonce)
+		set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: stale nonce ignored",
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])),
+			slog.String("nonce", req.ResponseNonce), slog.String("sent", ts.nonceSent))
+		return nil
+	}
+
+	// 5. ACK of the last response, possibly with a new subscription.
+	c.ack(ts)
+	var added, removed []string
+	if !same {
+		added, removed = diffNames(ts.sub.names, names)
+	}
+	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.wildcard
+	if !same {
+		ts.sub = newSubscription(names, wildcard)
+	}
+	ts.order, ts.star = order, star
+	for _, n := range removed {
+		ts.held.del(n)
+		delete(ts.removing, n)
+	}
+	if ts.alwaysRespond {
+		ts.alwaysRespond = false
+		return c.answer(i, &answer{all: true})
+	}
+	if !changed {
+		return nil
+	}
+	if !full {
+		if len(added) == 0 {
+			return nil // pure removal: nothing to send
+		}
+		return c.answer(i, &answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(added)}})
+	}
+	// A full-state type must be answered with the whole subscribed state.
+	return c.answer(i, &answer{all: true})
+}
+
+func nameSet(names []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		m[n] = struct{}{}
+	}
+	return m
+}
+
+// deltaRequest handles one Delta request. Its two parts are independent:
+// the nonce (ACK, NACK or stale) and the subscription change. Unlike SotW,
+// a subscription change is applied whatever the nonce says, because Delta
+// changes are incremental and one that is dropped is lost for good.
+func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) error {
+	c.deltaNonce(i, req)
+	a, err := c.deltaSubscribe(i, req)
+	if err != nil || a == nil {
+		return err
+	}
+	return c.answer(i, a)
+}
+
+// deltaNonce applies the nonce part of a request: a NACK is recorded (and
+// stops the push it rejects, see stopOnNACK), a nonce that names the last
+// response is an ACK, any other nonce is stale (what it says of an older
+// response still counts: it was accepted).
+func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) {
+	ts := c.types[i]
+	if req.ErrorDetail != nil {
+		c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
+		return
+	}
+	switch {
+	case req.ResponseNonce == "" || ts == nil:
+		// A spontaneous request: a subscription change only.
+	case req.ResponseNonce != ts.nonceSent:
+		c.accepted(ts, req.ResponseNonce)
+		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: stale nonce; subscription change still applied",
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
+			slog.String("nonce", req.ResponseNonce))
+	default:
+		c.ack(ts)
+	}
+}
+
+// deltaSubscribe applies the subscription part of a request and says
+// whether and how to answer it (nil: no answer):
+//
+//   - The first request of a type on the stream creates its subscription
+//     and is always answered. For a full-state type, "*" or an empty
+//     resource_names_subscribe subscribes to everything (wildcard);
+//     otherwise "*" is ignored. Its initial_resource_versions are what the
+//     client holds: only resources whose version differs are sent, and
+//     those that no longer exist are removed. Names it lists are
+//     subscribed to (under a wildcard they need not be).
+//   - Later, names subscribed to are answered even if the client may hold
+//     them (the protocol requires it), "*" newly subscribed is answered
+//     with what differs, and unsubscribing (known names or not) is not
+//     answered.
+//   - A name subscribed to that does not exist is listed in
+//     removed_resources of the answer, so the client stops waiting for it.
+//     initial_resource_versions after the first request are ignored. A name
+//     both subscribed and unsubscribed is unsubscribed.
+//   - What the client reported holding that no longer exists is removed
+//     by a removal phase, not in the answer (see planRemoval), for the
+//     deferred-removal types.
+//
+// The subscription of one type may not grow past Config.MaxResourceNames in
+// total, over any number of requests: a request that would make it do so
+// ends the stream with InvalidArgument.
+func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
+	set := c.set
+	full := set.fullState[i]
+	ts := c.types[i]
+	first := ts == nil
+	if first {
+		ts = newTypeState(i, noSubscription)
+		c.types[i] = ts
+	}
+	sub, subStar := normalizeNames(req.ResourceNamesSubscribe)
+	unsub, unsubStar := normalizeNames(req.ResourceNamesUnsubscribe)
+	if (subStar || unsubStar) && !full {
+		set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: wildcard on a by-name type ignored",
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", req.TypeUrl))
+		subStar, unsubStar = false, false
+	}
+	wasWildcard := ts.sub.wildcard
+	wildcard := wasWildcard
+	if subStar || (first && full && len(sub) == 0) {
+		wildcard = true
+	}
+	if unsubStar {
+		wildcard = false
+	}
+
+	var initial []string
+	if first && len(req.InitialResourceVersions) > 0 {
+		initial = make([]string, 0, len(req.InitialResourceVersions))
+		for n := range req.InitialResourceVersions {
+			if n != "" && n != "*" {
+				initial = append(initial, n)
+			}
+		}
+		slices.Sort(initial)
+	}
+	want := sub
+	if !wildcard && len(initial) > 0 {
+		want = sortedset.Union(sub, initial)
+	}
+	names := sortedset.Union(ts.sub.names, want)
+	if len(unsub) > 0 {
+		names = sortedset.Subtract(names, unsub)
+	}
+	if len(names) > set.maxNames {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxNames)
+	}
+	added, removed := diffNames(ts.sub.names, names)
+	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
+		ts.sub = newSubscription(names, wildcard)
+	}
+
+	// What the client reported holding.
+	if first && len(initial) > 0 {
+		ents := make([]entry, 0, len(initial))
+		for _, n := range initial {
+			if ts.covers(n) {
+				ents = append(ents, entry{n, reported(req.InitialResourceVersions[n])})
+			}
+		}
+		ts.held.reset(newSet(ents))
+	}
+	// What the client no longer subscribes to, it drops.
+	if len(removed) > 0 || (wasWildcard && !wildcard) {
+		var drop []string
+		ts.held.each(func(n string, _ *encoded) {
+			if !ts.covers(n) {
+				drop = append(drop, n)
+			}
+		})
+		for _, n := range drop {
+			ts.held.del(n)
+			delete(ts.removing, n)
+		}
+	}
+
+	var delta pushcontext.ResourceDelta
+	if len(added) > 0 {
+		delta.Subscribed = nameSet(added)
+	}
+	if len(removed) > 0 {
+		delta.Unsubscribed = nameSet(removed)
+	}
+	switch {
+	case first:
+		return &answer{initial: true, notFound: true, delta: delta}, nil
+	case wildcard && !wasWildcard:
+		return &answer{delta: delta}, nil
+	case len(sub) > 0:
+		// Every name this request subscribes to is answered, even one
+		// the Server believes the client holds: the client may have
+		// dropped it before it could unsubscribe.
+		only := make(map[string]struct{}, len(sub))
+		for _, n := range sub {
+			if _, gone := slices.BinarySearch(unsub, n); !gone {
+				only[n] = struct{}{}
+			}
+		}
+		if len(only) > 0 {
+			return &answer{force: only, restrict: true, notFound: true, delta: delta}, nil
+		}
+	}
+	return nil, nil
+}
+
+// answer answers a request of type i, or, if the current push has phases
+// up to type i still to release, keeps the answer until they are released:
+// an answer, generated from the proxy's current PushContext, must not
+// overtake the phases that make what it sends safe to hold (the clusters
+// a route names, the endpoints of a cluster). A failed generation is
+// retried by tick after a backoff.
+func (c *core) answer(i int, a *answer) error {
+	ts := c.types[i]
+	if ts == nil {
+		return nil
+	}
+	if c.blocked(i) {
+		ts.deferred = ts.deferred.merge(a)
+		return nil
+	}
+	tgt, err := c.generate(i, false, false, &pushcontext.PushRequest{
+		Forced: true,
+		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
+		Push:   c.proxy.Push,
+		Delta:  a.delta,
+	})
+	if err != nil {
+		c.typeFailed(ts, "generate", err, false)
+		if err == ErrGenerateTimeout {
+			return errStreamGenerateTimeout
+		}
+		ts.retry = ts.retry.merge(a)
+		ts.retryAt = c.now.Add(c.set.backoffFor(ts.fails, c.seed+uint64(i)))
+		return nil
+	}
+	c.typeOK(ts)
+	c.genFrom[i] = c.proxy.Push
+	set := c.set
+	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.proxy.Push}
+	var warm *warmSet
+	if c.delta && i == set.cdsIdx {
+		warm = &warmSet{}
+		o.changed = func(r entry) { warm.addCluster(r.enc) }
+	}
+	c.send(c.release(i, tgt, o))
+	if a.initial && len(ts.removing) > 0 {
+		c.planRemoval(i)
+	}
+	// Clusters that were sent re-warm: send their endpoints even if
+	// unchanged, as the client waits for them (envoy#33607).
+	if e := set.edsIdx; e >= 0 && !warm.empty() && c.types[e] != nil {
+		ea := &answer{force: warm.names, restrict: true}
+		if warm.all {
+			ea = &answer{}
+		}
+		etgt, err := c.generate(e, false, false, &pushcontext.PushRequest{
+			Forced: true,
+			Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
+			Push:   c.proxy.Push,
+		})
+		if err != nil {
+			c.typeFailed(c.types[e], "generate", err, false)
+			if err == ErrGenerateTimeout {
+				return errStreamGenerateTimeout
+			}
+			ets := c.types[e]
+			ets.retry = ets.retry.merge(ea)
+			ets.retryAt = c.now.Add(c.set.backoffFor(ets.fails, c.seed+uint64(e)))
+			return nil
+		}
+		eo := relOpts{force: ea.force, restrict: ea.restrict, pc: c.proxy.Push, warm: warm}
+		c.send(c.release(e, etgt, eo))
+	}
+	return nil
+}
+
+// blocked reports whether an answer of type i must wait: the current push
+// has an upsert phase of type i, or of a type before it, not released yet.
+func (c *core) blocked(i int) bool {
+	pl := c.plan
+	if pl == nil {
+		return false
+	}
+	for _, ph := range pl.phases {
+		if !ph.removal && ph.typeIdx <= i {
+			return true
+		}
+	}
+	return false
+}
+
+// flushDeferred answers the requests that waited for phases now released.
+func (c *core) flushDeferred() error {
+	for i, ts := range c.types {
+		if ts == nil || ts.deferred == nil || c.blocked(i) {
+			continue
+		}
+		a := ts.deferred
+		ts.deferred = nil
+		if err := c.answer(i, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}

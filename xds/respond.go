@@ -1,0 +1,129 @@
+package xds
+
+import (
+	"log/slog"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// outMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
+type outMsg struct {
+	resp    *discoveryv3.DiscoveryResponse
+	dresp   *discoveryv3.DeltaDiscoveryResponse
+	typeIdx int
+	nonce   string
+	bytes   int
+	push    bool
+	p       uint64 // the connection's appliedSeq when the response was made
+	seq     uint64 // Seq of the PushContext the response was made from
+}
+
+// send queues m (if not nil) for writing.
+func (c *core) send(m *outMsg) {
+	if m != nil {
+		c.out = append(c.out, m)
+	}
+}
+
+// stamp records a response of type i as sent and returns the message that
+// will carry it, with its version and nonce set.
+func (c *core) stamp(i int, resources, removed, size int, o relOpts) *outMsg {
+	ts := c.types[i]
+	version := o.pc.Version()
+	nonce := c.host.nonce(version)
+	ts.nonceSent, ts.versionSent, ts.seqSent, ts.sentAt = nonce, version, o.pc.Seq(), c.now
+	ts.pSent = c.appliedSeq
+	ts.startSent = o.start
+	if c.set.logger.Enabled(c.ctx, slog.LevelDebug) {
+		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: response",
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
+			slog.String("version", version), slog.String("nonce", nonce), slog.Bool("delta", c.delta),
+			slog.Int("resources", resources), slog.Int("removed", removed), slog.Int("bytes", size),
+			slog.Bool("push", o.push))
+	}
+	return &outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, p: c.appliedSeq, seq: o.pc.Seq()}
+}
+
+func (c *core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
+	m := c.stamp(i, len(anys), 0, size, o)
+	m.resp = &discoveryv3.DiscoveryResponse{
+		VersionInfo: o.pc.Version(),
+		Resources:   anys,
+		TypeUrl:     string(c.set.order[i]),
+		Nonce:       m.nonce,
+	}
+	return m
+}
+
+func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
+	res := make([]*discoveryv3.Resource, 0, len(ups))
+	size := 0
+	for _, r := range ups {
+		if r.enc.any == nil {
+			continue
+		}
+		res = append(res, &discoveryv3.Resource{Name: r.name, Version: r.enc.version, Resource: r.enc.any})
+		size += len(r.enc.any.Value)
+	}
+	m := c.stamp(i, len(res), len(gone), size, o)
+	m.dresp = &discoveryv3.DeltaDiscoveryResponse{
+		SystemVersionInfo: o.pc.Version(),
+		Resources:         res,
+		TypeUrl:           string(c.set.order[i]),
+		RemovedResources:  gone,
+		Nonce:             m.nonce,
+	}
+	return m
+}
+
+// lowestP returns the lowest push stamp of msgs, or 0 if there is none.
+func lowestP(msgs []*outMsg) uint64 {
+	var p uint64
+	for _, m := range msgs {
+		if p == 0 || m.p < p {
+			p = m.p
+		}
+	}
+	return p
+}
+
+// warmSet names the EDS resources that must be sent even if unchanged,
+// because the clusters that use them were just sent.
+type warmSet struct {
+	all   bool
+	names map[string]struct{}
+}
+
+func (ws *warmSet) has(name string) bool {
+	if ws == nil {
+		return false
+	}
+	if ws.all {
+		return true
+	}
+	_, ok := ws.names[name]
+	return ok
+}
+
+func (ws *warmSet) empty() bool { return ws == nil || (!ws.all && len(ws.names) == 0) }
+
+// addCluster records the EDS name of a cluster that is being sent: its
+// eds_cluster_config.service_name, or its name. A resource that is not a
+// Cluster makes every EDS resource warm.
+func (ws *warmSet) addCluster(e *encoded) {
+	cl, ok := decodeAs[*clusterv3.Cluster](e)
+	if !ok {
+		ws.all = true
+		return
+	}
+	if ws.names == nil {
+		ws.names = make(map[string]struct{})
+	}
+	n := cl.GetEdsClusterConfig().GetServiceName()
+	if n == "" {
+		n = cl.GetName()
+	}
+	ws.names[n] = struct{}{}
+}

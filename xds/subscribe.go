@@ -1,0 +1,207 @@
+package xds
+
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"weak"
+
+	"github.com/xdspush/xdspush/internal/sortedset"
+)
+
+// subscription is what a client subscribes to for one type. It is
+// immutable: a change makes a new one, so a target can tell whether it was
+// generated for the current subscription by pointer, and connections with
+// the same subscription can share one.
+type subscription struct {
+	names    []string // sorted, unique, without "*"
+	wildcard bool
+}
+
+var (
+	noSubscription       = &subscription{}
+	wildcardSubscription = &subscription{wildcard: true}
+)
+
+func newSubscription(names []string, wildcard bool) *subscription {
+	switch {
+	case len(names) > 0:
+		return &subscription{names: names, wildcard: wildcard}
+	case wildcard:
+		return wildcardSubscription
+	}
+	return noSubscription
+}
+
+// covers reports whether the subscription covers name.
+func (s *subscription) covers(name string) bool {
+	if s.wildcard {
+		return true
+	}
+	_, ok := slices.BinarySearch(s.names, name)
+	return ok
+}
+
+// equal reports whether s and o subscribe to the same names.
+func (s *subscription) equal(o *subscription) bool {
+	return s == o || s.wildcard == o.wildcard && slices.Equal(s.names, o.names)
+}
+
+// coversAll reports whether the subscription covers every resource of res.
+// Generators usually return resources in the order of Watch.Names: those
+// are matched in one pass, others by binary search.
+func (s *subscription) coversAll(res []Resource) bool {
+	if s.wildcard {
+		return true
+	}
+	j := 0
+	for _, r := range res {
+		for j < len(s.names) && s.names[j] < r.Name {
+			j++
+		}
+		if j < len(s.names) && s.names[j] == r.Name {
+			continue
+		}
+		if !s.covers(r.Name) {
+			return false
+		}
+	}
+	return true
+}
+
+// starIndex stands for "*" in typeState.order.
+const starIndex = ^uint32(0)
+
+// parseNames returns the names of raw sorted, without duplicates and
+// "*", whether "*" was in raw, and the order of raw relative to names (see
+// typeState.order). It does not modify raw, and returns raw itself (and a
+// nil order) when raw is already in that form.
+func parseNames(raw []string) (names []string, star bool, order []uint32) {
+	sorted := true
+	for k := 1; k < len(raw) && sorted; k++ {
+		sorted = raw[k-1] < raw[k]
+	}
+	if sorted {
+		if _, star := slices.BinarySearch(raw, "*"); !star {
+			return raw, false, nil
+		}
+	}
+	names, star = normalizeNames(slices.Clone(raw))
+	if len(names) >= int(starIndex) {
+		return names, star, nil // too many to index: sameNames is false
+	}
+	order = make([]uint32, len(raw))
+	for k, n := range raw {
+		if n == "*" {
+			order[k] = starIndex
+			continue
+		}
+		i, _ := slices.BinarySearch(names, n)
+		order[k] = uint32(i)
+	}
+	return names, star, order
+}
+
+// sameNames reports whether raw is, name for name, the resource names of
+// the last SotW request of the type.
+func (ts *typeState) sameNames(raw []string) bool {
+	names := ts.sub.names
+	if ts.order == nil {
+		return !ts.star && slices.Equal(raw, names)
+	}
+	if len(raw) != len(ts.order) {
+		return false
+	}
+	for k, i := range ts.order {
+		if i == starIndex {
+			if raw[k] != "*" {
+				return false
+			}
+		} else if raw[k] != names[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// normalizeNames sorts names in place, drops duplicates and "*", and reports
+// whether "*" was present. The result shares names' backing array.
+func normalizeNames(names []string) ([]string, bool) {
+	star := false
+	if len(names) > 1 {
+		slices.Sort(names)
+		names = slices.Compact(names)
+	}
+	if i, ok := slices.BinarySearch(names, "*"); ok {
+		star = true
+		names = slices.Delete(names, i, i+1)
+	}
+	return names, star
+}
+
+// diffNames returns the names of next that prev lacks, and those of prev
+// that next lacks.
+func diffNames(prev, next []string) (added, removed []string) {
+	return sortedset.Diff(prev, next)
+}
+
+// subTable interns subscriptions, so that connections subscribing to the
+// same names share one (memory follows the distinct subscriptions, and a
+// view's generation is keyed by pointer). Entries are weak: a subscription
+// no connection uses any more is collected, and its entry removed.
+type subTable struct {
+	mu sync.Mutex
+	m  map[uint64][]weak.Pointer[subscription]
+}
+
+// intern returns the subscription equal to s that the table holds, or
+// adds s and returns it.
+func (t *subTable) intern(s *subscription) *subscription {
+	if len(s.names) == 0 {
+		return s // the shared empty and wildcard subscriptions
+	}
+	h := s.hash()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, wp := range t.m[h] {
+		if p := wp.Value(); p != nil && p.equal(s) {
+			return p
+		}
+	}
+	if t.m == nil {
+		t.m = make(map[uint64][]weak.Pointer[subscription])
+	}
+	t.m[h] = append(t.m[h], weak.Make(s))
+	runtime.AddCleanup(s, t.prune, h)
+	return s
+}
+
+// prune drops the collected entries of bucket h.
+func (t *subTable) prune(h uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := slices.DeleteFunc(t.m[h], func(wp weak.Pointer[subscription]) bool { return wp.Value() == nil })
+	if len(b) == 0 {
+		delete(t.m, h)
+	} else {
+		t.m[h] = b
+	}
+}
+
+// hash returns an FNV-1a hash of the subscription.
+func (s *subscription) hash() uint64 {
+	h := uint64(14695981039346656037)
+	if s.wildcard {
+		h ^= 1
+	}
+	for _, n := range s.names {
+		for i := 0; i < len(n); i++ {
+			h ^= uint64(n[i])
+			h *= 1099511628211
+		}
+		h ^= 0xff // separator: no name byte sequence can forge it with its length folded in
+		h ^= uint64(len(n))
+		h *= 1099511628211
+	}
+	return h
+}
