@@ -117,3 +117,45 @@ func BenchmarkDrain(b *testing.B) {
 		b.Fatalf("Drain() = %v; want context.Canceled", err)
 	}
 }
+
+// coalesce is the workload of BenchmarkCoalesce: 1,000 keys are each enqueued
+// 8 times, round by round (every key once, then every key again, …), as a
+// push fan-out does, so 7,000 of the 8,000 Enqueue calls merge; then the queue
+// is drained with Dequeue and MarkDone.
+func coalesce(b *testing.B, q *Queue[int, count]) {
+	const keys, rounds = 1000, 8
+	for range rounds {
+		for k := range keys {
+			q.Enqueue(k, count{n: 1})
+		}
+	}
+	for range keys {
+		key, req, err := q.Dequeue(context.Background())
+		if err != nil || req.n != rounds {
+			b.Fatalf("Dequeue() = (%d, %v, %v); want %d merged requests", key, req, err, rounds)
+		}
+		q.MarkDone(key)
+	}
+	if n := q.Len(); n != 0 {
+		b.Fatalf("Len() = %d after the drain; want 0", n)
+	}
+}
+
+// BenchmarkCoalesce runs the coalesce workload on a long-lived queue. One op
+// is the whole fan-out and drain.
+func BenchmarkCoalesce(b *testing.B) {
+	q := New[int, count]()
+	b.ReportAllocs()
+	for b.Loop() {
+		coalesce(b, q)
+	}
+}
+
+// BenchmarkCoalesceNewQueue runs the coalesce workload on a new queue each
+// time, so it includes New and the growth of the queue's storage.
+func BenchmarkCoalesceNewQueue(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		coalesce(b, New[int, count]())
+	}
+}
