@@ -17,6 +17,9 @@ func (c count) Merge(next count) count { return count{n: c.n + next.n} }
 func resetPending[K comparable, R Mergeable[R]](q *Queue[K, R]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	for _, e := range q.entries {
+		q.release(e)
+	}
 	clear(q.entries)
 	clear(q.fifo.buf)
 	q.fifo.head, q.fifo.n = 0, 0

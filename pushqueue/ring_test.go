@@ -1,6 +1,9 @@
 package pushqueue
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // fill pushes the values [from, from+n) into r.
 func fill(r *ring[int], from, n int) {
@@ -76,5 +79,43 @@ func TestRingReusesBuffer(t *testing.T) {
 	burst()
 	if got := testing.AllocsPerRun(10, burst); got != 0 {
 		t.Errorf("a burst of as many values as the previous one made %v allocations; want 0", got)
+	}
+}
+
+// TestFanOutAllocatesNothing checks that a long-lived queue that is sent the
+// same fan-out again and again (new keys, merges, follow-ups, drain) reuses
+// its storage instead of allocating.
+func TestFanOutAllocatesNothing(t *testing.T) {
+	q := New[int, count]()
+	ctx := context.Background()
+	fanOut := func() {
+		for range 3 {
+			for k := range 100 {
+				q.Enqueue(k, count{n: 1})
+			}
+		}
+		for range 50 {
+			key, _, err := q.Dequeue(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.Enqueue(key, count{n: 1}) // a follow-up
+			q.MarkDone(key)
+		}
+		for q.Pending() > 0 {
+			key, _, err := q.Dequeue(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.MarkDone(key)
+		}
+	}
+	fanOut()
+	fanOut()
+	if got := testing.AllocsPerRun(10, fanOut); got != 0 {
+		t.Errorf("a fan-out to as many keys as the previous one made %v allocations; want 0", got)
+	}
+	if got := q.Len(); got != 0 {
+		t.Errorf("Len() = %d after the drain; want 0", got)
 	}
 }
