@@ -132,7 +132,7 @@ func (q *Queue[K, R]) Drain(ctx context.Context, cfg DrainConfig, handle func(ct
 			d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", ctx.Err())
 			return ctx.Err()
 		}
-		key, req, meta, err := q.dequeue(ctx)
+		key, req, meta, err := q.dequeue(ctx, true)
 		if err != nil {
 			<-slots
 			wg.Wait()

@@ -42,6 +42,9 @@ type entry[R any] struct {
 	processing bool
 	// follow is true when a processing key has a follow-up in req.
 	follow bool
+	// next links the entry into Queue.free while it is unused; it is nil
+	// while the entry is in use.
+	next *entry[R]
 }
 
 // Queue is a per-key coalescing FIFO: each key has at most one queued request
@@ -54,12 +57,16 @@ type entry[R any] struct {
 type Queue[K comparable, R Mergeable[R]] struct {
 	mu sync.Mutex // protects every field below
 
-	entries    map[K]entry[R] // pending and processing keys
-	fifo       ring[K]        // pending keys in dequeue order; each appears once
-	processing int            // number of entries with processing set
-	followups  int            // number of entries with follow set
-	dropped    uint64         // Enqueue calls refused after ShutDown
-	epoch      time.Time      // origin of entry.since
+	// entries holds each pending or processing key's entry by pointer, so
+	// that Enqueue of a known key, Dequeue and a MarkDone that queues a
+	// follow-up update it in place: one map lookup and no store.
+	entries    map[K]*entry[R]
+	free       *entry[R] // unused entries, linked by next; see alloc
+	fifo       ring[K]   // pending keys in dequeue order; each appears once
+	processing int       // number of entries with processing set
+	followups  int       // number of entries with follow set
+	dropped    uint64    // Enqueue calls refused after ShutDown
+	epoch      time.Time // origin of entry.since
 
 	shut    bool // ShutDown has been called
 	drained bool // shut, fifo empty and no follow-ups: nothing can be dequeued ever again
@@ -86,10 +93,45 @@ func (q *Queue[K, R]) init() {
 	if q.entries != nil {
 		return
 	}
-	q.entries = make(map[K]entry[R])
+	q.entries = make(map[K]*entry[R])
 	q.wake = make(chan struct{}, 1)
 	q.done = make(chan struct{})
 	q.epoch = time.Now()
+}
+
+// Entries are allocated in blocks of minBlock to maxBlock entries and recycled
+// through Queue.free, so that a queue that has once held as many keys as it
+// holds now allocates nothing for a new key. Like the buckets of the entries
+// map, which Go never shrinks, blocks are kept for the life of the queue; an
+// unused entry holds neither a key nor a request.
+const (
+	minBlock = 64
+	maxBlock = 1024
+)
+
+// alloc returns an unused, zero entry. q.mu must be held.
+func (q *Queue[K, R]) alloc() *entry[R] {
+	if q.free == nil {
+		// Every entry is in use: quadruple their number (within bounds), so
+		// that the number of blocks grows with the logarithm of the number of
+		// keys until blocks reach maxBlock entries.
+		block := make([]entry[R], min(max(3*len(q.entries), minBlock), maxBlock))
+		for i := range len(block) - 1 {
+			block[i].next = &block[i+1]
+		}
+		q.free = &block[0]
+	}
+	e := q.free
+	q.free, e.next = e.next, nil
+	return e
+}
+
+// release zeroes an entry that no key uses any more, so that the queue keeps
+// no request reachable through it, and puts it on the free list. q.mu must be
+// held.
+func (q *Queue[K, R]) release(e *entry[R]) {
+	*e = entry[R]{next: q.free}
+	q.free = e
 }
 
 // lock acquires q.mu and makes sure the queue is initialised, so that a
@@ -143,22 +185,22 @@ func (q *Queue[K, R]) Enqueue(key K, req R) {
 		q.dropped++
 		return
 	}
-	e, ok := q.entries[key]
+	e := q.entries[key]
 	switch {
-	case !ok:
-		q.entries[key] = entry[R]{req: req, since: q.now(), merged: 1}
+	case e == nil:
+		e = q.alloc()
+		e.req, e.since, e.merged = req, q.now(), 1
+		q.entries[key] = e
 		q.fifo.push(key)
 		q.signal()
 	case !e.processing, e.follow:
 		e.req = e.req.Merge(req)
 		e.merged++
-		q.entries[key] = e
 	default: // processing, first follow-up
 		e.req = req
 		e.follow = true
 		e.since = q.now()
 		e.merged = 1
-		q.entries[key] = e
 		q.followups++
 	}
 }
@@ -181,11 +223,14 @@ type dequeued struct {
 // returns ErrShutDown once none are left and none can appear. A Dequeue that
 // returns an error leaves no goroutine behind.
 func (q *Queue[K, R]) Dequeue(ctx context.Context) (K, R, error) {
-	k, r, _, err := q.dequeue(ctx)
+	k, r, _, err := q.dequeue(ctx, false)
 	return k, r, err
 }
 
-func (q *Queue[K, R]) dequeue(ctx context.Context) (key K, req R, d dequeued, err error) {
+// dequeue is Dequeue that also describes the request it hands out. d.at is
+// read from the clock only when timed is set: Drain needs it, Dequeue does
+// not.
+func (q *Queue[K, R]) dequeue(ctx context.Context, timed bool) (key K, req R, d dequeued, err error) {
 	if err = ctx.Err(); err != nil {
 		return key, req, d, err
 	}
@@ -217,8 +262,11 @@ func (q *Queue[K, R]) dequeue(ctx context.Context) (key K, req R, d dequeued, er
 	key = q.fifo.pop()
 	e := q.entries[key]
 	req = e.req
-	d = dequeued{since: e.since, at: q.now(), merged: e.merged}
-	q.entries[key] = entry[R]{processing: true} // drops the queue's reference to req
+	d = dequeued{since: e.since, merged: e.merged}
+	if timed {
+		d.at = q.now()
+	}
+	*e = entry[R]{processing: true} // drops the queue's reference to req
 	q.processing++
 	if q.fifo.len() > 0 {
 		q.signal()
@@ -237,18 +285,18 @@ func (q *Queue[K, R]) dequeue(ctx context.Context) (key K, req R, d dequeued, er
 func (q *Queue[K, R]) MarkDone(key K) {
 	q.lock()
 	defer q.mu.Unlock()
-	e, ok := q.entries[key]
-	if !ok || !e.processing {
+	e := q.entries[key]
+	if e == nil || !e.processing {
 		return
 	}
 	q.processing--
 	if !e.follow {
 		delete(q.entries, key)
+		q.release(e)
 		return
 	}
 	e.processing = false
 	e.follow = false
-	q.entries[key] = e
 	q.followups--
 	q.fifo.push(key)
 	q.signal()

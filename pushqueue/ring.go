@@ -1,20 +1,30 @@
 package pushqueue
 
+import "math/bits"
+
 // minRing is the smallest backing array a non-empty ring keeps. Below it the
 // ring never shrinks, so a queue that hovers around a handful of keys does not
 // reallocate.
 const minRing = 16
 
 // ring is a FIFO of values backed by a power-of-two circular buffer. It grows
-// by doubling when full and halves when it falls to a quarter of its capacity,
-// so a burst of keys does not pin its peak memory for the life of the queue.
-// Popped slots are zeroed, so the ring never keeps a popped value reachable.
+// by doubling when full. When it falls to an eighth full it shrinks to the
+// smallest power of two that holds twice what it holds, so a burst of keys
+// does not pin its peak memory for the life of the queue. It never shrinks
+// below what the previous burst held, though (a burst runs from one time the
+// ring is empty to the next): a queue that fills with about as many keys on
+// every fan-out keeps its buffer from one fan-out to the next, instead of
+// shrinking it on every drain and growing it back on every fan-out, while a
+// burst bigger than the one before it is given back as it drains. Popped
+// slots are zeroed, so the ring never keeps a popped value reachable.
 //
 // ring is not safe for concurrent use; Queue guards it with its mutex.
 type ring[T any] struct {
 	buf  []T // len(buf) is zero or a power of two
 	head int // index of the oldest value
 	n    int // number of values held
+	peak int // largest n since the ring was last empty: the current burst
+	last int // peak of the previous burst; the ring does not shrink below it
 }
 
 // len returns the number of values held.
@@ -27,6 +37,7 @@ func (r *ring[T]) push(v T) {
 	}
 	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
 	r.n++
+	r.peak = max(r.peak, r.n)
 }
 
 // pop removes and returns the value at the head. The ring must not be empty.
@@ -36,11 +47,16 @@ func (r *ring[T]) pop() T {
 	r.buf[r.head] = zero // release the slot for the garbage collector
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
-	if r.n == 0 {
-		r.head = 0
+	if r.n <= len(r.buf)/8 {
+		// The smallest power of two that holds twice as many values, and
+		// holds minRing and the previous burst.
+		if c := 1 << bits.Len(uint(max(2*r.n, minRing, r.last)-1)); c < len(r.buf) {
+			r.resize(c)
+		}
 	}
-	if len(r.buf) > minRing && r.n <= len(r.buf)/4 {
-		r.resize(len(r.buf) / 2)
+	if r.n == 0 { // the burst is over
+		r.head = 0
+		r.last, r.peak = r.peak, 0
 	}
 	return v
 }
