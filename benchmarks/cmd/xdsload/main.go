@@ -40,6 +40,7 @@ func run() error {
 	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
 	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(servers.Names, ", "))
 	storm := flag.Bool("storm", true, "add a reconnect storm")
+	rounds := flag.Int("rounds", 3, "changes of each kind (each to another service); the figures pool them")
 	services := flag.Int("services", 0, "services in the mesh (0: 100)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
 	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")
@@ -60,6 +61,7 @@ func run() error {
 		Servers:    split(*srvs),
 		Protocols:  split(*protocols),
 		Storm:      *storm,
+		Rounds:     *rounds,
 		Services:   *services,
 		Endpoints:  *endpoints,
 		CPUProfile: *cpuprofile,

@@ -36,6 +36,9 @@ type Config struct {
 	Servers []string
 	// Protocols lists "sotw" and/or "delta". Empty means both.
 	Protocols []string
+	// Rounds is how many changes of each kind are made, one after the
+	// other (each to another service); the figures pool them. Zero means 3.
+	Rounds int
 	// Storm adds the reconnect storm.
 	Storm bool
 	// Services and Endpoints size the mesh. Zero means
@@ -62,11 +65,17 @@ type Config struct {
 	Progress io.Writer
 }
 
-// Changes made by a run, in order: one endpoint of one service, then the
-// cluster of another.
-var Changes = []mesh.Change{
-	{Kind: mesh.EndpointChange, Service: 7},
-	{Kind: mesh.ClusterChange, Service: 42},
+// Kinds are the kinds of change a run makes, in order.
+var Kinds = []string{mesh.EndpointChange, mesh.ClusterChange}
+
+// changeOf returns the change of round r of kind: each round changes
+// another service.
+func changeOf(kind string, r, services int) mesh.Change {
+	first := 7
+	if kind == mesh.ClusterChange {
+		first = 42
+	}
+	return mesh.Change{Kind: kind, Service: (first + 31*r) % services}
 }
 
 // Result is what one (server, protocol) run measured.
@@ -74,6 +83,8 @@ type Result struct {
 	Server   string
 	Protocol string
 	Clients  int
+	Services int
+	Rounds   int
 	// Init is the time from the first client's connect until every client
 	// converged.
 	Init Latency
@@ -148,6 +159,9 @@ func Run(cfg Config) ([]Result, error) {
 	}
 	if cfg.Endpoints == 0 {
 		cfg.Endpoints = mesh.DefaultEndpoints
+	}
+	if cfg.Rounds == 0 {
+		cfg.Rounds = 3
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = time.Minute + time.Duration(cfg.Clients)*10*time.Millisecond
@@ -235,7 +249,8 @@ func (c *child) stop() error {
 }
 
 func runOne(cfg Config, name, protocol string) (res Result, err error) {
-	res = Result{Server: name, Protocol: protocol, Clients: cfg.Clients, Changes: make(map[string]ChangeResult)}
+	res = Result{Server: name, Protocol: protocol, Clients: cfg.Clients, Services: cfg.Services, Rounds: cfg.Rounds,
+		Changes: make(map[string]ChangeResult)}
 	timeout := cfg.Timeout.Seconds()
 	n := strconv.Itoa(cfg.Clients)
 	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
@@ -292,18 +307,21 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	res.RSSPerClient = float64(after.RSS-base.RSS) / float64(cfg.Clients)
 	fmt.Fprintf(cfg.Progress, "%s %s: %d clients converged in %v\n", name, protocol, cfg.Clients, res.Init.Max.Round(time.Millisecond))
 
-	for _, c := range Changes {
-		cr, errs, err := change(cfg, srv, cl, name, protocol, c)
+	for _, kind := range Kinds {
+		cr, errs, err := changes(cfg, srv, cl, name, protocol, kind)
 		if err != nil {
 			return res, err
 		}
-		res.Changes[c.Kind] = cr
+		res.Changes[kind] = cr
 		res.Errors = append(res.Errors, errs...)
-		fmt.Fprintf(cfg.Progress, "%s %s: %s change p99 %v\n", name, protocol, c.Kind, cr.Latency.P99.Round(10*time.Microsecond))
+		fmt.Fprintf(cfg.Progress, "%s %s: %s change p99 %v\n", name, protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
 	}
 	if cfg.Storm {
 		var u0, u1 usage
 		if err := srv.call(request{Op: "profile", Name: name + "-" + protocol + "-storm"}, nil); err != nil {
+			return res, err
+		}
+		if err := cl.call(request{Op: "profile", Name: "clients-" + name + "-" + protocol + "-storm"}, nil); err != nil {
 			return res, err
 		}
 		if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
@@ -317,6 +335,9 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 			return res, err
 		}
 		if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
+			return res, err
+		}
+		if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
 			return res, err
 		}
 		sr := &StormResult{
@@ -336,34 +357,58 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	return res, nil
 }
 
-func change(cfg Config, srv, cl *child, name, protocol string, c mesh.Change) (ChangeResult, []string, error) {
+// changes makes cfg.Rounds changes of kind, one after the other, and pools
+// what they measured.
+func changes(cfg Config, srv, cl *child, name, protocol, kind string) (ChangeResult, []string, error) {
 	var cr ChangeResult
-	if err := cl.call(request{Op: "expect", Change: &c}, nil); err != nil {
-		return cr, nil, err
-	}
-	prof := name + "-" + protocol + "-" + c.Kind
+	prof := name + "-" + protocol + "-" + kind
 	if err := srv.call(request{Op: "profile", Name: prof}, nil); err != nil {
 		return cr, nil, err
 	}
 	if err := cl.call(request{Op: "profile", Name: "clients-" + prof}, nil); err != nil {
 		return cr, nil, err
 	}
-	var u0, u1 usage
-	if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
-		return cr, nil, err
-	}
-	var handed struct {
-		T0 int64 `json:"t0"`
-	}
-	if err := srv.call(request{Op: "change", Change: &c}, &handed); err != nil {
-		return cr, nil, err
-	}
-	var ch fleet.Change
-	if err := cl.call(request{Op: "wait", Timeout: cfg.Timeout.Seconds()}, &ch); err != nil {
-		return cr, nil, err
-	}
-	if err := srv.call(request{Op: "cpu"}, &u1); err != nil {
-		return cr, nil, err
+	var lat []time.Duration
+	var errs []string
+	var responses, bytes, cpu int64
+	for r := range cfg.Rounds {
+		c := changeOf(kind, r, cfg.Services)
+		if err := cl.call(request{Op: "expect", Change: &c}, nil); err != nil {
+			return cr, nil, err
+		}
+		var u0, u1 usage
+		if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
+			return cr, nil, err
+		}
+		var handed struct {
+			T0 int64 `json:"t0"`
+		}
+		if err := srv.call(request{Op: "change", Change: &c}, &handed); err != nil {
+			return cr, nil, err
+		}
+		var ch fleet.Change
+		if err := cl.call(request{Op: "wait", Timeout: cfg.Timeout.Seconds()}, &ch); err != nil {
+			return cr, nil, err
+		}
+		if err := srv.call(request{Op: "cpu"}, &u1); err != nil {
+			return cr, nil, err
+		}
+		missing := 0
+		for _, t := range ch.ACKs {
+			if t == 0 {
+				missing++
+				continue
+			}
+			lat = append(lat, time.Duration(t-handed.T0))
+		}
+		cr.Latency.Missing += missing
+		if missing > 0 {
+			errs = append(errs, fmt.Sprintf("%s change of service %d: %d clients did not ACK it", kind, c.Service, missing))
+		}
+		errs = append(errs, ch.Errors...)
+		responses += ch.Responses
+		bytes += ch.Bytes
+		cpu += u1.CPU - u0.CPU
 	}
 	if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
 		return cr, nil, err
@@ -371,16 +416,12 @@ func change(cfg Config, srv, cl *child, name, protocol string, c mesh.Change) (C
 	if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
 		return cr, nil, err
 	}
-	n := float64(cfg.Clients)
-	cr = ChangeResult{
-		Latency:   since(handed.T0, ch.ACKs),
-		Responses: float64(ch.Responses) / n,
-		Bytes:     float64(ch.Bytes) / n,
-		CPU:       time.Duration(float64(u1.CPU-u0.CPU) / n),
-	}
-	errs := ch.Errors
-	if cr.Latency.Missing > 0 {
-		errs = append(errs, fmt.Sprintf("%s change: %d clients did not ACK it", c.Kind, cr.Latency.Missing))
-	}
+	missing := cr.Latency.Missing
+	cr.Latency = summarise(lat)
+	cr.Latency.Missing = missing
+	n := float64(cfg.Clients * cfg.Rounds)
+	cr.Responses = float64(responses) / n
+	cr.Bytes = float64(bytes) / n
+	cr.CPU = time.Duration(float64(cpu) / n)
 	return cr, errs, nil
 }

@@ -36,6 +36,7 @@ func TestRun(t *testing.T) {
 	rs, err := Run(Config{
 		Clients:    clients,
 		Storm:      true,
+		Rounds:     2,
 		Quiet:      100 * time.Millisecond,
 		Timeout:    time.Minute,
 		Executable: os.Args[0],

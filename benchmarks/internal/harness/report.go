@@ -21,8 +21,15 @@ func since(t0 int64, at []int64) Latency {
 		}
 		d = append(d, time.Duration(t-t0))
 	}
+	l := summarise(d)
+	l.Missing = missing
+	return l
+}
+
+// summarise returns the percentiles of d, which it sorts.
+func summarise(d []time.Duration) Latency {
 	slices.Sort(d)
-	l := Latency{Missing: missing}
+	var l Latency
 	if len(d) > 0 {
 		l.P50 = d[rank(len(d), 0.50)]
 		l.P99 = d[rank(len(d), 0.99)]
@@ -96,10 +103,11 @@ func Report(w io.Writer, rs []Result) {
 	if len(rs) == 0 {
 		return
 	}
-	n := rs[0].Clients
-	fmt.Fprintf(w, "N = %d clients; mesh of %d services. Latency: change handed to the server → client ACK (p50 / p99 / max over clients). "+
-		"resp, bytes: per client (whole encoded responses). CPU: server CPU per client. ×floor: ratio to the floor's figure, same protocol.\n\n",
-		n, mesh.DefaultServices)
+	fmt.Fprintf(w, "N = %d clients; mesh of %d services; %d changes of each kind. "+
+		"Latency: change handed to the server → client ACK (p50 / p99 / max over clients and changes). "+
+		"resp, bytes: per client and change (whole encoded responses). CPU: server CPU per client and change. "+
+		"storm: until every client converged again. ×floor: ratio to the floor's figure, same protocol.\n\n",
+		rs[0].Clients, rs[0].Services, rs[0].Rounds)
 	hdr := []string{"server", "proto", "init", "RSS/client",
 		"endpoint p50 / p99 / max", "×floor p99", "resp", "bytes", "CPU", "×floor CPU",
 		"cluster p50 / p99 / max", "×floor p99", "resp", "bytes", "CPU", "×floor CPU",
