@@ -1,0 +1,86 @@
+// Command xdsload is a load benchmark of xdspush against a marshal-once
+// floor server and go-control-plane's SnapshotCache: N Envoy-like ADS
+// clients over loopback TCP, a mesh of 100 services, an endpoint change, a
+// cluster change and a reconnect storm; it prints a markdown table.
+//
+//	go run ./benchmarks/cmd/xdsload -n 10000
+//
+// Each server runs in a child process of its own and the clients in
+// another (this program, started again), so the CPU time and memory
+// measured are the server's alone. See the README of the benchmarks module.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/xdspush/xdspush/benchmarks/internal/harness"
+	"github.com/xdspush/xdspush/benchmarks/internal/servers"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == harness.ChildArg {
+		if err := harness.RunChild(os.Args[2:], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "xdsload child:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "xdsload:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	n := flag.Int("n", 1000, "number of clients")
+	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
+	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(servers.Names, ", "))
+	storm := flag.Bool("storm", true, "add a reconnect storm")
+	rounds := flag.Int("rounds", 3, "changes of each kind (each to another service); the figures pool them")
+	services := flag.Int("services", 0, "services in the mesh (0: 100)")
+	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
+	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")
+	timeout := flag.Duration("timeout", 0, "bound of each phase (0: 60s + 10ms per client)")
+	flag.Parse()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if *cpuprofile != "" {
+		if err := os.MkdirAll(*cpuprofile, 0o755); err != nil {
+			return err
+		}
+	}
+	start := time.Now()
+	rs, err := harness.Run(harness.Config{
+		Clients:    *n,
+		Servers:    split(*srvs),
+		Protocols:  split(*protocols),
+		Storm:      *storm,
+		Rounds:     *rounds,
+		Services:   *services,
+		Endpoints:  *endpoints,
+		CPUProfile: *cpuprofile,
+		Timeout:    *timeout,
+		Executable: exe,
+		Stderr:     os.Stderr,
+		Progress:   os.Stderr,
+	})
+	harness.Report(os.Stdout, rs)
+	fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
+	return err
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

@@ -1,0 +1,271 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
+)
+
+// client is one Envoy-like ADS client: one gRPC connection, one stream.
+type client struct {
+	f    *Fleet
+	node *corev3.Node
+
+	// Counters, written by the client's goroutine and read by the Fleet.
+	responses atomic.Int64
+	bytes     atomic.Int64
+	violated  atomic.Int64 // violations, mirrored from st
+	errs      atomic.Int64 // responses that did not decode
+	convAt    atomic.Int64 // unix ns of convergence on the current connection; 0: not yet
+
+	// Set by the client's goroutine for the current target, read by the
+	// Fleet once every client has set it (or at the deadline).
+	ackedAt  atomic.Int64 // unix ns of the ACK of the response carrying the target; 0: not yet
+	targetID atomic.Int64 // the target ackedAt is for
+
+	// Owned by the goroutine of the current connection.
+	cc        *grpc.ClientConn
+	cancel    context.CancelFunc
+	done      chan struct{} // closed when the connection's goroutine returns
+	st        *state
+	converged bool
+	lds       bool                // LDS subscribed
+	subs      map[string][]string // SotW: by-name subscriptions; Delta: subscribed names
+	versions  map[string]string   // SotW: last version by type
+	nonces    map[string]string   // SotW: last nonce by type
+}
+
+// sender abstracts the two ADS streams.
+type sender interface {
+	// subscribe changes the subscription of a type to names (for a SotW
+	// stream: sends a request; for Delta: the difference).
+	subscribe(typ string, names []string) error
+}
+
+// connect dials the server and starts the client's goroutine.
+func (c *client) connect() error {
+	cc, err := grpc.NewClient("passthrough:///"+c.f.cfg.Addr, c.f.dialOptions...)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cc, c.cancel = cc, cancel
+	c.st = newState(c.f.cfg.Services)
+	c.converged, c.lds = false, false
+	c.convAt.Store(0)
+	c.subs = make(map[string][]string)
+	c.versions = make(map[string]string)
+	c.nonces = make(map[string]string)
+	c.done = make(chan struct{})
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	go func() {
+		defer close(c.done)
+		var err error
+		if c.f.cfg.Delta {
+			err = c.runDelta(ctx, ads)
+		} else {
+			err = c.runSotW(ctx, ads)
+		}
+		if err != nil && ctx.Err() == nil {
+			c.f.streamError(fmt.Errorf("client %s: %w", c.node.Id, err))
+		}
+	}()
+	return nil
+}
+
+// disconnect closes the connection and waits for the client's goroutine.
+func (c *client) disconnect() {
+	if c.cc == nil {
+		return
+	}
+	c.cancel()
+	c.cc.Close()
+	<-c.done
+	c.cc = nil
+}
+
+// accepted is called after a response was applied and ACKed: it records
+// convergence and the target's arrival.
+func (c *client) accepted(typ string, upserted []resource, ackAt time.Time) {
+	if t := c.f.target.Load(); t != nil && t.typ == typ && c.targetID.Load() != t.id {
+		for _, r := range upserted {
+			if r.name != t.name {
+				continue
+			}
+			msg := t.msg.ProtoReflect().New().Interface()
+			if proto.Unmarshal(r.value, msg) == nil && proto.Equal(msg, t.msg) {
+				c.ackedAt.Store(ackAt.UnixNano())
+				c.targetID.Store(t.id)
+				t.arrived()
+			}
+		}
+	}
+	if !c.converged && c.st.converged() {
+		c.converged = true
+		c.convAt.Store(ackAt.UnixNano())
+		c.f.convergedOne()
+	}
+}
+
+// next sends the subscriptions that follow a response: EDS for the
+// clusters held, LDS once the clusters are warm (as Envoy initialises
+// clusters before listeners), RDS for the routes the listeners name.
+func (c *client) next(s sender, typ string) error {
+	switch typ {
+	case mesh.ClusterType:
+		if names := c.st.edsNames(); !slices.Equal(names, c.subs[mesh.EndpointType]) {
+			return s.subscribe(mesh.EndpointType, names)
+		}
+	case mesh.EndpointType:
+		if !c.lds && c.st.clustersWarm() {
+			c.lds = true
+			return s.subscribe(mesh.ListenerType, nil)
+		}
+	case mesh.ListenerType:
+		if names := c.st.rdsNames(); !slices.Equal(names, c.subs[mesh.RouteType]) {
+			return s.subscribe(mesh.RouteType, names)
+		}
+	}
+	return nil
+}
+
+func (c *client) received(size int) {
+	c.responses.Add(1)
+	c.bytes.Add(int64(size))
+	c.f.lastRecv.Store(time.Now().UnixNano())
+}
+
+// sotwSender subscribes over a SotW stream.
+type sotwSender struct {
+	c      *client
+	stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+}
+
+func (s sotwSender) subscribe(typ string, names []string) error {
+	s.c.subs[typ] = names
+	return s.stream.Send(&discoveryv3.DiscoveryRequest{
+		TypeUrl:       typ,
+		VersionInfo:   s.c.versions[typ],
+		ResponseNonce: s.c.nonces[typ],
+		ResourceNames: names,
+	})
+}
+
+func (c *client) runSotW(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) error {
+	stream, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	s := sotwSender{c: c, stream: stream}
+	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: mesh.ClusterType}); err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		c.received(proto.Size(resp))
+		typ := resp.TypeUrl
+		upserted := make([]resource, 0, len(resp.Resources))
+		for _, a := range resp.Resources {
+			upserted = append(upserted, resource{name: resourceName(a.Value), value: a.Value})
+		}
+		full := typ == mesh.ClusterType || typ == mesh.ListenerType
+		if err := c.st.apply(typ, upserted, nil, full); err != nil {
+			c.errs.Add(1)
+			continue // not accepted; a real client would NACK
+		}
+		c.violated.Store(int64(c.st.violations))
+		c.versions[typ], c.nonces[typ] = resp.VersionInfo, resp.Nonce
+		ackAt := time.Now()
+		if err := stream.Send(&discoveryv3.DiscoveryRequest{
+			TypeUrl:       typ,
+			VersionInfo:   resp.VersionInfo,
+			ResponseNonce: resp.Nonce,
+			ResourceNames: c.subs[typ],
+		}); err != nil {
+			return err
+		}
+		c.accepted(typ, upserted, ackAt)
+		if err := c.next(s, typ); err != nil {
+			return err
+		}
+	}
+}
+
+// deltaSender subscribes over a Delta stream.
+type deltaSender struct {
+	c      *client
+	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+}
+
+func (s deltaSender) subscribe(typ string, names []string) error {
+	old := s.c.subs[typ]
+	s.c.subs[typ] = names
+	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: typ}
+	if names == nil { // wildcard
+		req.ResourceNamesSubscribe = []string{"*"}
+	}
+	for _, n := range names {
+		if !slices.Contains(old, n) {
+			req.ResourceNamesSubscribe = append(req.ResourceNamesSubscribe, n)
+		}
+	}
+	for _, n := range old {
+		if !slices.Contains(names, n) {
+			req.ResourceNamesUnsubscribe = append(req.ResourceNamesUnsubscribe, n)
+		}
+	}
+	return s.stream.Send(req)
+}
+
+func (c *client) runDelta(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) error {
+	stream, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	s := deltaSender{c: c, stream: stream}
+	if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{
+		Node: c.node, TypeUrl: mesh.ClusterType, ResourceNamesSubscribe: []string{"*"},
+	}); err != nil {
+		return err
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		c.received(proto.Size(resp))
+		typ := resp.TypeUrl
+		upserted := make([]resource, 0, len(resp.Resources))
+		for _, r := range resp.Resources {
+			if r.Resource == nil {
+				continue
+			}
+			upserted = append(upserted, resource{name: r.Name, value: r.Resource.Value})
+		}
+		if err := c.st.apply(typ, upserted, resp.RemovedResources, false); err != nil {
+			c.errs.Add(1)
+			continue
+		}
+		c.violated.Store(int64(c.st.violations))
+		ackAt := time.Now()
+		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce}); err != nil {
+			return err
+		}
+		c.accepted(typ, upserted, ackAt)
+		if err := c.next(s, typ); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,416 @@
+package harness
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
+	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
+	"github.com/xdspush/xdspush/benchmarks/internal/servers"
+)
+
+// Config configures a run.
+type Config struct {
+	// Clients is the number of clients (N). Required.
+	Clients int
+	// Servers lists the servers to compare (see servers.Names). Empty means
+	// all of them.
+	Servers []string
+	// Protocols lists "sotw" and/or "delta". Empty means both.
+	Protocols []string
+	// Rounds is how many changes of each kind are made, one after the
+	// other (each to another service); the figures pool them. Zero means 3.
+	Rounds int
+	// Storm adds the reconnect storm.
+	Storm bool
+	// Services and Endpoints size the mesh. Zero means
+	// mesh.DefaultServices and mesh.DefaultEndpoints.
+	Services, Endpoints int
+	// CPUProfile, if set, is a directory where each server child writes a
+	// CPU profile per change: SERVER-PROTOCOL-CHANGE.pprof.
+	CPUProfile string
+	// Quiet is how long no client may receive anything for the server to
+	// count as done with a change. Zero means the fleet's default (500ms).
+	Quiet time.Duration
+	// Timeout bounds each phase (convergence, a change, a storm). Zero
+	// means 60s plus 10ms per client.
+	Timeout time.Duration
+	// Executable and Prefix start a child: Executable Prefix... ChildArg
+	// ROLE FLAGS. Required.
+	Executable string
+	Prefix     []string
+	// Env is added to the children's environment.
+	Env []string
+	// Stderr receives the children's standard error. Nil discards it.
+	Stderr io.Writer
+	// Progress receives one line per step. Nil discards it.
+	Progress io.Writer
+}
+
+// Kinds are the kinds of change a run makes, in order.
+var Kinds = []string{mesh.EndpointChange, mesh.ClusterChange}
+
+// changeOf returns the change of round r of kind: each round changes
+// another service.
+func changeOf(kind string, r, services int) mesh.Change {
+	first := 7
+	if kind == mesh.ClusterChange {
+		first = 42
+	}
+	return mesh.Change{Kind: kind, Service: (first + 31*r) % services}
+}
+
+// Result is what one (server, protocol) run measured.
+type Result struct {
+	Server   string
+	Protocol string
+	Clients  int
+	Services int
+	Rounds   int
+	// Init is the time from the first client's connect until every client
+	// converged.
+	Init Latency
+	// RSSPerClient is the server's resident set after the clients
+	// converged minus before they connected, per client (bytes).
+	RSSPerClient float64
+	// Changes by kind (mesh.EndpointChange, mesh.ClusterChange).
+	Changes map[string]ChangeResult
+	// Storm is the reconnect storm, if run.
+	Storm *StormResult
+	// Violations is the total of dangling references the clients counted.
+	Violations int64
+	// Errors describes what went wrong (stream errors, clients that did
+	// not converge or ACK in time).
+	Errors []string
+}
+
+// Latency summarises per-client times.
+type Latency struct {
+	P50, P99, Max time.Duration
+	// Missing counts the clients that did not get there in time.
+	Missing int
+}
+
+// ChangeResult is what one change measured.
+type ChangeResult struct {
+	// Latency runs from the hand-over to each client's ACK.
+	Latency Latency
+	// Responses and Bytes are per client, from the change until the
+	// servers fell quiet. Bytes are whole encoded response messages.
+	Responses, Bytes float64
+	// CPU is the server's CPU time for the change, per client.
+	CPU time.Duration
+}
+
+// StormResult is what the reconnect storm measured.
+type StormResult struct {
+	// Latency runs from the storm's start to each client's convergence.
+	Latency Latency
+	// CPU is the server's CPU time for the storm, in total.
+	CPU time.Duration
+	// Responses and Bytes are per client.
+	Responses, Bytes float64
+}
+
+// Run runs every (server, protocol) of cfg in turn.
+func Run(cfg Config) ([]Result, error) {
+	if cfg.Clients <= 0 {
+		return nil, fmt.Errorf("harness: %d clients", cfg.Clients)
+	}
+	if cfg.Executable == "" {
+		return nil, errors.New("harness: Config.Executable is empty")
+	}
+	if len(cfg.Servers) == 0 {
+		cfg.Servers = servers.Names
+	}
+	for _, s := range cfg.Servers {
+		if !servers.Known(s) {
+			return nil, fmt.Errorf("harness: unknown server %q (want some of %v)", s, servers.Names)
+		}
+	}
+	if len(cfg.Protocols) == 0 {
+		cfg.Protocols = []string{"sotw", "delta"}
+	}
+	for _, p := range cfg.Protocols {
+		if p != "sotw" && p != "delta" {
+			return nil, fmt.Errorf("harness: unknown protocol %q (want sotw or delta)", p)
+		}
+	}
+	if cfg.Services == 0 {
+		cfg.Services = mesh.DefaultServices
+	}
+	if cfg.Endpoints == 0 {
+		cfg.Endpoints = mesh.DefaultEndpoints
+	}
+	if cfg.Rounds == 0 {
+		cfg.Rounds = 3
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Minute + time.Duration(cfg.Clients)*10*time.Millisecond
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	var out []Result
+	for _, s := range cfg.Servers {
+		for _, p := range cfg.Protocols {
+			r, err := runOne(cfg, s, p)
+			if err != nil {
+				return out, fmt.Errorf("%s %s: %w", s, p, err)
+			}
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// child is a running child process.
+type child struct {
+	name string
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+}
+
+func start(cfg Config, name string, args ...string) (*child, error) {
+	argv := append(append(append([]string{}, cfg.Prefix...), ChildArg), args...)
+	cmd := exec.Command(cfg.Executable, argv...)
+	cmd.Stderr = cfg.Stderr
+	if len(cfg.Env) > 0 {
+		cmd.Env = append(os.Environ(), cfg.Env...)
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &child{name: name, cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20)}, nil
+}
+
+// line reads one JSON line into v.
+func (c *child) line(v any) error {
+	b, err := c.out.ReadBytes('\n')
+	if err != nil {
+		return fmt.Errorf("%s: read: %w", c.name, err)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// call sends req and decodes the reply's data into v.
+func (c *child) call(req request, v any) error {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := c.in.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("%s: write: %w", c.name, err)
+	}
+	var rep reply
+	if err := c.line(&rep); err != nil {
+		return err
+	}
+	if rep.Error != "" {
+		return fmt.Errorf("%s: %s: %s", c.name, req.Op, rep.Error)
+	}
+	if v == nil {
+		return nil
+	}
+	return json.Unmarshal(rep.Data, v)
+}
+
+// stop closes the child's input, which ends it, and waits for it.
+func (c *child) stop() error {
+	c.in.Close()
+	return c.cmd.Wait()
+}
+
+func runOne(cfg Config, name, protocol string) (res Result, err error) {
+	res = Result{Server: name, Protocol: protocol, Clients: cfg.Clients, Services: cfg.Services, Rounds: cfg.Rounds,
+		Changes: make(map[string]ChangeResult)}
+	timeout := cfg.Timeout.Seconds()
+	n := strconv.Itoa(cfg.Clients)
+	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
+	srvArgs := append([]string{"server", "-server", name, "-n", n}, sizes...)
+	if cfg.CPUProfile != "" {
+		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
+	}
+	srv, err := start(cfg, name, srvArgs...)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if e := srv.stop(); err == nil && e != nil {
+			err = fmt.Errorf("server child: %w", e)
+		}
+	}()
+	var hello struct{ Addr string }
+	if err := srv.line(&hello); err != nil {
+		return res, err
+	}
+	var base usage
+	if err := srv.call(request{Op: "usage"}, &base); err != nil {
+		return res, err
+	}
+
+	clArgs := append([]string{"clients", "-addr", hello.Addr, "-n", n, "-protocol", protocol, "-quiet", cfg.Quiet.String()}, sizes...)
+	if cfg.CPUProfile != "" {
+		clArgs = append(clArgs, "-cpuprofile", cfg.CPUProfile)
+	}
+	cl, err := start(cfg, "clients", clArgs...)
+	if err != nil {
+		return res, err
+	}
+	defer func() {
+		if e := cl.stop(); err == nil && e != nil {
+			err = fmt.Errorf("clients child: %w", e)
+		}
+	}()
+	var conv fleet.Convergence
+	if err := cl.call(request{Op: "start", Timeout: timeout}, &conv); err != nil {
+		return res, err
+	}
+	res.Init = since(conv.Start, conv.At)
+	res.Errors = append(res.Errors, conv.Errors...)
+	if res.Init.Missing > 0 {
+		res.Errors = append(res.Errors, fmt.Sprintf("%d clients did not converge", res.Init.Missing))
+		res.Violations = conv.Violations
+		return res, nil
+	}
+	var after usage
+	if err := srv.call(request{Op: "usage"}, &after); err != nil {
+		return res, err
+	}
+	res.RSSPerClient = float64(after.RSS-base.RSS) / float64(cfg.Clients)
+	fmt.Fprintf(cfg.Progress, "%s %s: %d clients converged in %v\n", name, protocol, cfg.Clients, res.Init.Max.Round(time.Millisecond))
+
+	for _, kind := range Kinds {
+		cr, errs, err := changes(cfg, srv, cl, name, protocol, kind)
+		if err != nil {
+			return res, err
+		}
+		res.Changes[kind] = cr
+		res.Errors = append(res.Errors, errs...)
+		fmt.Fprintf(cfg.Progress, "%s %s: %s change p99 %v\n", name, protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
+	}
+	if cfg.Storm {
+		var u0, u1 usage
+		if err := srv.call(request{Op: "profile", Name: name + "-" + protocol + "-storm"}, nil); err != nil {
+			return res, err
+		}
+		if err := cl.call(request{Op: "profile", Name: "clients-" + name + "-" + protocol + "-storm"}, nil); err != nil {
+			return res, err
+		}
+		if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
+			return res, err
+		}
+		var st fleet.Convergence
+		if err := cl.call(request{Op: "storm", Timeout: timeout}, &st); err != nil {
+			return res, err
+		}
+		if err := srv.call(request{Op: "cpu"}, &u1); err != nil {
+			return res, err
+		}
+		if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
+			return res, err
+		}
+		if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
+			return res, err
+		}
+		sr := &StormResult{
+			Latency:   since(st.Start, st.At),
+			CPU:       time.Duration(u1.CPU - u0.CPU),
+			Responses: float64(st.Responses) / float64(cfg.Clients),
+			Bytes:     float64(st.Bytes) / float64(cfg.Clients),
+		}
+		res.Storm = sr
+		res.Errors = append(res.Errors, st.Errors...)
+		if sr.Latency.Missing > 0 {
+			res.Errors = append(res.Errors, fmt.Sprintf("storm: %d clients did not converge", sr.Latency.Missing))
+		}
+		res.Violations = st.Violations
+		fmt.Fprintf(cfg.Progress, "%s %s: storm converged in %v\n", name, protocol, sr.Latency.Max.Round(time.Millisecond))
+	}
+	return res, nil
+}
+
+// changes makes cfg.Rounds changes of kind, one after the other, and pools
+// what they measured.
+func changes(cfg Config, srv, cl *child, name, protocol, kind string) (ChangeResult, []string, error) {
+	var cr ChangeResult
+	prof := name + "-" + protocol + "-" + kind
+	if err := srv.call(request{Op: "profile", Name: prof}, nil); err != nil {
+		return cr, nil, err
+	}
+	if err := cl.call(request{Op: "profile", Name: "clients-" + prof}, nil); err != nil {
+		return cr, nil, err
+	}
+	var lat []time.Duration
+	var errs []string
+	var responses, bytes, cpu int64
+	for r := range cfg.Rounds {
+		c := changeOf(kind, r, cfg.Services)
+		if err := cl.call(request{Op: "expect", Change: &c}, nil); err != nil {
+			return cr, nil, err
+		}
+		var u0, u1 usage
+		if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
+			return cr, nil, err
+		}
+		var handed struct {
+			T0 int64 `json:"t0"`
+		}
+		if err := srv.call(request{Op: "change", Change: &c}, &handed); err != nil {
+			return cr, nil, err
+		}
+		var ch fleet.Change
+		if err := cl.call(request{Op: "wait", Timeout: cfg.Timeout.Seconds()}, &ch); err != nil {
+			return cr, nil, err
+		}
+		if err := srv.call(request{Op: "cpu"}, &u1); err != nil {
+			return cr, nil, err
+		}
+		missing := 0
+		for _, t := range ch.ACKs {
+			if t == 0 {
+				missing++
+				continue
+			}
+			lat = append(lat, time.Duration(t-handed.T0))
+		}
+		cr.Latency.Missing += missing
+		if missing > 0 {
+			errs = append(errs, fmt.Sprintf("%s change of service %d: %d clients did not ACK it", kind, c.Service, missing))
+		}
+		errs = append(errs, ch.Errors...)
+		responses += ch.Responses
+		bytes += ch.Bytes
+		cpu += u1.CPU - u0.CPU
+	}
+	if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
+		return cr, nil, err
+	}
+	if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
+		return cr, nil, err
+	}
+	missing := cr.Latency.Missing
+	cr.Latency = summarise(lat)
+	cr.Latency.Missing = missing
+	n := float64(cfg.Clients * cfg.Rounds)
+	cr.Responses = float64(responses) / n
+	cr.Bytes = float64(bytes) / n
+	cr.CPU = time.Duration(float64(cpu) / n)
+	return cr, errs, nil
+}

@@ -1,0 +1,26 @@
+package mesh_test
+
+import (
+	"fmt"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+
+	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
+)
+
+// A server and a client that apply the same change agree on what must
+// reach the client.
+func ExampleMesh_Apply() {
+	server, client := mesh.New(mesh.DefaultServices, mesh.DefaultEndpoints), mesh.New(mesh.DefaultServices, mesh.DefaultEndpoints)
+	c := mesh.Change{Kind: mesh.EndpointChange, Service: 7}
+	if _, err := server.Apply(c); err != nil {
+		panic(err)
+	}
+	tg, err := client.Apply(c)
+	if err != nil {
+		panic(err)
+	}
+	addr := tg.Message.(*endpointv3.ClusterLoadAssignment).Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().Address
+	fmt.Println(tg.Name, addr, server.Assignment(7).Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().Address)
+	// Output: svc-007 10.7.1.1 10.7.1.1
+}

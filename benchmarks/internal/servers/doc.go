@@ -1,0 +1,15 @@
+// Package servers holds the control planes the load benchmark compares,
+// each serving the mesh over ADS (SotW and Delta) on a listener:
+//
+//   - "xdspush": an xds.Server wired as a host would (xdspushhost.go);
+//   - "floor": a minimal server that marshals each response once and writes
+//     the same bytes to every stream (floor.go);
+//   - "gcp" and "gcp-pertype": go-control-plane's SnapshotCache in ADS
+//     mode, with one version for the whole snapshot or one per type
+//     (gcp.go).
+//
+// Every server owns a mesh.Mesh. Change applies a change to it, builds the
+// changed message, and hands the change to the server; the instant it
+// returns is the instant of the hand-over, from which the benchmark times
+// the clients' ACKs.
+package servers

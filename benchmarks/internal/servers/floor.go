@@ -1,0 +1,348 @@
+package servers
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
+	grpcproto "google.golang.org/grpc/encoding/proto"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
+)
+
+// The floor: the least a gRPC server can do to push the mesh. Every
+// response is marshalled once and the same bytes are written to every
+// stream (its nonce is unique per response, not per stream); a push sends
+// only what changed (an endpoint change: the changed ClusterLoadAssignment;
+// a cluster change: the full CDS state over SotW or the changed cluster over
+// Delta, then the cluster's ClusterLoadAssignment, which a client re-warms);
+// requests are answered with the current full state of their type, once
+// per type and subscription; ACKs and NACKs are read and dropped. It checks
+// nothing and orders nothing beyond writing CDS before EDS.
+
+// Type indexes of the floor's responses.
+const (
+	fCDS = iota
+	fEDS
+	fLDS
+	fRDS
+	fTypes
+)
+
+var floorTypes = [fTypes]string{mesh.ClusterType, mesh.EndpointType, mesh.ListenerType, mesh.RouteType}
+
+func floorType(url string) int {
+	for i, t := range floorTypes {
+		if t == url {
+			return i
+		}
+	}
+	return -1
+}
+
+// encoded is a response marshalled once; the floor's codec writes its bytes
+// as they are.
+type encoded struct{ b []byte }
+
+// floorCodec passes encoded responses through and delegates every other
+// message to gRPC's protobuf codec.
+type floorCodec struct{ std encoding.CodecV2 }
+
+func (c floorCodec) Name() string { return grpcproto.Name }
+
+func (c floorCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(*encoded); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e.b)}, nil
+	}
+	return c.std.Marshal(v)
+}
+
+func (c floorCodec) Unmarshal(data mem.BufferSlice, v any) error { return c.std.Unmarshal(data, v) }
+
+// floorState is the floor's state at one version: the full answer of each
+// type, for SotW and Delta, shared by every stream.
+type floorState struct {
+	sotw, delta [fTypes]*encoded
+}
+
+type floorServer struct {
+	gs *grpc.Server
+	wg sync.WaitGroup
+
+	mu    sync.Mutex // serialises Change; protects the fields below
+	m     *mesh.Mesh
+	anys  map[proto.Message]*anypb.Any // encoded resources by message
+	seq   uint64                       // versions and nonces
+	conns map[*floorStream]struct{}    // streams that have sent a request
+
+	state atomic.Pointer[floorState]
+}
+
+// floorStream is one ADS stream.
+type floorStream struct {
+	mu       sync.Mutex // serialises writes
+	stream   grpc.ServerStream
+	delta    bool
+	answered [fTypes]int // names of the subscription last answered, +1 (0: none)
+}
+
+func newFloor(cfg Config) *floorServer {
+	f := &floorServer{
+		m:     mesh.New(cfg.Services, cfg.Endpoints),
+		anys:  make(map[proto.Message]*anypb.Any),
+		conns: make(map[*floorStream]struct{}),
+	}
+	f.state.Store(f.build())
+	f.gs = grpc.NewServer(grpc.ForceServerCodecV2(floorCodec{std: encoding.GetCodecV2(grpcproto.Name)}))
+	f.gs.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "envoy.service.discovery.v3.AggregatedDiscoveryService",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{
+			{StreamName: "StreamAggregatedResources", Handler: f.handler(false), ServerStreams: true, ClientStreams: true},
+			{StreamName: "DeltaAggregatedResources", Handler: f.handler(true), ServerStreams: true, ClientStreams: true},
+		},
+		Metadata: "envoy/service/discovery/v3/ads.proto",
+	}, f)
+	return f
+}
+
+// anyOf returns m as an Any, marshalled once per message.
+func (f *floorServer) anyOf(m proto.Message) *anypb.Any {
+	a, ok := f.anys[m]
+	if !ok {
+		var err error
+		if a, err = anypb.New(m); err != nil {
+			panic("floor: " + err.Error()) // the mesh's messages always marshal
+		}
+		f.anys[m] = a
+	}
+	return a
+}
+
+func (f *floorServer) resources(t int) []proto.Message {
+	var out []proto.Message
+	switch t {
+	case fCDS:
+		for _, c := range f.m.Clusters() {
+			out = append(out, c)
+		}
+	case fEDS:
+		for _, c := range f.m.Assignments() {
+			out = append(out, c)
+		}
+	case fLDS:
+		out = append(out, f.m.Listener())
+	case fRDS:
+		out = append(out, f.m.Route())
+	}
+	return out
+}
+
+// encodeSotW marshals a SotW response of type t holding msgs.
+func (f *floorServer) encodeSotW(t int, msgs []proto.Message) *encoded {
+	f.seq++
+	v := strconv.FormatUint(f.seq, 10)
+	resp := &discoveryv3.DiscoveryResponse{TypeUrl: floorTypes[t], VersionInfo: v, Nonce: v}
+	for _, m := range msgs {
+		resp.Resources = append(resp.Resources, f.anyOf(m))
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		panic("floor: " + err.Error())
+	}
+	return &encoded{b: b}
+}
+
+// encodeDelta marshals a Delta response of type t holding msgs.
+func (f *floorServer) encodeDelta(t int, msgs []proto.Message) *encoded {
+	f.seq++
+	v := strconv.FormatUint(f.seq, 10)
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: floorTypes[t], SystemVersionInfo: v, Nonce: v}
+	for _, m := range msgs {
+		resp.Resources = append(resp.Resources, &discoveryv3.Resource{
+			Name: resourceNameOf(m), Version: v, Resource: f.anyOf(m),
+		})
+	}
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		panic("floor: " + err.Error())
+	}
+	return &encoded{b: b}
+}
+
+func resourceNameOf(m proto.Message) string {
+	type named interface{ GetName() string }
+	type cla interface{ GetClusterName() string }
+	switch x := m.(type) {
+	case cla:
+		return x.GetClusterName()
+	case named:
+		return x.GetName()
+	}
+	return ""
+}
+
+// build encodes the full answers of the current mesh.
+func (f *floorServer) build() *floorState {
+	st := &floorState{}
+	for t := range fTypes {
+		msgs := f.resources(t)
+		st.sotw[t] = f.encodeSotW(t, msgs)
+		st.delta[t] = f.encodeDelta(t, msgs)
+	}
+	return st
+}
+
+// rebuild returns prev with the full answers of the types in ts encoded
+// again.
+func (f *floorServer) rebuild(prev *floorState, ts ...int) *floorState {
+	st := *prev
+	for _, t := range ts {
+		msgs := f.resources(t)
+		st.sotw[t] = f.encodeSotW(t, msgs)
+		st.delta[t] = f.encodeDelta(t, msgs)
+	}
+	return &st
+}
+
+func (f *floorServer) handler(delta bool) grpc.StreamHandler {
+	return func(_ any, stream grpc.ServerStream) error {
+		fs := &floorStream{stream: stream, delta: delta}
+		defer func() {
+			f.mu.Lock()
+			delete(f.conns, fs)
+			f.mu.Unlock()
+		}()
+		registered := false
+		for {
+			var typ string
+			var names int
+			if delta {
+				var req discoveryv3.DeltaDiscoveryRequest
+				if err := stream.RecvMsg(&req); err != nil {
+					return err
+				}
+				if req.ErrorDetail != nil || len(req.ResourceNamesSubscribe) == 0 {
+					continue // a NACK, an ACK or an unsubscription: nothing to answer
+				}
+				typ, names = req.TypeUrl, len(req.ResourceNamesSubscribe)
+			} else {
+				var req discoveryv3.DiscoveryRequest
+				if err := stream.RecvMsg(&req); err != nil {
+					return err
+				}
+				if req.ErrorDetail != nil {
+					continue
+				}
+				typ, names = req.TypeUrl, len(req.ResourceNames)
+			}
+			t := floorType(typ)
+			if t < 0 {
+				continue
+			}
+			if !registered {
+				// Registered before the first answer: a push either reaches
+				// this stream or happened before the state it is answered
+				// from.
+				f.mu.Lock()
+				f.conns[fs] = struct{}{}
+				f.mu.Unlock()
+				registered = true
+			}
+			if err := fs.answer(f.state.Load(), t, names); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// answer sends the full state of type t unless this subscription (by its
+// size) was answered already.
+func (fs *floorStream) answer(st *floorState, t, names int) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if !fs.delta && fs.answered[t] == names+1 {
+		return nil // an ACK
+	}
+	fs.answered[t] = names + 1
+	if fs.delta {
+		return fs.stream.SendMsg(st.delta[t])
+	}
+	return fs.stream.SendMsg(st.sotw[t])
+}
+
+func (fs *floorStream) push(msgs []*encoded) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	for _, m := range msgs {
+		if fs.stream.SendMsg(m) != nil {
+			return
+		}
+	}
+}
+
+func (f *floorServer) Start(_ context.Context, lis net.Listener) error {
+	f.wg.Go(func() { _ = f.gs.Serve(lis) })
+	return nil
+}
+
+func (f *floorServer) Change(c mesh.Change) (time.Time, error) {
+	f.mu.Lock()
+	tg, err := f.m.Apply(c)
+	if err != nil {
+		f.mu.Unlock()
+		return time.Time{}, err
+	}
+	t0 := time.Now()
+	prev := f.state.Load()
+	var sotw, delta []*encoded
+	cla := []proto.Message{f.m.Assignment(c.Service)}
+	edsOne := f.encodeSotW(fEDS, cla)
+	edsOneDelta := f.encodeDelta(fEDS, cla)
+	switch c.Kind {
+	case mesh.EndpointChange:
+		f.state.Store(f.rebuild(prev, fEDS))
+	case mesh.ClusterChange:
+		next := f.rebuild(prev, fCDS)
+		f.state.Store(next)
+		sotw = append(sotw, next.sotw[fCDS])
+		delta = append(delta, f.encodeDelta(fCDS, []proto.Message{tg.Message}))
+	}
+	sotw = append(sotw, edsOne)
+	delta = append(delta, edsOneDelta)
+	conns := make([]*floorStream, 0, len(f.conns))
+	for fs := range f.conns {
+		conns = append(conns, fs)
+	}
+	f.mu.Unlock()
+
+	// Fan out on GOMAXPROCS goroutines; the change returns at once.
+	workers := runtime.GOMAXPROCS(0)
+	for w := range workers {
+		f.wg.Go(func() {
+			for i := w; i < len(conns); i += workers {
+				if conns[i].delta {
+					conns[i].push(delta)
+				} else {
+					conns[i].push(sotw)
+				}
+			}
+		})
+	}
+	return t0, nil
+}
+
+func (f *floorServer) Stop() {
+	f.gs.Stop()
+	f.wg.Wait()
+}
