@@ -29,12 +29,11 @@ const (
 
 // xdspushHost serves the mesh with an xds.Server, wired as a host would:
 //
-//   - the host's store holds the current clusters and, live, the current
-//     ClusterLoadAssignments;
+//   - the host's store holds the current clusters and ClusterLoadAssignments;
 //   - a pushcontext.Builder holds one index per kind: clusters (rebuilt
 //     incrementally: only the changed clusters are taken from the store),
-//     endpoints (the live endpoint store, as istiod's endpoint index),
-//     listener and routes;
+//     endpoints (the store's assignments when it was rebuilt), listener and
+//     routes; every push builds, and rebuilds the indexes of its kinds;
 //   - one Generator per type returns the messages of the proxy's
 //     PushContext (shared pointers: each resource is marshalled once); the
 //     EDS generator is also a DeltaGenerator listing only the changed sets;
@@ -54,7 +53,7 @@ type xdspushHost struct {
 	eps      atomic.Pointer[[]*endpointv3.ClusterLoadAssignment] // the live endpoint store, by service
 
 	clusterIx pushcontext.Index[[]*clusterv3.Cluster]
-	epIx      pushcontext.Index[*atomic.Pointer[[]*endpointv3.ClusterLoadAssignment]]
+	epIx      pushcontext.Index[[]*endpointv3.ClusterLoadAssignment]
 	lisIx     pushcontext.Index[[]xds.Resource]
 	routeIx   pushcontext.Index[[]xds.Resource]
 }
@@ -91,8 +90,8 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		return nil, err
 	}
 	h.epIx, err = pushcontext.Register(b, "endpoints", []string{kindEndpoints},
-		func(pushcontext.BuildContext[*atomic.Pointer[[]*endpointv3.ClusterLoadAssignment]]) (*atomic.Pointer[[]*endpointv3.ClusterLoadAssignment], error) {
-			return &h.eps, nil
+		func(pushcontext.BuildContext[[]*endpointv3.ClusterLoadAssignment]) ([]*endpointv3.ClusterLoadAssignment, error) {
+			return *h.eps.Load(), nil // replaced, never modified
 		})
 	if err != nil {
 		return nil, err
@@ -162,12 +161,12 @@ func byName(ix pushcontext.Index[[]xds.Resource]) xds.Generator {
 	})
 }
 
-// edsGenerator serves ClusterLoadAssignments from the live endpoint store;
+// edsGenerator serves ClusterLoadAssignments from the endpoints index;
 // as a DeltaGenerator it lists only the sets a push changed.
 type edsGenerator struct{ h *xdspushHost }
 
 func (g edsGenerator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-	eps := *g.h.epIx.Get(p.Push).Load()
+	eps := g.h.epIx.Get(p.Push)
 	out := make([]xds.Resource, 0, len(w.Names))
 	for _, n := range w.Names {
 		if s, ok := g.h.index[n]; ok {
@@ -181,7 +180,7 @@ func (g edsGenerator) GenerateDelta(_ context.Context, p *xds.Proxy, _ xds.Watch
 	if req.Forced {
 		return xds.Changes{}, false, nil
 	}
-	eps := *g.h.epIx.Get(p.Push).Load()
+	eps := g.h.epIx.Get(p.Push)
 	var ch xds.Changes
 	for _, k := range req.ConfigsUpdated.OfKinds(kindEndpoints) {
 		if s, ok := g.h.index[k.Name]; ok {
@@ -195,6 +194,7 @@ func (h *xdspushHost) Start(ctx context.Context, lis net.Listener) error {
 	ctx, h.run = context.WithCancel(ctx)
 	h.wg.Go(func() { _ = h.srv.Run(ctx) })
 	h.wg.Go(func() { _ = h.gs.Serve(lis) })
+	h.srv.Loaded() // the mesh is built: serve it
 	select {
 	case <-h.srv.Ready():
 		return nil
@@ -228,7 +228,9 @@ func (h *xdspushHost) Change(c mesh.Change) (time.Time, error) {
 	}
 	t0 := time.Now()
 	req.Start = t0
-	h.srv.ConfigUpdate(req)
+	if err := h.srv.ConfigUpdate(req); err != nil {
+		return time.Time{}, err
+	}
 	return t0, nil
 }
 
