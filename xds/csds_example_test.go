@@ -36,7 +36,10 @@ func ExampleServer_RegisterClientStatus() {
 		panic(err)
 	}
 	defer c.Close()
-	// Once the client has ACKed the current version:
+	// Once the client holds the cluster and has ACKed it:
+	if err := c.Wait(ctx, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"web"}})); err != nil {
+		panic(err)
+	}
 	if _, err := srv.WaitForVersion(ctx, srv.Version()); err != nil {
 		panic(err)
 	}
