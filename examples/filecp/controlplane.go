@@ -1,12 +1,9 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
-	"sync"
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
@@ -53,9 +50,6 @@ type ControlPlane struct {
 	srv     *xds.Server
 	builder *pushcontext.Builder
 	snap    pushcontext.Index[*Snapshot]
-
-	mu      sync.Mutex            // protects proxies
-	proxies map[string]*xds.Proxy // initialised connections by ConnID
 }
 
 // NewControlPlane returns a ControlPlane. It starts nothing: register
@@ -68,7 +62,7 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{src: cfg.Source, builder: b, proxies: make(map[string]*xds.Proxy)}
+	cp := &ControlPlane{src: cfg.Source, builder: b}
 	cp.snap, err = pushcontext.Register(b, "snapshot", supportedTypes(),
 		func(pushcontext.BuildContext[*Snapshot]) (*Snapshot, error) { return cp.src.Snapshot(), nil })
 	if err != nil {
@@ -89,18 +83,6 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 		InitProxy:  initProxy,
 		Debounce:   deb,
 		Logger:     cfg.Logger,
-		Hooks: xds.Hooks{
-			OnConnect: func(ev xds.ConnectEvent) {
-				cp.mu.Lock()
-				cp.proxies[ev.Proxy.ConnID] = ev.Proxy
-				cp.mu.Unlock()
-			},
-			OnDisconnect: func(ev xds.DisconnectEvent) {
-				cp.mu.Lock()
-				delete(cp.proxies, ev.Proxy.ConnID)
-				cp.mu.Unlock()
-			},
-		},
 	}
 	if cfg.Instrument != nil {
 		xcfg = cfg.Instrument(xcfg)
@@ -128,33 +110,6 @@ func (cp *ControlPlane) Ready() bool {
 	default:
 		return false
 	}
-}
-
-// connectedProxy is a connected proxy as the admin endpoints show it.
-type connectedProxy struct {
-	ID     string `json:"id"`
-	ConnID string `json:"conn_id"`
-	Fleet  string `json:"fleet"`
-	Peer   string `json:"peer,omitempty"`
-}
-
-// Proxies returns the initialised connections, sorted by proxy ID and
-// connection ID.
-func (cp *ControlPlane) Proxies() []connectedProxy {
-	cp.mu.Lock()
-	out := make([]connectedProxy, 0, len(cp.proxies))
-	for _, p := range cp.proxies {
-		c := connectedProxy{ID: p.ID, ConnID: p.ConnID, Fleet: p.Node.GetCluster()}
-		if p.Peer != nil {
-			c.Peer = p.Peer.String()
-		}
-		out = append(out, c)
-	}
-	cp.mu.Unlock()
-	slices.SortFunc(out, func(a, b connectedProxy) int {
-		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.ConnID, b.ConnID))
-	})
-	return out
 }
 
 // initProxy derives a proxy's fleet and dependency scope from its
