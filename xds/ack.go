@@ -128,9 +128,9 @@ func (c *core) reject(ts *typeState, nonce string) {
 	ts.flights = ts.flights[k+1:]
 	for _, e := range bad.upserts() {
 		if ts.rejected == nil {
-			ts.rejected = make(map[string]uint64)
+			ts.rejected = make(map[string]*encoded)
 		}
-		ts.rejected[e.name] = e.enc.hash
+		ts.rejected[e.name] = e.enc
 	}
 	// The client drops what it no longer subscribes to, and holds back
 	// for removal only what it holds.

@@ -106,7 +106,7 @@ type typeState struct {
 	// rejected maps the names of resources the client NACKed to the
 	// content it rejected: that content is not sent to it again (a NACK is
 	// terminal), unless it changes or a push is Forced.
-	rejected map[string]uint64
+	rejected map[string]*encoded
 	// lastTarget is the resources of the type the proxy's configuration
 	// last had, as last generated in full: what tells a reference the
 	// configuration breaks from one a client still holds on its way to the

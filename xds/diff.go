@@ -153,8 +153,8 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			keep(r, prev)
 			continue
 		}
-		if h, ok := ts.rejected[r.name]; ok {
-			if h == r.enc.hash {
+		if bad, ok := ts.rejected[r.name]; ok {
+			if bad.same(r.enc) {
 				keep(r, prev) // rejected content is not sent again
 				continue
 			}

@@ -33,6 +33,11 @@ type TypeDump struct {
 	Names    []string
 	// Resources are the resources the client holds, sorted by name.
 	Resources []DumpedResource
+	// Rejected are the resources whose content the client rejected
+	// (NACKed), sorted by name: that content is not sent to it again
+	// until it changes, and the client holds what Resources says instead
+	// (an older version, or nothing).
+	Rejected []DumpedResource
 }
 
 // DumpedResource is one resource a connection holds.
@@ -112,6 +117,10 @@ func (c *conn) dump() *ConnDump {
 		for _, e := range ents {
 			_, removing := ts.removing[e.name]
 			td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: removing})
+		}
+		for _, n := range sortedKeys(ts.rejected) {
+			e := ts.rejected[n]
+			td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.version, Resource: e.any})
 		}
 		d.Types = append(d.Types, td)
 	}

@@ -2,12 +2,17 @@ package xds
 
 import (
 	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
 // ConnStatus is the state of one connection, as returned by Server.Status.
 type ConnStatus struct {
 	ProxyID string
 	ConnID  string
+	// Node is the node of the connection's first request (Proxy.Node). It
+	// is shared with the connection: read it, do not modify it.
+	Node *corev3.Node
 	// Peer is the client's address, if known.
 	Peer string
 	// ConnectedAt is when the first request arrived.
@@ -202,6 +207,7 @@ func (c *conn) status() ConnStatus {
 	cs := ConnStatus{
 		ProxyID:       c.proxy.ID,
 		ConnID:        c.proxy.ConnID,
+		Node:          c.proxy.Node,
 		ConnectedAt:   c.st.connectedAt,
 		Initialised:   c.st.initialised,
 		Delta:         c.st.delta,

@@ -20,7 +20,10 @@ func TestAdminHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := adminHandler(src, cp)
+	h, err := adminHandler(src, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
 	get := func(path string) (int, string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
@@ -62,6 +65,9 @@ func TestAdminHandler(t *testing.T) {
 		{"no connections", nil, "/debug/connections", http.StatusOK, "[]"},
 		{"no sync status", nil, "/debug/syncz", http.StatusOK, "[]"},
 		{"config dump of an unknown proxy", nil, "/debug/config_dump?proxy=nope", http.StatusNotFound, "no connected proxy"},
+		{"config dump of no proxy", nil, "/debug/config_dump", http.StatusBadRequest, "needs ?proxy=ID"},
+		{"push status before Run", nil, "/debug/push_status", http.StatusOK, `"ready": false`},
+		{"the debug index", nil, "/debug/", http.StatusOK, `"path": "config_dump"`},
 		{"unknown path", nil, "/nope", http.StatusNotFound, ""},
 	}
 	for _, tc := range tests {

@@ -1,12 +1,9 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
-	"sync"
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
@@ -54,9 +51,6 @@ type ControlPlane struct {
 	srv     *xds.Server
 	builder *pushcontext.Builder
 	gens    map[string]generator // by type URL; read-only after NewControlPlane
-
-	mu      sync.Mutex            // protects proxies
-	proxies map[string]*xds.Proxy // initialised connections by ConnID
 }
 
 // NewControlPlane returns a ControlPlane. It starts nothing: register
@@ -69,7 +63,7 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp := &ControlPlane{src: cfg.Source, builder: b, proxies: make(map[string]*xds.Proxy), gens: make(map[string]generator)}
+	cp := &ControlPlane{src: cfg.Source, builder: b, gens: make(map[string]generator)}
 	gens := make(map[xds.TypeURL]xds.Generator, numTypes)
 	kinds := make(map[xds.TypeURL][]string, numTypes)
 	for _, t := range supportedTypes() {
@@ -95,18 +89,6 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 		InitProxy:  initProxy,
 		Debounce:   deb,
 		Logger:     cfg.Logger,
-		Hooks: xds.Hooks{
-			OnConnect: func(ev xds.ConnectEvent) {
-				cp.mu.Lock()
-				cp.proxies[ev.Proxy.ConnID] = ev.Proxy
-				cp.mu.Unlock()
-			},
-			OnDisconnect: func(ev xds.DisconnectEvent) {
-				cp.mu.Lock()
-				delete(cp.proxies, ev.Proxy.ConnID)
-				cp.mu.Unlock()
-			},
-		},
 	}
 	if cfg.Instrument != nil {
 		xcfg = cfg.Instrument(xcfg)
@@ -145,33 +127,6 @@ func (cp *ControlPlane) Ready() bool {
 	default:
 		return false
 	}
-}
-
-// connectedProxy is a connected proxy as the admin endpoints show it.
-type connectedProxy struct {
-	ID     string `json:"id"`
-	ConnID string `json:"conn_id"`
-	Fleet  string `json:"fleet"`
-	Peer   string `json:"peer,omitempty"`
-}
-
-// Proxies returns the initialised connections, sorted by proxy ID and
-// connection ID.
-func (cp *ControlPlane) Proxies() []connectedProxy {
-	cp.mu.Lock()
-	out := make([]connectedProxy, 0, len(cp.proxies))
-	for _, p := range cp.proxies {
-		c := connectedProxy{ID: p.ID, ConnID: p.ConnID, Fleet: p.Node.GetCluster()}
-		if p.Peer != nil {
-			c.Peer = p.Peer.String()
-		}
-		out = append(out, c)
-	}
-	cp.mu.Unlock()
-	slices.SortFunc(out, func(a, b connectedProxy) int {
-		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.ConnID, b.ConnID))
-	})
-	return out
 }
 
 // initProxy derives a proxy's fleet and dependency scope from its

@@ -64,10 +64,13 @@
 //
 // Admin endpoints: /healthz; /readyz (200 once a snapshot is loaded and the
 // server runs); /debug/source (version, warnings, problems of the last
-// rejected load); /debug/syncz (per proxy and type: sent and ACKed version
-// and nonce, last NACK); /debug/connections (proxies and their fleet);
+// rejected load); and, under /debug/, the JSON pages of package xdsdebug:
+// /debug/syncz (per proxy and type: sent and ACKed version and nonce, last
+// NACK, status), /debug/connections (proxies, their fleet as "cluster"),
 // /debug/config_dump?proxy=ID (what each of that proxy's connections holds
-// as far as the server knows: the resources last sent, xds.Server.Dump).
+// as far as the server knows, xds.Server.Dump, secrets redacted) and
+// /debug/push_status. The ADS port also serves CSDS
+// (xds.Server.RegisterClientStatus).
 //
 // # Concurrency
 //

@@ -5,16 +5,23 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdsdebug"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
@@ -106,23 +113,28 @@ func TestEndToEnd(t *testing.T) {
 	if got := adminGet(t, admin, "/readyz"); got != "ok\n" {
 		t.Errorf("/readyz = %q", got)
 	}
-	var conns []connectedProxy
+	// The debug pages of xdsdebug: a proxy's fleet is its Node.cluster.
+	var conns []xdsdebug.Connection
 	if err := json.Unmarshal([]byte(adminGet(t, admin, "/debug/connections")), &conns); err != nil {
 		t.Fatal(err)
 	}
-	if len(conns) != 2 || conns[0].ID != "edge-1" || conns[0].Fleet != "edge" || conns[1].ID != "web-1" || conns[1].Fleet != "web" {
+	if len(conns) != 2 || conns[0].ProxyID != "edge-1" || conns[0].Cluster != "edge" || conns[1].ProxyID != "web-1" || conns[1].Cluster != "web" {
 		t.Errorf("/debug/connections = %+v; want edge-1 (edge) and web-1 (web)", conns)
 	}
-	var dumps []connDump
+	var dumps []xdsdebug.ConnConfig
 	if err := json.Unmarshal([]byte(adminGet(t, admin, "/debug/config_dump?proxy=web-1")), &dumps); err != nil {
 		t.Fatal(err)
 	}
-	if len(dumps) != 1 || dumps[0].Conn != conns[1].ConnID || dumps[0].Fleet != "web" {
+	if len(dumps) != 1 || dumps[0].ConnID != conns[1].ConnID {
 		t.Fatalf("/debug/config_dump?proxy=web-1 = %+v; want web-1's one connection", dumps)
+	}
+	dumped := map[string][]xdsdebug.ResourceConfig{}
+	for _, tc := range dumps[0].Types {
+		dumped[tc.TypeURL] = tc.Resources
 	}
 	for typ, names := range globalNames {
 		var got []string
-		for _, r := range dumps[0].Types[string(typ)] {
+		for _, r := range dumped[string(typ)] {
 			got = append(got, r.Name)
 			if r.Removing || !strings.Contains(string(r.Resource), r.Name) {
 				t.Errorf("config_dump %s %s = %+v; want its content, not removing", typ.Short(), r.Name, r)
@@ -132,8 +144,34 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("config_dump %s = %v; want %v", typ.Short(), got, names)
 		}
 	}
-	if syncz := adminGet(t, admin, "/debug/syncz"); strings.Count(syncz, `"SentNonce": "`) != 8 {
-		t.Errorf("/debug/syncz = %s; want 4 types sent to each of 2 proxies", syncz)
+	if syncz := adminGet(t, admin, "/debug/syncz"); strings.Count(syncz, `"status": "SYNCED"`) != 8 {
+		t.Errorf("/debug/syncz = %s; want 4 types synced for each of 2 proxies", syncz)
+	}
+
+	// CSDS, on the ADS port: the same, per resource.
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	csds, err := statusv3.NewClientStatusDiscoveryServiceClient(cc).FetchClientStatus(ctx, &statusv3.ClientStatusRequest{
+		NodeMatchers: []*matcherv3.NodeMatcher{{NodeId: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "web-1"}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(csds.Config) != 1 || csds.Config[0].GetNode().GetCluster() != "web" {
+		t.Fatalf("CSDS for web-1 = %v; want its one connection", csds.Config)
+	}
+	acked := map[xds.TypeURL][]string{}
+	for _, g := range csds.Config[0].GenericXdsConfigs {
+		if g.ConfigStatus != statusv3.ConfigStatus_SYNCED || g.ClientStatus != adminv3.ClientResourceStatus_ACKED || g.XdsConfig == nil {
+			t.Errorf("CSDS %s %s = %s/%s; want SYNCED/ACKED with its content", g.TypeUrl, g.Name, g.ConfigStatus, g.ClientStatus)
+		}
+		acked[xds.TypeURL(g.TypeUrl)] = append(acked[xds.TypeURL(g.TypeUrl)], g.Name)
+	}
+	if !maps.EqualFunc(acked, globalNames, slices.Equal) {
+		t.Errorf("CSDS: web-1 ACKed %v; want %v", acked, globalNames)
 	}
 
 	// An edge endpoint edit reaches the edge proxy only: the next response

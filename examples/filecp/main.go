@@ -73,6 +73,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	adminH, err := adminHandler(src, cp)
+	if err != nil {
+		return err
+	}
 	adsLn, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return fmt.Errorf("filecp: ads: %w", err)
@@ -119,6 +123,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	gs := grpc.NewServer(opts...)
 	cp.Server().Register(gs)
+	cp.Server().RegisterClientStatus(gs) // CSDS, next to ADS
 	wg.Go(func() {
 		if err := gs.Serve(adsLn); err != nil {
 			fail(fmt.Errorf("filecp: ads: %w", err))
@@ -132,7 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	})
 	logger.Info("ads listening", "addr", adsLn.Addr().String())
 	if adminLn != nil {
-		srv := &http.Server{Handler: adminHandler(src, cp), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: adminH, ReadHeaderTimeout: 10 * time.Second}
 		wg.Go(func() {
 			if err := srv.Serve(adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				fail(fmt.Errorf("filecp: admin: %w", err))
