@@ -22,6 +22,13 @@ type flight struct {
 	// changes lists what it changed, in order, with what was held before.
 	before, after *holding
 	changes       []change
+	inline        [2]change // changes' first storage: most responses change one or two names
+}
+
+func newFlight() *flight {
+	f := &flight{}
+	f.changes = f.inline[:0]
+	return f
 }
 
 // change is one name a response changed: what the client held before

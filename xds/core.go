@@ -54,6 +54,10 @@ type core struct {
 	appliedSeq   uint64
 	completedSeq uint64
 
+	// guardTimer bounds the host calls made for this connection, reused
+	// (see Server.guard).
+	guardTimer Timer
+
 	// A push whose generation failed waits here, merged with later ones,
 	// until pushRetryAt; the runner then queues it again.
 	failed      *pushItem
@@ -343,7 +347,13 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		return nil
 	}
 	c.pushFails = 0
-	generated := make([]bool, len(c.types))
+	var genBuf [8]bool
+	generated := genBuf[:0]
+	if n := len(c.types); n <= len(genBuf) {
+		generated = genBuf[:n]
+	} else {
+		generated = make([]bool, n)
+	}
 	for _, ph := range pl.phases {
 		ts := c.types[ph.typeIdx]
 		ts.dirty = false

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -488,3 +489,351 @@ func FuzzDeltaSubscribe(f *testing.F) {
 }
 
 var errTestCore = errors.New("generator failed")
+
+// coreRun drives one core step by step: changes of the fake host's world
+// pushed to it, requests and ACKs of its client, time.
+type coreRun struct {
+	t   *testing.T
+	h   *fakeHost
+	c   *core
+	now time.Time
+	pc  *pushcontext.PushContext
+	// last is the last response of each type, for ACKs.
+	last map[TypeURL]*outMsg
+}
+
+func newCoreRun(t *testing.T, delta bool, tweak func(*Config)) *coreRun {
+	h := newFakeHost(t, tweak)
+	r := &coreRun{t: t, h: h, now: epoch, last: map[TypeURL]*outMsg{}}
+	r.c = h.newCore(delta)
+	r.pc = r.c.proxy.Push
+	return r
+}
+
+func (r *coreRun) ctx() context.Context { return context.Background() }
+
+// take returns the responses queued since the last call.
+func (r *coreRun) take() []string {
+	r.t.Helper()
+	ms := r.c.takeOut()
+	for _, m := range ms {
+		r.last[r.h.set.order[m.typeIdx]] = m
+	}
+	return summaries(ms)
+}
+
+// expect checks the responses queued since the last take.
+func (r *coreRun) expect(what string, want ...string) {
+	r.t.Helper()
+	if got := r.take(); !slices.Equal(got, want) {
+		r.t.Fatalf("%s: responses %q; want %q", what, got, want)
+	}
+}
+
+// change applies f to the world and pushes the keys it names.
+func (r *coreRun) change(full bool, f func(), keys ...pushcontext.ConfigKey) {
+	r.t.Helper()
+	f()
+	req := &pushcontext.PushRequest{Full: full, ConfigsUpdated: pushcontext.NewConfigSet(keys...), Start: r.now}
+	pc, err := r.h.b.Build(r.pc, req)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.pc = pc
+	out := *req
+	out.Push = pc
+	if err := r.c.push(r.ctx(), r.now, &pushItem{req: &out, seq: pc.Seq(), start: r.now, merged: 1}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *coreRun) request(in inbound) {
+	r.t.Helper()
+	r.c.step(r.ctx(), r.now)
+	if err := r.c.request(in); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// subscribe sends a client's first request of typ (no names: wildcard).
+func (r *coreRun) subscribe(typ TypeURL, names ...string) {
+	r.t.Helper()
+	if r.c.delta {
+		r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names}})
+		return
+	}
+	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names}})
+}
+
+// resubscribe changes the subscription of typ, ACKing its last response
+// (SotW: the whole name list; Delta: the names added).
+func (r *coreRun) resubscribe(typ TypeURL, names ...string) {
+	r.t.Helper()
+	m := r.last[typ]
+	if r.c.delta {
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names}
+		if m != nil {
+			req.ResponseNonce = m.nonce
+		}
+		r.request(inbound{delta: req})
+		return
+	}
+	req := &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names}
+	if m != nil {
+		req.ResponseNonce, req.VersionInfo = m.nonce, m.resp.VersionInfo
+	}
+	r.request(inbound{sotw: req})
+}
+
+// ack ACKs the last response of typ, keeping the subscription.
+func (r *coreRun) ack(typ TypeURL) {
+	r.t.Helper()
+	r.reply(typ, "")
+}
+
+// nack rejects the last response of typ.
+func (r *coreRun) nack(typ TypeURL, msg string) {
+	r.t.Helper()
+	r.reply(typ, msg)
+}
+
+func (r *coreRun) reply(typ TypeURL, nack string) {
+	r.t.Helper()
+	m := r.last[typ]
+	if m == nil {
+		r.t.Fatalf("no %s response to answer", typ.Short())
+	}
+	var detail *status.Status
+	if nack != "" {
+		detail = &status.Status{Code: 3, Message: nack}
+	}
+	if r.c.delta {
+		r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.nonce, ErrorDetail: detail}})
+		return
+	}
+	ts := r.c.types[r.h.set.typeIndex(typ)]
+	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.nonce,
+		VersionInfo: m.resp.VersionInfo, ResourceNames: ts.sub.names, ErrorDetail: detail}})
+}
+
+// wait lets d pass and runs what is due.
+func (r *coreRun) wait(d time.Duration) (retryPush bool) {
+	r.t.Helper()
+	r.now = r.now.Add(d)
+	retry, err := r.c.tick(r.ctx(), r.now)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return retry
+}
+
+func ckey(kind, name string) pushcontext.ConfigKey { return pushcontext.ConfigKey{Kind: kind, Name: name} }
+
+// mesh puts listener l0 → route r0 → cluster c0 (EDS c0) in the world and
+// has the client (Envoy-like) hold it all.
+func (r *coreRun) mesh() {
+	r.t.Helper()
+	h := r.h
+	h.put(ClusterType, makeCluster("c0"))
+	h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"))
+	h.put(ListenerType, makeListener("l0", "r0"))
+	h.put(RouteType, makeRoute("r0", "*", "c0"))
+	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+	r.subscribe(ClusterType)
+	r.expect("CDS answer", "CDS [c0]"+r.none())
+	r.ack(ClusterType)
+	r.subscribe(EndpointType, "c0")
+	r.expect("EDS answer", "EDS [c0]"+r.none())
+	r.ack(EndpointType)
+	r.subscribe(ListenerType)
+	r.expect("LDS answer", "LDS [l0]"+r.none())
+	r.ack(ListenerType)
+	r.subscribe(RouteType, "r0")
+	r.expect("RDS answer", "RDS [r0]"+r.none())
+	r.ack(RouteType)
+}
+
+// none is what a Delta summary adds for no removal.
+func (r *coreRun) none() string {
+	if r.c.delta {
+		return " -[]"
+	}
+	return ""
+}
+
+func (r *coreRun) held(typ TypeURL) []string {
+	return r.c.types[r.h.set.typeIndex(typ)].held.names()
+}
+
+// A swap (a new cluster, the route switched to it, the old cluster gone,
+// in one push) goes out in make-before-break order. The client's requests
+// sent before its CDS ACK are answered only as far as the push's phases
+// allow: its endpoints at once (the EDS phase has nothing to wait for),
+// a new route naming the new cluster only with the RDS phase.
+func TestCoreSwapOrderAndDeferredAnswer(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			h := r.h
+			r.change(true, func() {
+				h.put(ClusterType, makeCluster("c1"))
+				h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
+				h.put(RouteType, makeRoute("r0", "*", "c1"), makeRoute("r2", "*", "c1"))
+				delete(h.world[ClusterType], "c0")
+				delete(h.world[EndpointType], "c0")
+			}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
+				ckey(kindRoute, "r0"), ckey(kindRoute, "r2"))
+			if delta {
+				r.expect("CDS phase", "CDS [c1] -[]")
+			} else {
+				r.expect("CDS phase", "CDS [c0 c1]") // c0 kept until the removal phase
+			}
+			// Before ACKing CDS, the client asks for c1's endpoints and for
+			// a route r2 (as if a listener named it).
+			if delta {
+				r.resubscribe(EndpointType, "c1")
+			} else {
+				r.resubscribe(EndpointType, "c0", "c1")
+			}
+			r.expect("endpoints at once", "EDS [c1]"+r.none())
+			if delta {
+				r.resubscribe(RouteType, "r2")
+			} else {
+				r.resubscribe(RouteType, "r0", "r2")
+			}
+			r.expect("r2 waits for the RDS phase")
+			r.ack(ClusterType)
+			r.expect("not before the endpoints are ACKed")
+			r.ack(EndpointType)
+			r.expect("RDS phase, then the answer", "RDS [r0]"+r.none(), "RDS [r2]"+r.none())
+			r.ack(RouteType)
+			if delta {
+				r.expect("CDS removal phase", "CDS [] -[c0]")
+				r.ack(ClusterType)
+				r.expect("EDS removal phase", "EDS [] -[c0]")
+			} else {
+				r.expect("removal phase", "CDS [c1]")
+			}
+			if got := r.held(ClusterType); !slices.Equal(got, []string{"c1"}) {
+				t.Errorf("held clusters = %v; want [c1]", got)
+			}
+		})
+	}
+}
+
+// A route naming a cluster the configuration does not have is held back:
+// the client keeps the route it has, the type fails with a ReferenceError
+// (a failure of the host's configuration), and once the cluster exists
+// the route follows it, make-before-break.
+func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	r.mesh()
+	h := r.h
+	r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "cx")) }, ckey(kindRoute, "r0"))
+	r.expect("route naming cx")
+	rds := r.c.types[h.set.rdsIdx]
+	var re *ReferenceError
+	if !errors.As(rds.err, &re) || re.To != "cx" || re.Rejected || rds.errStage != "reference" {
+		t.Fatalf("RDS error = %v (%s); want a ReferenceError to cx, not rejected", rds.err, rds.errStage)
+	}
+	if r.c.plan != nil {
+		t.Fatal("the push is still in its phases")
+	}
+	r.change(true, func() {
+		h.put(ClusterType, makeCluster("cx"))
+		h.put(EndpointType, makeCLA("cx", "10.0.0.9:80"))
+	}, ckey(kindCluster, "cx"), ckey(kindEndpoint, "cx"))
+	r.expect("cx arrives", "CDS [c0 cx]")
+	r.resubscribe(EndpointType, "c0", "cx")
+	r.ack(ClusterType)
+	r.expect("its endpoints", "EDS [cx]")
+	r.ack(EndpointType)
+	r.expect("then the route held back", "RDS [r0]")
+	if rds.err != nil {
+		t.Errorf("RDS error after the fix = %v; want none", rds.err)
+	}
+}
+
+// A cluster the configuration removes while a route it keeps still names
+// it is not removed from the client: the removal is held back and
+// reported; it goes once the route no longer names the cluster.
+func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
+	r := newCoreRun(t, true, nil)
+	r.mesh()
+	h := r.h
+	r.change(true, func() { delete(h.world[ClusterType], "c0") }, ckey(kindCluster, "c0"))
+	r.expect("removal held back")
+	cds := r.c.types[h.set.cdsIdx]
+	var re *ReferenceError
+	if !errors.As(cds.err, &re) || !re.Removal || re.From != "r0" || re.Rejected {
+		t.Fatalf("CDS error = %v; want the removal of c0 held back by r0", cds.err)
+	}
+	if got := r.held(ClusterType); !slices.Equal(got, []string{"c0"}) {
+		t.Fatalf("held clusters = %v; want [c0]", got)
+	}
+	r.change(true, func() {
+		h.put(ClusterType, makeCluster("c1"))
+		h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, makeRoute("r0", "*", "c1"))
+	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+	r.expect("c1", "CDS [c1] -[]")
+	r.resubscribe(EndpointType, "c1")
+	r.ack(ClusterType)
+	r.expect("c1's endpoints", "EDS [c1] -[]")
+	r.ack(EndpointType)
+	r.expect("the route", "RDS [r0] -[]")
+	r.ack(RouteType)
+	r.expect("c0 goes at last", "CDS [] -[c0]")
+	if cds.err != nil {
+		t.Errorf("CDS error after the fix = %v; want none", cds.err)
+	}
+}
+
+// After a NACK the client keeps what it held: the rejected cluster is not
+// sent again, a route naming it is held back (not a failure: the client's
+// doing), and the NACK stops standing once the configuration changes the
+// rejected content.
+func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	r.mesh()
+	h := r.h
+	bad := makeCluster("c1")
+	bad.LbPolicy = 5 // pretend the client rejects it
+	r.change(true, func() {
+		h.put(ClusterType, bad)
+		h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, makeRoute("r0", "*", "c1"))
+	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+	r.expect("CDS phase", "CDS [c0 c1]")
+	r.nack(ClusterType, "c1 is invalid")
+	r.expect("the push stops")
+	cds := r.c.types[h.set.cdsIdx]
+	if got := cds.held.names(); !slices.Equal(got, []string{"c0"}) {
+		t.Fatalf("held clusters after the NACK = %v; want [c0] (what the client kept)", got)
+	}
+	// An unrelated push regenerates the dirty types: the route naming the
+	// rejected cluster stays held back, not failing.
+	r.change(false, func() { h.put(EndpointType, makeCLA("c0", "10.0.0.3:80")) }, ckey(kindEndpoint, "c0"))
+	r.expect("endpoints only", "EDS [c0]")
+	r.ack(EndpointType)
+	r.expect("nothing else")
+	if rds := r.c.types[h.set.rdsIdx]; rds.err != nil {
+		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.err)
+	}
+	if cds.nack == nil {
+		t.Fatal("the NACK no longer stands")
+	}
+	// A valid c1: sent, then the route.
+	r.change(true, func() { h.put(ClusterType, makeCluster("c1")) }, ckey(kindCluster, "c1"))
+	r.expect("valid c1", "CDS [c0 c1]")
+	r.resubscribe(EndpointType, "c0", "c1")
+	r.ack(ClusterType)
+	r.expect("c1's endpoints", "EDS [c1]")
+	r.ack(EndpointType)
+	r.wait(time.Minute) // the route's retry is due
+	r.expect("the route", "RDS [r0]")
+	if cds.nack != nil {
+		t.Errorf("NACK still standing after an ACK: %+v", cds.nack)
+	}
+}

@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/types/known/anypb"
@@ -90,6 +91,7 @@ type diffResult struct {
 	// unrejected names rejected content that the target changes or no
 	// longer has: it may be sent again.
 	unrejected []string
+	bufs       *diffBufs
 	// resync: the client's last response of the type stands NACKed and
 	// nothing of the rejected content is left in the target, so a response
 	// is sent even if nothing differs, for the client to ACK: its NACK no
@@ -110,8 +112,29 @@ func (d *diffResult) sends(c *core, i int, o relOpts) bool {
 	return len(d.ups) > 0
 }
 
+// diffBufs are the buffers of a diffResult, reused through diffPool: a
+// diff is made and consumed within one step, and keeping buffers per
+// connection would cost each connection memory in proportion to what it
+// holds.
+type diffBufs struct{ kept, changed, ups []entry }
+
+var diffPool = sync.Pool{New: func() any { return new(diffBufs) }}
+
+// done returns d's buffers to the pool; d must not be used afterwards.
+func (d *diffResult) done() {
+	if d.bufs == nil {
+		return
+	}
+	b := d.bufs
+	if cap(d.kept) <= 4096 && cap(d.changed) <= 4096 && cap(d.ups) <= 4096 {
+		b.kept, b.changed, b.ups = d.kept[:0], d.changed[:0], d.ups[:0]
+		diffPool.Put(b)
+	}
+	*d = diffResult{}
+}
+
 // diff compares tgt with what the client holds of type i. It changes
-// nothing.
+// nothing. The caller calls done on the result once it has used it.
 func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	set := c.set
 	ts := c.types[i]
@@ -119,14 +142,15 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	removes := c.delta || full
 	var answered map[string]struct{} // names an answer sent during the push
 	if o.push && c.plan != nil {
-		answered = c.plan.answered[i]
+		answered = c.plan.t[i].answered
 	}
 	covered := tgt.sub == ts.sub
 	// A route or listener must not name a cluster the client does not
 	// hold, when the client holds every cluster it is sent (wildcard CDS).
 	checkClusters := (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 &&
 		c.types[set.cdsIdx] != nil && c.types[set.cdsIdx].sub.wildcard
-	var d diffResult
+	b := diffPool.Get().(*diffBufs)
+	d := diffResult{bufs: b, kept: b.kept[:0], changed: b.changed[:0], ups: b.ups[:0]}
 	inHeld := 0
 	keep := func(r entry, prev *encoded) {
 		d.substituted = true
@@ -283,6 +307,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	set := c.set
 	full := set.fullState[i]
 	d := c.diff(i, tgt, o)
+	defer d.done()
 	if !tgt.partial && tgt.sub == ts.sub {
 		ts.lastTarget = tgt.set
 	}
@@ -312,12 +337,11 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		return nil
 	}
 
-	f := &flight{}
+	f := newFlight()
 	if full && !c.delta {
 		before := ts.held.snapshot()
-		state := d.kept
+		state := slices.Clone(d.kept) // d's buffer goes back to the pool
 		if len(ts.removing) > 0 {
-			state = slices.Clone(state)
 			for n := range ts.removing {
 				if e := ts.held.get(n); e != nil {
 					state = insertEntry(state, entry{n, e})
@@ -346,11 +370,11 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		}
 	}
 	if !o.push && c.plan != nil && len(d.ups) > 0 {
-		if c.plan.answered[i] == nil {
-			c.plan.answered[i] = make(map[string]struct{}, len(d.ups))
+		if c.plan.t[i].answered == nil {
+			c.plan.t[i].answered = make(map[string]struct{}, len(d.ups))
 		}
 		for _, r := range d.ups {
-			c.plan.answered[i][r.name] = struct{}{}
+			c.plan.t[i].answered[r.name] = struct{}{}
 		}
 	}
 
@@ -414,7 +438,7 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	if len(gone) == 0 {
 		return nil
 	}
-	f := &flight{}
+	f := newFlight()
 	for _, n := range gone {
 		f.del(&ts.held, n)
 	}

@@ -188,7 +188,7 @@ func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscript
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
 	var res []Resource
 	start := s.set.clock.Now()
-	err := s.guard(ctx, "Generate", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) error {
+	err := s.guard(ctx, "Generate", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) error {
 		var err error
 		res, err = s.set.generators[i].Generate(ctx, c.proxy, w, req)
 		return err
@@ -223,7 +223,7 @@ func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGene
 	var ch Changes
 	var ok bool
 	start := s.set.clock.Now()
-	err := s.guard(ctx, "GenerateDelta", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) error {
+	err := s.guard(ctx, "GenerateDelta", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) error {
 		var err error
 		ch, ok, err = dg.GenerateDelta(ctx, c.proxy, w, req)
 		return err

@@ -24,34 +24,38 @@ import (
 // stopped.
 var errHostStopped = errors.New("xds: server stopped during a host call")
 
-// guard runs f, the host function name, on its own goroutine, with a ctx
-// derived from ctx and cancelled when guard returns, and waits for it at
-// most timeout (zero: no limit; timeoutErr is then returned) and until the
-// Server stops (errHostStopped).
-func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, timeoutErr error, f func(ctx context.Context) error) error {
-	cctx, cancel := context.WithCancel(ctx)
+// guard runs f, the host function name, on its own goroutine, with ctx,
+// and waits for it at most timeout (zero: no limit; timeoutErr is then
+// returned) and until the Server stops (errHostStopped). A caller that
+// makes many calls passes a timer of its own to reuse (t may be nil).
+func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, t *Timer, timeoutErr error, f func(ctx context.Context) error) error {
 	done := make(chan error, 1)
 	s.hostCalls.Add(1)
 	go func() {
 		defer s.hostCalls.Done()
-		done <- s.recovered(name, func() error { return f(cctx) })
+		done <- s.recovered(name, func() error { return f(ctx) })
 	}()
 	var expired <-chan time.Time
 	if timeout > 0 {
-		t := s.set.clock.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C()
+		if t == nil {
+			var own Timer
+			t = &own
+		}
+		if *t == nil {
+			*t = s.set.clock.NewTimer(timeout)
+		} else {
+			(*t).Reset(timeout)
+		}
+		defer (*t).Stop()
+		expired = (*t).C()
 	}
 	select {
 	case err := <-done:
-		cancel()
 		return err
 	case <-expired:
-		cancel()
 		s.abandoned.Add(1)
 		return timeoutErr
 	case <-s.stopCtx.Done():
-		cancel()
 		s.abandoned.Add(1)
 		return errHostStopped
 	}

@@ -31,32 +31,12 @@ type phase struct {
 
 // plan is a push being released phase by phase.
 type plan struct {
-	req    *pushcontext.PushRequest // the request as filtered for this proxy
-	seq    uint64                   // the push's sequence number (see convergence.go)
-	phases []phase                  // not yet released, in order
-	sent   []bool                   // by type index: a response of the type was released
-	armed  []bool                   // by type index: the upsert held removals back
-	warm   *warmSet                 // clusters the CDS phase sent
-	// need lists, by type index (EDS, RDS), the names the client must
-	// subscribe to before the next phase: what the clusters and listeners
-	// the push sent fetch to warm, and, before the removal phases, what
-	// every cluster and listener the client holds fetches. refs marks the
-	// types (EDS, RDS) such resources fetch at all: those must be ACKed
-	// too (a response in flight may carry what a listener or cluster
-	// waits for).
-	need      [][]string
-	refs      []bool
-	heldNeeds bool // needHeld has run: the removal phases have begun
-	// excused holds, by type index, the nonce of a response whose ACK a
-	// phase timed out waiting for: later phases do not wait for it again;
-	// gaveUp marks the types whose subscriptions (need) a phase timed out
-	// waiting for: later phases do not wait for them either.
-	excused []string
-	gaveUp  []bool
-	// answered holds, by type index, the names that answers to requests
-	// sent while the push was in its phases: the client holds content at
-	// least as new as the push's, so its phases do not send them again.
-	answered []map[string]struct{}
+	req       *pushcontext.PushRequest // the request as filtered for this proxy
+	seq       uint64                   // the push's sequence number (see convergence.go)
+	phases    []phase                  // not yet released, in order
+	t         []planType               // by type index
+	warm      *warmSet                 // clusters the CDS phase sent
+	heldNeeds bool                     // needHeld has run: the removal phases have begun
 	// waitSince is when the head phase started waiting for the gate; zero
 	// when it is not waiting.
 	waitSince time.Time
@@ -68,17 +48,32 @@ type plan struct {
 	anchors   []int
 }
 
+// planType is a plan's state for one type.
+type planType struct {
+	sent  bool // a response of the type was released
+	armed bool // the upsert held removals back
+	// need lists (EDS, RDS) the names the client must subscribe to before
+	// the next phase: what the clusters and listeners the push sent fetch
+	// to warm, and, before the removal phases, what every cluster and
+	// listener the client holds fetches. refs marks the types (EDS, RDS)
+	// such resources fetch at all: those must be ACKed too (a response in
+	// flight may carry what a listener or cluster waits for).
+	need []string
+	refs bool
+	// excused is the nonce of a response whose ACK a phase timed out
+	// waiting for: later phases do not wait for it again; gaveUp marks a
+	// type whose subscriptions (need) a phase timed out waiting for: later
+	// phases do not wait for them either.
+	excused string
+	gaveUp  bool
+	// answered holds the names that answers to requests sent while the
+	// push was in its phases: the client holds content at least as new as
+	// the push's, so its phases do not send them again.
+	answered map[string]struct{}
+}
+
 func newPlan(req *pushcontext.PushRequest, n int) *plan {
-	return &plan{
-		req:      req,
-		sent:     make([]bool, n),
-		armed:    make([]bool, n),
-		need:     make([][]string, n),
-		excused:  make([]string, n),
-		answered: make([]map[string]struct{}, n),
-		refs:     make([]bool, n),
-		gaveUp:   make([]bool, n),
-	}
+	return &plan{req: req, t: make([]planType, n)}
 }
 
 // phaseOpts returns how the phase ph of pl releases its type.
@@ -101,7 +96,7 @@ func (c *core) advance(force bool) {
 	set := c.set
 	for len(pl.phases) > 0 {
 		ph := pl.phases[0]
-		if set.phaseWait && ph.removal && pl.armed[ph.typeIdx] && !pl.heldNeeds &&
+		if set.phaseWait && ph.removal && pl.t[ph.typeIdx].armed && !pl.heldNeeds &&
 			(!pl.reconnect || c.rootsReady(pl)) {
 			// Before anything is removed, everything the client holds
 			// must be warm, including what an earlier push left warming.
@@ -123,7 +118,7 @@ func (c *core) advance(force bool) {
 		var m *outMsg
 		switch {
 		case ph.removal:
-			if pl.armed[i] {
+			if pl.t[i].armed {
 				m = c.releaseRemovals(i, o)
 			}
 		default:
@@ -136,12 +131,12 @@ func (c *core) advance(force bool) {
 			}
 			m = c.release(i, ph.tgt, o)
 			if ts := c.types[i]; ts != nil && len(ts.removing) > 0 {
-				pl.armed[i] = true
+				pl.t[i].armed = true
 			}
 		}
 		if m != nil {
 			c.send(m)
-			pl.sent[i] = true
+			pl.t[i].sent = true
 		}
 	}
 	c.plan = nil
@@ -157,10 +152,11 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 		return false
 	}
 	if ph.removal {
-		return pl.armed[i]
+		return pl.t[i].armed
 	}
 	o := c.phaseOpts(pl, ph)
 	d := c.diff(i, ph.tgt, o)
+	defer d.done()
 	return d.sends(c, i, o)
 }
 
@@ -173,7 +169,7 @@ func (c *core) needHeld(pl *plan) {
 	set := c.set
 	for _, pc := range [][2]int{{set.cdsIdx, set.edsIdx}, {set.ldsIdx, set.rdsIdx}} {
 		parent, child := pc[0], pc[1]
-		if parent < 0 || child < 0 || c.types[parent] == nil || pl.gaveUp[child] ||
+		if parent < 0 || child < 0 || c.types[parent] == nil || pl.t[child].gaveUp ||
 			(c.types[child] == nil && !pl.reconnect) {
 			continue
 		}
@@ -184,9 +180,9 @@ func (c *core) needHeld(pl *plan) {
 				return // about to be removed: it need not be warm
 			}
 			for _, n := range set.children(parent, e) {
-				pl.refs[child] = true
+				pl.t[child].refs = true
 				if cts == nil || !cts.covers(n) {
-					pl.need[child] = append(pl.need[child], n)
+					pl.t[child].need = append(pl.t[child].need, n)
 				}
 			}
 		})
@@ -198,10 +194,10 @@ func (c *core) needHeld(pl *plan) {
 // until the client subscribes to them.
 func (c *core) sentCluster(pl *plan, r entry) {
 	pl.warm.addCluster(r.enc)
-	if e := c.set.edsIdx; e >= 0 && !pl.gaveUp[e] {
+	if e := c.set.edsIdx; e >= 0 && !pl.t[e].gaveUp {
 		for _, n := range c.set.children(c.set.cdsIdx, r.enc) {
-			pl.refs[e] = true
-			pl.need[e] = append(pl.need[e], n)
+			pl.t[e].refs = true
+			pl.t[e].need = append(pl.t[e].need, n)
 		}
 	}
 }
@@ -210,10 +206,10 @@ func (c *core) sentCluster(pl *plan, r entry) {
 // until the client subscribes to its routes (it stays warming, and the
 // version it replaces in service, until it holds them).
 func (c *core) sentListener(pl *plan, r entry) {
-	if rt := c.set.rdsIdx; rt >= 0 && !pl.gaveUp[rt] {
+	if rt := c.set.rdsIdx; rt >= 0 && !pl.t[rt].gaveUp {
 		for _, n := range c.set.children(c.set.ldsIdx, r.enc) {
-			pl.refs[rt] = true
-			pl.need[rt] = append(pl.need[rt], n)
+			pl.t[rt].refs = true
+			pl.t[rt].need = append(pl.t[rt].need, n)
 		}
 	}
 }
@@ -228,14 +224,15 @@ func (c *core) gateOpen(pl *plan) bool {
 	if pl.reconnect && !c.rootsReady(pl) {
 		return false
 	}
-	for i, s := range pl.sent {
-		if ts := c.types[i]; s && ts != nil && !ts.synced() && pl.excused[i] != ts.nonceSent {
+	for i, pt := range pl.t {
+		if ts := c.types[i]; pt.sent && ts != nil && !ts.synced() && pt.excused != ts.nonceSent {
 			return false
 		}
 	}
-	for i, names := range pl.need {
+	for i := range pl.t {
+		names := pl.t[i].need
 		ts := c.types[i]
-		if !pl.refs[i] {
+		if !pl.t[i].refs {
 			continue
 		}
 		if ts == nil {
@@ -244,7 +241,7 @@ func (c *core) gateOpen(pl *plan) bool {
 			}
 			continue
 		}
-		if !ts.synced() && pl.excused[i] != ts.nonceSent {
+		if !ts.synced() && pl.t[i].excused != ts.nonceSent {
 			return false
 		}
 		// Names found subscribed are dropped from the list: the client
@@ -252,7 +249,7 @@ func (c *core) gateOpen(pl *plan) bool {
 		for len(names) > 0 && ts.covers(names[len(names)-1]) {
 			names = names[:len(names)-1]
 		}
-		pl.need[i] = names
+		pl.t[i].need = names
 		if len(names) > 0 {
 			return false
 		}
@@ -276,30 +273,30 @@ func (c *core) excuse(pl *plan) []TypeURL {
 			if ts := c.types[j]; ts != nil {
 				ts.timeouts++
 			}
-			pl.gaveUp[j] = true
+			pl.t[j].gaveUp = true
 		}
 	}
 	for i, ts := range c.types {
-		if ts == nil && pl.reconnect && pl.refs[i] && len(pl.need[i]) > 0 {
+		if ts == nil && pl.reconnect && pl.t[i].refs && len(pl.t[i].need) > 0 {
 			out = append(out, c.set.order[i])
-			pl.need[i] = nil
-			pl.gaveUp[i] = true
+			pl.t[i].need = nil
+			pl.t[i].gaveUp = true
 			continue
 		}
-		if ts == nil || listed[i] || (!pl.sent[i] && !pl.refs[i]) {
+		if ts == nil || listed[i] || (!pl.t[i].sent && !pl.t[i].refs) {
 			continue
 		}
-		open := ts.synced() || pl.excused[i] == ts.nonceSent
-		for _, n := range pl.need[i] {
+		open := ts.synced() || pl.t[i].excused == ts.nonceSent
+		for _, n := range pl.t[i].need {
 			open = open && ts.covers(n)
 		}
 		if !open {
 			out = append(out, c.set.order[i])
 			ts.timeouts++
-			pl.excused[i] = ts.nonceSent
-			if len(pl.need[i]) > 0 {
-				pl.need[i] = nil
-				pl.gaveUp[i] = true
+			pl.t[i].excused = ts.nonceSent
+			if len(pl.t[i].need) > 0 {
+				pl.t[i].need = nil
+				pl.t[i].gaveUp = true
 			}
 		}
 	}
@@ -339,12 +336,12 @@ func (c *core) phaseTimedOut() {
 // back for removal stays held until then.
 func (c *core) stopOnNACK(i int) {
 	pl := c.plan
-	if pl == nil || !pl.sent[i] {
+	if pl == nil || !pl.t[i].sent {
 		return
 	}
 	var dropped []string
 	for _, ph := range pl.phases {
-		if !ph.removal || pl.armed[ph.typeIdx] {
+		if !ph.removal || pl.t[ph.typeIdx].armed {
 			// Regenerated by the next push, which also removes what this
 			// one held back once its own upserts are through.
 			if ts := c.types[ph.typeIdx]; ts != nil {
@@ -389,7 +386,7 @@ func (c *core) planRemoval(i int) {
 	// for the types watched when it began, and this is the first request
 	// of type i on the stream. Insert one in removal order, before the
 	// first later removal phase.
-	pl.armed[i] = true
+	pl.t[i].armed = true
 	order := c.set.removalOrder
 	rank := slices.Index(order, i)
 	at := len(pl.phases)
@@ -416,14 +413,14 @@ func (c *core) rootsReady(pl *plan) bool {
 }
 
 func (c *core) rootReady(pl *plan, j int) bool {
-	if pl.gaveUp[j] {
+	if pl.t[j].gaveUp {
 		return true
 	}
 	ts := c.types[j]
 	if ts == nil {
 		return c.anchorsACKed(pl)
 	}
-	return ts.nonceSent != "" && (ts.synced() || pl.excused[j] == ts.nonceSent)
+	return ts.nonceSent != "" && (ts.synced() || pl.t[j].excused == ts.nonceSent)
 }
 
 // anchorsACKed reports whether the client has ACKed its last response of

@@ -193,7 +193,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 	}
 	start := s.set.clock.Now()
 	var next *pushcontext.PushContext
-	err := s.guard(ctx, "Build", 0, nil, func(context.Context) error {
+	err := s.guard(ctx, "Build", 0, nil, nil, func(context.Context) error {
 		var err error
 		next, err = s.set.builder.Build(prev, req)
 		if err == nil && next == nil {

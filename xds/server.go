@@ -379,7 +379,7 @@ func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushCo
 		return ProxyState{}, nil
 	}
 	var st ProxyState
-	err := s.guard(ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) error {
+	err := s.guard(ctx, "InitProxy", s.set.genTimeout, nil, errInitTimeout, func(ctx context.Context) error {
 		var err error
 		st, err = init(ctx, p, pc)
 		return err

@@ -121,7 +121,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
-		err := s.guard(ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), func(ctx context.Context) error {
+		err := s.guard(ctx, "Authenticate", s.set.genTimeout, nil, errors.New("timed out"), func(ctx context.Context) error {
 			var err error
 			identity, err = auth(ctx)
 			return err
