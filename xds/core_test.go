@@ -627,7 +627,9 @@ func (r *coreRun) wait(d time.Duration) (retryPush bool) {
 	return retry
 }
 
-func ckey(kind, name string) pushcontext.ConfigKey { return pushcontext.ConfigKey{Kind: kind, Name: name} }
+func ckey(kind, name string) pushcontext.ConfigKey {
+	return pushcontext.ConfigKey{Kind: kind, Name: name}
+}
 
 // mesh puts listener l0 → route r0 → cluster c0 (EDS c0) in the world and
 // has the client (Envoy-like) hold it all.
