@@ -75,6 +75,9 @@ type coreHost interface {
 	generateDelta(ctx context.Context, c *core, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
 	// encode checks and encodes resources of type i into a set.
 	encode(i int, res []Resource) (*resSet, error)
+	// intern returns the subscription equal to sub that other connections
+	// share, or sub.
+	intern(sub *subscription) *subscription
 	// initProxy calls Config.InitProxy.
 	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
 	// nonce returns a new nonce for a response of version.

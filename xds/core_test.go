@@ -116,6 +116,8 @@ func (h *fakeHost) encode(i int, res []Resource) (*resSet, error) {
 	return newSet(ents), nil
 }
 
+func (h *fakeHost) intern(sub *subscription) *subscription { return sub }
+
 func (h *fakeHost) initProxy(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
 	return ProxyState{}, nil
 }

@@ -289,3 +289,6 @@ func twice(ents []entry, j int) string {
 	}
 	return fmt.Sprintf("%d times", n)
 }
+
+// intern returns the subscription equal to sub that connections share.
+func (s *Server) intern(sub *subscription) *subscription { return s.subs.intern(sub) }

@@ -167,7 +167,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// 3. Initial request (empty nonce) or a reconnect to this server (a
 	// nonce, but no watch on this stream): answer in full.
 	if req.ResponseNonce == "" || ts == nil {
-		nts := newTypeState(i, newSubscription(names, wildcard))
+		nts := newTypeState(i, c.host.intern(newSubscription(names, wildcard)))
 		nts.order, nts.star = order, star
 		if ts != nil {
 			nts.timeouts = ts.timeouts
@@ -205,7 +205,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.wildcard
 	if !same {
-		ts.sub = newSubscription(names, wildcard)
+		ts.sub = c.host.intern(newSubscription(names, wildcard))
 	}
 	ts.order, ts.star = order, star
 	for _, n := range removed {
@@ -347,7 +347,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	}
 	added, removed := diffNames(ts.sub.names, names)
 	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
-		ts.sub = newSubscription(names, wildcard)
+		ts.sub = c.host.intern(newSubscription(names, wildcard))
 	}
 
 	// What the client reported holding.
