@@ -36,7 +36,10 @@ const (
 //     routes; every push builds, and rebuilds the indexes of its kinds;
 //   - one Generator per type returns the messages of the proxy's
 //     PushContext (shared pointers: each resource is marshalled once); the
-//     EDS generator is also a DeltaGenerator listing only the changed sets;
+//     EDS generator is also a DeltaGenerator listing only the changed sets
+//     (for proxies without a view);
+//   - every proxy has the same view ("mesh"): each type is generated once
+//     per push and subscription, and shared;
 //   - xds.Config.TypeKinds makes an endpoint change regenerate EDS only;
 //   - endpoint changes are non-Full ConfigUpdates, cluster changes Full;
 //     every request bypasses the debounce window.
@@ -126,6 +129,11 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 			xds.EndpointType: {kindEndpoints},
 			xds.ListenerType: {kindListener},
 			xds.RouteType:    {kindRoute},
+		},
+		// Every proxy of the mesh sees the same configuration: one view,
+		// generated once per push and shared.
+		InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
+			return xds.ProxyState{View: "mesh"}, nil
 		},
 		// The smallest window the API allows: none.
 		Debounce: xds.DebounceConfig{Bypass: func(*pushcontext.PushRequest) bool { return true }},
