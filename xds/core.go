@@ -78,6 +78,10 @@ type coreHost interface {
 	// intern returns the subscription equal to sub that other connections
 	// share, or sub.
 	intern(sub *subscription) *subscription
+	// transition returns the step a connection in the same state took
+	// (see shared.go), or nil; share keeps one.
+	transition(k transKey) *transition
+	share(k transKey, tr *transition)
 	// initProxy calls Config.InitProxy.
 	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
 	// nonce returns a new nonce for a response of version.

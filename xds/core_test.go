@@ -118,6 +118,9 @@ func (h *fakeHost) encode(i int, res []Resource) (*resSet, error) {
 
 func (h *fakeHost) intern(sub *subscription) *subscription { return sub }
 
+func (h *fakeHost) transition(transKey) *transition { return nil }
+func (h *fakeHost) share(transKey, *transition)     {}
+
 func (h *fakeHost) initProxy(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
 	return ProxyState{}, nil
 }

@@ -306,6 +306,12 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	set := c.set
 	full := set.fullState[i]
+	k, shareable := c.transKey(i, tgt, o)
+	if shareable {
+		if tr := c.host.transition(k); tr != nil {
+			return c.replay(i, tgt, tr, o)
+		}
+	}
 	d := c.diff(i, tgt, o)
 	defer d.done()
 	if !tgt.partial && tgt.sub == ts.sub {
@@ -334,6 +340,9 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	if !d.sends(c, i, o) {
 		exact()
+		if shareable {
+			c.record(k, i, nil, &d)
+		}
 		return nil
 	}
 
@@ -413,6 +422,9 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	f.nonce = m.nonce
 	ts.flights = append(ts.flights, f)
+	if shareable {
+		c.record(k, i, m, &d)
+	}
 	return m
 }
 

@@ -292,3 +292,9 @@ func twice(ents []entry, j int) string {
 
 // intern returns the subscription equal to sub that connections share.
 func (s *Server) intern(sub *subscription) *subscription { return s.subs.intern(sub) }
+
+// transition returns the step another connection took from the same state.
+func (s *Server) transition(k transKey) *transition { return s.trans.get(k) }
+
+// share keeps a step for the connections in the same state.
+func (s *Server) share(k transKey, tr *transition) { s.trans.put(k, tr) }

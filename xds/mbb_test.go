@@ -909,6 +909,17 @@ func mutate(rnd *rand.Rand, w *world, seq *int) (string, []pushcontext.ConfigKey
 // that take their time to ACK: no client ever observes a dangling
 // reference, and every client converges to the final configuration.
 func TestMakeBeforeBreakRandom(t *testing.T) {
+	// Once with every proxy on its own, once with every proxy in one
+	// view: generation and the steps of clients in the same state are
+	// then shared (see ProxyState.View).
+	for _, views := range []bool{false, true} {
+		t.Run(map[bool]string{false: "per proxy", true: "one view"}[views], func(t *testing.T) {
+			testMakeBeforeBreakRandom(t, views)
+		})
+	}
+}
+
+func testMakeBeforeBreakRandom(t *testing.T, views bool) {
 	const (
 		changes   = 1000
 		perKind   = 50 // SotW clients, and as many Delta clients
@@ -918,7 +929,13 @@ func TestMakeBeforeBreakRandom(t *testing.T) {
 	)
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, 1))
-		h := startHost(t, baseWorld(3), nil)
+		h := startHost(t, baseWorld(3), func(cfg *xds.Config) {
+			if views {
+				cfg.InitProxy = func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
+					return xds.ProxyState{View: "mesh"}, nil
+				}
+			}
+		})
 		var clients []*envoy
 		var cc *grpc.ClientConn
 		for i := range 2 * perKind {

@@ -155,6 +155,11 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 		return pl.t[i].armed
 	}
 	o := c.phaseOpts(pl, ph)
+	if k, ok := c.transKey(i, ph.tgt, o); ok {
+		if tr := c.host.transition(k); tr != nil {
+			return tr.msg != nil
+		}
+	}
 	d := c.diff(i, ph.tgt, o)
 	defer d.done()
 	return d.sends(c, i, o)

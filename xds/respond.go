@@ -18,6 +18,9 @@ type outMsg struct {
 	push    bool
 	p       uint64 // the connection's appliedSeq when the response was made
 	seq     uint64 // Seq of the PushContext the response was made from
+	// shared is set when other connections are sent the same response
+	// (see shared.go): it is then encoded once.
+	shared *sharedMsg
 }
 
 // send queues m (if not nil) for writing.
@@ -30,9 +33,13 @@ func (c *core) send(m *outMsg) {
 // stamp records a response of type i as sent and returns the message that
 // will carry it, with its version and nonce set.
 func (c *core) stamp(i int, resources, removed, size int, o relOpts) *outMsg {
+	return c.stampNonce(i, c.host.nonce(o.pc.Version()), resources, removed, size, o)
+}
+
+// stampNonce is stamp with the nonce given.
+func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *outMsg {
 	ts := c.types[i]
 	version := o.pc.Version()
-	nonce := c.host.nonce(version)
 	ts.nonceSent, ts.versionSent, ts.seqSent, ts.sentAt = nonce, version, o.pc.Seq(), c.now
 	ts.pSent = c.appliedSeq
 	ts.startSent = o.start

@@ -46,6 +46,7 @@ type Server struct {
 	cache   *encCache
 	views   viewCache
 	subs    subTable
+	trans   transitionCache
 	codec   *internCodec  // of CodecOption
 	limiter *rate.Limiter // nil: no limit on new streams
 	track   tracker       // convergence: Sync and WaitForVersion

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
@@ -25,16 +27,16 @@ import (
 
 // sotwStream is the part of the generated SotW stream a conn uses.
 type sotwStream interface {
+	grpc.ServerStream
 	Send(*discoveryv3.DiscoveryResponse) error
 	Recv() (*discoveryv3.DiscoveryRequest, error)
-	Context() context.Context
 }
 
 // deltaStream is the part of the generated Delta stream a conn uses.
 type deltaStream interface {
+	grpc.ServerStream
 	Send(*discoveryv3.DeltaDiscoveryResponse) error
 	Recv() (*discoveryv3.DeltaDiscoveryRequest, error)
-	Context() context.Context
 }
 
 // errStreamGenerateTimeout ends a stream whose Generator overran
@@ -54,6 +56,9 @@ type conn struct {
 	seq     uint64 // per-Server connection number
 	proxy   *Proxy
 	core    *core
+	// plain: the stream compresses nothing, so responses shared with
+	// other streams are written as encoded once (see sharedMsg).
+	plain bool
 
 	// Owned by the handler goroutine.
 	outbox     []*outMsg
@@ -145,6 +150,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		queries:   make(chan func()),
 		hookSem:   make(chan struct{}, 1),
 		busy:      true,
+		plain:     plainStream(sctx),
 	}
 	c.st.delta = c.delta
 	c.st.types = make([]typePub, len(s.set.order))
@@ -526,9 +532,12 @@ func (c *conn) write(batch []*outMsg) {
 	for i, m := range batch {
 		start := clock.Now()
 		c.sendStart.Store(start.UnixNano())
-		if m.dresp != nil {
+		switch {
+		case m.shared != nil && c.plain && m.shared.prepare(c.serverStream()) != nil:
+			err = c.serverStream().SendMsg(m.shared.prepared)
+		case m.dresp != nil:
 			err = c.dstream.Send(m.dresp)
-		} else {
+		default:
 			err = c.stream.Send(m.resp)
 		}
 		c.sendStart.Store(0)
@@ -560,6 +569,27 @@ func (c *conn) write(batch []*outMsg) {
 		batch[i] = nil
 	}
 	c.writeDone <- err
+}
+
+// serverStream returns the stream, SotW or Delta.
+func (c *conn) serverStream() grpc.ServerStream {
+	if c.delta {
+		return c.dstream
+	}
+	return c.stream
+}
+
+// plainStream reports whether a stream's responses are sent uncompressed:
+// the client asked for no compression (gRPC compresses responses only as
+// the request was, when the compressor is registered).
+func plainStream(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, e := range md.Get("grpc-encoding") {
+		if e != "" && e != "identity" {
+			return false
+		}
+	}
+	return true
 }
 
 // close marks the connection ended and releases anyone waiting on it.

@@ -1,0 +1,201 @@
+package xds
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// Clients in the same state take the same step. When a client holds
+// exactly a shared set, has nothing of its own pending (no removal held
+// back, no rejected content, no answer sent during the push) and is sent a
+// shared target, what it is sent and what it then holds depend on nothing
+// but those pointers and the step's options: the first such client's
+// response is kept (transitionCache) and every other client in that state
+// is sent the same message, with the same nonce (nonces need only be
+// unique per stream), and moves to the same set. Its own work is then to
+// look the step up, record the flight and write the bytes, encoded once
+// (sharedMsg).
+
+// transKey identifies a step.
+type transKey struct {
+	typ       int
+	delta     bool
+	held, tgt *resSet
+	sub       *subscription
+	pc        *pushcontext.PushContext
+	push      bool
+	all       bool
+	initial   bool
+	notFound  bool
+	warm      string     // the warm set's names, joined ("*": all)
+	refs      [3]*resSet // CDS, RDS, LDS holdings: what reference checks read
+}
+
+// transition is a step's result.
+type transition struct {
+	msg       *sharedMsg // nil: nothing is sent
+	after     *resSet    // what the client holds after it
+	deferGone []string   // names held back for the removal phase
+	changed   []entry    // resources sent because their content changed
+}
+
+// sharedMsg is a response shared by the clients that take the same step,
+// encoded once for all of their streams.
+type sharedMsg struct {
+	resp      *discoveryv3.DiscoveryResponse
+	dresp     *discoveryv3.DeltaDiscoveryResponse
+	nonce     string
+	bytes     int
+	resources int
+	removed   int
+
+	once     sync.Once
+	prepared *grpc.PreparedMsg // nil if encoding failed: the stream marshals it itself
+}
+
+// transitionCache keeps the steps of the current and the previous
+// PushContext.
+type transitionCache struct {
+	mu   sync.Mutex // protects the fields below
+	seq  uint64
+	cur  map[transKey]*transition
+	prev map[transKey]*transition
+}
+
+func (tc *transitionCache) get(k transKey) *transition {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if t := tc.cur[k]; t != nil {
+		return t
+	}
+	return tc.prev[k]
+}
+
+func (tc *transitionCache) put(k transKey, t *transition) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if seq := k.pc.Seq(); seq > tc.seq {
+		tc.seq, tc.prev, tc.cur = seq, tc.cur, nil
+	} else if seq < tc.seq {
+		return // a step of an older snapshot: not worth keeping
+	}
+	if tc.cur == nil {
+		tc.cur = make(map[transKey]*transition)
+	}
+	if _, ok := tc.cur[k]; !ok {
+		tc.cur[k] = t
+	}
+}
+
+// transKey returns the key of releasing tgt to type i with o, and whether
+// the step can be shared (see the comment at the top of this file).
+func (c *core) transKey(i int, tgt *target, o relOpts) (transKey, bool) {
+	ts := c.types[i]
+	if tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing) > 0 ||
+		len(ts.rejected) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
+		return transKey{}, false
+	}
+	if c.plan != nil && len(c.plan.t[i].answered) > 0 {
+		return transKey{}, false
+	}
+	k := transKey{
+		typ: i, delta: c.delta, held: ts.held.set, tgt: tgt.set, sub: ts.sub, pc: o.pc,
+		push: o.push, all: o.all, initial: o.initial, notFound: o.notFound,
+	}
+	switch {
+	case o.warm == nil || o.warm.empty():
+	case o.warm.all:
+		k.warm = "*"
+	default:
+		k.warm = strings.Join(sortedKeys(o.warm.names), "\x00")
+	}
+	for j, t := range []int{c.set.cdsIdx, c.set.rdsIdx, c.set.ldsIdx} {
+		if t < 0 || c.types[t] == nil {
+			continue
+		}
+		if len(c.types[t].held.over) > 0 {
+			return transKey{}, false
+		}
+		k.refs[j] = c.types[t].held.set
+	}
+	return k, true
+}
+
+// replay takes a shared step: the same response, the same holding after.
+func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
+	ts := c.types[i]
+	ts.lastTarget = tgt.set
+	if len(tr.deferGone) > 0 {
+		ts.removing = make(map[string]struct{}, len(tr.deferGone))
+		for _, n := range tr.deferGone {
+			ts.removing[n] = struct{}{}
+		}
+	}
+	for _, r := range tr.changed {
+		if o.changed != nil {
+			o.changed(r)
+		}
+	}
+	if tr.msg == nil {
+		if ts.held.set != tr.after {
+			ts.held.reset(tr.after)
+		}
+		return nil
+	}
+	f := newFlight()
+	before := ts.held.snapshot()
+	ts.held.reset(tr.after)
+	after := ts.held.snapshot()
+	f.before, f.after = &before, &after
+	f.nonce = tr.msg.nonce
+	ts.flights = append(ts.flights, f)
+	m := c.stampNonce(i, tr.msg.nonce, tr.msg.resources, tr.msg.removed, tr.msg.bytes, o)
+	m.resp, m.dresp, m.shared = tr.msg.resp, tr.msg.dresp, tr.msg
+	return m
+}
+
+// record keeps the step just taken (m, nil if nothing was sent) for the
+// clients in the same state.
+func (c *core) record(k transKey, i int, m *outMsg, d *diffResult) {
+	ts := c.types[i]
+	if len(d.refErrs) > 0 || len(ts.held.over) > 0 || d.resync {
+		return
+	}
+	tr := &transition{after: ts.held.set, changed: slices.Clone(d.changed)}
+	if d.deferring {
+		tr.deferGone = slices.Clone(d.deferGone)
+	}
+	if m != nil {
+		tr.msg = &sharedMsg{resp: m.resp, dresp: m.dresp, nonce: m.nonce, bytes: m.bytes}
+		if m.dresp != nil {
+			tr.msg.resources, tr.msg.removed = len(m.dresp.Resources), len(m.dresp.RemovedResources)
+		} else {
+			tr.msg.resources = len(m.resp.Resources)
+		}
+		m.shared = tr.msg
+	}
+	c.host.share(k, tr)
+}
+
+// prepare returns the shared message encoded for stream (once for every
+// stream: they share the Server's codec), or nil to let the stream
+// marshal it.
+func (sm *sharedMsg) prepare(stream grpc.ServerStream) *grpc.PreparedMsg {
+	sm.once.Do(func() {
+		var msg any = sm.resp
+		if sm.dresp != nil {
+			msg = sm.dresp
+		}
+		p := &grpc.PreparedMsg{}
+		if p.Encode(stream, msg) == nil {
+			sm.prepared = p
+		}
+	})
+	return sm.prepared
+}
