@@ -82,6 +82,10 @@ type coreHost interface {
 	// (see shared.go), or nil; share keeps one.
 	transition(k transKey) *transition
 	share(k transKey, tr *transition)
+	// wouldSend and knownSends keep whether a step would send, for the
+	// phase gates of clients in the same state.
+	wouldSend(k transKey) (sends, known bool)
+	knownSends(k transKey, sends bool)
 	// initProxy calls Config.InitProxy.
 	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
 	// nonce returns a new nonce for a response of version.

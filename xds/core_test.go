@@ -120,6 +120,8 @@ func (h *fakeHost) intern(sub *subscription) *subscription { return sub }
 
 func (h *fakeHost) transition(transKey) *transition { return nil }
 func (h *fakeHost) share(transKey, *transition)     {}
+func (h *fakeHost) wouldSend(transKey) (bool, bool) { return false, false }
+func (h *fakeHost) knownSends(transKey, bool)       {}
 
 func (h *fakeHost) initProxy(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
 	return ProxyState{}, nil

@@ -298,3 +298,9 @@ func (s *Server) transition(k transKey) *transition { return s.trans.get(k) }
 
 // share keeps a step for the connections in the same state.
 func (s *Server) share(k transKey, tr *transition) { s.trans.put(k, tr) }
+
+// wouldSend returns whether the step k would send, if known.
+func (s *Server) wouldSend(k transKey) (bool, bool) { return s.trans.wouldSend(k) }
+
+// knownSends records whether the step k would send.
+func (s *Server) knownSends(k transKey, sends bool) { s.trans.knownSends(k, sends) }

@@ -155,14 +155,19 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 		return pl.t[i].armed
 	}
 	o := c.phaseOpts(pl, ph)
-	if k, ok := c.transKey(i, ph.tgt, o); ok {
-		if tr := c.host.transition(k); tr != nil {
-			return tr.msg != nil
+	k, shareable := c.transKey(i, ph.tgt, o)
+	if shareable {
+		if sends, known := c.host.wouldSend(k); known {
+			return sends
 		}
 	}
 	d := c.diff(i, ph.tgt, o)
 	defer d.done()
-	return d.sends(c, i, o)
+	sends := d.sends(c, i, o)
+	if shareable && len(d.refErrs) == 0 {
+		c.host.knownSends(k, sends)
+	}
+	return sends
 }
 
 // needHeld adds to the plan's needs what the clusters and listeners the

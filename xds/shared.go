@@ -62,10 +62,11 @@ type sharedMsg struct {
 // transitionCache keeps the steps of the current and the previous
 // PushContext.
 type transitionCache struct {
-	mu   sync.Mutex // protects the fields below
-	seq  uint64
-	cur  map[transKey]*transition
-	prev map[transKey]*transition
+	mu    sync.Mutex // protects the fields below
+	seq   uint64
+	cur   map[transKey]*transition
+	prev  map[transKey]*transition
+	sends map[transKey]bool // whether a step would send, asked before anyone took it (wouldSend)
 }
 
 func (tc *transitionCache) get(k transKey) *transition {
@@ -81,7 +82,7 @@ func (tc *transitionCache) put(k transKey, t *transition) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if seq := k.pc.Seq(); seq > tc.seq {
-		tc.seq, tc.prev, tc.cur = seq, tc.cur, nil
+		tc.seq, tc.prev, tc.cur, tc.sends = seq, tc.cur, nil, nil
 	} else if seq < tc.seq {
 		return // a step of an older snapshot: not worth keeping
 	}
@@ -198,4 +199,33 @@ func (sm *sharedMsg) prepare(stream grpc.ServerStream) *grpc.PreparedMsg {
 		}
 	})
 	return sm.prepared
+}
+
+// wouldSend returns whether the step k would send, as far as known.
+func (tc *transitionCache) wouldSend(k transKey) (sends, known bool) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if t := tc.cur[k]; t != nil {
+		return t.msg != nil, true
+	}
+	if t := tc.prev[k]; t != nil {
+		return t.msg != nil, true
+	}
+	sends, known = tc.sends[k]
+	return sends, known
+}
+
+// knownSends records whether the step k would send.
+func (tc *transitionCache) knownSends(k transKey, sends bool) {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if seq := k.pc.Seq(); seq > tc.seq {
+		tc.seq, tc.prev, tc.cur, tc.sends = seq, tc.cur, nil, nil
+	} else if seq < tc.seq {
+		return
+	}
+	if tc.sends == nil {
+		tc.sends = make(map[transKey]bool)
+	}
+	tc.sends[k] = sends
 }
