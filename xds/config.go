@@ -1,9 +1,12 @@
 package xds
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"runtime"
 	"slices"
 	"time"
 
@@ -71,6 +74,10 @@ type BackoffConfig struct {
 	Max time.Duration
 }
 
+// DefaultNewStreamRate returns the default of Config.NewStreamRate: 200
+// new streams per second per CPU (GOMAXPROCS).
+func DefaultNewStreamRate() float64 { return 200 * float64(runtime.GOMAXPROCS(0)) }
+
 // Defaults of Config fields.
 const (
 	DefaultWriteTimeout     = 30 * time.Second
@@ -83,6 +90,12 @@ const (
 	DefaultBackoffMax     = 30 * time.Second
 	// DefaultGenerateTimeout is the default of Config.GenerateTimeout.
 	DefaultGenerateTimeout = 30 * time.Second
+	// Defaults of the bounds on what a client can make the Server hold.
+	DefaultFirstRequestTimeout     = 15 * time.Second
+	DefaultMaxNameLength           = 2 << 10
+	DefaultMaxSubscriptionBytes    = 4 << 20
+	DefaultMaxRequestBytes         = 4 << 20
+	DefaultMaxStreamsPerConnection = 100
 	// newStreamWait bounds how long a new stream waits for the stream
 	// rate limiter before it is refused with ResourceExhausted.
 	newStreamWait = time.Second
@@ -144,10 +157,20 @@ type Config struct {
 	InitProxy InitProxyFunc
 
 	// Authenticate, if set, is called when a stream opens, before anything
-	// else is read. An error refuses the stream with codes.Unauthenticated;
+	// else is read. An error refuses the stream with codes.Unauthenticated
+	// (the client is told a correlation id; the error is logged with it);
 	// such a stream is never registered. The identity it returns is stored
-	// in Proxy.Identity.
+	// in Proxy.Identity. MTLSAuthenticate reads a client certificate.
 	Authenticate AuthenticateFunc
+
+	// Authorize, if set, is called with the Proxy once the first request
+	// has named its node, before the stream is registered or InitProxy
+	// runs: it binds what the client claims (Node.id, Node.cluster) to
+	// its Identity. An error refuses the stream with
+	// codes.PermissionDenied (a gRPC status error the host returns is
+	// passed on as is; any other is logged and the client told a
+	// correlation id).
+	Authorize func(ctx context.Context, proxy *Proxy) error
 
 	// Debounce tunes the debounce stage.
 	Debounce DebounceConfig
@@ -176,11 +199,25 @@ type Config struct {
 	Backoff BackoffConfig
 
 	// NewStreamRate limits how many new streams per second are admitted
-	// (golang.org/x/time/rate). A stream that cannot be admitted within one
-	// second is refused with codes.ResourceExhausted. Zero means no limit.
+	// (golang.org/x/time/rate), so that a reconnect storm — every proxy of
+	// a replica that went away, at once — is served at a pace the Server
+	// keeps up with instead of all at once. A stream that cannot be
+	// admitted within one second is refused with codes.ResourceExhausted
+	// (clients retry with backoff). Zero means DefaultNewStreamRate(), 200
+	// per second per CPU (GOMAXPROCS): admitting a stream and answering an
+	// Envoy's first requests costs about 1.5 ms of CPU for a 100-service
+	// mesh, so that default keeps admission to about a third of the
+	// machine during a storm. math.Inf(1) admits every stream at once.
 	NewStreamRate float64
-	// NewStreamBurst is the rate limiter's burst. Zero means 1.
+	// NewStreamBurst is the rate limiter's burst. Zero means one second's
+	// worth of NewStreamRate.
 	NewStreamBurst int
+
+	// FirstRequestTimeout bounds the wait for a stream's first request: a
+	// stream that sends none by then ends with codes.DeadlineExceeded,
+	// never registered. Every client sends its first request at once.
+	// Zero means DefaultFirstRequestTimeout (15s).
+	FirstRequestTimeout time.Duration
 
 	// MaxResourceNames bounds the resource names of one request (for Delta:
 	// subscribed, unsubscribed and initial versions together); a request
@@ -188,6 +225,34 @@ type Config struct {
 	// subscription may not grow past it in total either, over any number
 	// of requests. Zero means DefaultMaxResourceNames (50,000).
 	MaxResourceNames int
+
+	// MaxNameLength bounds the length of one resource name or type URL, in
+	// bytes; a request with a longer one ends its stream with
+	// codes.InvalidArgument. Resource names are hostnames, service names
+	// or xdstp:// URLs, well under 1 KiB in real Envoy and gRPC workloads.
+	// Zero means DefaultMaxNameLength (2 KiB).
+	MaxNameLength int
+
+	// MaxSubscriptionBytes bounds, in bytes, the names one stream
+	// subscribes to, over all its types: what a client can make the Server
+	// hold for it. A request that would exceed it ends the stream with
+	// codes.InvalidArgument. Zero means DefaultMaxSubscriptionBytes
+	// (4 MiB: 40,000 names of 100 bytes).
+	MaxSubscriptionBytes int
+
+	// MaxRequestBytes bounds the size of one request. The Server cannot
+	// see a request's size: ServerOptions passes it to gRPC
+	// (grpc.MaxRecvMsgSize), which refuses larger messages with
+	// ResourceExhausted before decoding them. Zero means
+	// DefaultMaxRequestBytes (4 MiB, gRPC's own default, which a SotW
+	// request of MaxResourceNames names of 80 bytes fits).
+	MaxRequestBytes int
+
+	// MaxStreamsPerConnection bounds the concurrent streams of one
+	// HTTP/2 connection; ServerOptions passes it to gRPC
+	// (grpc.MaxConcurrentStreams). Envoy and gRPC open one ADS stream per
+	// connection. Zero means DefaultMaxStreamsPerConnection (100).
+	MaxStreamsPerConnection int
 
 	// Phases tunes make-before-break ordering of pushes.
 	Phases PhaseConfig
@@ -217,6 +282,7 @@ type settings struct {
 	rdsIdx       int // index of RouteType, -1 if not served
 	initProxy    InitProxyFunc
 	authenticate AuthenticateFunc
+	authorize    func(context.Context, *Proxy) error
 	debounce     DebounceConfig
 	concurrency  int
 	writeTimeout time.Duration
@@ -224,7 +290,12 @@ type settings struct {
 	backoff      BackoffConfig
 	streamRate   float64
 	streamBurst  int
+	firstTimeout time.Duration
 	maxNames     int
+	maxNameLen   int
+	maxSubBytes  int
+	maxReqBytes  int
+	maxStreams   int
 	phaseWait    bool
 	phaseTimeout time.Duration
 	sendMissing  bool
@@ -268,6 +339,7 @@ func (cfg *Config) settings() (*settings, error) {
 		{"Debounce.After", cfg.Debounce.After}, {"Debounce.Max", cfg.Debounce.Max},
 		{"Phases.Timeout", cfg.Phases.Timeout},
 		{"Backoff.Initial", cfg.Backoff.Initial}, {"Backoff.Max", cfg.Backoff.Max},
+		{"FirstRequestTimeout", cfg.FirstRequestTimeout},
 	} {
 		if c.v < 0 {
 			return nil, fmt.Errorf("xds: Config.%s %v is negative", c.name, c.v)
@@ -276,12 +348,20 @@ func (cfg *Config) settings() (*settings, error) {
 	switch {
 	case cfg.Concurrency < 0:
 		return nil, fmt.Errorf("xds: Config.Concurrency %d is negative", cfg.Concurrency)
-	case cfg.NewStreamRate < 0:
+	case cfg.NewStreamRate < 0 || math.IsNaN(cfg.NewStreamRate):
 		return nil, fmt.Errorf("xds: Config.NewStreamRate %v is negative", cfg.NewStreamRate)
 	case cfg.NewStreamBurst < 0:
 		return nil, fmt.Errorf("xds: Config.NewStreamBurst %d is negative", cfg.NewStreamBurst)
 	case cfg.MaxResourceNames < 0:
 		return nil, fmt.Errorf("xds: Config.MaxResourceNames %d is negative", cfg.MaxResourceNames)
+	case cfg.MaxNameLength < 0:
+		return nil, fmt.Errorf("xds: Config.MaxNameLength %d is negative", cfg.MaxNameLength)
+	case cfg.MaxSubscriptionBytes < 0:
+		return nil, fmt.Errorf("xds: Config.MaxSubscriptionBytes %d is negative", cfg.MaxSubscriptionBytes)
+	case cfg.MaxRequestBytes < 0:
+		return nil, fmt.Errorf("xds: Config.MaxRequestBytes %d is negative", cfg.MaxRequestBytes)
+	case cfg.MaxStreamsPerConnection < 0:
+		return nil, fmt.Errorf("xds: Config.MaxStreamsPerConnection %d is negative", cfg.MaxStreamsPerConnection)
 	case cfg.Backoff.Max > 0 && cfg.Backoff.Initial > cfg.Backoff.Max:
 		return nil, fmt.Errorf("xds: Config.Backoff.Initial %v exceeds Backoff.Max %v", cfg.Backoff.Initial, cfg.Backoff.Max)
 	}
@@ -295,6 +375,7 @@ func (cfg *Config) settings() (*settings, error) {
 
 		initProxy:    cfg.InitProxy,
 		authenticate: cfg.Authenticate,
+		authorize:    cfg.Authorize,
 		debounce:     cfg.Debounce,
 		concurrency:  cfg.Concurrency,
 		writeTimeout: cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
@@ -303,9 +384,14 @@ func (cfg *Config) settings() (*settings, error) {
 			Initial: cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
 			Max:     cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
 		},
-		streamRate:   cfg.NewStreamRate,
-		streamBurst:  cmpOr(cfg.NewStreamBurst, 1),
+		streamRate:   cmpOr(cfg.NewStreamRate, DefaultNewStreamRate()),
+		streamBurst:  cfg.NewStreamBurst,
+		firstTimeout: cmpOr(cfg.FirstRequestTimeout, DefaultFirstRequestTimeout),
 		maxNames:     cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
+		maxNameLen:   cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
+		maxSubBytes:  cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
+		maxReqBytes:  cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		maxStreams:   cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),
 		phaseWait:    !cfg.Phases.NoWait,
 		phaseTimeout: cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
 		sendMissing:  cfg.Phases.SendMissingReferences,
@@ -316,6 +402,9 @@ func (cfg *Config) settings() (*settings, error) {
 	}
 	if s.backoff.Initial > s.backoff.Max {
 		s.backoff.Initial = s.backoff.Max
+	}
+	if s.streamBurst == 0 {
+		s.streamBurst = max(1, int(min(s.streamRate, 1<<20)))
 	}
 	if s.concurrency == 0 {
 		s.concurrency = pushqueue.DefaultConcurrency()

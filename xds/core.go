@@ -35,6 +35,7 @@ type core struct {
 	seed  uint64 // per-connection jitter seed (the connection number)
 
 	types     []*typeState // by type index; nil when the type is not watched
+	subBytes  int          // bytes of the names subscribed to, over all types
 	prevScope pushcontext.Scope
 	initSeq   uint64 // Seq of the PushContext of the last InitProxy
 
@@ -97,8 +98,9 @@ type coreHost interface {
 
 // typeState is a connection's state for one type.
 type typeState struct {
-	idx int
-	sub *subscription
+	idx      int
+	sub      *subscription
+	subBytes int // bytes of sub's names
 
 	// order and star describe the resource names of the last SotW request
 	// as the client sent them, so that a request that repeats them (every

@@ -222,7 +222,9 @@ type fixture struct {
 	tcp   net.Listener
 	gs    *grpc.Server
 	// stop ends Run's context (the test's cleanup waits for Run).
-	stop context.CancelFunc
+	stop    context.CancelFunc
+	runDone chan struct{} // closed when Run has returned
+	runErr  error         // Run's result, once runDone is closed
 
 	mu     sync.Mutex
 	events []string // hook events, for assertions
@@ -353,7 +355,7 @@ func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp,
 	f.srv = srv
 	var opts []grpc.ServerOption
 	if interning {
-		opts = append(opts, srv.CodecOption())
+		opts = append(opts, srv.ServerOptions()...)
 	}
 	f.gs = grpc.NewServer(append(opts, extra...)...)
 	srv.Register(f.gs)
@@ -370,12 +372,15 @@ func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f.stop = cancel
-	runErr := make(chan error, 1)
-	go func() { runErr <- srv.Run(ctx) }()
+	f.runDone = make(chan struct{})
+	go func() {
+		defer close(f.runDone)
+		f.runErr = srv.Run(ctx)
+	}()
 	srv.Loaded()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-runErr; err != nil {
+		if err := f.waitRun(); err != nil {
 			t.Errorf("Run() = %v; want nil", err)
 		}
 		f.gs.Stop()
@@ -384,10 +389,16 @@ func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp,
 	// Wait for the first PushContext so streams are admitted.
 	select {
 	case <-srv.Ready():
-	case err := <-runErr:
-		t.Fatalf("Run() = %v", err)
+	case <-f.runDone:
+		t.Fatalf("Run() = %v", f.runErr)
 	}
 	return f
+}
+
+// waitRun waits for Run to return (after f.stop) and returns its result.
+func (f *fixture) waitRun() error {
+	<-f.runDone
+	return f.runErr
 }
 
 func (f *fixture) event(format string, args ...any) {

@@ -1,7 +1,10 @@
 package xds
 
 import (
+	"net"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -32,6 +35,11 @@ type Hooks struct {
 	// OnQueue is called when a connection takes a push from the push
 	// queue, with how long it waited there.
 	OnQueue func(QueueEvent)
+	// OnRefused is called for each stream the Server refuses before
+	// serving it: not ready, too many new streams, authentication or
+	// authorization failed, no first request in time, a first request
+	// without a node, InitProxy failed.
+	OnRefused func(RefusedEvent)
 	// OnConnect is called when a proxy has been initialised, before its
 	// first response.
 	OnConnect func(ConnectEvent)
@@ -135,6 +143,19 @@ type QueueEvent struct {
 	Waited time.Duration
 	// Merged is the number of pushes merged into it.
 	Merged int
+}
+
+// RefusedEvent describes a stream refused before it was served.
+type RefusedEvent struct {
+	// Peer is the client's address, if the transport has one.
+	Peer net.Addr
+	// Proxy is the proxy, once its first request named it (nil before).
+	Proxy *Proxy
+	// Code is the status code the client was told.
+	Code codes.Code
+	// Err is the full error, with the correlation id the client was told
+	// when the detail was kept from it.
+	Err error
 }
 
 // ConnectEvent describes a proxy that has connected and been initialised.

@@ -102,6 +102,9 @@ func (c *core) request(in inbound) error {
 	if t == "" {
 		return status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
+	if len(t) > c.set.maxNameLen {
+		return status.Errorf(codes.InvalidArgument, "xds: request has a type_url of %d bytes; the limit is %d", len(t), c.set.maxNameLen)
+	}
 	if n := in.names(); n > c.set.maxNames {
 		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
 			t, n, c.set.maxNames)
@@ -150,6 +153,9 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	if same {
 		names, star, order = ts.sub.names, ts.star, ts.order
 	} else {
+		if err := c.checkNames(req.TypeUrl, req.ResourceNames); err != nil {
+			return err
+		}
 		names, star, order = parseNames(req.ResourceNames)
 	}
 
@@ -158,6 +164,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		if ts != nil {
 			set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: unsubscribed",
 				slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])))
+			c.subBytes -= ts.subBytes
 			c.types[i] = nil
 		}
 		return nil
@@ -167,7 +174,14 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// 3. Initial request (empty nonce) or a reconnect to this server (a
 	// nonce, but no watch on this stream): answer in full.
 	if req.ResponseNonce == "" || ts == nil {
+		if err := c.checkSubscription(i, names); err != nil {
+			return err
+		}
 		nts := newTypeState(i, c.host.intern(newSubscription(names, wildcard)))
+		if ts != nil {
+			c.subBytes -= ts.subBytes
+		}
+		c.setSubBytes(nts, names)
 		nts.order, nts.star = order, star
 		if ts != nil {
 			nts.timeouts = ts.timeouts
@@ -198,6 +212,11 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 
 	// 5. ACK of the last response, possibly with a new subscription.
+	if !same {
+		if err := c.checkSubscription(i, names); err != nil {
+			return err
+		}
+	}
 	c.ack(ts)
 	var added, removed []string
 	if !same {
@@ -206,6 +225,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.wildcard
 	if !same {
 		ts.sub = c.host.intern(newSubscription(names, wildcard))
+		c.setSubBytes(ts, names)
 	}
 	ts.order, ts.star = order, star
 	for _, n := range removed {
@@ -227,6 +247,49 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	// A full-state type must be answered with the whole subscribed state.
 	return c.answer(i, &answer{all: true})
+}
+
+// checkNames checks the length of every name of a request of type t.
+func (c *core) checkNames(t string, names []string) error {
+	for _, n := range names {
+		if len(n) > c.set.maxNameLen {
+			return c.nameTooLong(t, n)
+		}
+	}
+	return nil
+}
+
+func (c *core) nameTooLong(t, n string) error {
+	return status.Errorf(codes.InvalidArgument, "xds: request for %s names a resource of %d bytes; the limit is %d",
+		t, len(n), c.set.maxNameLen)
+}
+
+// checkSubscription checks that subscribing to names for type i keeps the
+// stream's subscriptions within Config.MaxSubscriptionBytes.
+func (c *core) checkSubscription(i int, names []string) error {
+	n := 0
+	for _, name := range names {
+		n += len(name)
+	}
+	old := 0
+	if ts := c.types[i]; ts != nil {
+		old = ts.subBytes
+	}
+	if total := c.subBytes - old + n; total > c.set.maxSubBytes {
+		return status.Errorf(codes.InvalidArgument, "xds: the stream's subscriptions would hold %d bytes of names; the limit is %d",
+			total, c.set.maxSubBytes)
+	}
+	return nil
+}
+
+// setSubBytes records the bytes of names, the subscription of ts.
+func (c *core) setSubBytes(ts *typeState, names []string) {
+	n := 0
+	for _, name := range names {
+		n += len(name)
+	}
+	c.subBytes += n - ts.subBytes
+	ts.subBytes = n
 }
 
 func nameSet(names []string) map[string]struct{} {
@@ -301,6 +364,17 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) {
 func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
 	set := c.set
 	full := set.fullState[i]
+	if err := c.checkNames(req.TypeUrl, req.ResourceNamesSubscribe); err != nil {
+		return nil, err
+	}
+	if err := c.checkNames(req.TypeUrl, req.ResourceNamesUnsubscribe); err != nil {
+		return nil, err
+	}
+	for n := range req.InitialResourceVersions {
+		if len(n) > set.maxNameLen {
+			return nil, c.nameTooLong(req.TypeUrl, n)
+		}
+	}
 	ts := c.types[i]
 	first := ts == nil
 	if first {
@@ -347,7 +421,11 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	}
 	added, removed := diffNames(ts.sub.names, names)
 	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
+		if err := c.checkSubscription(i, names); err != nil {
+			return nil, err
+		}
 		ts.sub = c.host.intern(newSubscription(names, wildcard))
+		c.setSubBytes(ts, names)
 	}
 
 	// What the client reported holding.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sort"
 	"strconv"
 	"sync"
@@ -100,7 +101,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.track.init()
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
-	if set.streamRate > 0 {
+	if !math.IsInf(set.streamRate, 1) {
 		s.limiter = rate.NewLimiter(rate.Limit(set.streamRate), set.streamBurst)
 	}
 	var bypass func(*update) bool
@@ -118,6 +119,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("xds: %w", err)
 	}
 	return s, nil
+}
+
+// ServerOptions returns the gRPC server options the Server is meant to be
+// served with: its codec (see CodecOption), the largest request it accepts
+// (Config.MaxRequestBytes, as grpc.MaxRecvMsgSize) and the streams one
+// connection may open at once (Config.MaxStreamsPerConnection, as
+// grpc.MaxConcurrentStreams). Pass them to grpc.NewServer, with any of the
+// host's own:
+//
+//	gs := grpc.NewServer(append(srv.ServerOptions(), grpc.Creds(creds))...)
+//	srv.Register(gs)
+func (s *Server) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		s.CodecOption(),
+		grpc.MaxRecvMsgSize(s.set.maxReqBytes),
+		grpc.MaxConcurrentStreams(uint32(s.set.maxStreams)),
+	}
 }
 
 // Register registers the Server's Aggregated Discovery Service on r (for
@@ -385,13 +403,7 @@ func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushCo
 		st, err = init(ctx, p, pc)
 		return err
 	})
-	if err != nil {
-		if _, ok := status.FromError(err); ok && !isPanic(err) && err != errInitTimeout {
-			return st, err
-		}
-		return st, status.Errorf(codes.Internal, "xds: init proxy %s: %v", p.ID, err)
-	}
-	return st, nil
+	return st, err
 }
 
 var errInitTimeout = errors.New("xds: InitProxy timed out")

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,13 +118,12 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	defer cancel()
 	defer context.AfterFunc(s.stopCtx, cancel)()
 
-	if s.limiter != nil {
-		wctx, wcancel := context.WithTimeout(ctx, newStreamWait)
-		werr := s.limiter.Wait(wctx)
-		wcancel()
-		if werr != nil {
-			return status.Errorf(codes.ResourceExhausted, "xds: too many new streams: %v", werr)
-		}
+	var peerAddr net.Addr
+	if pr, ok := peer.FromContext(ctx); ok {
+		peerAddr = pr.Addr
+	}
+	if err := s.admitRate(ctx); err != nil {
+		return s.refused(ctx, peerAddr, nil, err, err)
 	}
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
@@ -132,7 +133,8 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 			return err
 		})
 		if err != nil {
-			return status.Errorf(codes.Unauthenticated, "xds: authentication failed: %v", err)
+			toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
+			return s.refused(ctx, peerAddr, nil, toClient, detail)
 		}
 	}
 
@@ -157,24 +159,32 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	defer c.close()
 	s.goStream(c.receive)
 
-	first, err := c.next(ctx)
+	first, err := c.first(ctx)
 	if err != nil {
-		return err
+		return s.refused(ctx, peerAddr, nil, err, err)
 	}
 	node := first.node()
 	if node.GetId() == "" {
-		return status.Error(codes.InvalidArgument, "xds: the first request has no node id")
+		err := status.Error(codes.InvalidArgument, "xds: the first request has no node id")
+		return s.refused(ctx, peerAddr, nil, err, err)
 	}
 	p := &Proxy{
 		ID:       node.Id,
 		ConnID:   node.Id + "-" + strconv.FormatUint(c.seq, 10),
 		Node:     node,
+		Peer:     peerAddr,
 		Identity: identity,
 	}
-	if pr, ok := peer.FromContext(ctx); ok {
-		p.Peer = pr.Addr
-	}
 	c.proxy = p
+	if authz := s.set.authorize; authz != nil {
+		err := s.guard(ctx, "Authorize", s.set.genTimeout, nil, errors.New("timed out"), func(ctx context.Context) error {
+			return authz(ctx, p)
+		})
+		if err != nil {
+			toClient, detail := s.hostError(ctx, codes.PermissionDenied, "not authorized", p, err)
+			return s.refused(ctx, peerAddr, p, toClient, detail)
+		}
+	}
 	c.core = newCore(s.set, s, p, c.delta, c.seq)
 	c.st.connectedAt = s.set.clock.Now()
 
@@ -192,7 +202,8 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	defer s.unregister(c)
 	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq()); err != nil {
-		return err
+		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
+		return s.refused(ctx, peerAddr, p, toClient, detail)
 	}
 	c.publishStatus(true)
 
@@ -210,6 +221,12 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		return err
 	}
 	err = c.loop(ctx)
+	if _, ok := status.FromError(err); !ok || isPanic(err) {
+		// A host error (InitProxy at a Full push): the client is told a
+		// correlation id, the detail goes to the log and OnDisconnect.
+		_, err = s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
+		err = &hostStreamError{err: err}
+	}
 	s.set.logger.LogAttrs(context.Background(), slog.LevelDebug, "xds: disconnected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.Any("err", err))
 	return err
@@ -236,6 +253,51 @@ func (c *conn) receive() {
 			return
 		}
 	}
+}
+
+// first waits for the stream's first request, at most
+// Config.FirstRequestTimeout.
+func (c *conn) first(ctx context.Context) (inbound, error) {
+	t := c.s.set.clock.NewTimer(c.s.set.firstTimeout)
+	defer t.Stop()
+	select {
+	case in := <-c.reqCh:
+		return in, nil
+	case err := <-c.recvErr:
+		return inbound{}, c.recvStatus(err)
+	case <-t.C():
+		return inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", c.s.set.firstTimeout)
+	case <-ctx.Done():
+		return inbound{}, c.ctxStatus(ctx)
+	}
+}
+
+// admitRate waits for the new-stream rate limiter (Config.NewStreamRate),
+// at most newStreamWait.
+func (s *Server) admitRate(ctx context.Context) error {
+	if s.limiter == nil {
+		return nil
+	}
+	now := s.set.clock.Now()
+	r := s.limiter.ReserveN(now, 1)
+	d := r.DelayFrom(now)
+	if !r.OK() || d > newStreamWait {
+		r.CancelAt(now)
+		return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
+	}
+	if d > 0 && !sleepCtx(s.set.clock, d, ctx.Done()) {
+		r.CancelAt(s.set.clock.Now())
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return nil
+}
+
+// refused reports a stream refused before it was served and returns what
+// the client is told.
+func (s *Server) refused(ctx context.Context, peerAddr net.Addr, p *Proxy, toClient, detail error) error {
+	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stream refused", slog.Any("err", detail))
+	callHook(s.set, s.set.hooks.OnRefused, RefusedEvent{Peer: peerAddr, Proxy: p, Code: status.Code(toClient), Err: detail})
+	return toClient
 }
 
 // next waits for the next request.
@@ -605,4 +667,22 @@ func (c *conn) close() {
 		c.writeTimer.Stop()
 	}
 	close(c.done)
+}
+
+// hostStreamError ends a stream because of host code: OnDisconnect gets
+// the detail, the client a generic status (see Server.hostError).
+type hostStreamError struct{ err error }
+
+func (e *hostStreamError) Error() string { return e.err.Error() }
+func (e *hostStreamError) Unwrap() error { return e.err }
+
+// GRPCStatus is what the client is told.
+func (e *hostStreamError) GRPCStatus() *status.Status {
+	msg := e.err.Error()
+	if i := strings.Index(msg, " (correlation id "); i >= 0 {
+		if j := strings.Index(msg[i:], ")"); j >= 0 {
+			return status.New(codes.Internal, msg[:i+j+1])
+		}
+	}
+	return status.New(codes.Internal, "xds: internal error")
 }

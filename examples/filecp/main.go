@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}()
 
 	// The Server's codec interns the resource names every SotW ACK repeats.
-	opts := []grpc.ServerOption{cp.Server().CodecOption()}
+	opts := cp.Server().ServerOptions() // codec, request size, streams per connection
 	if *maxAge > 0 {
 		// ADS streams last as long as their connection: without an age
 		// limit, a replica started later never gets clients. gRPC sends

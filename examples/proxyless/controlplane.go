@@ -203,7 +203,7 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 	if err != nil {
 		return nil, err
 	}
-	cp.gs = grpc.NewServer(cp.srv.CodecOption())
+	cp.gs = grpc.NewServer(cp.srv.ServerOptions()...)
 	cp.srv.Register(cp.gs)
 	cp.srv.Loaded() // the store is complete: serve it
 	return cp, nil

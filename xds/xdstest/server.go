@@ -113,7 +113,7 @@ func serve(ctx context.Context, srv *xds.Server, rec *Recorder) (*Server, error)
 		xds:       srv,
 		rec:       rec,
 		lis:       bufconn.Listen(bufSize),
-		gs:        grpc.NewServer(),
+		gs:        grpc.NewServer(srv.ServerOptions()...),
 		runDone:   make(chan struct{}),
 		serveDone: make(chan struct{}),
 	}

@@ -141,7 +141,7 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.gs = grpc.NewServer(h.srv.CodecOption())
+	h.gs = grpc.NewServer(h.srv.ServerOptions()...)
 	h.srv.Register(h.gs)
 	return h, nil
 }
