@@ -226,9 +226,10 @@ type Config struct {
 	// of requests. Zero means DefaultMaxResourceNames (50,000).
 	MaxResourceNames int
 
-	// MaxNameLength bounds the length of one resource name or type URL, in
-	// bytes; a request with a longer one ends its stream with
-	// codes.InvalidArgument. Resource names are hostnames, service names
+	// MaxNameLength bounds the length of one resource name, in bytes; a
+	// request with a longer one ends its stream with
+	// codes.InvalidArgument. (A type URL is only looked up: one without a
+	// generator is ignored, whatever its length.) Resource names are hostnames, service names
 	// or xdstp:// URLs, well under 1 KiB in real Envoy and gRPC workloads.
 	// Zero means DefaultMaxNameLength (2 KiB).
 	MaxNameLength int

@@ -361,7 +361,7 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	}
 	c.pushFails = 0
 	var genBuf [8]bool
-	generated := genBuf[:0]
+	var generated []bool
 	if n := len(c.types); n <= len(genBuf) {
 		generated = genBuf[:n]
 	} else {

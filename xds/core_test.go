@@ -200,12 +200,11 @@ func summaries(ms []*outMsg) []string {
 // otherwise, and what is answered shows how (a full answer re-sends c1).
 func TestCoreSotWRequests(t *testing.T) {
 	type state struct {
-		names   []string
-		order   []uint32
-		always  bool
-		nonce   string // sent; "v/1" is ACKed
-		noHeld  bool
-		cdsOnly bool
+		names  []string
+		order  []uint32
+		always bool
+		nonce  string // sent; "v/1" is ACKed
+		noHeld bool
 	}
 	tests := []struct {
 		name       string
@@ -494,8 +493,6 @@ func FuzzDeltaSubscribe(f *testing.F) {
 		}
 	})
 }
-
-var errTestCore = errors.New("generator failed")
 
 // coreRun drives one core step by step: changes of the fake host's world
 // pushed to it, requests and ACKs of its client, time.

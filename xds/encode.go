@@ -32,14 +32,6 @@ func (e *encoded) same(x *encoded) bool {
 	return e != nil && x != nil && !e.foreign && !x.foreign && e.hash == x.hash
 }
 
-// size is the encoded size of the resource (0 for a reported version).
-func (e *encoded) size() int {
-	if e.any == nil {
-		return 0
-	}
-	return len(e.any.Value)
-}
-
 // reported returns the stand-in encoding of a version a Delta client says it
 // holds. A version the Server cannot have produced matches no content.
 func reported(version string) *encoded {

@@ -14,6 +14,14 @@ import (
 // OnConfigUpdate → OnDebounce → OnPush (build) → OnQueue → OnGenerate →
 // OnSend → OnACK and OnConvergence.
 //
+// That is the order of the stages, not a promise on the order of the
+// calls: ConfigUpdate reports its event before the update can be pushed,
+// but OnPush is called once the push has been handed to every connection,
+// which may have sent it, and had it ACKed, already; and OnSend is called
+// when the write completes, which may be after the client's ACK was read.
+// Match events by their fields (connection, type, version), not by their
+// order.
+//
 // They are called synchronously, from the Server's goroutines (several at
 // once), so they must be fast, must not block and must be safe for
 // concurrent use. In particular they must not call Sync, WaitForVersion or

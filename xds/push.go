@@ -115,14 +115,8 @@ func (s *Server) ConfigUpdate(req *pushcontext.PushRequest) error {
 	if u.bypass {
 		l = laneBypass
 	}
-	// Numbered and added under one lock, so that generations follow the
-	// order of the debounce lanes (see convergence.go).
-	s.updMu.Lock()
-	s.updGen++
-	u.gens[l] = s.updGen
-	s.laneAdded[l] = s.updGen
-	s.deb.Add(u)
-	s.updMu.Unlock()
+	// Reported before the update can start a push, so that the hooks of
+	// one change arrive in order.
 	if h := s.set.hooks.OnConfigUpdate; h != nil {
 		kinds := make(map[string]struct{})
 		for k := range req.ConfigsUpdated {
@@ -131,6 +125,14 @@ func (s *Server) ConfigUpdate(req *pushcontext.PushRequest) error {
 		callHook(s.set, h, ConfigUpdateEvent{Full: req.Full, Forced: req.Forced, Keys: len(req.ConfigsUpdated),
 			Kinds: slices.Sorted(maps.Keys(kinds)), Reason: req.Reason})
 	}
+	// Numbered and added under one lock, so that generations follow the
+	// order of the debounce lanes (see convergence.go).
+	s.updMu.Lock()
+	s.updGen++
+	u.gens[l] = s.updGen
+	s.laneAdded[l] = s.updGen
+	s.deb.Add(u)
+	s.updMu.Unlock()
 	return nil
 }
 

@@ -102,9 +102,6 @@ func (c *core) request(in inbound) error {
 	if t == "" {
 		return status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
-	if len(t) > c.set.maxNameLen {
-		return status.Errorf(codes.InvalidArgument, "xds: request has a type_url of %d bytes; the limit is %d", len(t), c.set.maxNameLen)
-	}
 	if n := in.names(); n > c.set.maxNames {
 		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
 			t, n, c.set.maxNames)
@@ -112,7 +109,7 @@ func (c *core) request(in inbound) error {
 	i := c.set.typeIndex(TypeURL(t))
 	if i < 0 {
 		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: request for a type without generator ignored",
-			slog.String("proxy", c.proxy.ID), slog.String("type_url", t))
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", truncate(t, c.set.maxNameLen)))
 		return nil
 	}
 	var err error
@@ -580,4 +577,12 @@ func (c *core) flushDeferred() error {
 		}
 	}
 	return nil
+}
+
+// truncate cuts s to at most n bytes, for logging what a client sent.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }

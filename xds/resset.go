@@ -183,11 +183,6 @@ func (h *holding) compact() {
 	h.reset(newSet(h.entries()))
 }
 
-// isExactly reports whether the client holds exactly s.
-func (h *holding) isExactly(s *resSet) bool {
-	return h.set == s && len(h.over) == 0
-}
-
 // snapshot is a copy of a holding, to restore after a NACK.
 func (h *holding) snapshot() holding {
 	return holding{set: h.set, over: maps.Clone(h.over), n: h.n}

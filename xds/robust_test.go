@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -221,7 +222,14 @@ func TestSlowClient(t *testing.T) {
 		const writeTimeout = 30 * time.Second
 		st := newStore()
 		world(st, 1)
+		var mu sync.Mutex
+		var timeouts []WriteTimeoutEvent
 		f := start(t, st, func(cfg *Config) {
+			cfg.Hooks.OnWriteTimeout = func(ev WriteTimeoutEvent) {
+				mu.Lock()
+				defer mu.Unlock()
+				timeouts = append(timeouts, ev)
+			}
 			cfg.Concurrency = 1
 			cfg.WriteTimeout = writeTimeout
 			// This test is about writes; the fast client does not subscribe
@@ -265,6 +273,11 @@ func TestSlowClient(t *testing.T) {
 		if ev := f.eventList(); !slices.Contains(ev, "disconnect slow DeadlineExceeded") {
 			t.Fatalf("events = %v; want slow disconnected with DeadlineExceeded", ev)
 		}
+		mu.Lock()
+		if len(timeouts) != 1 || timeouts[0].ProxyID != "slow" || timeouts[0].Type != ClusterType || timeouts[0].Waited < writeTimeout {
+			t.Errorf("OnWriteTimeout events = %+v; want one for slow's CDS, after %v", timeouts, writeTimeout)
+		}
+		mu.Unlock()
 		if st := f.srv.Status(); len(st) != 1 || st[0].ProxyID != "fast" {
 			t.Errorf("Status() = %+v; want only fast", st)
 		}

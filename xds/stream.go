@@ -78,6 +78,7 @@ type conn struct {
 	queries   chan func()   // run by the loop between steps (see Server.Dump)
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
+	sendType  atomic.Int32 // the type index of the current Send
 
 	// hookSem (a channel of capacity 1 used as a lock, so that a hook
 	// blocking inside a testing/synctest bubble blocks durably) orders the
@@ -298,18 +299,6 @@ func (s *Server) refused(ctx context.Context, peerAddr net.Addr, p *Proxy, toCli
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stream refused", slog.Any("err", detail))
 	callHook(s.set, s.set.hooks.OnRefused, RefusedEvent{Peer: peerAddr, Proxy: p, Code: status.Code(toClient), Err: detail})
 	return toClient
-}
-
-// next waits for the next request.
-func (c *conn) next(ctx context.Context) (inbound, error) {
-	select {
-	case in := <-c.reqCh:
-		return in, nil
-	case err := <-c.recvErr:
-		return inbound{}, c.recvStatus(err)
-	case <-ctx.Done():
-		return inbound{}, c.ctxStatus(ctx)
-	}
 }
 
 // recvStatus turns the receive goroutine's error into the handler's result.
@@ -577,7 +566,8 @@ func (c *conn) checkWrite(ctx context.Context) error {
 			c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: write timed out; closing stream",
 				slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
 				slog.Duration("timeout", timeout))
-			callHook(c.s.set, c.s.set.hooks.OnWriteTimeout, WriteTimeoutEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: blocked})
+			callHook(c.s.set, c.s.set.hooks.OnWriteTimeout, WriteTimeoutEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
+				Type: c.s.set.order[c.sendType.Load()], Waited: blocked})
 			return status.Errorf(codes.DeadlineExceeded, "xds: a write to the client blocked for more than %v", timeout)
 		}
 		wait = timeout - blocked
@@ -593,6 +583,7 @@ func (c *conn) write(batch []*outMsg) {
 	var err error
 	for i, m := range batch {
 		start := clock.Now()
+		c.sendType.Store(int32(m.typeIdx))
 		c.sendStart.Store(start.UnixNano())
 		switch {
 		case m.shared != nil && c.plain && m.shared.prepare(c.serverStream()) != nil:
