@@ -169,6 +169,21 @@
 //
 // examples/filecp does exactly this.
 //
+// # Performance
+//
+// Recording into the OpenTelemetry SDK (a ManualReader), 1,000
+// connections, on 2 vCPUs shared with other work (medians of 6 runs; the
+// machine was noisy, times vary by up to 2×):
+//
+//	go test -run '^$' -bench . -benchmem -count=6 -benchtime=100000x ./xds/xdsotel/
+//
+//	hooks                                    time      allocs
+//	OnGenerate + OnSend (4 instruments)      1.4-2.5µs 0
+//	OnConvergence                            0.14µs    0
+//	OnNACK                                   0.19µs    0
+//	OnPush (one trigger reason)              0.55µs    0
+//	OnConfigUpdate (an endpoint update)      0.55µs    0
+//
 // # Concurrency
 //
 // Metrics and the Hooks it returns are safe for concurrent use, as the
