@@ -20,8 +20,11 @@ import (
 //     /debug/connections (the connected proxies, with their fleet as
 //     "cluster"), /debug/config_dump?proxy=ID (what each connection of
 //     that proxy holds as far as the server knows, secrets redacted),
-//     /debug/push_status, and /debug/ (their index), all JSON.
-func adminHandler(src *Source, cp *ControlPlane) (http.Handler, error) {
+//     /debug/push_status, and /debug/ (their index), all JSON;
+//   - /metrics: metrics, if not nil (the Prometheus text format: the
+//     Server's metrics under istiod's names, see package xdsotel, and the
+//     Go runtime's and the process's).
+func adminHandler(src *Source, cp *ControlPlane, metrics http.Handler) (http.Handler, error) {
 	dbg, err := xdsdebug.New(cp.Server(), xdsdebug.Config{})
 	if err != nil {
 		return nil, err
@@ -41,6 +44,9 @@ func adminHandler(src *Source, cp *ControlPlane) (http.Handler, error) {
 		writeJSON(w, http.StatusOK, src.Status())
 	})
 	mux.Handle("/debug/", http.StripPrefix("/debug", dbg))
+	if metrics != nil {
+		mux.Handle("GET /metrics", metrics)
+	}
 	return mux, nil
 }
 

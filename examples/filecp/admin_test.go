@@ -20,7 +20,7 @@ func TestAdminHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := adminHandler(src, cp)
+	h, err := adminHandler(src, cp, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,5 +84,43 @@ func TestAdminHandler(t *testing.T) {
 	st := status()
 	if st.Version != src.Snapshot().Version() || st.Resources != 8 || st.Failures != 1 || len(st.Problems) != 1 || st.Problems[0].Index != -1 {
 		t.Errorf("status = %+v; want the last good version, 8 resources, one whole-file problem", st)
+	}
+}
+
+// TestAdminMetrics checks that /metrics is served by the handler given, and
+// not at all without one.
+func TestAdminMetrics(t *testing.T) {
+	src, err := NewSource(SourceConfig{FS: os.DirFS(copyBundled(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := NewControlPlane(ControlPlaneConfig{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pilot_xds 0\n")) })
+	tests := []struct {
+		name     string
+		metrics  http.Handler
+		method   string
+		wantCode int
+		wantBody string
+	}{
+		{"served", metrics, http.MethodGet, http.StatusOK, "pilot_xds 0\n"},
+		{"GET only", metrics, http.MethodPost, http.StatusMethodNotAllowed, ""},
+		{"no handler", nil, http.MethodGet, http.StatusNotFound, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := adminHandler(src, cp, tc.metrics)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequest(tc.method, "/metrics", nil))
+			if rec.Code != tc.wantCode || tc.wantBody != "" && rec.Body.String() != tc.wantBody {
+				t.Errorf("%s /metrics = %d %q; want %d %q", tc.method, rec.Code, rec.Body.String(), tc.wantCode, tc.wantBody)
+			}
+		})
 	}
 }

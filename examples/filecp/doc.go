@@ -69,8 +69,16 @@
 // NACK, status), /debug/connections (proxies, their fleet as "cluster"),
 // /debug/config_dump?proxy=ID (what each of that proxy's connections holds
 // as far as the server knows, xds.Server.Dump, secrets redacted) and
-// /debug/push_status. The ADS port also serves CSDS
-// (xds.Server.RegisterClientStatus).
+// /debug/push_status; /metrics (Prometheus text: the Server's metrics under
+// istiod's names, pilot_xds, pilot_proxy_convergence_time, …, recorded by
+// package xdsotel through the OpenTelemetry SDK and its Prometheus
+// exporter into a registry of filecp's own, plus go_* and process_*). The
+// ADS port also serves CSDS (xds.Server.RegisterClientStatus), the gRPC
+// health service (grpc.health.v1.Health: NOT_SERVING until the
+// configuration is loaded and the Server ready (xds.Server.Ready), then
+// SERVING, and NOT_SERVING again from shutdown; for the service names ""
+// and envoy.service.discovery.v3.AggregatedDiscoveryService), and gRPC
+// server reflection, so that grpcurl can call these services by name.
 //
 // # Concurrency
 //

@@ -18,9 +18,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
 
 	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
 )
 
 // bundled is the default configuration, served when -dir is not given.
@@ -39,10 +42,18 @@ func main() {
 }
 
 // run is the whole program: it parses args, serves the configuration over
-// ADS on -addr and the admin endpoints on -admin, and, with -dir, watches
-// the directory, printing every push to stdout, until ctx ends. It returns
-// nil when ctx ends and an error if it cannot start.
+// ADS on -addr (with CSDS and the gRPC health service) and the admin
+// endpoints on -admin, and, with -dir, watches the directory, printing
+// every push to stdout, until ctx ends. It returns nil when ctx ends and an
+// error if it cannot start.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return runInstrumented(ctx, args, stdout, stderr, nil)
+}
+
+// runInstrumented is run with instrument, if not nil, applied to the
+// xds.Config before the metrics are chained in front of its hooks: tests
+// add hooks there to wait for the Server's events.
+func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Writer, instrument func(xds.Config) xds.Config) error {
 	flags := flag.NewFlagSet("filecp", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	dir := flags.String("dir", "", "configuration `directory` to serve and watch (default: the bundled examples/filecp/testdata, not watched)")
@@ -69,11 +80,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cp, err := NewControlPlane(ControlPlaneConfig{Source: src, Logger: logger})
+	tel, err := newTelemetry()
 	if err != nil {
 		return err
 	}
-	adminH, err := adminHandler(src, cp)
+	defer tel.shutdown(context.Background())
+	cp, err := NewControlPlane(ControlPlaneConfig{Source: src, Logger: logger, Instrument: func(cfg xds.Config) xds.Config {
+		if instrument != nil {
+			cfg = instrument(cfg)
+		}
+		return tel.instrument(cfg)
+	}})
+	if err != nil {
+		return err
+	}
+	adminH, err := adminHandler(src, cp, tel.handler)
 	if err != nil {
 		return err
 	}
@@ -124,16 +145,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	gs := grpc.NewServer(opts...)
 	cp.Server().Register(gs)
 	cp.Server().RegisterClientStatus(gs) // CSDS, next to ADS
+	hs := newHealth()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs) // so that grpcurl and the like can call the above by name
 	wg.Go(func() {
 		if err := gs.Serve(adsLn); err != nil {
 			fail(fmt.Errorf("filecp: ads: %w", err))
 		}
 	})
+	wg.Go(func() { reportHealth(ctx, hs, cp.Server().Ready()) })
 	wg.Go(func() {
 		if err := cp.Run(ctx); err != nil {
 			fail(err)
 		}
-		gs.Stop() // streams are closed by now; this releases the listener
+		hs.Shutdown() // NOT_SERVING (reportHealth does it too, when ctx ends)
+		gs.Stop()     // streams are closed by now; this releases the listener
 	})
 	logger.Info("ads listening", "addr", adsLn.Addr().String())
 	if adminLn != nil {
