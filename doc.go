@@ -17,8 +17,8 @@
 //	debounce ─ quiet window / max delay, one push in flight
 //	   │ push(merged req)
 //	   ▼
-//	Full? next PushContext (unchanged indexes reused), new version
-//	      otherwise the current one (endpoint fast path)
+//	next PushContext: the changed kinds' indexes rebuilt, the others
+//	      shared; a new version for every push
 //	   │ fan-out
 //	   ▼
 //	pushqueue ─ one entry per connection: ≤1 queued + ≤1 in flight,
@@ -28,7 +28,11 @@
 //	connection ─ NeedsPush(scope, req)? (dependency filter)
 //	   │
 //	   ▼
-//	ordered emission CDS → EDS → LDS → RDS → SDS → others
+//	generation, shared by the proxies of one view
+//	   │
+//	   ▼
+//	make-before-break phases CDS → EDS → LDS → RDS → SDS → others,
+//	then removals; no reference to what the client does not hold
 //	   │
 //	   ▼
 //	Send → client ACK/NACK → per-connection status → convergence
@@ -102,19 +106,25 @@
 // generators, which config kinds feed which type (TypeKinds, so that an
 // endpoint change regenerates EDS only), and InitProxy, which turns the
 // first request's Node into your proxy state and its dependency scope.
-// Register it on a *grpc.Server, serve, and run it on a goroutine you own:
+// Register it on a *grpc.Server built with its options (the request and
+// stream limits gRPC enforces), serve, run it on a goroutine you own, and
+// say when your config source has loaded its initial state: until then
+// clients are refused with Unavailable, not told that nothing exists:
 //
 //	srv, err := xds.New(xds.Config{Builder: b, Generators: gens, TypeKinds: kinds, InitProxy: initProxy})
-//	gs := grpc.NewServer()
+//	gs := grpc.NewServer(srv.ServerOptions()...)
 //	srv.Register(gs)
 //	go gs.Serve(lis)
 //	go srv.Run(ctx) // returns when ctx ends, after every stream has closed
+//	srv.Loaded()
 //
 // Fourth, report every change of your store, naming what changed. Full is
-// false only when nothing but endpoints changed (the fast path that reuses
-// the current PushContext). ConfigUpdate never blocks; bursts are debounced:
+// false only when nothing but endpoints changed (the fast path: only the
+// endpoint indexes are rebuilt, and only EDS is generated). ConfigUpdate
+// never blocks; bursts are debounced; a kind no index registers is an
+// error:
 //
-//	srv.ConfigUpdate(&pushcontext.PushRequest{
+//	err = srv.ConfigUpdate(&pushcontext.PushRequest{
 //		Full:           true,
 //		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Service", Name: "web"}),
 //		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
@@ -127,6 +137,18 @@
 // Server.WaitForVersion does the same for one PushContext version; and
 // Server.Status lists, per connection and type, what was sent, acknowledged
 // and rejected.
+//
+// # When something fails
+//
+// A failing Build keeps its request pending and is retried; a failing
+// Generator holds back that proxy's push (never half of it) and is retried;
+// a configuration whose references are broken has the breaking resources
+// held back. Each is retried with capped exponential backoff, reported to
+// Hooks and the log, and returned by Sync and WaitForVersion as an
+// *xds.FailureError naming the build, proxy and type, until it succeeds. A
+// panic in host code is recovered as an error of that call. A host's error
+// reaches a client only as a generic status with a correlation id. The xds
+// package documentation lists each case under "Failures".
 //
 // Nothing in the library reads environment variables or global state: every
 // knob is a field of a Config struct whose zero value is a documented default.

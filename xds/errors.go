@@ -94,10 +94,10 @@ func (e *ReferenceError) Error() string {
 // Failure is one thing that keeps the configuration from reaching a
 // client, as Sync and WaitForVersion report it.
 type Failure struct {
-	// Stage is "build" (the Builder; no proxy), "init" (InitProxy),
-	// "generate" (a Generator, or a check of its output) or "reference"
-	// (a reference held back because the configuration lacks what it
-	// names).
+	// Stage is "build" (the Builder; no proxy), "generate" (a Generator,
+	// or a check of its output) or "reference" (a reference held back
+	// because the configuration lacks what it names). InitProxy has no
+	// stage: its failure ends the stream, and the client reconnects.
 	Stage string
 	// ProxyID, ConnID and Type say where, for every stage but "build".
 	ProxyID string
