@@ -277,10 +277,11 @@ type settings struct {
 	fullState    []bool     // by type index
 	kinds        [][]string // by type index; nil = every kind
 	knownKinds   func(kind string) bool
-	edsIdx       int // index of EndpointType, -1 if not served
-	cdsIdx       int // index of ClusterType, -1 if not served
-	ldsIdx       int // index of ListenerType, -1 if not served
-	rdsIdx       int // index of RouteType, -1 if not served
+	leaf         []bool // by type index: its resources name no other resource (EDS, SDS)
+	edsIdx       int    // index of EndpointType, -1 if not served
+	cdsIdx       int    // index of ClusterType, -1 if not served
+	ldsIdx       int    // index of ListenerType, -1 if not served
+	rdsIdx       int    // index of RouteType, -1 if not served
 	initProxy    InitProxyFunc
 	authenticate AuthenticateFunc
 	authorize    func(context.Context, *Proxy) error
@@ -416,9 +417,11 @@ func (cfg *Config) settings() (*settings, error) {
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
+	s.leaf = make([]bool, len(order))
 	for i, t := range order {
 		s.index[t] = i
 		s.generators[i] = cfg.Generators[t]
+		s.leaf[i] = t == EndpointType || t == SecretType
 	}
 	s.edsIdx = s.typeIndex(EndpointType)
 	s.cdsIdx = s.typeIndex(ClusterType)

@@ -537,12 +537,15 @@ func TestDeltaNACKAndWaitForVersion(t *testing.T) {
 		c := f.connectDelta("n", nil)
 		c.subscribe(ClusterType)
 		c.subscribe(EndpointType, "c0", "c1")
+		c.subscribe(ListenerType)
+		c.subscribe(RouteType, "r0")
 		c.ackAll()
 
 		f.update(true, func(s *store) {
 			s.clusters["c1"] = makeCluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
-		}, key(kindCluster, "c1"))
+			s.routes["r0"] = makeRoute("r0", "*", "c1")
+		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		settle()
 		v := f.srv.Version()
 		done := make(chan []NACK, 1)
@@ -552,15 +555,18 @@ func TestDeltaNACKAndWaitForVersion(t *testing.T) {
 		}()
 		synctest.Wait()
 		rs := c.pending()
-		checkSummaries(t, "first phase", rs, "CDS[c1]-[]")
+		// The endpoints name nothing: they go with the clusters. RDS waits
+		// for both ACKs.
+		checkSummaries(t, "first phases", rs, "CDS[c1]-[]", "EDS[c1]-[]")
 		select {
 		case <-done:
 			t.Fatal("WaitForVersion returned before the Delta client ACKed")
 		default:
 		}
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: rs[0].TypeUrl, ResponseNonce: rs[0].Nonce, ErrorDetail: errDetail("no")})
+		c.ack(rs[1])
 		synctest.Wait()
-		checkSummaries(t, "after the NACK", c.pending()) // the EDS phase is not sent
+		checkSummaries(t, "after the NACK", c.pending()) // the RDS phase is not sent
 		nacks := <-done
 		if len(nacks) != 1 || nacks[0].Type != ClusterType || nacks[0].Version != v || nacks[0].Message != "no" {
 			t.Fatalf("WaitForVersion NACKs = %+v; want the CDS NACK of %s", nacks, v)
@@ -574,7 +580,8 @@ func TestDeltaNACKAndWaitForVersion(t *testing.T) {
 			s.clusters["c1"].ConnectTimeout = durationpb.New(2 * time.Second)
 		}, key(kindCluster, "c1"))
 		settle()
-		checkSummaries(t, "next version", c.ackUntilQuiet(), "CDS[c1]-[]", "EDS[c1]-[]")
+		// With the route the stopped push did not send.
+		checkSummaries(t, "next version", c.ackUntilQuiet(), "CDS[c1]-[]", "EDS[c1]-[]", "RDS[r0]-[]")
 		if nacks, err := f.srv.WaitForVersion(t.Context(), f.srv.Version()); err != nil || len(nacks) != 0 {
 			t.Errorf("WaitForVersion() = %v, %v; want converged", nacks, err)
 		}

@@ -103,7 +103,7 @@ func (c *core) advance(force bool) {
 			pl.heldNeeds = true
 			c.needHeld(pl)
 		}
-		if set.phaseWait && !force && !c.gateOpen(pl) && c.wouldSend(pl, ph) {
+		if set.phaseWait && !force && !c.gateOpen(pl, !ph.removal && set.leaf[ph.typeIdx]) && c.wouldSend(pl, ph) {
 			if pl.waitSince.IsZero() {
 				pl.waitSince = c.now
 			}
@@ -230,11 +230,21 @@ func (c *core) sentListener(pl *plan, r entry) {
 // has ACKed its last response of those types: what it was sent is warm.
 // During a push, a client without any subscription of such a type is not
 // waited for. A reconnect plan also waits for rootsReady.
-func (c *core) gateOpen(pl *plan) bool {
+//
+// The upsert of a leaf type (endpoints, secrets: resources that name
+// nothing) waits for the subscriptions only, not for ACKs: what it sends
+// cannot make the client hold a reference to what it lacks, and the client
+// reads it after what the previous phases sent, on the same stream. So a
+// changed cluster and its endpoints go out back to back, as clients
+// re-warm a changed cluster; the phases after them wait for both ACKs.
+func (c *core) gateOpen(pl *plan, leaf bool) bool {
 	if pl.reconnect && !c.rootsReady(pl) {
 		return false
 	}
 	for i, pt := range pl.t {
+		if leaf {
+			break
+		}
 		if ts := c.types[i]; pt.sent && ts != nil && !ts.synced() && pt.excused != ts.nonceSent {
 			return false
 		}
@@ -251,7 +261,7 @@ func (c *core) gateOpen(pl *plan) bool {
 			}
 			continue
 		}
-		if !ts.synced() && pl.t[i].excused != ts.nonceSent {
+		if !leaf && !ts.synced() && pl.t[i].excused != ts.nonceSent {
 			return false
 		}
 		// Names found subscribed are dropped from the list: the client

@@ -242,7 +242,8 @@ func TestWaitForVersion(t *testing.T) {
 		f.update(true, func(s *store) {
 			s.clusters["c1"] = makeCluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
-		}, key(kindCluster, "c1"))
+			s.routes["r0"] = makeRoute("r0", "*", "c1")
+		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		settle()
 		v := f.srv.Version()
 		type result struct {
@@ -260,17 +261,18 @@ func TestWaitForVersion(t *testing.T) {
 			t.Fatalf("WaitForVersion returned %+v before any ACK", r)
 		default:
 		}
-		// a ACKs CDS: its EDS phase (c1 re-warms) is still to come.
-		if got := typesOf(a.ackAll(subsA)); !slices.Equal(got, []string{"CDS"}) {
-			t.Fatalf("a's first phase = %v; want [CDS]", got)
+		// a ACKs CDS and EDS (c1 re-warms; endpoints name nothing, so
+		// they go with it): its RDS phase is still to come.
+		if got := typesOf(a.ackAll(subsA)); !slices.Equal(got, []string{"CDS", "EDS"}) {
+			t.Fatalf("a's first phases = %v; want [CDS EDS]", got)
 		}
 		select {
 		case r := <-done:
-			t.Fatalf("WaitForVersion returned %+v while a's EDS phase is pending", r)
+			t.Fatalf("WaitForVersion returned %+v while a's RDS phase is pending", r)
 		default:
 		}
-		if got := typesOf(a.ackUntilQuiet(subsA)); !slices.Equal(got, []string{"EDS"}) {
-			t.Fatalf("a's next phases = %v; want [EDS]", got)
+		if got := typesOf(a.ackUntilQuiet(subsA)); !slices.Equal(got, []string{"RDS"}) {
+			t.Fatalf("a's next phases = %v; want [RDS]", got)
 		}
 		select {
 		case r := <-done:

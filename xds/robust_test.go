@@ -158,13 +158,15 @@ func TestNACK(t *testing.T) {
 		f.update(true, func(s *store) {
 			s.clusters["c1"] = makeCluster("c1")
 			s.clusters["c1"].LbPolicy = clusterv3.Cluster_MAGLEV // the client will reject this
-		}, key(kindCluster, "c1"))
+			s.routes["r0"] = makeRoute("r0", "*", "c1")
+		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		settle()
 		rs := c.pending()
-		if got := typesOf(rs); !slices.Equal(got, []string{"CDS"}) {
-			t.Fatalf("push = %v; want [CDS] (EDS waits for its ACK)", got)
+		if got := typesOf(rs); !slices.Equal(got, []string{"CDS", "EDS"}) {
+			t.Fatalf("push = %v; want [CDS EDS] (endpoints name nothing: they go with the clusters; RDS waits for their ACKs)", got)
 		}
 		c.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, VersionInfo: "old", ResponseNonce: rs[0].Nonce, ErrorDetail: errDetail("MAGLEV unsupported")})
+		c.ack(rs[1], subs[EndpointType]...)
 		synctest.Wait()
 		cs := f.srv.Status()[0]
 		cds := cs.Types[0]
@@ -182,8 +184,10 @@ func TestNACK(t *testing.T) {
 		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
 		settle()
-		if got := typesOf(c.ackUntilQuiet(subs)); !slices.Equal(got, []string{"EDS"}) {
-			t.Fatalf("after the NACK = %v; want [EDS] only", got)
+		// The route the stopped push changed is sent (the client holds c1,
+		// at its old version); the rejected clusters are not.
+		if got := typesOf(c.ackUntilQuiet(subs)); !slices.Equal(got, []string{"EDS", "RDS"}) {
+			t.Fatalf("after the NACK = %v; want [EDS RDS]", got)
 		}
 		if got := f.eventList(); countPrefix(got, "nack") != 1 {
 			t.Errorf("NACK events = %v; want exactly one", got)

@@ -118,19 +118,20 @@ func TestSyncWaitsForEveryProxy(t *testing.T) {
 		f.update(true, func(s *store) {
 			s.clusters["c1"] = makeCluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
-		}, key(kindCluster, "c1"))
+			s.routes["r0"] = makeRoute("r0", "*", "c1")
+		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		done := goSync(ctx, f.srv)
 		settle()
-		// a's push has two phases: CDS, then the endpoints of the cluster
-		// that re-warms.
-		if got := typesOf(a.ackAll(subsA)); !slices.Equal(got, []string{"CDS"}) {
-			t.Fatalf("a's first phase = %v; want [CDS]", got)
+		// a's push has two steps: CDS with the endpoints of the cluster that
+		// re-warms, then, after their ACKs, RDS.
+		if got := typesOf(a.ackAll(subsA)); !slices.Equal(got, []string{"CDS", "EDS"}) {
+			t.Fatalf("a's first phases = %v; want [CDS EDS]", got)
 		}
-		notYet(t, done, "while a's EDS phase is pending")
-		if got := typesOf(a.ackUntilQuiet(subsA)); !slices.Equal(got, []string{"EDS"}) {
-			t.Fatalf("a's next phases = %v; want [EDS]", got)
+		notYet(t, done, "while a's RDS phase is pending")
+		if got := typesOf(a.ackUntilQuiet(subsA)); !slices.Equal(got, []string{"RDS"}) {
+			t.Fatalf("a's next phases = %v; want [RDS]", got)
 		}
 		// b never ACKs: Sync waits until ctx ends.
 		start := time.Now()
