@@ -96,11 +96,12 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	services := fs.Int("services", mesh.DefaultServices, "services")
 	endpoints := fs.Int("endpoints", mesh.DefaultEndpoints, "endpoints per service")
 	profDir := fs.String("cpuprofile", "", "directory of CPU profiles")
+	noDebounce := fs.Bool("nodebounce", false, "xdspush bypasses its debounce window for every change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	srv, err := servers.New(*name, servers.Config{
-		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints,
+		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints, NoDebounce: *noDebounce,
 	})
 	if err != nil {
 		return err

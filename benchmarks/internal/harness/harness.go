@@ -243,7 +243,8 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	timeout := cfg.Timeout.Seconds()
 	n := strconv.Itoa(cfg.Clients)
 	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
-	srvArgs := append([]string{"server", "-server", name, "-n", n}, sizes...)
+	// No debounce window in the latency of a change.
+	srvArgs := append([]string{"server", "-server", name, "-n", n, "-nodebounce"}, sizes...)
 	if cfg.CPUProfile != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
 	}
