@@ -160,8 +160,9 @@ func (h *xdspushHost) generateRoute(_ context.Context, p *xds.Proxy, w xds.Watch
 }
 
 // edsGenerator serves ClusterLoadAssignments from the endpoints index;
-// as a DeltaGenerator it lists only the sets a push announced: those the
-// index holds as upserted, the others as removed.
+// as a DeltaGenerator it lists only the sets a push announced, among those
+// the watch covers: those the index holds as upserted, the others as
+// removed.
 type edsGenerator struct{ h *xdspushHost }
 
 var _ xds.DeltaGenerator = edsGenerator{}
@@ -177,13 +178,16 @@ func (g edsGenerator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, _ *
 	return out, nil
 }
 
-func (g edsGenerator) GenerateDelta(_ context.Context, p *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
+func (g edsGenerator) GenerateDelta(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
 	if req.Forced {
 		return xds.Changes{}, false, nil
 	}
 	snap := g.h.epIx.Get(p.Push)
 	var ch xds.Changes
 	for _, k := range req.ConfigsUpdated.OfKinds(kindEndpoints) {
+		if _, watched := slices.BinarySearch(w.Names, k.Name); !watched && !w.Wildcard {
+			continue // not watched (a new cluster's, before the client subscribes)
+		}
 		if s, ok := snap.Service(k.Name); ok {
 			ch.Upserted = append(ch.Upserted, xds.Resource{Name: k.Name, Message: snap.Assignments[s]})
 		} else {
