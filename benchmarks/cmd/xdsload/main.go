@@ -57,7 +57,7 @@ func run() error {
 	runs := flag.Int("runs", 10, "burst: runs per server and protocol")
 	changes := flag.Int("changes", 20, "burst: changes per run")
 	interval := flag.Duration("interval", 20*time.Millisecond, "burst: interval between two changes")
-	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run i: seed+i)")
+	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1)")
 	flag.Parse()
 	serversSet := false
 	flag.Visit(func(f *flag.Flag) { serversSet = serversSet || f.Name == "servers" })
