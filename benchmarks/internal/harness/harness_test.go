@@ -111,10 +111,12 @@ func TestBurst(t *testing.T) {
 			const clients = 50
 			var stderr strings.Builder
 			rs, err := RunBurst(Config{
-				Clients:    clients,
-				Servers:    []string{tt.server},
-				Quiet:      100 * time.Millisecond,
-				Timeout:    time.Minute,
+				Clients: clients,
+				Servers: []string{tt.server},
+				Quiet:   100 * time.Millisecond,
+				// Ten times what a run takes under -race: a run that
+				// fails does not hold the test for minutes.
+				Timeout:    20 * time.Second,
 				Executable: os.Args[0],
 				Stderr:     &stderr,
 				Env:        []string{"GORACE=atexit_sleep_ms=0"},
