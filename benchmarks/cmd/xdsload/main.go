@@ -5,6 +5,14 @@
 //
 //	go run ./benchmarks/cmd/xdsload -n 10000
 //
+// With -scenario burst it checks make-before-break under bursts instead:
+// per run, 20 changes of random kinds (endpoint, cluster and route edits,
+// cluster swaps) 20ms apart, after which every client must hold the final
+// configuration without its ordering checker having counted a dangling
+// reference; 10 runs per server and protocol, xdspush by default.
+//
+//	go run ./benchmarks/cmd/xdsload -scenario burst -n 1000
+//
 // Each server runs in a child process of its own and the clients in
 // another (this program, started again), so the CPU time and memory
 // measured are the server's alone. See the README of the benchmarks module.
@@ -36,16 +44,23 @@ func main() {
 }
 
 func run() error {
+	scenario := flag.String("scenario", "changes", "changes: the latency, cost and storm comparison; burst: bursts of changes, checking make-before-break")
 	n := flag.Int("n", 1000, "number of clients")
 	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
-	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(servers.Names, ", "))
+	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(servers.Names, ", ")+" (burst: xdspush unless set)")
 	storm := flag.Bool("storm", true, "add a reconnect storm")
 	rounds := flag.Int("rounds", 3, "changes of each kind (each to another service); the figures pool them")
 	services := flag.Int("services", 0, "services in the mesh (0: 100)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
 	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")
 	timeout := flag.Duration("timeout", 0, "bound of each phase (0: 60s + 10ms per client)")
+	runs := flag.Int("runs", 10, "burst: runs per server and protocol")
+	changes := flag.Int("changes", 20, "burst: changes per run")
+	interval := flag.Duration("interval", 20*time.Millisecond, "burst: interval between two changes")
+	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1)")
 	flag.Parse()
+	serversSet := false
+	flag.Visit(func(f *flag.Flag) { serversSet = serversSet || f.Name == "servers" })
 	exe, err := os.Executable()
 	if err != nil {
 		return err
@@ -56,7 +71,7 @@ func run() error {
 		}
 	}
 	start := time.Now()
-	rs, err := harness.Run(harness.Config{
+	cfg := harness.Config{
 		Clients:    *n,
 		Servers:    split(*srvs),
 		Protocols:  split(*protocols),
@@ -69,10 +84,33 @@ func run() error {
 		Executable: exe,
 		Stderr:     os.Stderr,
 		Progress:   os.Stderr,
-	})
-	harness.Report(os.Stdout, rs)
-	fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
-	return err
+	}
+	switch *scenario {
+	case "changes":
+		rs, err := harness.Run(cfg)
+		harness.Report(os.Stdout, rs)
+		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
+		return err
+	case "burst":
+		if !serversSet {
+			cfg.Servers = nil // xdspush
+		}
+		rs, err := harness.RunBurst(cfg, harness.Burst{Runs: *runs, Changes: *changes, Interval: *interval, Seed: *seed})
+		harness.ReportBurst(os.Stdout, rs)
+		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			for _, run := range r.Runs {
+				if !run.Clean() && r.Server != "gcp" && r.Server != "gcp-pertype" {
+					return fmt.Errorf("%s %s: a run found violations or clients that did not settle", r.Server, r.Protocol)
+				}
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown scenario %q (want changes or burst)", *scenario)
 }
 
 func split(s string) []string {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,8 +26,13 @@ type client struct {
 	responses atomic.Int64
 	bytes     atomic.Int64
 	violated  atomic.Int64 // violations, mirrored from st
+	byRef     [numRefs]atomic.Int64
 	errs      atomic.Int64 // responses that did not decode
-	convAt    atomic.Int64 // unix ns of convergence on the current connection; 0: not yet
+	convAt    atomic.Int64 // unix ns of convergence in phaseOf; 0: not converged
+	// phaseOf is the convergence the client is counted in (it holds its
+	// configuration), if any. Written by the client's goroutine, and by
+	// connect while that goroutine is not running.
+	phaseOf atomic.Pointer[convergence]
 
 	// Set by the client's goroutine for the current target, read by the
 	// Fleet once every client has set it (or at the deadline).
@@ -33,15 +40,15 @@ type client struct {
 	targetID atomic.Int64 // the target ackedAt is for
 
 	// Owned by the goroutine of the current connection.
-	cc        *grpc.ClientConn
-	cancel    context.CancelFunc
-	done      chan struct{} // closed when the connection's goroutine returns
-	st        *state
-	converged bool
-	lds       bool                // LDS subscribed
-	subs      map[string][]string // SotW: by-name subscriptions; Delta: subscribed names
-	versions  map[string]string   // SotW: last version by type
-	nonces    map[string]string   // SotW: last nonce by type
+	cc       *grpc.ClientConn
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the connection's goroutine returns
+	stMu     sync.Mutex    // held while st changes, so the Fleet may describe it
+	st       *state
+	lds      bool                // LDS subscribed
+	subs     map[string][]string // SotW: by-name subscriptions; Delta: subscribed names
+	versions map[string]string   // SotW: last version by type
+	nonces   map[string]string   // SotW: last nonce by type
 }
 
 // sender abstracts the two ADS streams.
@@ -59,9 +66,10 @@ func (c *client) connect() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cc, c.cancel = cc, cancel
-	c.st = newState(c.f.cfg.Services)
-	c.converged, c.lds = false, false
+	c.st = newState()
+	c.lds = false
 	c.convAt.Store(0)
+	c.phaseOf.Store(nil)
 	c.subs = make(map[string][]string)
 	c.versions = make(map[string]string)
 	c.nonces = make(map[string]string)
@@ -94,26 +102,56 @@ func (c *client) disconnect() {
 }
 
 // accepted is called after a response was applied and ACKed: it records
-// convergence and the target's arrival.
+// the target's arrival and whether the client holds the configuration of
+// the current phase.
 func (c *client) accepted(typ string, upserted []resource, ackAt time.Time) {
 	if t := c.f.target.Load(); t != nil && t.typ == typ && c.targetID.Load() != t.id {
 		for _, r := range upserted {
-			if r.name != t.name {
-				continue
-			}
-			msg := t.msg.ProtoReflect().New().Interface()
-			if proto.Unmarshal(r.value, msg) == nil && proto.Equal(msg, t.msg) {
+			if r.name == t.name && r.ct.d == t.d {
 				c.ackedAt.Store(ackAt.UnixNano())
 				c.targetID.Store(t.id)
 				t.arrived()
 			}
 		}
 	}
-	if !c.converged && c.st.converged() {
-		c.converged = true
-		c.convAt.Store(ackAt.UnixNano())
-		c.f.convergedOne()
+	ph := c.f.phase.Load()
+	if ph == nil {
+		return
 	}
+	counted := c.phaseOf.Load() == ph
+	switch holds := c.st.matches(ph.want); {
+	case holds && !counted:
+		c.convAt.Store(ackAt.UnixNano())
+		c.phaseOf.Store(ph)
+		ph.add(1)
+	case !holds && counted:
+		c.convAt.Store(0)
+		c.phaseOf.Store(nil)
+		ph.regressions.Add(1)
+		ph.add(-1)
+	}
+}
+
+// mirror publishes the state's violation counts.
+func (c *client) mirror() {
+	c.violated.Store(int64(c.st.violations))
+	for i, n := range c.st.byRef {
+		c.byRef[i].Store(int64(n))
+	}
+}
+
+// decode returns the contents of a response's resources, or an error if
+// one does not decode.
+func (c *client) decode(typ string, names []string, values [][]byte) ([]resource, error) {
+	out := make([]resource, len(values))
+	for i, v := range values {
+		ct, err := c.f.contents.of(typ, v)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = resource{name: names[i], ct: ct}
+	}
+	return out, nil
 }
 
 // next sends the subscriptions that follow a response: EDS for the
@@ -176,16 +214,21 @@ func (c *client) runSotW(ctx context.Context, ads discoveryv3.AggregatedDiscover
 		}
 		c.received(proto.Size(resp))
 		typ := resp.TypeUrl
-		upserted := make([]resource, 0, len(resp.Resources))
-		for _, a := range resp.Resources {
-			upserted = append(upserted, resource{name: resourceName(a.Value), value: a.Value})
+		names := make([]string, len(resp.Resources))
+		values := make([][]byte, len(resp.Resources))
+		for i, a := range resp.Resources {
+			names[i], values[i] = resourceName(a.Value), a.Value
 		}
-		full := typ == mesh.ClusterType || typ == mesh.ListenerType
-		if err := c.st.apply(typ, upserted, nil, full); err != nil {
+		upserted, err := c.decode(typ, names, values)
+		if err != nil {
 			c.errs.Add(1)
 			continue // not accepted; a real client would NACK
 		}
-		c.violated.Store(int64(c.st.violations))
+		full := typ == mesh.ClusterType || typ == mesh.ListenerType
+		c.stMu.Lock()
+		c.st.apply(fmt.Sprintf("%s v=%s n=%s [%d]", shortType(typ), resp.VersionInfo, resp.Nonce, len(upserted)), typ, upserted, nil, full)
+		c.stMu.Unlock()
+		c.mirror()
 		c.versions[typ], c.nonces[typ] = resp.VersionInfo, resp.Nonce
 		ackAt := time.Now()
 		if err := stream.Send(&discoveryv3.DiscoveryRequest{
@@ -247,18 +290,24 @@ func (c *client) runDelta(ctx context.Context, ads discoveryv3.AggregatedDiscove
 		}
 		c.received(proto.Size(resp))
 		typ := resp.TypeUrl
-		upserted := make([]resource, 0, len(resp.Resources))
+		names := make([]string, 0, len(resp.Resources))
+		values := make([][]byte, 0, len(resp.Resources))
 		for _, r := range resp.Resources {
 			if r.Resource == nil {
 				continue
 			}
-			upserted = append(upserted, resource{name: r.Name, value: r.Resource.Value})
+			names, values = append(names, r.Name), append(values, r.Resource.Value)
 		}
-		if err := c.st.apply(typ, upserted, resp.RemovedResources, false); err != nil {
+		upserted, err := c.decode(typ, names, values)
+		if err != nil {
 			c.errs.Add(1)
 			continue
 		}
-		c.violated.Store(int64(c.st.violations))
+		c.stMu.Lock()
+		c.st.apply(fmt.Sprintf("%s v=%s n=%s [%d -%d]", shortType(typ), resp.SystemVersionInfo, resp.Nonce, len(upserted), len(resp.RemovedResources)),
+			typ, upserted, resp.RemovedResources, false)
+		c.stMu.Unlock()
+		c.mirror()
 		ackAt := time.Now()
 		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce}); err != nil {
 			return err
@@ -268,4 +317,27 @@ func (c *client) runDelta(ctx context.Context, ads discoveryv3.AggregatedDiscove
 			return err
 		}
 	}
+}
+
+// describe describes the client for a person: why it does not hold w, the
+// responses it last applied and the violations it counted.
+func (c *client) describe(w want) string {
+	c.stMu.Lock()
+	defer c.stMu.Unlock()
+	if c.st == nil {
+		return c.node.Id + ": never connected"
+	}
+	history, events := c.st.describe()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d responses, %d violations", c.node.Id, c.st.seq, c.st.violations)
+	if d := c.st.differences(w); len(d) > 0 {
+		fmt.Fprintf(&b, "; differs from the configuration: %s", strings.Join(d, "; "))
+	}
+	for _, e := range events {
+		fmt.Fprintf(&b, "\n\tviolation at %s", e)
+	}
+	for _, h := range history {
+		fmt.Fprintf(&b, "\n\t\t%s", h)
+	}
+	return b.String()
 }

@@ -5,15 +5,25 @@
 // it holds; wildcard LDS once its clusters are warm; RDS for the routes its
 // listener names. It ACKs every response it accepts (SotW with the
 // response's version and nonce and its subscription; Delta with the nonce),
-// and counts dangling references (see state). What the Fleet measures:
+// and its ordering checker counts dangling references (see state): a
+// listener in service naming a route the client does not hold, a route in
+// service naming a cluster it does not hold (including the removal of what
+// is still named), and the removal of the endpoints of a cluster it still
+// holds. What the Fleet measures:
 //
-//   - Convergence: the moment each client holds the whole mesh (every
-//     cluster with its endpoints, the listener in service with its route),
-//     taken when it sends the ACK that completes it.
+//   - Convergence: the moment each client holds the whole configuration
+//     (every resource with its content, by a digest of its deterministic
+//     encoding, and nothing more; the listener in service), taken when it
+//     sends the ACK that completes it. A client that loses it again counts
+//     as a regression.
 //   - Changes: after Expect, the moment each client sends the ACK of the
 //     response carrying the expected content, and the responses and bytes
 //     (encoded DiscoveryResponse / DeltaDiscoveryResponse messages, as gRPC
 //     receives them) all clients receive until the servers fall quiet.
+//   - Bursts: after ExpectMesh, the moment each client comes to hold the
+//     configuration after a burst of changes, and per client the responses,
+//     bytes and violations; the clients that went wrong are described (what
+//     they hold that differs, their violations, their last responses).
 //   - Storms: every client closes its connection and opens a new one at
 //     once, as an empty client; the moment each has converged again.
 //

@@ -12,7 +12,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
 )
@@ -25,9 +24,9 @@ type Config struct {
 	Clients int
 	// Delta selects the incremental protocol; false means SotW.
 	Delta bool
-	// Services is the number of services of the mesh (what a converged
-	// client holds). Zero means mesh.DefaultServices.
-	Services int
+	// Mesh is the configuration a client holds once it has converged
+	// after Start (see SetMesh). Required.
+	Mesh *mesh.Snapshot
 	// DialConcurrency bounds the TCP connects in progress at once, so that
 	// a storm does not overflow the listen backlog (whose drops would
 	// measure the kernel's SYN retry timer). Zero means 256.
@@ -43,11 +42,15 @@ type Fleet struct {
 	clients     []*client
 	dialOptions []grpc.DialOption
 
+	contents *contents // what the clients received, decoded once
+
 	lastRecv atomic.Int64                // unix ns of the last response of any client
 	target   atomic.Pointer[target]      // what Wait waits for
 	phase    atomic.Pointer[convergence] // what convergence is counted for
 	targets  int64                       // ids of targets
 	pending  expectation                 // what Expect recorded for Wait
+	want     want                        // what the next phase converges to
+	settling *settling                   // what ExpectMesh recorded for WaitMesh
 
 	errMu sync.Mutex
 	errs  []error // stream errors, the first few
@@ -59,7 +62,7 @@ type target struct {
 	id   int64
 	typ  string
 	name string
-	msg  proto.Message
+	d    digest // of the content expected
 	need int64
 	n    atomic.Int64
 	done chan struct{}
@@ -71,11 +74,47 @@ func (t *target) arrived() {
 	}
 }
 
-// convergence counts clients converging after a start or a storm.
+// convergence counts the clients that hold a configuration, after a
+// start, a storm or a burst. A client counts from the ACK that completes
+// the configuration until a response takes it away (a regression).
 type convergence struct {
-	need int64
-	n    atomic.Int64
-	done chan struct{}
+	want        want
+	need        int
+	regressions atomic.Int64
+
+	mu   sync.Mutex
+	n    int           // clients counted
+	full chan struct{} // closed while n == need
+}
+
+func newConvergence(w want, need int) *convergence {
+	return &convergence{want: w, need: need, full: make(chan struct{})}
+}
+
+// add counts a client in (+1) or out (-1).
+func (ph *convergence) add(d int) {
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	if ph.n == ph.need && d < 0 {
+		ph.full = make(chan struct{})
+	}
+	ph.n += d
+	if ph.n == ph.need {
+		close(ph.full)
+	}
+}
+
+// fullChan returns a channel closed while every client is counted.
+func (ph *convergence) fullChan() <-chan struct{} {
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	return ph.full
+}
+
+func (ph *convergence) isFull() bool {
+	ph.mu.Lock()
+	defer ph.mu.Unlock()
+	return ph.n == ph.need
 }
 
 // New returns a Fleet of cfg.Clients clients, not connected.
@@ -86,8 +125,8 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Clients <= 0 {
 		return nil, fmt.Errorf("fleet: Config.Clients is %d", cfg.Clients)
 	}
-	if cfg.Services == 0 {
-		cfg.Services = mesh.DefaultServices
+	if cfg.Mesh == nil {
+		return nil, errors.New("fleet: Config.Mesh is nil")
 	}
 	if cfg.DialConcurrency == 0 {
 		cfg.DialConcurrency = 256
@@ -95,7 +134,10 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Quiet == 0 {
 		cfg.Quiet = 500 * time.Millisecond
 	}
-	f := &Fleet{cfg: cfg}
+	f := &Fleet{cfg: cfg, contents: newContents()}
+	if err := f.SetMesh(cfg.Mesh); err != nil {
+		return nil, err
+	}
 	sem := make(chan struct{}, cfg.DialConcurrency)
 	var d net.Dialer
 	f.dialOptions = []grpc.DialOption{
@@ -118,6 +160,17 @@ func New(cfg Config) (*Fleet, error) {
 		f.clients[i] = &client{f: f, node: &corev3.Node{Id: NodeID(i), Cluster: "bench"}}
 	}
 	return f, nil
+}
+
+// SetMesh sets the configuration the clients hold once converged after
+// the next Start or Storm.
+func (f *Fleet) SetMesh(s *mesh.Snapshot) error {
+	w, err := wantOf(s)
+	if err != nil {
+		return err
+	}
+	f.want = w
+	return nil
 }
 
 // NodeID returns the node ID of client i.
@@ -183,33 +236,146 @@ func (f *Fleet) Storm(ctx context.Context) (Convergence, error) {
 }
 
 func (f *Fleet) newPhase() *convergence {
-	ph := &convergence{need: int64(len(f.clients)), done: make(chan struct{})}
+	ph := newConvergence(f.want, len(f.clients))
 	f.phase.Store(ph)
 	return ph
 }
 
-func (f *Fleet) convergedOne() {
-	ph := f.phase.Load()
-	if ph != nil && ph.n.Add(1) == ph.need {
-		close(ph.done)
+// settle waits until every client holds ph's configuration and the servers
+// are quiet, or ctx ends.
+func (f *Fleet) settle(ctx context.Context, ph *convergence) {
+	for ctx.Err() == nil {
+		select {
+		case <-ph.fullChan():
+			f.quiet(ctx)
+			if ph.isFull() {
+				return
+			}
+		case <-ctx.Done():
+		}
 	}
 }
 
 func (f *Fleet) converge(ctx context.Context, ph *convergence, start time.Time, r0, b0 int64) Convergence {
-	select {
-	case <-ph.done:
-		f.quiet(ctx)
-	case <-ctx.Done():
-	}
+	f.settle(ctx, ph)
 	out := Convergence{Start: start.UnixNano(), At: make([]int64, len(f.clients))}
 	for i, c := range f.clients {
-		out.At[i] = c.convAt.Load()
+		if c.phaseOf.Load() == ph {
+			out.At[i] = c.convAt.Load()
+		}
 	}
 	r, b := f.totals()
 	out.Responses, out.Bytes = r-r0, b-b0
 	out.Violations = f.violations()
 	out.Errors = f.errors()
 	return out
+}
+
+// Settled is the outcome of a burst of changes (see ExpectMesh).
+type Settled struct {
+	// At is, by client, when it came to hold the configuration for the
+	// last time: when it sent the ACK that completed it (unix ns); 0 if it
+	// did not hold it at the end.
+	At []int64 `json:"at"`
+	// Responses, Bytes and Violations are, by client, what it received
+	// and the dangling references it counted from ExpectMesh until the
+	// servers fell quiet.
+	Responses  []int64 `json:"responses"`
+	Bytes      []int64 `json:"bytes"`
+	Violations []int64 `json:"violations"`
+	// ByReference sums Violations by kind of reference (see RefNames).
+	ByReference map[string]int64 `json:"by_reference"`
+	// Regressions counts the times a client that held the configuration
+	// received a response that took it away.
+	Regressions int64 `json:"regressions"`
+	// Errors describes stream errors, if any.
+	Errors []string `json:"errors,omitempty"`
+	// Clients describes the first few clients that counted a violation or
+	// do not hold the configuration: how what they hold differs from it,
+	// the violations and the last responses they applied.
+	Clients []string `json:"clients,omitempty"`
+	// Described are the indexes of the clients Clients describes.
+	Described []int `json:"described,omitempty"`
+}
+
+// describedClients is how many clients Settled.Clients describes at most.
+const describedClients = 3
+
+// settling is what ExpectMesh recorded for WaitMesh.
+type settling struct {
+	ph                  *convergence
+	responses, bytes, v []int64 // by client, at ExpectMesh
+	byRef               [numRefs]int64
+}
+
+// ExpectMesh makes the clients watch for the whole configuration s, as it
+// is once a burst of changes has been applied: call it before the first
+// change is handed to the server, then WaitMesh. It is also the
+// configuration of later Starts and Storms.
+func (f *Fleet) ExpectMesh(s *mesh.Snapshot) error {
+	if err := f.SetMesh(s); err != nil {
+		return err
+	}
+	st := &settling{
+		responses: make([]int64, len(f.clients)),
+		bytes:     make([]int64, len(f.clients)),
+		v:         make([]int64, len(f.clients)),
+	}
+	for i, c := range f.clients {
+		st.responses[i], st.bytes[i], st.v[i] = c.responses.Load(), c.bytes.Load(), c.violated.Load()
+		for r := range st.byRef {
+			st.byRef[r] += c.byRef[r].Load()
+		}
+	}
+	st.ph = f.newPhase()
+	f.settling = st
+	return nil
+}
+
+// WaitMesh waits until every client holds the configuration ExpectMesh
+// named and the servers are quiet, or ctx ends.
+func (f *Fleet) WaitMesh(ctx context.Context) (Settled, error) {
+	st := f.settling
+	if st == nil {
+		return Settled{}, errors.New("fleet: WaitMesh without ExpectMesh")
+	}
+	f.settling = nil
+	f.settle(ctx, st.ph)
+	n := len(f.clients)
+	out := Settled{
+		At: make([]int64, n), Responses: make([]int64, n), Bytes: make([]int64, n), Violations: make([]int64, n),
+		ByReference: make(map[string]int64, numRefs),
+		Regressions: st.ph.regressions.Load(),
+		Errors:      f.errors(),
+	}
+	for r, name := range RefNames {
+		n := -st.byRef[r]
+		for _, c := range f.clients {
+			n += c.byRef[r].Load()
+		}
+		out.ByReference[name] = n
+	}
+	for i, c := range f.clients {
+		if c.phaseOf.Load() == st.ph {
+			out.At[i] = c.convAt.Load()
+		}
+		out.Responses[i] = c.responses.Load() - st.responses[i]
+		out.Bytes[i] = c.bytes.Load() - st.bytes[i]
+		out.Violations[i] = c.violated.Load() - st.v[i]
+	}
+	// Those that did not settle first, then those that counted violations.
+	for _, unsettled := range []bool{true, false} {
+		for i, c := range f.clients {
+			if len(out.Described) == describedClients {
+				break
+			}
+			if (out.At[i] == 0) == unsettled && (unsettled || out.Violations[i] > 0) {
+				out.Clients = append(out.Clients, c.describe(st.ph.want))
+				out.Described = append(out.Described, i)
+			}
+		}
+	}
+	return out, nil
 }
 
 // Change is the outcome of one expected change.
@@ -235,13 +401,18 @@ type expectation struct {
 
 // Expect makes the clients watch for tg: call it before the change is
 // handed to the server, then Wait.
-func (f *Fleet) Expect(tg mesh.Target) {
+func (f *Fleet) Expect(tg mesh.Target) error {
+	ct, err := contentOf(tg.Message)
+	if err != nil {
+		return err
+	}
 	f.targets++
-	t := &target{id: f.targets, typ: tg.Type, name: tg.Name, msg: tg.Message,
+	t := &target{id: f.targets, typ: tg.Type, name: tg.Name, d: ct.d,
 		need: int64(len(f.clients)), done: make(chan struct{})}
 	f.pending.r0, f.pending.b0 = f.totals()
 	f.pending.t = t
 	f.target.Store(t)
+	return nil
 }
 
 // Wait waits until every client has ACKed the expected change, or ctx

@@ -30,10 +30,27 @@ const ChildArg = "xdsload-child"
 
 // request is one command from the parent to a child, on one line.
 type request struct {
-	Op      string       `json:"op"`
-	Change  *mesh.Change `json:"change,omitempty"`
-	Name    string       `json:"name,omitempty"`
-	Timeout float64      `json:"timeout_s,omitempty"`
+	Op      string        `json:"op"`
+	Change  *mesh.Change  `json:"change,omitempty"`
+	Changes []mesh.Change `json:"changes,omitempty"`
+	// Interval separates the hand-overs of Changes, in ns.
+	Interval int64  `json:"interval_ns,omitempty"`
+	Name     string `json:"name,omitempty"`
+	// Nodes are node IDs, for "describe".
+	Nodes   []string `json:"nodes,omitempty"`
+	Timeout float64  `json:"timeout_s,omitempty"`
+}
+
+// handed is a server child's answer to a burst: when it handed each
+// change to the server (unix ns).
+type handed struct {
+	T0 []int64 `json:"t0"`
+}
+
+// serverStats is a server child's answer to "stats".
+type serverStats struct {
+	// Stats is nil for a server that reports none.
+	Stats *servers.Stats `json:"stats,omitempty"`
 }
 
 // reply wraps a child's answer to a request, on one line.
@@ -96,11 +113,12 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	services := fs.Int("services", mesh.DefaultServices, "services")
 	endpoints := fs.Int("endpoints", mesh.DefaultEndpoints, "endpoints per service")
 	profDir := fs.String("cpuprofile", "", "directory of CPU profiles")
+	noDebounce := fs.Bool("nodebounce", false, "xdspush bypasses its debounce window for every change")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	srv, err := servers.New(*name, servers.Config{
-		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints,
+		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints, NoDebounce: *noDebounce,
 	})
 	if err != nil {
 		return err
@@ -132,6 +150,21 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 			}
 			t0, err := srv.Change(*req.Change)
 			return map[string]int64{"t0": t0.UnixNano()}, err
+		case "burst":
+			return burst(srv, req.Changes, time.Duration(req.Interval))
+		case "describe":
+			var d []string
+			if r, ok := srv.(servers.Describer); ok {
+				d = r.Describe(req.Nodes)
+			}
+			return d, nil
+		case "stats":
+			var st serverStats
+			if r, ok := srv.(servers.StatsReporter); ok {
+				s := r.Stats()
+				st.Stats = &s
+			}
+			return st, nil
 		case "profile":
 			return struct{}{}, prof.start(req.Name)
 		case "unprofile":
@@ -139,6 +172,24 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 		}
 		return nil, fmt.Errorf("unknown op %q", req.Op)
 	})
+}
+
+// burst hands changes to srv one after the other, change i at interval×i
+// from the first.
+func burst(srv servers.Server, changes []mesh.Change, interval time.Duration) (handed, error) {
+	out := handed{T0: make([]int64, len(changes))}
+	start := time.Now()
+	for i, c := range changes {
+		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+			time.Sleep(d) // pacing the burst
+		}
+		t0, err := srv.Change(c)
+		if err != nil {
+			return out, fmt.Errorf("change %d (%s of service %d): %w", i, c.Kind, c.Service, err)
+		}
+		out.T0[i] = t0.UnixNano()
+	}
+	return out, nil
 }
 
 // profiler writes CPU profiles into dir, if set: one per start/stop.
@@ -209,12 +260,12 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	f, err := fleet.New(fleet.Config{Addr: *addr, Clients: *n, Delta: *protocol == "delta", Services: *services, Quiet: *quiet})
+	m := mesh.New(*services, *endpoints)
+	f, err := fleet.New(fleet.Config{Addr: *addr, Clients: *n, Delta: *protocol == "delta", Mesh: m.Snapshot(), Quiet: *quiet})
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	m := mesh.New(*services, *endpoints)
 	prof := &profiler{dir: *profDir}
 	defer prof.stop()
 	deadline := func(req request) (context.Context, context.CancelFunc) {
@@ -237,8 +288,21 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 			if err != nil {
 				return nil, err
 			}
-			f.Expect(tg)
-			return struct{}{}, nil
+			if err := f.SetMesh(m.Snapshot()); err != nil {
+				return nil, err
+			}
+			return struct{}{}, f.Expect(tg)
+		case "expect-mesh":
+			for _, c := range req.Changes {
+				if _, err := m.Apply(c); err != nil {
+					return nil, err
+				}
+			}
+			return struct{}{}, f.ExpectMesh(m.Snapshot())
+		case "wait-mesh":
+			ctx, cancel := deadline(req)
+			defer cancel()
+			return f.WaitMesh(ctx)
 		case "wait":
 			ctx, cancel := deadline(req)
 			defer cancel()

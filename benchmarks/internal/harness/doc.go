@@ -1,12 +1,21 @@
-// Package harness orchestrates the load benchmark: for each server and
-// protocol it starts the server in a child process and N clients in
-// another, waits for the clients to converge, makes each change, storms
-// the server with reconnects, and gathers what the children measured.
+// Package harness orchestrates the load benchmark. It runs two scenarios,
+// each server in a child process of its own and the N clients in another.
 //
-// The server runs alone in its process, so its CPU time (getrusage around
-// each change) and resident set are its own; the clients share one
-// process. A change is timed from the instant the server child hands it to
-// the server (its wall clock) to the instant each client sends the ACK of
-// the response carrying it (the client child's wall clock; both run on one
-// machine).
+// Run, the comparison: for each server and protocol it waits for the
+// clients to converge, makes each change, storms the server with
+// reconnects, and gathers what the children measured. The server runs
+// alone in its process, so its CPU time (getrusage around each change) and
+// resident set are its own; the clients share one process. A change is
+// timed from the instant the server child hands it to the server (its wall
+// clock) to the instant each client sends the ACK of the response carrying
+// it (the client child's wall clock; both run on one machine).
+//
+// RunBurst, the make-before-break check: for each server, protocol and run,
+// with a server and clients of their own, it waits for the clients to
+// converge, has the server child hand it a burst of changes of random
+// kinds at a fixed interval, and waits until every client holds the final
+// configuration and the servers are quiet. It reports, per run, the
+// violations the clients' ordering checkers counted, the time from the
+// last hand-over until each client held the final configuration, and the
+// responses per client.
 package harness

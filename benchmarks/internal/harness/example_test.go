@@ -37,3 +37,33 @@ func ExampleReport() {
 	// | xdspush | delta | 1.00s | 60.0 KiB | 15.0ms / 30.0ms / 30.0ms | 1.50× | 1.00 | 270 B | 150µs | 1.50× | 30.0ms / 60.0ms / 60.0ms | 3.00× | 1.00 | 270 B | 300µs | 3.00× | – | – | – | – | 0 |
 	// | floor | delta | 1.00s | 30.0 KiB | 10.0ms / 20.0ms / 20.0ms | 1.00× | 1.00 | 270 B | 100µs | 1.00× | 10.0ms / 20.0ms / 20.0ms | 1.00× | 1.00 | 270 B | 100µs | 1.00× | – | – | – | – | 0 |
 }
+
+// ReportBurst prints a row per run, then one per server and protocol.
+func ExampleReportBurst() {
+	run := func(seed uint64, violations int64, affected, missing int) harness.BurstRun {
+		return harness.BurstRun{
+			Seed: seed, Kinds: map[string]int{"endpoint": 2, "cluster": 1, "route": 1, "swap": 1},
+			Span: 80 * time.Millisecond, Violations: violations, Affected: affected,
+			ByReference: map[string]int64{"route→cluster": violations},
+			Settle:      harness.Latency{P50: 200 * time.Millisecond, P99: 300 * time.Millisecond, Max: 310 * time.Millisecond, Missing: missing},
+			Responses:   6, MaxResponses: 7, Bytes: 9 << 10,
+		}
+	}
+	harness.ReportBurst(os.Stdout, []harness.BurstResult{{
+		Server: "gcp", Protocol: "sotw", Clients: 10, Services: 100, Changes: 5, Interval: 20 * time.Millisecond,
+		Runs: []harness.BurstRun{run(1, 10, 10, 0), run(2, 0, 0, 1)},
+	}})
+	// Output:
+	// N = 10 clients; mesh of 100 services; per run, 5 changes of random kinds handed to the server 20ms apart (e/c/r/s: endpoint edits, cluster edits, route edits, swaps). violations: dangling references the clients' ordering checkers counted over the burst (clients: how many counted one), and by kind of reference: l→r a listener in service naming a route not held, r→c a route in service naming a cluster not held (both include the removal of what is still named), c→e the removal of the endpoints of a cluster still held. settled: clients holding the final configuration at the end. settle: last hand-over → each client's ACK completing the final configuration (p50 / p99 / max). resp, bytes: per client over the burst (mean, and the most any client received). held back: references the server held back until the client held what they name (xdspush only).
+	//
+	// | server | proto | run | seed | e/c/r/s | span | violations | clients | l→r / r→c / c→e | settled | settle p50 / p99 / max | resp (max) | bytes | held back | phase timeouts |
+	// |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
+	// | gcp | sotw | 1 | 1 | 2/1/1/1 | 80.0ms | 10 | 10 | 0 / 10 / 0 | 10/10 | 200ms / 300ms / 310ms | 6.00 (7) | 9.00 KiB | – | – |
+	// | gcp | sotw | 2 | 2 | 2/1/1/1 | 80.0ms | 0 | 0 | 0 / 0 / 0 | 9/10 | 200ms / 300ms / 310ms | 6.00 (7) | 9.00 KiB | – | – |
+	//
+	// By server and protocol:
+	//
+	// | server | proto | runs | runs with 0 violations | violations | l→r / r→c / c→e | clients affected (worst run) | runs with every client settled | settle max (median run / worst run) | resp per client (mean) |
+	// |---|---|---|---|---|---|---|---|---|---|
+	// | gcp | sotw | 2 | 1/2 | 10 | 0 / 10 / 0 | 10 | 1/2 | 310ms / 310ms | 6.00 |
+}

@@ -121,42 +121,12 @@ type StormResult struct {
 
 // Run runs every (server, protocol) of cfg in turn.
 func Run(cfg Config) ([]Result, error) {
-	if cfg.Clients <= 0 {
-		return nil, fmt.Errorf("harness: %d clients", cfg.Clients)
-	}
-	if cfg.Executable == "" {
-		return nil, errors.New("harness: Config.Executable is empty")
-	}
-	if len(cfg.Servers) == 0 {
-		cfg.Servers = servers.Names
-	}
-	for _, s := range cfg.Servers {
-		if !servers.Known(s) {
-			return nil, fmt.Errorf("harness: unknown server %q (want some of %v)", s, servers.Names)
-		}
-	}
-	if len(cfg.Protocols) == 0 {
-		cfg.Protocols = []string{"sotw", "delta"}
-	}
-	for _, p := range cfg.Protocols {
-		if p != "sotw" && p != "delta" {
-			return nil, fmt.Errorf("harness: unknown protocol %q (want sotw or delta)", p)
-		}
-	}
-	if cfg.Services == 0 {
-		cfg.Services = mesh.DefaultServices
-	}
-	if cfg.Endpoints == 0 {
-		cfg.Endpoints = mesh.DefaultEndpoints
+	cfg, err := cfg.withDefaults(servers.Names)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Rounds == 0 {
 		cfg.Rounds = 3
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = time.Minute + time.Duration(cfg.Clients)*10*time.Millisecond
-	}
-	if cfg.Progress == nil {
-		cfg.Progress = io.Discard
 	}
 	var out []Result
 	for _, s := range cfg.Servers {
@@ -169,6 +139,46 @@ func Run(cfg Config) ([]Result, error) {
 		}
 	}
 	return out, nil
+}
+
+// withDefaults validates cfg and fills in its defaults; all are the
+// servers of an empty Config.Servers.
+func (cfg Config) withDefaults(all []string) (Config, error) {
+	if cfg.Clients <= 0 {
+		return cfg, fmt.Errorf("harness: %d clients", cfg.Clients)
+	}
+	if cfg.Executable == "" {
+		return cfg, errors.New("harness: Config.Executable is empty")
+	}
+	if len(cfg.Servers) == 0 {
+		cfg.Servers = all
+	}
+	for _, s := range cfg.Servers {
+		if !servers.Known(s) {
+			return cfg, fmt.Errorf("harness: unknown server %q (want some of %v)", s, servers.Names)
+		}
+	}
+	if len(cfg.Protocols) == 0 {
+		cfg.Protocols = []string{"sotw", "delta"}
+	}
+	for _, p := range cfg.Protocols {
+		if p != "sotw" && p != "delta" {
+			return cfg, fmt.Errorf("harness: unknown protocol %q (want sotw or delta)", p)
+		}
+	}
+	if cfg.Services == 0 {
+		cfg.Services = mesh.DefaultServices
+	}
+	if cfg.Endpoints == 0 {
+		cfg.Endpoints = mesh.DefaultEndpoints
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = time.Minute + time.Duration(cfg.Clients)*10*time.Millisecond
+	}
+	if cfg.Progress == nil {
+		cfg.Progress = io.Discard
+	}
+	return cfg, nil
 }
 
 // child is a running child process.
@@ -243,7 +253,8 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	timeout := cfg.Timeout.Seconds()
 	n := strconv.Itoa(cfg.Clients)
 	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
-	srvArgs := append([]string{"server", "-server", name, "-n", n}, sizes...)
+	// No debounce window in the latency of a change.
+	srvArgs := append([]string{"server", "-server", name, "-n", n, "-nodebounce"}, sizes...)
 	if cfg.CPUProfile != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
 	}

@@ -94,6 +94,79 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestBurst runs the burst scenario, small: 50 clients of xdspush over
+// both protocols, two runs of 20 changes 20ms apart (one run of the floor,
+// which orders on the stream alone), the children being this test binary.
+// Every client must come to hold the final configuration, and no client
+// may ever count a dangling reference.
+func TestBurst(t *testing.T) {
+	for _, tt := range []struct {
+		server string
+		runs   int
+	}{
+		{server: "xdspush", runs: 2},
+		{server: "floor", runs: 1},
+	} {
+		t.Run(tt.server, func(t *testing.T) {
+			const clients = 50
+			var stderr strings.Builder
+			rs, err := RunBurst(Config{
+				Clients: clients,
+				Servers: []string{tt.server},
+				Quiet:   100 * time.Millisecond,
+				// Ten times what a run takes under -race: a run that
+				// fails does not hold the test for minutes.
+				Timeout:    20 * time.Second,
+				Executable: os.Args[0],
+				Stderr:     &stderr,
+				Env:        []string{"GORACE=atexit_sleep_ms=0"},
+				Progress:   testWriter{t},
+			}, Burst{Runs: tt.runs})
+			if err != nil {
+				t.Fatalf("RunBurst: %v\nchildren's stderr:\n%s", err, stderr.String())
+			}
+			if len(rs) != 2 {
+				t.Fatalf("RunBurst returned %d results; want 2 (sotw, delta)", len(rs))
+			}
+			for _, r := range rs {
+				name := r.Server + "/" + r.Protocol
+				if len(r.Runs) != tt.runs {
+					t.Errorf("%s: %d runs; want %d", name, len(r.Runs), tt.runs)
+				}
+				for i, run := range r.Runs {
+					if run.Violations != 0 || run.InitViolations != 0 {
+						t.Errorf("%s run %d (seed %d): %d violations (%d clients), %d before the burst; want 0",
+							name, i+1, run.Seed, run.Violations, run.Affected, run.InitViolations)
+					}
+					if run.Settle.Missing != 0 || run.Regressions != 0 {
+						t.Errorf("%s run %d: %d clients do not hold the final configuration, %d regressions; want 0, 0",
+							name, i+1, run.Settle.Missing, run.Regressions)
+					}
+					if run.Settle.Max <= 0 || run.Responses < 1 {
+						t.Errorf("%s run %d: settled in %v after %v responses per client; want > 0, ≥ 1", name, i+1, run.Settle.Max, run.Responses)
+					}
+					if len(run.Errors) != 0 {
+						t.Errorf("%s run %d: errors %q; want none", name, i+1, run.Errors)
+					}
+					if got := len(run.Kinds); got < 3 {
+						t.Errorf("%s run %d: changes of %d kinds; want at least 3", name, i+1, got)
+					}
+					if tt.server == "xdspush" && (run.Server == nil || run.Server.Failures != 0) {
+						t.Errorf("%s run %d: server stats %+v; want reported, with no failure outstanding", name, i+1, run.Server)
+					}
+				}
+			}
+			var b strings.Builder
+			ReportBurst(&b, rs)
+			for _, want := range []string{"| " + tt.server + " | sotw | 1 |", "| " + tt.server + " | delta |"} {
+				if !strings.Contains(b.String(), want) {
+					t.Errorf("ReportBurst lacks %q:\n%s", want, b.String())
+				}
+			}
+		})
+	}
+}
+
 // testWriter logs each write on t.
 type testWriter struct{ t *testing.T }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
 )
 
@@ -184,6 +185,99 @@ func Report(w io.Writer, rs []Result) {
 		for _, e := range r.Errors {
 			errs = append(errs, fmt.Sprintf("- %s %s: %s", r.Server, r.Protocol, e))
 		}
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\nProblems:\n\n%s\n", strings.Join(errs, "\n"))
+	}
+}
+
+// ReportBurst writes the burst results as markdown: a row per run, then a
+// row per (server, protocol) summing its runs up.
+func ReportBurst(w io.Writer, rs []BurstResult) {
+	if len(rs) == 0 {
+		return
+	}
+	r0 := rs[0]
+	fmt.Fprintf(w, "N = %d clients; mesh of %d services; per run, %d changes of random kinds handed to the server %v apart "+
+		"(e/c/r/s: endpoint edits, cluster edits, route edits, swaps). "+
+		"violations: dangling references the clients' ordering checkers counted over the burst (clients: how many counted one), "+
+		"and by kind of reference: l→r a listener in service naming a route not held, r→c a route in service naming a cluster not held "+
+		"(both include the removal of what is still named), c→e the removal of the endpoints of a cluster still held. "+
+		"settled: clients holding the final configuration at the end. "+
+		"settle: last hand-over → each client's ACK completing the final configuration (p50 / p99 / max). "+
+		"resp, bytes: per client over the burst (mean, and the most any client received). "+
+		"held back: references the server held back until the client held what they name (xdspush only).\n\n",
+		r0.Clients, r0.Services, r0.Changes, r0.Interval)
+	hdr := []string{"server", "proto", "run", "seed", "e/c/r/s", "span", "violations", "clients", "l→r / r→c / c→e", "settled",
+		"settle p50 / p99 / max", "resp (max)", "bytes", "held back", "phase timeouts"}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	var errs []string
+	for _, r := range rs {
+		for i, run := range r.Runs {
+			held, timeouts := "–", "–"
+			if s := run.Server; s != nil {
+				held, timeouts = fmt.Sprint(s.ReferenceHolds), fmt.Sprint(s.PhaseTimeouts)
+			}
+			row := []string{r.Server, r.Protocol, fmt.Sprint(i + 1), fmt.Sprint(run.Seed),
+				fmt.Sprintf("%d/%d/%d/%d", run.Kinds[mesh.EndpointChange], run.Kinds[mesh.ClusterChange], run.Kinds[mesh.RouteChange], run.Kinds[mesh.SwapChange]),
+				dur(run.Span), fmt.Sprint(run.Violations), fmt.Sprint(run.Affected),
+				fmt.Sprintf("%d / %d / %d", run.ByReference[fleet.RefNames[0]], run.ByReference[fleet.RefNames[1]], run.ByReference[fleet.RefNames[2]]),
+				fmt.Sprintf("%d/%d", r.Clients-run.Settle.Missing, r.Clients),
+				fmt.Sprintf("%s / %s / %s", dur(run.Settle.P50), dur(run.Settle.P99), dur(run.Settle.Max)),
+				fmt.Sprintf("%s (%d)", sig(run.Responses), run.MaxResponses), size(run.Bytes), held, timeouts}
+			fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+			for _, e := range run.Errors {
+				errs = append(errs, fmt.Sprintf("- %s %s run %d: %s", r.Server, r.Protocol, i+1, e))
+			}
+			if run.Regressions > 0 {
+				errs = append(errs, fmt.Sprintf("- %s %s run %d: %d times a client lost the final configuration after holding it", r.Server, r.Protocol, i+1, run.Regressions))
+			}
+			if run.InitViolations > 0 {
+				errs = append(errs, fmt.Sprintf("- %s %s run %d: %d violations during the initial convergence", r.Server, r.Protocol, i+1, run.InitViolations))
+			}
+			if s := run.Server; s != nil && (s.ReferenceFailures > 0 || s.Failures > 0) {
+				errs = append(errs, fmt.Sprintf("- %s %s run %d: the server counted %d references held back as inconsistent configuration; %d failures at the end",
+					r.Server, r.Protocol, i+1, s.ReferenceFailures, s.Failures))
+			}
+		}
+	}
+
+	fmt.Fprintf(w, "\nBy server and protocol:\n\n")
+	hdr = []string{"server", "proto", "runs", "runs with 0 violations", "violations", "l→r / r→c / c→e", "clients affected (worst run)",
+		"runs with every client settled", "settle max (median run / worst run)", "resp per client (mean)"}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, r := range rs {
+		var zero, settled, worstAffected int
+		var violations int64
+		var byRef [3]int64
+		var maxes []time.Duration
+		var resp float64
+		for _, run := range r.Runs {
+			if run.Violations == 0 && run.InitViolations == 0 {
+				zero++
+			}
+			if run.Settle.Missing == 0 {
+				settled++
+			}
+			violations += run.Violations + run.InitViolations
+			for k, name := range fleet.RefNames {
+				byRef[k] += run.ByReference[name]
+			}
+			worstAffected = max(worstAffected, run.Affected)
+			maxes = append(maxes, run.Settle.Max)
+			resp += run.Responses
+		}
+		n := len(r.Runs)
+		med, worst := "–", "–"
+		if n > 0 {
+			slices.Sort(maxes)
+			med, worst = dur(maxes[(n-1)/2]), dur(maxes[n-1])
+			resp /= float64(n)
+		}
+		row := []string{r.Server, r.Protocol, fmt.Sprint(n), fmt.Sprintf("%d/%d", zero, n), fmt.Sprint(violations),
+			fmt.Sprintf("%d / %d / %d", byRef[0], byRef[1], byRef[2]),
+			fmt.Sprint(worstAffected), fmt.Sprintf("%d/%d", settled, n), med + " / " + worst, sig(resp)}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 	if len(errs) > 0 {
 		fmt.Fprintf(w, "\nProblems:\n\n%s\n", strings.Join(errs, "\n"))

@@ -24,3 +24,25 @@ func ExampleMesh_Apply() {
 	fmt.Println(tg.Name, addr, server.Assignment(7).Endpoints[0].LbEndpoints[0].GetEndpoint().Address.GetSocketAddress().Address)
 	// Output: svc-007 10.7.1.1 10.7.1.1
 }
+
+// A swap replaces a service's cluster: the new one and its endpoints are
+// added, the route is switched to it and the old one is removed, in one
+// change.
+func ExampleMesh_Apply_swap() {
+	m := mesh.New(mesh.DefaultServices, mesh.DefaultEndpoints)
+	tg, err := m.Apply(mesh.Change{Kind: mesh.SwapChange, Service: 7})
+	if err != nil {
+		panic(err)
+	}
+	for _, r := range tg.Changed {
+		fmt.Println(r.Type[len("type.googleapis.com/envoy.config."):], r.Name, r.Removed)
+	}
+	fmt.Println(m.Route().VirtualHosts[7].Routes[0].GetRoute().GetCluster())
+	// Output:
+	// cluster.v3.Cluster svc-007-v1 false
+	// endpoint.v3.ClusterLoadAssignment svc-007-v1 false
+	// route.v3.RouteConfiguration routes false
+	// cluster.v3.Cluster svc-007 true
+	// endpoint.v3.ClusterLoadAssignment svc-007 true
+	// svc-007-v1
+}

@@ -2,6 +2,8 @@ package mesh
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -42,24 +44,52 @@ const (
 	EndpointChange = "endpoint"
 	// ClusterChange gives a service's cluster a new connect_timeout.
 	ClusterChange = "cluster"
+	// RouteChange gives the route of a service's virtual host a new
+	// timeout: the RouteConfiguration changes, the clusters it names do
+	// not.
+	RouteChange = "route"
+	// SwapChange replaces a service's cluster, in one change: a cluster of
+	// a new name (ClusterName with the next version) and its endpoints are
+	// added, the service's route is switched to it, and the old cluster
+	// and its endpoints are removed. A server that sends the route before
+	// the new cluster, or the removal before the route, leaves a client
+	// with a route naming a cluster it does not hold.
+	SwapChange = "swap"
 )
+
+// Kinds lists every change kind.
+var Kinds = []string{EndpointChange, ClusterChange, RouteChange, SwapChange}
 
 // Change is one change of the mesh.
 type Change struct {
-	// Kind is EndpointChange or ClusterChange.
+	// Kind is one of Kinds.
 	Kind string `json:"kind"`
 	// Service is the index of the changed service.
 	Service int `json:"service"`
 }
 
-// Target is what a client must receive for a change to have reached it.
+// Target is what a client must receive for a change to have reached it,
+// and everything the change touched.
 type Target struct {
-	// Type is the type URL of the changed resource.
+	// Type is the type URL of the resource whose arrival completes the
+	// change (the RouteConfiguration for a route change or a swap).
 	Type string
 	// Name is its name.
 	Name string
 	// Message is its new content.
 	Message proto.Message
+	// Changed lists every resource the change added, modified or removed.
+	Changed []Ref
+}
+
+// Ref names one resource a change touched.
+type Ref struct {
+	// Type is the resource's type URL.
+	Type string
+	// Name is its name.
+	Name string
+	// Removed is true if the change removed it.
+	Removed bool
 }
 
 // Mesh is the benchmark's configuration at one point of its history.
@@ -67,6 +97,8 @@ type Mesh struct {
 	endpoints int
 	epGen     []int // by service: endpoint generation
 	clGen     []int // by service: cluster generation
+	rtGen     []int // by service: route generation
+	version   []int // by service: version of its cluster's name (swaps)
 	clusters  []*clusterv3.Cluster
 	clas      []*endpointv3.ClusterLoadAssignment
 	listener  *listenerv3.Listener
@@ -80,6 +112,8 @@ func New(services, endpoints int) *Mesh {
 		endpoints: endpoints,
 		epGen:     make([]int, services),
 		clGen:     make([]int, services),
+		rtGen:     make([]int, services),
+		version:   make([]int, services),
 		clusters:  make([]*clusterv3.Cluster, services),
 		clas:      make([]*endpointv3.ClusterLoadAssignment, services),
 	}
@@ -92,9 +126,22 @@ func New(services, endpoints int) *Mesh {
 	return m
 }
 
-// ServiceName returns the name of service s: the name of its cluster, its
-// ClusterLoadAssignment and its virtual host.
+// ServiceName returns the name of service s: the name of its virtual host
+// and, until it is swapped, of its cluster and ClusterLoadAssignment.
 func ServiceName(s int) string { return fmt.Sprintf("svc-%03d", s) }
+
+// ClusterName returns the name of the cluster (and ClusterLoadAssignment)
+// of service s at version v: ServiceName(s) at version 0, then
+// "svc-007-v1", "svc-007-v2"… after each swap.
+func ClusterName(s, v int) string {
+	if v == 0 {
+		return ServiceName(s)
+	}
+	return fmt.Sprintf("%s-v%d", ServiceName(s), v)
+}
+
+// ClusterNameOf returns the name of service s's current cluster.
+func (m *Mesh) ClusterNameOf(s int) string { return ClusterName(s, m.version[s]) }
 
 // Services returns the number of services.
 func (m *Mesh) Services() int { return len(m.clusters) }
@@ -127,32 +174,103 @@ func (m *Mesh) Validate(c Change) error {
 	if c.Service < 0 || c.Service >= len(m.clusters) {
 		return fmt.Errorf("mesh: change of service %d, out of [0, %d)", c.Service, len(m.clusters))
 	}
-	if c.Kind != EndpointChange && c.Kind != ClusterChange {
+	if !slices.Contains(Kinds, c.Kind) {
 		return fmt.Errorf("mesh: unknown change kind %q", c.Kind)
 	}
 	return nil
 }
 
-// Apply applies c, replacing the changed message with a new one, and returns
-// what a client must receive for c to have reached it.
+// Apply applies c, replacing the changed messages with new ones, and
+// returns what a client must receive for c to have reached it.
 func (m *Mesh) Apply(c Change) (Target, error) {
 	if err := m.Validate(c); err != nil {
 		return Target{}, err
 	}
 	s := c.Service
-	if c.Kind == EndpointChange {
+	name := m.ClusterNameOf(s)
+	switch c.Kind {
+	case EndpointChange:
 		m.epGen[s]++
 		m.clas[s] = m.cla(s)
-		return Target{Type: EndpointType, Name: ServiceName(s), Message: m.clas[s]}, nil
+		return Target{Type: EndpointType, Name: name, Message: m.clas[s],
+			Changed: []Ref{{Type: EndpointType, Name: name}}}, nil
+	case ClusterChange:
+		m.clGen[s]++
+		m.clusters[s] = m.cluster(s)
+		return Target{Type: ClusterType, Name: name, Message: m.clusters[s],
+			Changed: []Ref{{Type: ClusterType, Name: name}}}, nil
+	case RouteChange:
+		m.rtGen[s]++
+		m.route = m.newRoute()
+		return Target{Type: RouteType, Name: RouteName, Message: m.route,
+			Changed: []Ref{{Type: RouteType, Name: RouteName}}}, nil
 	}
+	// A swap: the new cluster has new endpoints too.
+	m.version[s]++
 	m.clGen[s]++
+	m.epGen[s]++
+	next := m.ClusterNameOf(s)
 	m.clusters[s] = m.cluster(s)
-	return Target{Type: ClusterType, Name: ServiceName(s), Message: m.clusters[s]}, nil
+	m.clas[s] = m.cla(s)
+	m.route = m.newRoute()
+	return Target{Type: RouteType, Name: RouteName, Message: m.route, Changed: []Ref{
+		{Type: ClusterType, Name: next},
+		{Type: EndpointType, Name: next},
+		{Type: RouteType, Name: RouteName},
+		{Type: ClusterType, Name: name, Removed: true},
+		{Type: EndpointType, Name: name, Removed: true},
+	}}, nil
+}
+
+// Burst returns n changes drawn from seed: each of a kind and a service
+// chosen uniformly (a service may change more than once). The same seed
+// gives the same changes.
+func Burst(seed uint64, n, services int) []Change {
+	r := rand.New(rand.NewPCG(seed, 0x6275727374)) // "burst"
+	out := make([]Change, n)
+	for i := range out {
+		out[i] = Change{Kind: Kinds[r.IntN(len(Kinds))], Service: r.IntN(services)}
+	}
+	return out
+}
+
+// Snapshot is the mesh at one point of its history, for a server's store.
+// It is immutable and safe for concurrent use.
+type Snapshot struct {
+	// Clusters and Assignments are by service.
+	Clusters    []*clusterv3.Cluster
+	Assignments []*endpointv3.ClusterLoadAssignment
+	Listener    *listenerv3.Listener
+	Route       *routev3.RouteConfiguration
+
+	service map[string]int // cluster name → service
+}
+
+// Service returns the service whose cluster (and ClusterLoadAssignment)
+// is called name in s.
+func (s *Snapshot) Service(name string) (int, bool) {
+	i, ok := s.service[name]
+	return i, ok
+}
+
+// Snapshot returns the mesh as it is now. Later changes do not affect it.
+func (m *Mesh) Snapshot() *Snapshot {
+	s := &Snapshot{
+		Clusters:    m.Clusters(),
+		Assignments: m.Assignments(),
+		Listener:    m.listener,
+		Route:       m.route,
+		service:     make(map[string]int, len(m.clusters)),
+	}
+	for i := range m.clusters {
+		s.service[m.ClusterNameOf(i)] = i
+	}
+	return s
 }
 
 func (m *Mesh) cluster(s int) *clusterv3.Cluster {
 	return &clusterv3.Cluster{
-		Name:                 ServiceName(s),
+		Name:                 m.ClusterNameOf(s),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{
 			EdsConfig: &corev3.ConfigSource{
@@ -180,7 +298,7 @@ func (m *Mesh) cla(s int) *endpointv3.ClusterLoadAssignment {
 		}
 	}
 	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: ServiceName(s),
+		ClusterName: m.ClusterNameOf(s),
 		Endpoints: []*endpointv3.LocalityLbEndpoints{{
 			Locality:    &corev3.Locality{Region: "region", Zone: "zone-a"},
 			LbEndpoints: lbs,
@@ -239,7 +357,8 @@ func (m *Mesh) newRoute() *routev3.RouteConfiguration {
 			Routes: []*routev3.Route{{
 				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
 				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name},
+					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: m.ClusterNameOf(s)},
+					Timeout:          durationpb.New(15*time.Second + time.Duration(m.rtGen[s])*time.Millisecond),
 				}},
 			}},
 		}

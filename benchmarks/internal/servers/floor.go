@@ -2,6 +2,7 @@ package servers
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
 	"strconv"
@@ -25,10 +26,15 @@ import (
 // stream (its nonce is unique per response, not per stream); a push sends
 // only what changed (an endpoint change: the changed ClusterLoadAssignment;
 // a cluster change: the full CDS state over SotW or the changed cluster over
-// Delta, then the cluster's ClusterLoadAssignment, which a client re-warms);
-// requests are answered with the current full state of their type, once
-// per type and subscription; ACKs and NACKs are read and dropped. It checks
-// nothing and orders nothing beyond writing CDS before EDS.
+// Delta, then the cluster's ClusterLoadAssignment, which a client re-warms;
+// a route change: the RouteConfiguration; a swap: the new cluster (over
+// SotW, in a CDS state that still holds the old one) and its endpoints, the
+// route, then the CDS state without the old cluster over SotW, its removal
+// and its endpoints' over Delta); pushes reach each stream in the order of
+// the changes; requests are answered with the current full state of their
+// type, once per type and subscription; ACKs and NACKs are read and
+// dropped. It checks nothing and waits for no ACK: its order on the stream
+// is all its make-before-break.
 
 // Type indexes of the floor's responses.
 const (
@@ -84,6 +90,7 @@ type floorServer struct {
 	anys  map[proto.Message]*anypb.Any // encoded resources by message
 	seq   uint64                       // versions and nonces
 	conns map[*floorStream]struct{}    // streams that have sent a request
+	tail  chan struct{}                // closed when the last fan-out has ended
 
 	state atomic.Pointer[floorState]
 }
@@ -163,11 +170,13 @@ func (f *floorServer) encodeSotW(t int, msgs []proto.Message) *encoded {
 	return &encoded{b: b}
 }
 
-// encodeDelta marshals a Delta response of type t holding msgs.
-func (f *floorServer) encodeDelta(t int, msgs []proto.Message) *encoded {
+// encodeDelta marshals a Delta response of type t holding msgs and
+// removing removed.
+func (f *floorServer) encodeDelta(t int, msgs []proto.Message, removed []string) *encoded {
 	f.seq++
 	v := strconv.FormatUint(f.seq, 10)
-	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: floorTypes[t], SystemVersionInfo: v, Nonce: v}
+	resp := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: floorTypes[t], SystemVersionInfo: v, Nonce: v,
+		RemovedResources: removed}
 	for _, m := range msgs {
 		resp.Resources = append(resp.Resources, &discoveryv3.Resource{
 			Name: resourceNameOf(m), Version: v, Resource: f.anyOf(m),
@@ -198,7 +207,7 @@ func (f *floorServer) build() *floorState {
 	for t := range fTypes {
 		msgs := f.resources(t)
 		st.sotw[t] = f.encodeSotW(t, msgs)
-		st.delta[t] = f.encodeDelta(t, msgs)
+		st.delta[t] = f.encodeDelta(t, msgs, nil)
 	}
 	return st
 }
@@ -210,7 +219,7 @@ func (f *floorServer) rebuild(prev *floorState, ts ...int) *floorState {
 	for _, t := range ts {
 		msgs := f.resources(t)
 		st.sotw[t] = f.encodeSotW(t, msgs)
-		st.delta[t] = f.encodeDelta(t, msgs)
+		st.delta[t] = f.encodeDelta(t, msgs, nil)
 	}
 	return &st
 }
@@ -298,6 +307,7 @@ func (f *floorServer) Start(_ context.Context, lis net.Listener) error {
 
 func (f *floorServer) Change(c mesh.Change) (time.Time, error) {
 	f.mu.Lock()
+	before := f.m.Clusters()
 	tg, err := f.m.Apply(c)
 	if err != nil {
 		f.mu.Unlock()
@@ -305,40 +315,71 @@ func (f *floorServer) Change(c mesh.Change) (time.Time, error) {
 	}
 	t0 := time.Now()
 	prev := f.state.Load()
-	var sotw, delta []*encoded
 	cla := []proto.Message{f.m.Assignment(c.Service)}
-	edsOne := f.encodeSotW(fEDS, cla)
-	edsOneDelta := f.encodeDelta(fEDS, cla)
+	eds := []*encoded{f.encodeSotW(fEDS, cla)}
+	edsDelta := []*encoded{f.encodeDelta(fEDS, cla, nil)}
+	var sotw, delta []*encoded
 	switch c.Kind {
 	case mesh.EndpointChange:
 		f.state.Store(f.rebuild(prev, fEDS))
+		sotw, delta = eds, edsDelta
 	case mesh.ClusterChange:
 		next := f.rebuild(prev, fCDS)
 		f.state.Store(next)
-		sotw = append(sotw, next.sotw[fCDS])
-		delta = append(delta, f.encodeDelta(fCDS, []proto.Message{tg.Message}))
+		sotw = append([]*encoded{next.sotw[fCDS]}, eds...)
+		delta = append([]*encoded{f.encodeDelta(fCDS, []proto.Message{f.m.Cluster(c.Service)}, nil)}, edsDelta...)
+	case mesh.RouteChange:
+		next := f.rebuild(prev, fRDS)
+		f.state.Store(next)
+		sotw, delta = []*encoded{next.sotw[fRDS]}, []*encoded{next.delta[fRDS]}
+	case mesh.SwapChange:
+		// Make-before-break on the stream, without waiting for ACKs: the
+		// new cluster (SotW: with the old one still in the state) and its
+		// endpoints, the route, then the old cluster's removal.
+		next := f.rebuild(prev, fCDS, fEDS, fRDS)
+		f.state.Store(next)
+		old := before[c.Service].Name
+		union := append(f.resources(fCDS), before[c.Service])
+		sotw = []*encoded{f.encodeSotW(fCDS, union), eds[0], next.sotw[fRDS], next.sotw[fCDS]}
+		delta = []*encoded{
+			f.encodeDelta(fCDS, []proto.Message{f.m.Cluster(c.Service)}, nil), edsDelta[0], next.delta[fRDS],
+			f.encodeDelta(fCDS, nil, []string{old}), f.encodeDelta(fEDS, nil, []string{old}),
+		}
+	default:
+		f.mu.Unlock()
+		return time.Time{}, fmt.Errorf("floor: change kind %q (target %s)", c.Kind, tg.Name)
 	}
-	sotw = append(sotw, edsOne)
-	delta = append(delta, edsOneDelta)
 	conns := make([]*floorStream, 0, len(f.conns))
 	for fs := range f.conns {
 		conns = append(conns, fs)
 	}
+	// Pushes reach each stream in the order of the changes: this one's
+	// fan-out starts once the previous one's has ended.
+	after, done := f.tail, make(chan struct{})
+	f.tail = done
 	f.mu.Unlock()
 
 	// Fan out on GOMAXPROCS goroutines; the change returns at once.
-	workers := runtime.GOMAXPROCS(0)
-	for w := range workers {
-		f.wg.Go(func() {
-			for i := w; i < len(conns); i += workers {
-				if conns[i].delta {
-					conns[i].push(delta)
-				} else {
-					conns[i].push(sotw)
+	f.wg.Go(func() {
+		defer close(done)
+		if after != nil {
+			<-after
+		}
+		var wg sync.WaitGroup
+		workers := runtime.GOMAXPROCS(0)
+		for w := range workers {
+			wg.Go(func() {
+				for i := w; i < len(conns); i += workers {
+					if conns[i].delta {
+						conns[i].push(delta)
+					} else {
+						conns[i].push(sotw)
+					}
 				}
-			}
-		})
-	}
+			})
+		}
+		wg.Wait()
+	})
 	return t0, nil
 }
 

@@ -3,6 +3,7 @@ package servers
 import (
 	"context"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,8 +25,8 @@ import (
 // shared). With perType false the snapshot has one version for every type
 // (cache.NewSnapshot), so every change re-sends every type; with perType
 // true each type keeps its own version and only the changed type's version
-// moves, so an endpoint change re-sends EDS only and a cluster change CDS
-// only.
+// moves, so an endpoint change re-sends EDS only, a cluster change CDS
+// only, a route change RDS only and a swap CDS, EDS and RDS.
 type gcpServer struct {
 	perType bool
 	nodes   []string
@@ -39,6 +40,9 @@ type gcpServer struct {
 	version  int
 	versions [4]int // per type (perType): CDS, EDS, LDS, RDS
 }
+
+// gcpTypes are the types of gcpServer.versions, in order.
+var gcpTypes = [4]string{mesh.ClusterType, mesh.EndpointType, mesh.ListenerType, mesh.RouteType}
 
 func newGCP(cfg Config, perType bool) *gcpServer {
 	g := &gcpServer{perType: perType, m: mesh.New(cfg.Services, cfg.Endpoints)}
@@ -99,16 +103,20 @@ func (g *gcpServer) Start(ctx context.Context, lis net.Listener) error {
 func (g *gcpServer) Change(c mesh.Change) (time.Time, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if _, err := g.m.Apply(c); err != nil {
+	tg, err := g.m.Apply(c)
+	if err != nil {
 		return time.Time{}, err
 	}
 	t0 := time.Now()
 	g.version++
-	switch c.Kind {
-	case mesh.EndpointChange:
-		g.versions[1]++
-	case mesh.ClusterChange:
-		g.versions[0]++
+	var moved [4]bool // by type: CDS, EDS, LDS, RDS
+	for _, r := range tg.Changed {
+		moved[slices.Index(gcpTypes[:], r.Type)] = true
+	}
+	for i, m := range moved {
+		if m {
+			g.versions[i]++
+		}
 	}
 	snap := g.snapshot()
 	ctx := context.Background()

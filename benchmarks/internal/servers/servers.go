@@ -23,6 +23,44 @@ type Config struct {
 	NodeID func(i int) string
 	// Services and Endpoints size the mesh.
 	Services, Endpoints int
+	// NoDebounce makes xdspush bypass its debounce window for every
+	// change, so that the latency of a change holds no window. By default
+	// it bypasses it for endpoint changes only and Full changes wait in
+	// the library's default window (100ms), as a host such as
+	// examples/filecp does. The other servers have no debounce.
+	NoDebounce bool
+}
+
+// Stats is what a server counts about its own work, for the servers that
+// can (see StatsReporter).
+type Stats struct {
+	// ReferenceHolds counts the resources and removals held back because
+	// the client did not hold what they reference yet (or still held what
+	// references them): make-before-break at work.
+	ReferenceHolds int64 `json:"reference_holds"`
+	// ReferenceFailures counts those held back because the configuration
+	// itself was inconsistent (a resource naming one the server's
+	// configuration did not have).
+	ReferenceFailures int64 `json:"reference_failures"`
+	// PhaseTimeouts counts the phases sent although the ACKs they waited
+	// for had not arrived.
+	PhaseTimeouts int64 `json:"phase_timeouts"`
+	// Failures is the number of failures outstanding now.
+	Failures int64 `json:"failures"`
+}
+
+// Describer is implemented by the servers that can describe their
+// connections, to diagnose a client that went wrong.
+type Describer interface {
+	// Describe returns what the server knows of the connections of the
+	// proxies named, and of its failures. It is safe for concurrent use.
+	Describe(proxyIDs []string) []string
+}
+
+// StatsReporter is implemented by the servers that report Stats.
+type StatsReporter interface {
+	// Stats returns the counts so far. It is safe for concurrent use.
+	Stats() Stats
 }
 
 // Server is a control plane under test.

@@ -3,14 +3,14 @@ package servers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"google.golang.org/grpc"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
@@ -27,102 +27,88 @@ const (
 	kindRoute     = "Route"
 )
 
-// xdspushHost serves the mesh with an xds.Server, wired as a host would:
+// kindOf maps a mesh type URL to the config kind of its changes.
+var kindOf = map[string]string{
+	mesh.ClusterType:  kindService,
+	mesh.EndpointType: kindEndpoints,
+	mesh.ListenerType: kindListener,
+	mesh.RouteType:    kindRoute,
+}
+
+// xdspushHost serves the mesh with an xds.Server, wired as a host would
+// (as examples/filecp is):
 //
-//   - the host's store holds the current clusters and ClusterLoadAssignments;
-//   - a pushcontext.Builder holds one index per kind: clusters (rebuilt
-//     incrementally: only the changed clusters are taken from the store),
-//     endpoints (the store's assignments when it was rebuilt), listener and
-//     routes; every push builds, and rebuilds the indexes of its kinds;
+//   - the host's store is the mesh as of the last change (an immutable
+//     mesh.Snapshot); a change updates it, then is announced with
+//     ConfigUpdate, naming every resource it touched;
+//   - a pushcontext.Builder holds one index per kind (clusters, endpoints,
+//     listener, routes), each the store as of the build that rebuilt it:
+//     every push builds, and rebuilds the indexes of its kinds. An index
+//     may hold more than the keys announced so far (changes stored since,
+//     not yet announced, or waiting in the debounce window), and indexes
+//     rebuilt at different builds may disagree: it is the Server's to keep
+//     clients free of dangling references all the same;
 //   - one Generator per type returns the messages of the proxy's
 //     PushContext (shared pointers: each resource is marshalled once); the
-//     EDS generator is also a DeltaGenerator listing only the changed sets
-//     (for proxies without a view);
+//     EDS generator is also a DeltaGenerator listing only the sets a push
+//     changed (for proxies without a view);
 //   - every proxy has the same view ("mesh"): each type is generated once
 //     per push and subscription, and shared;
 //   - xds.Config.TypeKinds makes an endpoint change regenerate EDS only;
-//   - endpoint changes are non-Full ConfigUpdates, cluster changes Full;
-//     every request bypasses the debounce window.
+//   - endpoint changes are non-Full ConfigUpdates and bypass the debounce
+//     window; cluster, route and swap changes are Full and wait in the
+//     default window (100ms) unless Config.NoDebounce.
 type xdspushHost struct {
 	srv *xds.Server
 	gs  *grpc.Server
 	wg  sync.WaitGroup
 	run context.CancelFunc
 
-	mu       sync.Mutex // serialises Change; protects m
-	m        *mesh.Mesh
-	index    map[string]int                                      // service name → index; read-only
-	clusters atomic.Pointer[[]*clusterv3.Cluster]                // the store's clusters, by service
-	eps      atomic.Pointer[[]*endpointv3.ClusterLoadAssignment] // the live endpoint store, by service
+	mu    sync.Mutex // serialises Change; protects m
+	m     *mesh.Mesh
+	store atomic.Pointer[mesh.Snapshot]
 
-	clusterIx pushcontext.Index[[]*clusterv3.Cluster]
-	epIx      pushcontext.Index[[]*endpointv3.ClusterLoadAssignment]
-	lisIx     pushcontext.Index[[]xds.Resource]
-	routeIx   pushcontext.Index[[]xds.Resource]
+	clusterIx, epIx, lisIx, routeIx pushcontext.Index[*mesh.Snapshot]
+
+	holds, failures, timeouts atomic.Int64 // from the Server's hooks
 }
 
 func newXDSPush(cfg Config) (*xdspushHost, error) {
-	h := &xdspushHost{m: mesh.New(cfg.Services, cfg.Endpoints), index: make(map[string]int)}
-	for s := range h.m.Services() {
-		h.index[mesh.ServiceName(s)] = s
-	}
-	cl, eps := h.m.Clusters(), h.m.Assignments()
-	h.clusters.Store(&cl)
-	h.eps.Store(&eps)
+	h := &xdspushHost{m: mesh.New(cfg.Services, cfg.Endpoints)}
+	h.store.Store(h.m.Snapshot())
 
 	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{})
 	if err != nil {
 		return nil, err
 	}
-	h.clusterIx, err = pushcontext.Register(b, "clusters", []string{kindService},
-		func(ctx pushcontext.BuildContext[[]*clusterv3.Cluster]) ([]*clusterv3.Cluster, error) {
-			store := *h.clusters.Load()
-			prev, ok := ctx.Previous()
-			if !ok || ctx.Request().Forced {
-				return append([]*clusterv3.Cluster(nil), store...), nil
-			}
-			next := append([]*clusterv3.Cluster(nil), prev...)
-			for _, k := range ctx.Changed() {
-				if s, ok := h.index[k.Name]; ok && k.Kind == kindService {
-					next[s] = store[s]
-				}
-			}
-			return next, nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	h.epIx, err = pushcontext.Register(b, "endpoints", []string{kindEndpoints},
-		func(pushcontext.BuildContext[[]*endpointv3.ClusterLoadAssignment]) ([]*endpointv3.ClusterLoadAssignment, error) {
-			return *h.eps.Load(), nil // replaced, never modified
-		})
-	if err != nil {
-		return nil, err
-	}
-	h.lisIx, err = pushcontext.Register(b, "listener", []string{kindListener},
-		func(pushcontext.BuildContext[[]xds.Resource]) ([]xds.Resource, error) {
-			l := h.m.Listener() // static in this benchmark
-			return []xds.Resource{{Name: l.Name, Message: l}}, nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	h.routeIx, err = pushcontext.Register(b, "routes", []string{kindRoute},
-		func(pushcontext.BuildContext[[]xds.Resource]) ([]xds.Resource, error) {
-			r := h.m.Route() // static in this benchmark
-			return []xds.Resource{{Name: r.Name, Message: r}}, nil
-		})
-	if err != nil {
-		return nil, err
+	// Each index is the store as of the build that rebuilds it.
+	fromStore := func(pushcontext.BuildContext[*mesh.Snapshot]) (*mesh.Snapshot, error) { return h.store.Load(), nil }
+	for _, ix := range []struct {
+		p    *pushcontext.Index[*mesh.Snapshot]
+		name string
+		kind string
+	}{
+		{&h.clusterIx, "clusters", kindService},
+		{&h.epIx, "endpoints", kindEndpoints},
+		{&h.lisIx, "listener", kindListener},
+		{&h.routeIx, "routes", kindRoute},
+	} {
+		if *ix.p, err = pushcontext.Register(b, ix.name, []string{ix.kind}, fromStore); err != nil {
+			return nil, err
+		}
 	}
 
+	deb := xds.DebounceConfig{Bypass: func(req *pushcontext.PushRequest) bool { return !req.Full }}
+	if cfg.NoDebounce {
+		deb.Bypass = func(*pushcontext.PushRequest) bool { return true }
+	}
 	h.srv, err = xds.New(xds.Config{
 		Builder: b,
 		Generators: map[xds.TypeURL]xds.Generator{
 			xds.ClusterType:  xds.GeneratorFunc(h.generateClusters),
 			xds.EndpointType: edsGenerator{h},
-			xds.ListenerType: byName(h.lisIx),
-			xds.RouteType:    byName(h.routeIx),
+			xds.ListenerType: xds.GeneratorFunc(h.generateListener),
+			xds.RouteType:    xds.GeneratorFunc(h.generateRoute),
 		},
 		TypeKinds: map[xds.TypeURL][]string{
 			xds.ClusterType:  {kindService},
@@ -135,8 +121,17 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
-		// The smallest window the API allows: none.
-		Debounce: xds.DebounceConfig{Bypass: func(*pushcontext.PushRequest) bool { return true }},
+		Debounce: deb,
+		Hooks: xds.Hooks{
+			OnReferenceError: func(ev xds.ReferenceErrorEvent) {
+				if ev.Err.Rejected {
+					h.holds.Add(1)
+				} else {
+					h.failures.Add(1)
+				}
+			},
+			OnPhaseTimeout: func(xds.PhaseTimeoutEvent) { h.timeouts.Add(1) },
+		},
 	})
 	if err != nil {
 		return nil, err
@@ -147,7 +142,7 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 }
 
 func (h *xdspushHost) generateClusters(_ context.Context, p *xds.Proxy, _ xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-	cls := h.clusterIx.Get(p.Push)
+	cls := h.clusterIx.Get(p.Push).Clusters
 	out := make([]xds.Resource, len(cls))
 	for i, c := range cls {
 		out[i] = xds.Resource{Name: c.Name, Message: c}
@@ -155,44 +150,55 @@ func (h *xdspushHost) generateClusters(_ context.Context, p *xds.Proxy, _ xds.Wa
 	return out, nil
 }
 
-// byName serves a static index of resources, wildcard or by name.
-func byName(ix pushcontext.Index[[]xds.Resource]) xds.Generator {
-	return xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-		all := ix.Get(p.Push)
-		out := make([]xds.Resource, 0, len(all))
-		for _, r := range all {
-			if w.Wildcard || slices.Contains(w.Names, r.Name) {
-				out = append(out, r)
-			}
-		}
-		return out, nil
-	})
+func (h *xdspushHost) generateListener(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
+	l := h.lisIx.Get(p.Push).Listener
+	if !w.Wildcard && !slices.Contains(w.Names, l.Name) {
+		return nil, nil
+	}
+	return []xds.Resource{{Name: l.Name, Message: l}}, nil
+}
+
+func (h *xdspushHost) generateRoute(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
+	r := h.routeIx.Get(p.Push).Route
+	if !w.Wildcard && !slices.Contains(w.Names, r.Name) {
+		return nil, nil
+	}
+	return []xds.Resource{{Name: r.Name, Message: r}}, nil
 }
 
 // edsGenerator serves ClusterLoadAssignments from the endpoints index;
-// as a DeltaGenerator it lists only the sets a push changed.
+// as a DeltaGenerator it lists only the sets a push announced, among those
+// the watch covers: those the index holds as upserted, the others as
+// removed.
 type edsGenerator struct{ h *xdspushHost }
 
+var _ xds.DeltaGenerator = edsGenerator{}
+
 func (g edsGenerator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-	eps := g.h.epIx.Get(p.Push)
+	snap := g.h.epIx.Get(p.Push)
 	out := make([]xds.Resource, 0, len(w.Names))
 	for _, n := range w.Names {
-		if s, ok := g.h.index[n]; ok {
-			out = append(out, xds.Resource{Name: n, Message: eps[s]})
+		if s, ok := snap.Service(n); ok {
+			out = append(out, xds.Resource{Name: n, Message: snap.Assignments[s]})
 		}
 	}
 	return out, nil
 }
 
-func (g edsGenerator) GenerateDelta(_ context.Context, p *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
+func (g edsGenerator) GenerateDelta(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
 	if req.Forced {
 		return xds.Changes{}, false, nil
 	}
-	eps := g.h.epIx.Get(p.Push)
+	snap := g.h.epIx.Get(p.Push)
 	var ch xds.Changes
 	for _, k := range req.ConfigsUpdated.OfKinds(kindEndpoints) {
-		if s, ok := g.h.index[k.Name]; ok {
-			ch.Upserted = append(ch.Upserted, xds.Resource{Name: k.Name, Message: eps[s]})
+		if _, watched := slices.BinarySearch(w.Names, k.Name); !watched && !w.Wildcard {
+			continue // not watched (a new cluster's, before the client subscribes)
+		}
+		if s, ok := snap.Service(k.Name); ok {
+			ch.Upserted = append(ch.Upserted, xds.Resource{Name: k.Name, Message: snap.Assignments[s]})
+		} else {
+			ch.Removed = append(ch.Removed, k.Name)
 		}
 	}
 	return ch, true, nil
@@ -218,21 +224,17 @@ func (h *xdspushHost) Change(c mesh.Change) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	req := &pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet()}
-	switch c.Kind {
-	case mesh.EndpointChange:
-		eps := append([]*endpointv3.ClusterLoadAssignment(nil), *h.eps.Load()...)
-		eps[c.Service] = tg.Message.(*endpointv3.ClusterLoadAssignment)
-		h.eps.Store(&eps)
-		req.ConfigsUpdated[pushcontext.ConfigKey{Kind: kindEndpoints, Name: tg.Name}] = struct{}{}
+	h.store.Store(h.m.Snapshot())
+	req := &pushcontext.PushRequest{
+		Full:           c.Kind != mesh.EndpointChange,
+		ConfigsUpdated: pushcontext.NewConfigSet(),
+		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+	}
+	if !req.Full {
 		req.Reason = pushcontext.NewReasonStats(pushcontext.ReasonEndpointUpdate)
-	case mesh.ClusterChange:
-		cl := append([]*clusterv3.Cluster(nil), *h.clusters.Load()...)
-		cl[c.Service] = tg.Message.(*clusterv3.Cluster)
-		h.clusters.Store(&cl)
-		req.Full = true
-		req.ConfigsUpdated[pushcontext.ConfigKey{Kind: kindService, Name: tg.Name}] = struct{}{}
-		req.Reason = pushcontext.NewReasonStats(pushcontext.ReasonServiceUpdate)
+	}
+	for _, r := range tg.Changed {
+		req.ConfigsUpdated[pushcontext.ConfigKey{Kind: kindOf[r.Type], Name: r.Name}] = struct{}{}
 	}
 	t0 := time.Now()
 	req.Start = t0
@@ -240,6 +242,45 @@ func (h *xdspushHost) Change(c mesh.Change) (time.Time, error) {
 		return time.Time{}, err
 	}
 	return t0, nil
+}
+
+// Stats reports what the Server's hooks counted, and its failures now.
+func (h *xdspushHost) Stats() Stats {
+	return Stats{
+		ReferenceHolds:    h.holds.Load(),
+		ReferenceFailures: h.failures.Load(),
+		PhaseTimeouts:     h.timeouts.Load(),
+		Failures:          int64(len(h.srv.Failures())),
+	}
+}
+
+// Describe returns the Server's status of the proxies' connections and
+// its failures.
+func (h *xdspushHost) Describe(proxyIDs []string) []string {
+	out := []string{fmt.Sprintf("server at version %s; %d ConfigUpdates accepted, %d left the debounce stage",
+		h.srv.Version(), h.srv.Inbound(), h.srv.Committed())}
+	for _, st := range h.srv.Status() {
+		if !slices.Contains(proxyIDs, st.ProxyID) {
+			continue
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s (%s): version %s, %d phases pending", st.ProxyID, st.ConnID, st.Version, st.PendingPhases)
+		for _, t := range st.Types {
+			fmt.Fprintf(&b, "\n\t%s: sent %s %s at %s, ACKed %s at %s", t.Type.Short(), t.SentVersion, t.SentNonce,
+				t.SentAt.Format("15:04:05.000"), t.AckedNonce, t.AckedAt.Format("15:04:05.000"))
+			if t.NACK != nil {
+				fmt.Fprintf(&b, ", NACK %+v", *t.NACK)
+			}
+			if t.Error != nil {
+				fmt.Fprintf(&b, ", %s error %v since %s (%d in a row)", t.ErrorStage, t.Error, t.ErrorSince.Format("15:04:05.000"), t.Failures)
+			}
+		}
+		out = append(out, b.String())
+	}
+	for _, f := range h.srv.Failures() {
+		out = append(out, fmt.Sprintf("failure: %s %s %s %s: %v (%d attempts)", f.Stage, f.ProxyID, f.ConnID, f.Type.Short(), f.Err, f.Attempts))
+	}
+	return out
 }
 
 func (h *xdspushHost) Stop() {
