@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
@@ -85,12 +87,13 @@ type Config struct {
 //
 // A Store is safe for concurrent use.
 type Store struct {
-	types     []xds.TypeURL
-	typeIdx   map[xds.TypeURL]int
-	groupOf   func(p *xds.Proxy) (string, error)
-	allowMiss bool
-	server    xds.Config
-	logger    *slog.Logger
+	types      []xds.TypeURL
+	typeIdx    map[xds.TypeURL]int
+	byFullName map[protoreflect.FullName]int // message name → type index
+	groupOf    func(p *xds.Proxy) (string, error)
+	allowMiss  bool
+	server     xds.Config
+	logger     *slog.Logger
 
 	b       *pushcontext.Builder
 	snapIdx pushcontext.Index[*snapshot]
@@ -114,12 +117,13 @@ func New(cfg Config) (*Store, error) {
 		types = DefaultTypes()
 	}
 	s := &Store{
-		types:     slices.Clone(types),
-		typeIdx:   make(map[xds.TypeURL]int, len(types)),
-		groupOf:   cfg.Group,
-		allowMiss: cfg.AllowMissingReferences,
-		server:    cfg.Server,
-		logger:    cfg.Server.Logger,
+		types:      slices.Clone(types),
+		typeIdx:    make(map[xds.TypeURL]int, len(types)),
+		byFullName: make(map[protoreflect.FullName]int, len(types)),
+		groupOf:    cfg.Group,
+		allowMiss:  cfg.AllowMissingReferences,
+		server:     cfg.Server,
+		logger:     cfg.Server.Logger,
 	}
 	for i, t := range s.types {
 		switch {
@@ -131,7 +135,12 @@ func New(cfg Config) (*Store, error) {
 		if _, dup := s.typeIdx[t]; dup {
 			return nil, fmt.Errorf("resources: Config.Types names %s twice", t)
 		}
+		name, ok := strings.CutPrefix(string(t), typeURLPrefix)
+		if !ok {
+			return nil, fmt.Errorf("resources: Config.Types has %q, which does not start with %q", t, typeURLPrefix)
+		}
 		s.typeIdx[t] = i
+		s.byFullName[protoreflect.FullName(name)] = i
 	}
 	switch {
 	case cfg.Server.Builder != nil:

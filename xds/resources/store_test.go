@@ -263,6 +263,7 @@ func TestNewErrors(t *testing.T) {
 			"resources: Config.Server.TypeKinds has " + string(xds.RouteType) + ", which the Store serves"},
 		{"empty type", resources.Config{Types: []xds.TypeURL{""}}, "resources: Config.Types has an empty type URL"},
 		{"type twice", resources.Config{Types: []xds.TypeURL{xds.ClusterType, xds.ClusterType}}, "resources: Config.Types names " + string(xds.ClusterType) + " twice"},
+		{"type URL without prefix", resources.Config{Types: []xds.TypeURL{"envoy.config.cluster.v3.Cluster"}}, `resources: Config.Types has "envoy.config.cluster.v3.Cluster", which does not start with "type.googleapis.com/"`},
 		{"bad epoch", resources.Config{Epoch: "not an epoch"}, "resources: "},
 	}
 	for _, tt := range tests {

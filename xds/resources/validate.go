@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
@@ -105,13 +107,15 @@ func (s *Store) prepare(name string, msgs []proto.Message, old *group, memo map[
 			bad(i, "", "", "nil message")
 			continue
 		}
-		t := xds.TypeURL(typeURLPrefix + string(m.ProtoReflect().Descriptor().FullName()))
-		ti, ok := s.typeIdx[t]
+		full := m.ProtoReflect().Descriptor().FullName()
+		ti, ok := s.byFullName[full]
 		if !ok {
+			t := xds.TypeURL(typeURLPrefix + string(full))
 			bad(i, t, "", "type %s is not served by the Store (Config.Types)", t)
 			continue
 		}
-		rn, ok := xdsrefs.NameOf(m)
+		t := s.types[ti]
+		rn, ok := nameOf(m)
 		switch {
 		case !ok:
 			bad(i, t, "", "the message has no name field")
@@ -156,6 +160,22 @@ func (s *Store) prepare(name string, msgs []proto.Message, old *group, memo map[
 		return nil, problems
 	}
 	return g, nil
+}
+
+// nameOf returns the name xDS clients know m by; see xdsrefs.NameOf, which
+// it calls for types other than the usual ones.
+func nameOf(m proto.Message) (string, bool) {
+	switch m := m.(type) {
+	case *clusterv3.Cluster:
+		return m.GetName(), true
+	case *endpointv3.ClusterLoadAssignment:
+		return m.GetClusterName(), true
+	case *listenerv3.Listener:
+		return m.GetName(), true
+	case *routev3.RouteConfiguration:
+		return m.GetName(), true
+	}
+	return xdsrefs.NameOf(m)
 }
 
 // item is a resource of a group before it is sorted into its typeSet.
