@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
 // defaultTestTimeout bounds every wait of the tests.
@@ -283,5 +284,17 @@ func TestFormatCounts(t *testing.T) {
 				t.Errorf("formatCounts(%v) = %q; want %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBootstrap checks the client's bootstrap against what every gRPC xDS
+// client requires (grpc-js-xds also wants node.locality).
+func TestBootstrap(t *testing.T) {
+	b, err := bootstrapJSON("127.0.0.1:18000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xdstest.CheckBootstrap(b); err != nil {
+		t.Errorf("bootstrapJSON() = %s: %v", b, err)
 	}
 }
