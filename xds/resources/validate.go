@@ -101,7 +101,7 @@ func (s *Store) prepare(name string, msgs []proto.Message, old *group, memo map[
 		problems = append(problems, Problem{Group: name, Index: i, Type: t, Name: n, Msg: fmt.Sprintf(format, args...)})
 	}
 	n := len(s.types)
-	byType := make([][]item, n)
+	all := make([]item, 0, len(msgs))
 	for i, m := range msgs {
 		if m == nil || !m.ProtoReflect().IsValid() {
 			bad(i, "", "", "nil message")
@@ -124,19 +124,32 @@ func (s *Store) prepare(name string, msgs []proto.Message, old *group, memo map[
 			bad(i, t, "", "empty name")
 			continue
 		}
-		byType[ti] = append(byType[ti], item{idx: i, name: rn, msg: m})
+		all = append(all, item{typ: ti, idx: i, name: rn, msg: m})
+	}
+	slices.SortStableFunc(all, func(a, b item) int { return cmp.Or(cmp.Compare(a.typ, b.typ), strings.Compare(a.name, b.name)) })
+	byType := make([][]item, n) // runs of all
+	for start := 0; start < len(all); {
+		end := start + 1
+		for end < len(all) && all[end].typ == all[start].typ {
+			end++
+		}
+		byType[all[start].typ] = all[start:end:end]
+		start = end
 	}
 	g := &group{types: make([]*typeSet, n)}
 	for ti, items := range byType {
 		if len(items) == 0 {
 			continue
 		}
-		slices.SortStableFunc(items, func(a, b item) int { return strings.Compare(a.name, b.name) })
-		ts := &typeSet{res: make([]xds.Resource, 0, len(items)), sums: make([][hashSize]byte, 0, len(items))}
 		var prev *typeSet
 		if old != nil {
 			prev = old.types[ti]
 		}
+		if samePointers(items, prev) {
+			g.types[ti] = prev // the same messages: nothing to hash or check
+			continue
+		}
+		ts := &typeSet{res: make([]xds.Resource, 0, len(items)), sums: make([][hashSize]byte, 0, len(items))}
 		for k, it := range items {
 			if k > 0 && items[k-1].name == it.name {
 				bad(it.idx, s.types[ti], it.name, "duplicate name: also at [%d]", items[k-1].idx)
@@ -178,8 +191,23 @@ func nameOf(m proto.Message) (string, bool) {
 	return xdsrefs.NameOf(m)
 }
 
+// samePointers reports whether items (sorted) are exactly prev's
+// resources: the same names and the same messages.
+func samePointers(items []item, prev *typeSet) bool {
+	if len(items) != prev.len() {
+		return false
+	}
+	for i, it := range items {
+		if r := prev.res[i]; r.Name != it.name || r.Message != it.msg {
+			return false
+		}
+	}
+	return true
+}
+
 // item is a resource of a group before it is sorted into its typeSet.
 type item struct {
+	typ  int // type index
 	idx  int
 	name string
 	msg  proto.Message
