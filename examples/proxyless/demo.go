@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	grpcxds "google.golang.org/grpc/xds"
+
+	"github.com/xdspush/xdspush/xds"
 )
 
 // service is the name clients dial, as xds:///greeter.
@@ -200,10 +202,14 @@ func (d *demo) callUntil(ctx context.Context, want string) error {
 // handed over, formatted.
 func (d *demo) moveEndpoints(i int) (string, error) {
 	r, err := d.cp.moveEndpoints(service, []string{d.backends[i].addr})
-	if err != nil {
-		return "", err
+	if err != nil || r == nil {
+		return "nothing changed", err
 	}
-	return fmt.Sprintf("Full=%t ConfigsUpdated=%v Reason=%v", r.Full, r.ConfigsUpdated.Sorted(), r.Reason), nil
+	var keys []string
+	for _, k := range r.ConfigsUpdated.Sorted() {
+		keys = append(keys, xds.TypeURL(k.Kind).Short()+" "+k.Name)
+	}
+	return fmt.Sprintf("Full=%t ConfigsUpdated=%v Reason=%v", r.Full, keys, r.Reason), nil
 }
 
 // waitEndpointPush waits, within the demo's timeout, until the control
