@@ -106,8 +106,24 @@
 // # Performance
 //
 // A Set hashes only the messages the group did not hold before (by
-// pointer); re-stating a group with mostly the same messages costs a map
-// lookup per resource and a comparison of hashes. A commit copies the
-// maps of the types it changed (one entry per group). A wildcard watch is
-// served the group's sorted resources as they are stored, with no copy.
+// pointer): a type whose messages are all the ones the group held is kept
+// as it was, and in a type that changed, each message the group held costs
+// a lookup. A commit copies the maps of the types it changed (one entry
+// per group). A wildcard watch is served the group's sorted resources as
+// they are stored, with no copy.
+//
+// Medians of 3 runs on 2 vCPUs (AMD EPYC) shared with other builds (load
+// average about 10, so times are high and noisy; allocations are exact):
+//
+//	go test -run='^$' -bench=Set -benchmem -count=3 ./xds/resources/
+//
+//	one ClusterLoadAssignment changed in a group of    time    bytes   allocs
+//	200 resources, the others the same messages       0.12ms   22 KiB      47
+//	200 resources, all new messages                   1.1ms   196 KiB   1,966
+//	2,000 resources, the others the same messages     1.2ms   195 KiB      47
+//	2,000 resources, all new messages                 6.1ms   2.1 MiB  19,832
+//
+// "All new messages" includes making them (the host's cost) and hashing
+// each: a host that keeps the messages of what did not change pays for
+// what changed.
 package resources

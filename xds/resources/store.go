@@ -83,7 +83,8 @@ type Config struct {
 // Store holds the resources each group of proxies should hold, and serves
 // them through an xds.Server. Create it with New, build the Server with
 // NewServer (or xds.New(s.Config()) and Attach), then state each group's
-// resources with Set, Apply and Delete.
+// resources with Set, Apply and Delete. A Store serves one Server: its
+// Builder builds that Server's PushContexts.
 //
 // A Store is safe for concurrent use.
 type Store struct {
