@@ -471,3 +471,37 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestGroupIsAView: the proxies of a group share each generation: per push
+// and type, the Store's generator is called once for the group, however
+// many of its proxies there are.
+func TestGroupIsAView(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{} // "version type view" → generations
+	st, _ := resources.New(resources.Config{Server: xds.Config{Hooks: xds.Hooks{OnGenerate: func(ev xds.GenerateEvent) {
+		if ev.Push {
+			mu.Lock()
+			calls[ev.Version+" "+ev.Type.Short()+" "+ev.View]++
+			mu.Unlock()
+		}
+	}}}})
+	srv, _ := st.NewServer()
+	must(t, st.Set("g", cluster("a")))
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	var clients []*xdstest.Client
+	for i := range 5 {
+		clients = append(clients, ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: fmt.Sprint("n", i), Cluster: "g"}}))
+	}
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"a"}}), clients...)
+	must(t, st.Set("g", cluster("a"), cluster("b")))
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"a", "b"}}), clients...)
+	syncServer(t, ts)
+	mu.Lock()
+	defer mu.Unlock()
+	// EDS is generated with CDS: the clusters a push sends re-warm.
+	want := map[string]int{srv.Version() + " CDS group/g": 1, srv.Version() + " EDS group/g": 1}
+	if diff := cmp.Diff(want, calls); diff != "" {
+		t.Errorf("push generations by version, type and view (-want +got):\n%s", diff)
+	}
+}
