@@ -392,14 +392,3 @@ func (s *Snapshot) All() iter.Seq[*Resource] {
 		}
 	}
 }
-
-// each calls f for every resource, in no particular order.
-func (s *Snapshot) each(f func(*Resource)) {
-	for _, sc := range s.scopes {
-		for _, byName := range sc {
-			for _, r := range byName {
-				f(r)
-			}
-		}
-	}
-}
