@@ -30,8 +30,9 @@
 //     Config.AllowMissingReferences, a listener naming (through RDS over
 //     ADS) a route configuration, or a listener or route configuration
 //     naming a cluster, that the group does not hold.
-//   - Groups. A proxy's group is its Node.cluster, or what Config.Group
-//     returns (which may read the authenticated Proxy.Identity). A proxy
+//   - Groups. A proxy's group is its Node.cluster (what the client
+//     claims), or what Config.Group returns (which may read the
+//     authenticated Proxy.Identity, for clients that are not trusted). A proxy
 //     whose group is not set is served DefaultGroup ("") if that is set,
 //     and refused with codes.NotFound otherwise; it moves to its own group
 //     at the first Full push after that group is set. A group is an

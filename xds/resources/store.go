@@ -46,9 +46,11 @@ type Config struct {
 	// Group returns the group a proxy belongs to. The Store calls it when
 	// the proxy connects and before each Full push is applied to it (from
 	// xds.Config.InitProxy), and serves the proxy the resources of that
-	// group. Nil means the proxy's Node.cluster. A function may read
-	// Proxy.Identity (what xds.Config.Authenticate returned) to group
-	// proxies by who they are rather than by what they claim. An error
+	// group. Nil means the proxy's Node.cluster, which is what the client
+	// claims: a client that can reach the Server can ask for any group's
+	// resources. With untrusted clients, read Proxy.Identity (what
+	// xds.Config.Authenticate returned) to group proxies by who they are
+	// rather than by what they claim. An error
 	// ends the proxy's stream: a gRPC status error (status.Error) is
 	// returned to the client as is, any other as codes.Internal.
 	//
