@@ -73,6 +73,11 @@
 //  5. Optionally: authentication, a *slog.Logger (the library is silent by
 //     default), Hooks for metrics, and limits.
 //
+// A host whose proxies come in groups that hold the same resources can
+// leave the first four to package xds/resources: it states each group's
+// resources with Store.Set, and the Store derives the changed keys, the
+// indexes, the generators and the proxies' scopes from them.
+//
 // # Wiring a Server
 //
 // The runnable Example of this package does all of the following in about a

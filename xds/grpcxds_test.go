@@ -74,7 +74,7 @@ func testGRPCXDSClient(t *testing.T, interning bool) {
 
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": "grpc-client"}
+		"node": {"id": "grpc-client", "locality": {}}
 	}`, f.tcp.Addr().String())
 	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {

@@ -11,7 +11,8 @@ import (
 
 // ControlPlaneConfig configures a ControlPlane.
 type ControlPlaneConfig struct {
-	// Source provides the snapshots served. Required.
+	// Source provides the snapshots served: the ControlPlane serves its
+	// Store. Required.
 	Source *Source
 
 	// Debounce tunes the Server's debounce stage. Endpoint-only requests
@@ -29,79 +30,50 @@ type ControlPlaneConfig struct {
 	Instrument func(xds.Config) xds.Config
 }
 
-// ControlPlane serves a Source over ADS with an xds.Server:
+// ControlPlane serves a Source's resources.Store over ADS with an
+// xds.Server. The Store does the serving work:
 //
-//   - the PushContext holds one index per type, the Source's snapshot at
-//     build time, rebuilt when a resource of its type changes; every type
-//     is generated from the proxy's PushContext, so every response of a
-//     push comes from one snapshot (a snapshot a type's index took later
-//     than another's may hold more: the Server regenerates each type whose
-//     index was rebuilt, and holds back a route or listener naming a
-//     cluster the client does not hold yet);
-//   - a proxy's fleet is its Node.cluster: it is served the global
-//     resources plus its fleet's, and its dependency scope is the keys of
-//     the global scope (Namespace "") and of its fleet, so a change in one
-//     fleet's directory is pushed to that fleet's proxies only;
-//   - each type is regenerated only for keys of its own type URL
-//     (xds.Config.TypeKinds), so an endpoint change reaches EDS only.
+//   - every type is generated from the proxy's PushContext, which holds
+//     the Store's groups as of one reload, whole;
+//   - a proxy's group is its Node.cluster when a fleet of that name
+//     exists, the default group (the global files) otherwise; its
+//     dependency scope is its group's keys, so a change reaches the nodes
+//     of the groups it changes only (a global file is in every group);
+//   - each type is regenerated only for keys of its own type URL, so an
+//     endpoint change reaches EDS only.
 //
 // A ControlPlane is safe for concurrent use.
 type ControlPlane struct {
-	src     *Source
-	srv     *xds.Server
-	builder *pushcontext.Builder
-	gens    map[string]generator // by type URL; read-only after NewControlPlane
+	src *Source
+	srv *xds.Server
 }
 
 // NewControlPlane returns a ControlPlane. It starts nothing: register
-// Server() on a gRPC server and call Run.
+// Server() on a gRPC server and call Run. Each Source is served by one
+// ControlPlane.
 func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	if cfg.Source == nil {
 		return nil, errors.New("filecp: ControlPlaneConfig.Source is nil")
 	}
-	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Logger: cfg.Logger})
-	if err != nil {
-		return nil, err
-	}
-	cp := &ControlPlane{src: cfg.Source, builder: b, gens: make(map[string]generator)}
-	gens := make(map[xds.TypeURL]xds.Generator, numTypes)
-	kinds := make(map[xds.TypeURL][]string, numTypes)
-	for _, t := range supportedTypes() {
-		// One index per type, rebuilt when a resource of its type
-		// changes: it holds the Source's snapshot as of then, and the
-		// type is generated from it (an endpoint change rebuilds the
-		// endpoints' index alone).
-		idx, err := pushcontext.Register(b, shortType(t), []string{t},
-			func(pushcontext.BuildContext[*Snapshot]) (*Snapshot, error) { return cp.src.Snapshot(), nil })
-		if err != nil {
-			return nil, err
-		}
-		cp.gens[t] = generator{cp: cp, typeURL: t, snap: idx}
-		gens[xds.TypeURL(t)] = cp.gens[t]
-		kinds[xds.TypeURL(t)] = []string{t}
-	}
-	deb := cfg.Debounce
-	deb.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
-	xcfg := xds.Config{
-		Builder:    b,
-		Generators: gens,
-		TypeKinds:  kinds,
-		InitProxy:  initProxy,
-		Debounce:   deb,
-		Logger:     cfg.Logger,
-	}
+	store := cfg.Source.Store()
+	xcfg := store.Config()
+	xcfg.Debounce = cfg.Debounce
+	xcfg.Debounce.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
+	xcfg.Logger = cfg.Logger
 	if cfg.Instrument != nil {
 		xcfg = cfg.Instrument(xcfg)
 	}
-	cp.srv, err = xds.New(xcfg)
+	srv, err := xds.New(xcfg)
 	if err != nil {
 		return nil, err
 	}
-	return cp, nil
+	if err := store.Attach(srv); err != nil {
+		return nil, err
+	}
+	return &ControlPlane{src: cfg.Source, srv: srv}, nil
 }
 
-// Server returns the xds.Server, for Register, ConfigUpdate, Status and
-// WaitForVersion.
+// Server returns the xds.Server, for Register, Status and WaitForVersion.
 func (cp *ControlPlane) Server() *xds.Server { return cp.srv }
 
 // Run runs the Server until ctx ends; see xds.Server.Run.
@@ -127,56 +99,4 @@ func (cp *ControlPlane) Ready() bool {
 	default:
 		return false
 	}
-}
-
-// initProxy derives a proxy's fleet and dependency scope from its
-// Node.cluster.
-func initProxy(_ context.Context, p *xds.Proxy, _ *pushcontext.PushContext) (xds.ProxyState, error) {
-	fleet := p.Node.GetCluster()
-	return xds.ProxyState{
-		Data: fleet,
-		Scope: pushcontext.ScopeFunc(func(k pushcontext.ConfigKey) bool {
-			return k.Namespace == "" || k.Namespace == fleet
-		}),
-	}, nil
-}
-
-// generator serves one type URL from the snapshot its index holds.
-type generator struct {
-	cp      *ControlPlane
-	typeURL string
-	snap    pushcontext.Index[*Snapshot]
-}
-
-var _ xds.Generator = generator{}
-
-// Generate returns the resources of the generator's type that the proxy's
-// fleet sees and the proxy watches: all of them for a wildcard watch, the
-// named ones otherwise (names that do not exist are left out). Before the
-// first snapshot it returns nil: nothing to send yet.
-func (g generator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-	snap := g.snap.Get(p.Push)
-	if snap == nil {
-		return nil, nil
-	}
-	fleet, _ := p.Data.(string)
-	if w.Wildcard {
-		rs := snap.ForNode(fleet, g.typeURL)
-		out := make([]xds.Resource, len(rs))
-		for i, r := range rs {
-			out[i] = xds.Resource{Name: r.Name, Message: r.Message}
-		}
-		return out, nil
-	}
-	out := make([]xds.Resource, 0, len(w.Names))
-	for _, name := range w.Names {
-		r, ok := snap.Lookup("", g.typeURL, name)
-		if !ok && fleet != "" {
-			r, ok = snap.Lookup(fleet, g.typeURL, name)
-		}
-		if ok {
-			out = append(out, xds.Resource{Name: r.Name, Message: r.Message})
-		}
-	}
-	return out, nil
 }

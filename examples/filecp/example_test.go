@@ -7,7 +7,7 @@ import (
 )
 
 // Example_reload loads a directory, edits an endpoint, and prints the push
-// request the edit becomes: one key, not full.
+// request the Store announces for the edit: one key, not Full.
 func Example_reload() {
 	files := fstest.MapFS{
 		"clusters.yaml": {Data: []byte(`resources:
@@ -33,7 +33,7 @@ func Example_reload() {
 	for _, w := range ch.New.Warnings() {
 		fmt.Println("warning:", w)
 	}
-	req := ch.PushRequest()
+	req := ch.Request
 	fmt.Println("first:", req.Full, req.Reason, req.ConfigsUpdated.Sorted())
 
 	files["edge/endpoints.yaml"].Data = []byte(`resources:
@@ -45,7 +45,7 @@ func Example_reload() {
 	if err != nil {
 		panic(err)
 	}
-	req = ch.PushRequest()
+	req = ch.Request
 	fmt.Println("edit:", req.Full, req.Reason, req.ConfigsUpdated.Sorted())
 
 	files["edge/endpoints.yaml"].Data = []byte("resources: [")
@@ -54,7 +54,7 @@ func Example_reload() {
 	fmt.Println("still serving:", src.Snapshot() == ch.New)
 	// Output:
 	// warning: clusters.yaml: resources[0] Cluster "backend": EDS service "backend": no ClusterLoadAssignment of that name in the global files; the cluster has no endpoints until one is added
-	// first: true config:1 [type.googleapis.com/envoy.config.cluster.v3.Cluster//backend type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment/edge/backend]
+	// first: true config:1 [resources.Group// resources.Group/edge/ type.googleapis.com/envoy.config.cluster.v3.Cluster//backend type.googleapis.com/envoy.config.cluster.v3.Cluster/edge/backend type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment/edge/backend]
 	// edit: false endpoint:1 [type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment/edge/backend]
 	// filecp: configuration rejected: edge/endpoints.yaml: yaml: line 1: did not find expected node content
 	// still serving: true

@@ -15,6 +15,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 	grpcxds "google.golang.org/grpc/xds"
+
+	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
 // healthBackend starts a loopback gRPC server with the health service and
@@ -57,8 +59,11 @@ func TestGRPCClient(t *testing.T) {
 
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": "grpc-client"}
+		"node": {"id": "grpc-client", "locality": {}}
 	}`, ads)
+	if err := xdstest.CheckBootstrap([]byte(bootstrap)); err != nil {
+		t.Fatal(err)
+	}
 	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
 	if err != nil {
 		t.Fatal(err)

@@ -90,8 +90,9 @@ func newKitPlane(t *testing.T, dir string, src *Source) *kitPlane {
 	return p
 }
 
-// watch runs a Watcher on the directory until the test ends, handing
-// every change to the Server as run does, and returns its first reload.
+// watch runs a Watcher on the directory until the test ends, as run does
+// (the Source's Store hands every change to the Server), and returns its
+// first reload.
 func (p *kitPlane) watch() ReloadEvent {
 	p.t.Helper()
 	w, err := NewWatcher(WatchConfig{
@@ -99,11 +100,6 @@ func (p *kitPlane) watch() ReloadEvent {
 		Source: p.src,
 		After:  20 * time.Millisecond,
 		Max:    defaultTestTimeout,
-		OnPush: func(_ context.Context, req *pushcontext.PushRequest) {
-			if err := p.cp.Server().ConfigUpdate(req); err != nil {
-				p.t.Errorf("ConfigUpdate() = %v", err)
-			}
-		},
 		Hooks: WatchHooks{OnReload: func(ev ReloadEvent) {
 			p.cp.Reloaded(ev)
 			p.reloads <- ev

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/resources"
 )
 
 // bundled is the default configuration, served when -dir is not given.
@@ -178,14 +180,9 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 		logger.Info("admin listening", "addr", adminLn.Addr().String())
 	}
 
+	// The Source's Store has handed the change to the Server; print it.
 	push := func(_ context.Context, req *pushcontext.PushRequest) {
-		if req == nil {
-			return // nothing changed
-		}
 		printPush(stdout, src.Snapshot(), req)
-		if err := cp.Server().ConfigUpdate(req); err != nil {
-			logger.Error("push refused", "err", err)
-		}
 	}
 	if *dir == "" {
 		logger.Info("serving the bundled configuration; pass -dir to serve and watch a directory")
@@ -193,7 +190,7 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 		if err != nil {
 			return err
 		}
-		push(ctx, ch.PushRequest())
+		push(ctx, ch.Request)
 		cp.Reloaded(ReloadEvent{}) // until now the Server refused clients, and /readyz said so
 		<-ctx.Done()
 	} else {
@@ -230,11 +227,14 @@ func configFS(dir string) (fs.FS, error) {
 	return os.DirFS(dir), nil
 }
 
-// printPush writes one line for req and one per changed key:
+// printPush writes one line for req and one per changed key, naming the
+// group: "global" for the default group (the global files, served to nodes
+// of no fleet), "fleet F" for a fleet (the global files and F's own):
 //
-//	push version=… full=true reason=config:1 changed=2
+//	push version=… full=true reason=config:1 changed=3
+//	  fleet edge: created
 //	  Cluster backend (global)
-//	  Cluster edge-api (fleet edge)
+//	  Cluster backend (fleet edge)
 func printPush(w io.Writer, snap *Snapshot, req *pushcontext.PushRequest) {
 	if req == nil {
 		return
@@ -245,10 +245,18 @@ func printPush(w io.Writer, snap *Snapshot, req *pushcontext.PushRequest) {
 	}
 	fmt.Fprintf(w, "push version=%s full=%t reason=%s changed=%d\n", version, req.Full, req.Reason, len(req.ConfigsUpdated))
 	for _, k := range req.ConfigsUpdated.Sorted() {
-		scope := "global"
-		if k.Namespace != "" {
-			scope = "fleet " + k.Namespace
+		group := "global"
+		if k.Namespace != resources.DefaultGroup {
+			group = "fleet " + k.Namespace
 		}
-		fmt.Fprintf(w, "  %s %s (%s)\n", shortType(k.Kind), k.Name, scope)
+		if k.Kind == resources.GroupKind {
+			what := "deleted"
+			if snap != nil && (k.Namespace == resources.DefaultGroup || slices.Contains(snap.Fleets(), k.Namespace)) {
+				what = "created"
+			}
+			fmt.Fprintf(w, "  %s: %s\n", group, what)
+			continue
+		}
+		fmt.Fprintf(w, "  %s %s (%s)\n", shortType(k.Kind), k.Name, group)
 	}
 }

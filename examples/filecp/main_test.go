@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 )
 
@@ -109,14 +110,14 @@ func TestRun(t *testing.T) {
 		{
 			name: "bundled",
 			args: func(*testing.T) []string { return []string{"-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"} },
-			want: "  RouteConfiguration edge_route (fleet edge)\n",
+			want: "  RouteConfiguration local_route (fleet edge)\n",
 		},
 		{
 			name: "dir",
 			args: func(t *testing.T) []string {
 				return []string{"-addr", "127.0.0.1:0", "-admin", "", "-dir", copyBundled(t)}
 			},
-			want: "  RouteConfiguration edge_route (fleet edge)\n",
+			want: "  RouteConfiguration local_route (fleet edge)\n",
 		},
 	}
 	for _, tc := range tests {
@@ -130,7 +131,9 @@ func TestRun(t *testing.T) {
 			if got, want := stdout.String(), "push version="; !strings.HasPrefix(got, want) {
 				t.Errorf("output starts %q; want %q", got, want)
 			}
-			if got, want := strings.Count(stdout.String(), "\n  "), 8; got != want {
+			// The default group's 4 resources, the edge fleet's 8 (4 of
+			// them global), and both groups created.
+			if got, want := strings.Count(stdout.String(), "\n  "), 14; got != want {
 				t.Errorf("printed %d changed keys; want %d:\n%s", got, want, stdout.String())
 			}
 			cancel()
@@ -138,6 +141,37 @@ func TestRun(t *testing.T) {
 				t.Errorf("run() = %v; want nil after cancel", err)
 			}
 		})
+	}
+}
+
+// TestREADMEOutput checks that the README shows what the program prints for
+// the bundled configuration.
+func TestREADMEOutput(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Expected output\n")
+	if ok {
+		_, section, ok = strings.Cut(section, "```\n")
+	}
+	want, _, ok2 := strings.Cut(section, "```\n")
+	if !ok || !ok2 {
+		t.Fatal("README.md: no code block under Expected output")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stdout, stderr := newSyncBuffer(), newSyncBuffer()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-admin", ""}, stdout, stderr) }()
+	lines := strings.SplitAfter(want, "\n")
+	stdout.waitFor(t, lines[len(lines)-2]) // the last line
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run() = %v; want nil after cancel", err)
+	}
+	if got := stdout.String(); got != want {
+		t.Errorf("output differs from the README's:\n%s", cmp.Diff(want, got))
 	}
 }
 

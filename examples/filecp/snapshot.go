@@ -12,6 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/xds/resources"
 )
 
 // Snapshot is one consistent configuration: every resource of a directory,
@@ -335,6 +339,42 @@ func sortedByName(a, b map[string]*Resource) []*Resource {
 	return out
 }
 
+// messages returns the messages a node of fleet sees (ForNode), of every
+// type: the group the Source states for that fleet. "" is the default
+// group, the global resources alone.
+func (s *Snapshot) messages(fleet string) []proto.Message {
+	var out []proto.Message
+	for _, t := range supportedTypes() {
+		for _, r := range s.ForNode(fleet, t) {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+// locate turns the problems the Store found in groups into Problems of the
+// files that define the resources, each reported once.
+func (s *Snapshot) locate(ps []resources.Problem) []Problem {
+	var out []Problem
+	for _, p := range ps {
+		where := "the global files"
+		if p.Group != resources.DefaultGroup {
+			where = fmt.Sprintf("the view of fleet %q", p.Group)
+		}
+		r, ok := s.Lookup(p.Group, string(p.Type), p.Name)
+		if !ok {
+			r, ok = s.Lookup("", string(p.Type), p.Name)
+		}
+		if !ok {
+			out = append(out, Problem{File: ".", Index: -1, Type: shortType(string(p.Type)), Name: p.Name, Msg: p.Msg + " (in " + where + ")"})
+			continue
+		}
+		out = append(out, resourceProblem(r, "%s (in %s)", p.Msg, where))
+	}
+	sortProblems(out)
+	return slices.Compact(out)
+}
+
 // All yields every resource, ordered by fleet (global first), type (in
 // typeRank order) and name.
 func (s *Snapshot) All() iter.Seq[*Resource] {
@@ -348,17 +388,6 @@ func (s *Snapshot) All() iter.Seq[*Resource] {
 						return
 					}
 				}
-			}
-		}
-	}
-}
-
-// each calls f for every resource, in no particular order.
-func (s *Snapshot) each(f func(*Resource)) {
-	for _, sc := range s.scopes {
-		for _, byName := range sc {
-			for _, r := range byName {
-				f(r)
 			}
 		}
 	}

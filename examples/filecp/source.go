@@ -5,6 +5,11 @@ import (
 	"io/fs"
 	"sync"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds/resources"
 )
 
 // SourceConfig configures a Source.
@@ -14,16 +19,23 @@ type SourceConfig struct {
 	FS fs.FS
 }
 
-// Source turns a configuration directory into a sequence of Snapshots. It
-// keeps the last good snapshot: a reload that finds any problem changes
-// nothing but the recorded error, and the next reload that succeeds is
-// compared with that last good snapshot, so nothing is half-applied and no
-// change is lost. Every reload reads every file, but parses again only the
-// files whose content changed since the previous reload.
+// Source turns a configuration directory into a sequence of Snapshots, and
+// states each one in a resources.Store, fleet by fleet: a fleet is a group
+// holding the global resources and its own, and the global resources alone
+// are the default group (resources.DefaultGroup), served to nodes of no
+// fleet. The Store works out what changed; a ControlPlane serves it.
+//
+// It keeps the last good snapshot: a reload that finds any problem (or that
+// the Store refuses) changes nothing but the recorded error, and the next
+// reload that succeeds is compared with that last good snapshot, so nothing
+// is half-applied and no change is lost. Every reload reads every file, but
+// parses again only the files whose content changed since the previous
+// reload.
 //
 // A Source is safe for concurrent use; reloads are serialised.
 type Source struct {
-	fsys fs.FS
+	fsys  fs.FS
+	store *resources.Store
 
 	reloadMu sync.Mutex // serialises Reload and protects cache
 	cache    parseCache
@@ -31,6 +43,32 @@ type Source struct {
 	mu     sync.Mutex // protects cur and status
 	cur    *Snapshot
 	status Status
+}
+
+// Change is the outcome of a successful reload: the snapshot before and
+// after, and what the Store announced.
+type Change struct {
+	// Old is the snapshot that was current before the reload; nil for the
+	// first snapshot.
+	Old *Snapshot
+	// New is the snapshot now current.
+	New *Snapshot
+	// Request is what the Store announced to its Server (see
+	// resources.Store.Apply): a key per resource added, removed or changed
+	// in each group (Namespace: the fleet, or "" for the default group),
+	// Full unless only ClusterLoadAssignments changed, Start the reload's
+	// start. Nil when the reload found nothing new.
+	Request *pushcontext.PushRequest
+	// Start is when the first file event behind the reload was seen.
+	Start time.Time
+}
+
+// Keys returns the keys of c.Request, nil if nothing changed.
+func (c Change) Keys() pushcontext.ConfigSet {
+	if c.Request == nil {
+		return nil
+	}
+	return c.Request.ConfigsUpdated
 }
 
 // Status describes a Source for people: the admin endpoint and the log.
@@ -56,25 +94,39 @@ type Status struct {
 	Failures int `json:"failures"`
 }
 
-// NewSource returns a Source for cfg.FS. It reads nothing until Reload.
+// NewSource returns a Source for cfg.FS, with a Store of its own. It reads
+// nothing until Reload.
 func NewSource(cfg SourceConfig) (*Source, error) {
 	if cfg.FS == nil {
 		return nil, errors.New("filecp: SourceConfig.FS is nil")
 	}
-	return &Source{fsys: cfg.FS}, nil
+	store, err := resources.New(resources.Config{Types: typeURLs()})
+	if err != nil {
+		return nil, err
+	}
+	return &Source{fsys: cfg.FS, store: store}, nil
 }
 
-// Reload loads the directory. On success the new snapshot becomes current
-// and Reload returns what changed since the previous one (Change.Keys is
-// nil if nothing did). On failure it returns the *LoadError from Load, keeps
-// the current snapshot and records the problems in Status. start is the time
-// of the first file event behind the reload; it becomes Change.Start.
+// Store returns the Store the Source states its snapshots in.
+func (s *Source) Store() *resources.Store { return s.store }
+
+// Reload loads the directory and states it in the Store. On success the
+// new snapshot becomes current and Reload returns what changed since the
+// previous one (Change.Request is nil if nothing did). On failure it
+// returns a *LoadError (from Load, or the Store's refusal located in the
+// files), keeps the current snapshot and records the problems in Status.
+// start is the time of the first file event behind the reload; it becomes
+// Change.Start.
 func (s *Source) Reload(start time.Time) (Change, error) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 
 	next, cache, err := load(s.fsys, s.cache)
 	s.cache = cache
+	var req *pushcontext.PushRequest
+	if err == nil {
+		req, err = s.apply(next, start)
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -96,7 +148,28 @@ func (s *Source) Reload(start time.Time) (Change, error) {
 	s.status.Warnings = next.Warnings()
 	s.status.Problems = nil
 	s.status.FailedAt = time.Time{}
-	return Change{Old: old, New: next, Keys: Diff(old, next), Start: start}, nil
+	return Change{Old: old, New: next, Request: req, Start: start}, nil
+}
+
+// apply states snap in the Store: each fleet, and the default group, with
+// exactly the resources its nodes see; fleets that are gone are deleted.
+// A refusal of the Store becomes a *LoadError locating each problem in the
+// files. An error of the Server after the Store accepted the change (it
+// has stopped) is not one: the change is made.
+func (s *Source) apply(snap *Snapshot, start time.Time) (*pushcontext.PushRequest, error) {
+	groups := map[string][]proto.Message{resources.DefaultGroup: snap.messages("")}
+	for _, fleet := range snap.Fleets() {
+		groups[fleet] = snap.messages(fleet)
+	}
+	req, err := s.store.Apply(resources.Update{Set: groups, DeleteOthers: true, Start: start})
+	var re *resources.Error
+	switch {
+	case errors.As(err, &re):
+		return nil, &LoadError{Problems: snap.locate(re.Problems)}
+	case err != nil && req == nil:
+		return nil, &LoadError{Problems: []Problem{{File: ".", Index: -1, Msg: err.Error()}}}
+	}
+	return req, nil
 }
 
 // Snapshot returns the current snapshot, or nil before the first successful

@@ -44,9 +44,11 @@ func TestSourceFirstReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := ch.PushRequest()
-	if req == nil || !req.Full || len(req.ConfigsUpdated) != 8 || !req.Start.Equal(start) || req.Reason.Count(pushcontext.ReasonConfigUpdate) != 1 {
-		t.Errorf("first PushRequest() = %+v; want Full, 8 keys, Start %v, reason config:1", req, start)
+	// The default group holds the 4 global resources, edge those and its
+	// own 4; both groups are new.
+	req := ch.Request
+	if req == nil || !req.Full || len(req.ConfigsUpdated) != 2+4+8 || !req.Start.Equal(start) || req.Reason.Count(pushcontext.ReasonConfigUpdate) != 1 {
+		t.Errorf("first Change.Request = %+v; want Full, 14 keys, Start %v, reason config:1", req, start)
 	}
 	if ch.Old != nil || ch.New != src.Snapshot() {
 		t.Errorf("first Change has Old %p, New %p; want nil and the current snapshot", ch.Old, ch.New)
@@ -131,7 +133,7 @@ func TestSourceKeepsLastGood(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantFile+": ") || !strings.Contains(err.Error(), tc.wantMsg) {
 				t.Errorf("Reload() error:\n%v\nwant it to name %q and contain %q", err, tc.wantFile, tc.wantMsg)
 			}
-			if ch.New != nil || ch.Keys != nil || ch.PushRequest() != nil {
+			if ch.New != nil || ch.Request != nil {
 				t.Errorf("Reload() failed but returned Change %+v; want the zero Change", ch)
 			}
 			if src.Snapshot() != good {
@@ -154,8 +156,8 @@ func TestSourceKeepsLastGood(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Reload() after undoing = %v", err)
 			}
-			if ch.Old != good || ch.Keys != nil || ch.PushRequest() != nil {
-				t.Errorf("Reload() after undoing: Old %p (want %p), Keys %v; want nothing changed", ch.Old, good, ch.Keys)
+			if ch.Old != good || ch.Request != nil {
+				t.Errorf("Reload() after undoing: Old %p (want %p), Keys %v; want nothing changed", ch.Old, good, ch.Keys())
 			}
 			if st := src.Status(); len(st.Problems) != 0 || !st.FailedAt.IsZero() || st.Reloads != 3 {
 				t.Errorf("Status() after undoing = %+v; want no problems and 3 reloads", st)
@@ -200,8 +202,8 @@ func TestSourceFixPickedUp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reload() after the fix = %v", err)
 	}
-	want := []pushcontext.ConfigKey{{Kind: typeCluster, Name: "canary"}, {Kind: typeRoute, Name: "local_route"}}
-	if got := ch.Keys.Sorted(); !slices.Equal(got, want) {
+	want := slices.Concat(keys(typeCluster, "canary", "", "edge"), keys(typeRoute, "local_route", "", "edge"))
+	if got := ch.Keys().Sorted(); !slices.Equal(got, want) {
 		t.Errorf("changed %v; want %v", got, want)
 	}
 	// The new cluster has no endpoints yet: accepted with a warning.

@@ -16,11 +16,12 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+
+	"github.com/xdspush/xdspush/xds"
 )
 
 // Type URLs of the resources a configuration directory may hold. They are
-// also the Kind of every pushcontext.ConfigKey this program emits, so a
-// generator for a type URL recognises its own keys without a mapping table.
+// also the Kind of the pushcontext.ConfigKeys the Store announces for them.
 const (
 	typeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
 	typeEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
@@ -57,6 +58,16 @@ const numTypes = 5
 // supportedTypes returns the supported type URLs in typeRank order.
 func supportedTypes() []string {
 	return []string{typeCluster, typeEndpoint, typeListener, typeRoute, typeSecret}
+}
+
+// typeURLs returns the supported type URLs in typeRank order, as the
+// types a resources.Store serves.
+func typeURLs() []xds.TypeURL {
+	out := make([]xds.TypeURL, 0, numTypes)
+	for _, t := range supportedTypes() {
+		out = append(out, xds.TypeURL(t))
+	}
+	return out
 }
 
 // isSupportedType reports whether a directory may hold resources of typeURL.

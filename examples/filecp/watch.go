@@ -49,9 +49,10 @@ type WatchConfig struct {
 	// it must not be less than After.
 	Max time.Duration
 
-	// OnPush receives the request for every reload that changed something
-	// (see Change.PushRequest), on the goroutine that reloads, with Run's
-	// context. At most one call runs at a time. Nil means no callback.
+	// OnPush receives, for every reload that changed something, the
+	// request the Source's Store announced (Change.Request), on the
+	// goroutine that reloads, with Run's context. At most one call runs at
+	// a time. Nil means no callback.
 	OnPush func(ctx context.Context, req *pushcontext.PushRequest)
 
 	// Hooks are optional callbacks.
@@ -292,16 +293,16 @@ func (w *Watcher) reload(ctx context.Context, b *fileBatch) {
 	case err != nil:
 		w.logger.LogAttrs(ctx, slog.LevelWarn, "configuration rejected, keeping the last good one",
 			slog.String("version", ev.Version), slog.String("error", err.Error()))
-	case len(ch.Keys) == 0:
+	case ch.Request == nil:
 		level := slog.LevelDebug
 		if recovered {
 			level = slog.LevelInfo
 		}
 		w.logger.LogAttrs(ctx, level, "configuration unchanged", slog.String("version", ev.Version), slog.Bool("recovered", recovered))
 	default:
-		ev.Request = ch.PushRequest()
+		ev.Request = ch.Request
 		w.logger.LogAttrs(ctx, slog.LevelInfo, "configuration changed",
-			slog.String("version", ev.Version), slog.Int("changed", len(ch.Keys)), slog.Bool("full", ev.Request.Full), slog.Bool("recovered", recovered))
+			slog.String("version", ev.Version), slog.Int("changed", len(ch.Request.ConfigsUpdated)), slog.Bool("full", ev.Request.Full), slog.Bool("recovered", recovered))
 		for _, p := range ch.New.Warnings() {
 			w.logger.LogAttrs(ctx, slog.LevelWarn, "configuration warning", slog.String("warning", p.String()))
 		}

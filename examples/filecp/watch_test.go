@@ -128,11 +128,11 @@ func atomicWrite(t *testing.T, dir, rel, content string) {
 func TestWatchRenameIntoPlace(t *testing.T) {
 	tests := []struct {
 		file, old, new string
-		want           pushcontext.ConfigKey
+		want           []pushcontext.ConfigKey // a global file changes every group
 	}{
-		{"endpoints.json", "18080", "18090", pushcontext.ConfigKey{Kind: typeEndpoint, Name: "backend"}},
-		{"edge/edge.yaml", "18081", "18091", pushcontext.ConfigKey{Kind: typeEndpoint, Namespace: "edge", Name: "edge-api"}},
-		{"clusters.yaml", "connect_timeout: 1s", "connect_timeout: 3s", pushcontext.ConfigKey{Kind: typeCluster, Name: "backend"}},
+		{"endpoints.json", "18080", "18090", keys(typeEndpoint, "backend", "", "edge")},
+		{"edge/edge.yaml", "18081", "18091", keys(typeEndpoint, "edge-api", "edge")},
+		{"clusters.yaml", "connect_timeout: 1s", "connect_timeout: 3s", keys(typeCluster, "backend", "", "edge")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -143,10 +143,10 @@ func TestWatchRenameIntoPlace(t *testing.T) {
 			if !slices.Equal(ev.Paths, []string{tc.file}) || ev.Err != nil || ev.Request == nil {
 				t.Fatalf("reload = %+v; want one for %s", ev, tc.file)
 			}
-			if got := ev.Request.ConfigsUpdated.Sorted(); !slices.Equal(got, []pushcontext.ConfigKey{tc.want}) {
+			if got := ev.Request.ConfigsUpdated.Sorted(); !slices.Equal(got, tc.want) {
 				t.Errorf("changed %v; want %v", got, tc.want)
 			}
-			if wantFull := tc.want.Kind != typeEndpoint; ev.Request.Full != wantFull {
+			if wantFull := tc.want[0].Kind != typeEndpoint; ev.Request.Full != wantFull {
 				t.Errorf("Full = %t; want %t", ev.Request.Full, wantFull)
 			}
 			if ev.Request.Start.IsZero() || ev.Request.Start != ev.Start {
@@ -177,8 +177,8 @@ func TestWatchBackupAndWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev := h.next()
-	if ev.Err != nil || ev.Request == nil || ev.Request.Full || len(ev.Request.ConfigsUpdated) != 1 {
-		t.Fatalf("reload = %+v; want one endpoint-only change", ev)
+	if ev.Err != nil || ev.Request == nil || ev.Request.Full || len(ev.Request.ConfigsUpdated) != 2 {
+		t.Fatalf("reload = %+v; want one endpoint-only change (in both groups)", ev)
 	}
 	h.checkQuiet()
 }
@@ -227,7 +227,7 @@ func TestWatchRejectsThenRecovers(t *testing.T) {
 
 	atomicWrite(t, dir, "routes.yaml", routes)
 	ev = h.next()
-	want := []pushcontext.ConfigKey{{Kind: typeEndpoint, Name: "backend"}}
+	want := keys(typeEndpoint, "backend", "", "edge")
 	if ev.Err != nil || ev.Request == nil || !slices.Equal(ev.Request.ConfigsUpdated.Sorted(), want) || ev.Request.Full {
 		t.Fatalf("reload after the fix = %+v; want the endpoint change made meanwhile, not full", ev)
 	}

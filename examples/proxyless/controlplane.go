@@ -25,17 +25,7 @@ import (
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
-)
-
-// Config kinds of the host's store, as they appear in
-// pushcontext.ConfigKey.Kind.
-const (
-	// kindService feeds the listener, route configuration and cluster of a
-	// service; a change is Full (a new PushContext).
-	kindService = "Service"
-	// kindEndpoints feeds a service's ClusterLoadAssignment; a change is
-	// not Full (the endpoint fast path).
-	kindEndpoints = "Endpoints"
+	"github.com/xdspush/xdspush/xds/resources"
 )
 
 // The xDS resource names of a service that gRPC clients dial as
@@ -46,66 +36,6 @@ func listenerName(svc string) string  { return svc }
 func routeName(svc string) string     { return svc + "-route" }
 func clusterName(svc string) string   { return svc + "-cluster" }
 func endpointsName(svc string) string { return svc + "-endpoints" }
-
-// store is the host's source of truth: a fixed set of services and the
-// endpoints of each. Services reach clients through the PushContext (Full
-// pushes); endpoints are read live by the EDS generator, as istiod reads
-// its endpoint index, because a non-Full push reuses the current
-// PushContext.
-//
-// It is safe for concurrent use.
-type store struct {
-	services []string // sorted; immutable
-
-	mu sync.Mutex
-	// endpoints maps a ClusterLoadAssignment name to its current value.
-	// A value is never modified once stored: a change stores a new one, so
-	// every proxy is sent the same message (marshalled once). Protected by
-	// mu.
-	endpoints map[string]*endpointv3.ClusterLoadAssignment
-}
-
-// setEndpoints replaces the endpoints of svc with addrs ("host:port").
-func (s *store) setEndpoints(svc string, addrs []string) error {
-	cla, err := makeCLA(endpointsName(svc), addrs)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.endpoints[cla.ClusterName] = cla
-	s.mu.Unlock()
-	return nil
-}
-
-// serviceResources is the PushContext index of the demo: the listener,
-// route configuration and cluster of every service, by resource name. It is
-// immutable once built.
-type serviceResources struct {
-	listeners map[string]*listenerv3.Listener
-	routes    map[string]*routev3.RouteConfiguration
-	clusters  map[string]*clusterv3.Cluster
-}
-
-// build makes the resources of every service in s.
-func (s *store) build() (*serviceResources, error) {
-	r := &serviceResources{
-		listeners: make(map[string]*listenerv3.Listener, len(s.services)),
-		routes:    make(map[string]*routev3.RouteConfiguration, len(s.services)),
-		clusters:  make(map[string]*clusterv3.Cluster, len(s.services)),
-	}
-	for _, svc := range s.services {
-		l, err := makeListener(svc)
-		if err != nil {
-			return nil, err
-		}
-		r.listeners[l.Name] = l
-		rc := makeRoute(svc)
-		r.routes[rc.Name] = rc
-		c := makeCluster(svc)
-		r.clusters[c.Name] = c
-	}
-	return r, nil
-}
 
 // controlPlaneConfig configures a controlPlane.
 type controlPlaneConfig struct {
@@ -118,16 +48,23 @@ type controlPlaneConfig struct {
 	Logger *slog.Logger
 }
 
-// controlPlane is the host program of the demo: a store, a PushContext
-// index built from it, one generator per xDS type and the xds.Server that
-// pushes them over ADS.
+// controlPlane is the host program of the demo: it states, in a
+// resources.Store, what its clients should hold (the listener, route
+// configuration, cluster and endpoints of every service), and the Store's
+// xds.Server pushes it over ADS. Clients have no Node.cluster: they are in
+// the default group.
 //
 // It is safe for concurrent use.
 type controlPlane struct {
-	store  *store
+	store  *resources.Store
 	srv    *xds.Server
 	gs     *grpc.Server
 	pushes *pushCounts
+
+	mu        sync.Mutex // serialises changes; protects endpoints
+	services  []string   // sorted; immutable
+	static    []proto.Message
+	endpoints map[string][]string // service → addresses
 }
 
 // newControlPlane builds the control plane. It starts nothing; see serve.
@@ -135,78 +72,63 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 	if len(cfg.Services) == 0 {
 		return nil, errors.New("proxyless: no service to serve")
 	}
-	st := &store{
+	cp := &controlPlane{
+		pushes:    newPushCounts(),
 		services:  slices.Sorted(slices.Values(cfg.Services)),
-		endpoints: make(map[string]*endpointv3.ClusterLoadAssignment, len(cfg.Services)),
+		endpoints: make(map[string][]string, len(cfg.Services)),
 	}
-	for _, svc := range st.services {
+	var err error
+	cp.store, err = resources.New(resources.Config{
+		Epoch: "proxyless",
+		Server: xds.Config{
+			// Endpoint-only changes skip the debounce window.
+			Debounce: xds.DebounceConfig{Bypass: func(r *pushcontext.PushRequest) bool { return !r.Full }},
+			Logger:   cfg.Logger,
+			Hooks:    cp.pushes.hooks(),
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cp.srv, err = cp.store.NewServer(); err != nil {
+		return nil, err
+	}
+	// A service's listener, route configuration and cluster never change:
+	// they are made once, and set again as the same messages.
+	for _, svc := range cp.services {
 		addrs, ok := cfg.Endpoints[svc]
 		if !ok {
 			return nil, fmt.Errorf("proxyless: service %q has no endpoints", svc)
 		}
-		if err := st.setEndpoints(svc, addrs); err != nil {
+		cp.endpoints[svc] = addrs
+		l, err := makeListener(svc)
+		if err != nil {
 			return nil, err
 		}
+		cp.static = append(cp.static, l, makeRoute(svc), makeCluster(svc))
 	}
-
-	// The PushContext holds an index rebuilt when a Service changes.
-	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "proxyless"})
-	if err != nil {
-		return nil, err
-	}
-	services, err := pushcontext.Register(b, "services", []string{kindService},
-		func(pushcontext.BuildContext[*serviceResources]) (*serviceResources, error) { return st.build() })
-	if err != nil {
-		return nil, err
-	}
-	fromPush := func(get func(*serviceResources, xds.Watch) []xds.Resource) xds.Generator {
-		return xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-			return get(services.Get(p.Push), w), nil
-		})
-	}
-	// Endpoints have an index of their own: an endpoint change rebuilds it
-	// alone, and EDS is generated from the PushContext like every type.
-	endpoints, err := pushcontext.Register(b, "endpoints", []string{kindEndpoints},
-		func(pushcontext.BuildContext[map[string]*endpointv3.ClusterLoadAssignment]) (map[string]*endpointv3.ClusterLoadAssignment, error) {
-			st.mu.Lock()
-			defer st.mu.Unlock()
-			return maps.Clone(st.endpoints), nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	eds := xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, w xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
-		return pick(endpoints.Get(p.Push), w), nil
-	})
-
-	cp := &controlPlane{store: st, pushes: newPushCounts()}
-	cp.srv, err = xds.New(xds.Config{
-		Builder: b,
-		Generators: map[xds.TypeURL]xds.Generator{
-			xds.ListenerType: fromPush(func(r *serviceResources, w xds.Watch) []xds.Resource { return pick(r.listeners, w) }),
-			xds.RouteType:    fromPush(func(r *serviceResources, w xds.Watch) []xds.Resource { return pick(r.routes, w) }),
-			xds.ClusterType:  fromPush(func(r *serviceResources, w xds.Watch) []xds.Resource { return pick(r.clusters, w) }),
-			xds.EndpointType: eds,
-		},
-		// An endpoint change regenerates EDS only.
-		TypeKinds: map[xds.TypeURL][]string{
-			xds.ListenerType: {kindService},
-			xds.RouteType:    {kindService},
-			xds.ClusterType:  {kindService},
-			xds.EndpointType: {kindEndpoints},
-		},
-		// Endpoint-only changes skip the debounce window.
-		Debounce: xds.DebounceConfig{Bypass: func(r *pushcontext.PushRequest) bool { return !r.Full }},
-		Logger:   cfg.Logger,
-		Hooks:    cp.pushes.hooks(),
-	})
-	if err != nil {
+	if _, err := cp.set(cp.endpoints); err != nil {
 		return nil, err
 	}
 	cp.gs = grpc.NewServer(cp.srv.ServerOptions()...)
 	cp.srv.Register(cp.gs)
-	cp.srv.Loaded() // the store is complete: serve it
+	cp.srv.Loaded() // the Store holds everything: serve it
 	return cp, nil
+}
+
+// set states what every client should hold with the given endpoints, and
+// returns what the Store announced (nil if nothing changed). The caller
+// holds mu, or is newControlPlane.
+func (cp *controlPlane) set(endpoints map[string][]string) (*pushcontext.PushRequest, error) {
+	msgs := slices.Clone(cp.static)
+	for _, svc := range cp.services {
+		cla, err := makeCLA(endpointsName(svc), endpoints[svc])
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, cla)
+	}
+	return cp.store.Apply(resources.Update{Set: map[string][]proto.Message{resources.DefaultGroup: msgs}})
 }
 
 // serve serves ADS on lis and runs the xds.Server until ctx ends. It
@@ -237,42 +159,24 @@ func (cp *controlPlane) serve(ctx context.Context, lis net.Listener) error {
 	return serve
 }
 
-// moveEndpoints replaces the endpoints of svc and reports the change to the
-// xds.Server, naming exactly the ClusterLoadAssignment that changed. It
-// returns the request it handed over.
+// moveEndpoints replaces the endpoints of svc and states the result in the
+// Store, which announces exactly the ClusterLoadAssignment that changed,
+// not Full. It returns the request the Store handed to the Server.
 func (cp *controlPlane) moveEndpoints(svc string, addrs []string) (*pushcontext.PushRequest, error) {
-	if !slices.Contains(cp.store.services, svc) {
+	if !slices.Contains(cp.services, svc) {
 		return nil, fmt.Errorf("proxyless: unknown service %q", svc)
 	}
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	next := maps.Clone(cp.endpoints)
+	next[svc] = addrs
 	cp.pushes.reset()
-	if err := cp.store.setEndpoints(svc, addrs); err != nil {
+	req, err := cp.set(next)
+	if err != nil {
 		return nil, err
 	}
-	req := &pushcontext.PushRequest{
-		Full:           false,
-		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: kindEndpoints, Name: endpointsName(svc)}),
-		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonEndpointUpdate),
-	}
-	if err := cp.srv.ConfigUpdate(req); err != nil {
-		return nil, err
-	}
+	cp.endpoints = next
 	return req, nil
-}
-
-// pick returns the resources of m that w asks for (all of them for a
-// wildcard watch), sorted by name.
-func pick[M proto.Message](m map[string]M, w xds.Watch) []xds.Resource {
-	names := w.Names
-	if w.Wildcard {
-		names = slices.Sorted(maps.Keys(m))
-	}
-	out := []xds.Resource{}
-	for _, n := range names {
-		if v, ok := m[n]; ok {
-			out = append(out, xds.Resource{Name: n, Message: v})
-		}
-	}
-	return out
 }
 
 // pushCounts counts the responses the xds.Server pushes, by type, through

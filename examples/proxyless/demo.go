@@ -13,6 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
 	grpcxds "google.golang.org/grpc/xds"
+
+	"github.com/xdspush/xdspush/xds"
 )
 
 // service is the name clients dial, as xds:///greeter.
@@ -112,16 +114,9 @@ func startDemo(ctx context.Context, cfg demoConfig) (_ *demo, err error) {
 	}
 
 	// The client's xDS bootstrap, inline: no file, no environment variable.
-	bootstrap, err := json.Marshal(map[string]any{
-		"xds_servers": []any{map[string]any{
-			"server_uri":      lis.Addr().String(),
-			"channel_creds":   []any{map[string]string{"type": "insecure"}},
-			"server_features": []string{"xds_v3"},
-		}},
-		"node": map[string]string{"id": clientNodeID},
-	})
+	bootstrap, err := bootstrapJSON(lis.Addr().String())
 	if err != nil {
-		return nil, fmt.Errorf("proxyless: bootstrap: %w", err)
+		return nil, err
 	}
 	resolver, err := grpcxds.NewXDSResolverWithConfigForTesting(bootstrap)
 	if err != nil {
@@ -135,6 +130,24 @@ func startDemo(ctx context.Context, cfg demoConfig) (_ *demo, err error) {
 	}
 	d.client = testgrpc.NewTestServiceClient(d.cc)
 	return d, nil
+}
+
+// bootstrapJSON returns the client's xDS bootstrap for a control plane at
+// addr. It carries node.locality (empty) although grpc-go does not need
+// it: other gRPC xDS clients (grpc-js-xds) refuse a bootstrap without it.
+func bootstrapJSON(addr string) ([]byte, error) {
+	b, err := json.Marshal(map[string]any{
+		"xds_servers": []any{map[string]any{
+			"server_uri":      addr,
+			"channel_creds":   []any{map[string]string{"type": "insecure"}},
+			"server_features": []string{"xds_v3"},
+		}},
+		"node": map[string]any{"id": clientNodeID, "locality": map[string]string{}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("proxyless: bootstrap: %w", err)
+	}
+	return b, nil
 }
 
 // step runs f with a context bounded by the demo's timeout, and names what
@@ -189,10 +202,14 @@ func (d *demo) callUntil(ctx context.Context, want string) error {
 // handed over, formatted.
 func (d *demo) moveEndpoints(i int) (string, error) {
 	r, err := d.cp.moveEndpoints(service, []string{d.backends[i].addr})
-	if err != nil {
-		return "", err
+	if err != nil || r == nil {
+		return "nothing changed", err
 	}
-	return fmt.Sprintf("Full=%t ConfigsUpdated=%v Reason=%v", r.Full, r.ConfigsUpdated.Sorted(), r.Reason), nil
+	var keys []string
+	for _, k := range r.ConfigsUpdated.Sorted() {
+		keys = append(keys, xds.TypeURL(k.Kind).Short()+" "+k.Name)
+	}
+	return fmt.Sprintf("Full=%t ConfigsUpdated=%v Reason=%v", r.Full, keys, r.Reason), nil
 }
 
 // waitEndpointPush waits, within the demo's timeout, until the control

@@ -9,14 +9,15 @@
 //     answering UnaryCall with its name in server_id), an xds.Server on
 //     127.0.0.1 port 0, and a grpc-go client whose xDS bootstrap is JSON
 //     built in memory: no file, no environment variable, no fixed port.
-//   - The host. Listener, route configuration and cluster of the greeter
-//     come from a pushcontext index of kind Service; its
-//     ClusterLoadAssignment from the store, read live by the EDS
-//     generator. Config.TypeKinds ties EDS to kind Endpoints only, and
-//     non-Full requests bypass the debounce window.
-//   - The change. After RPCs answered by backend-1, one ConfigUpdate with
-//     Full=false names only the greeter's ClusterLoadAssignment, which now
-//     holds backend-2. The program waits with Server.Sync until the change
+//   - The host. A resources.Store holds what the client should hold (it
+//     has no Node.cluster: the default group): the listener, route
+//     configuration and cluster of the greeter, made once, and its
+//     ClusterLoadAssignment, made from the current endpoints. The Store's
+//     xds.Server serves it; non-Full requests bypass the debounce window.
+//   - The change. After RPCs answered by backend-1, the configuration is
+//     stated again with the greeter's ClusterLoadAssignment holding
+//     backend-2; the Store hands the Server one change, Full=false, naming
+//     only that ClusterLoadAssignment. The program waits with Server.Sync until the change
 //     is pushed and the client has ACKed it (a NACK is an error), then
 //     until an RPC is answered by backend-2, then checks that the next RPCs
 //     are too.
@@ -39,14 +40,14 @@
 //
 // One goroutine drives the demo; the backends' and the control plane's
 // gRPC servers, the xds.Server's Run and its streams, and grpc-go's client
-// run on their own goroutines. The store and the push counter
-// (pushCounts) are safe for concurrent use: generators and hooks run on
-// the xds.Server's stream goroutines.
+// run on their own goroutines. The control plane and the push counter
+// (pushCounts) are safe for concurrent use: the Store's generators and the
+// hooks run on the xds.Server's stream goroutines.
 //
 // # Performance
 //
 // 2 vCPUs (AMD EPYC), Go 1.26, medians of 6 runs, on loopback with
-// grpc-go's xDS client. One endpoint change, from ConfigUpdate to the
+// grpc-go's xDS client. One endpoint change, from the Store's Apply to the
 // client's ACK of the pushed ClusterLoadAssignment, and to the first RPC
 // answered by the new backend (the client's balancer connects to it first);
 // bytes and allocations include the client's and the backends' work:

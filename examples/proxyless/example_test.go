@@ -22,7 +22,7 @@ func Example() {
 	// client: UnaryCall 3 answered by backend-1
 	// control plane: proxyless-client ACKed CDS, EDS, LDS, RDS
 	// control plane: greeter-endpoints = [backend-2]
-	// control plane: ConfigUpdate Full=false ConfigsUpdated=[Endpoints//greeter-endpoints] Reason=endpoint:1
+	// control plane: the Store pushes Full=false ConfigsUpdated=[EDS greeter-endpoints] Reason=endpoint:1
 	// control plane: pushed 1 EDS response; proxyless-client ACKed it
 	// client: traffic reached backend-2
 	// client: UnaryCall 1 answered by backend-2

@@ -89,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if err != nil {
 		return err
 	}
-	out.printf("control plane: ConfigUpdate %s", req)
+	out.printf("control plane: the Store pushes %s", req)
 	pushed, err := d.waitEndpointPush(ctx)
 	if err != nil {
 		return err

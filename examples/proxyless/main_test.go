@@ -5,15 +5,15 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
 // defaultTestTimeout bounds every wait of the tests.
@@ -216,7 +216,7 @@ func TestMoveEndpointsErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cp.gs.Stop)
-	before := cp.store.endpoints[endpointsName("a")]
+	before := cp.endpoints["a"]
 	tests := []struct {
 		name    string
 		svc     string
@@ -232,35 +232,11 @@ func TestMoveEndpointsErrors(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) {
 				t.Fatalf("moveEndpoints(%q, %q) = %v, %v; want an error starting with %q", tt.svc, tt.addrs, req, err, tt.wantErr)
 			}
-			if got := cp.store.endpoints[endpointsName("a")]; got != before {
+			if got := cp.endpoints["a"]; !slices.Equal(got, before) {
 				t.Errorf("endpoints changed to %v; want them unchanged", got)
 			}
 			if got := cp.srv.Inbound(); got != 0 {
 				t.Errorf("Inbound() = %d; want no ConfigUpdate", got)
-			}
-		})
-	}
-}
-
-func TestPick(t *testing.T) {
-	m := map[string]*clusterv3.Cluster{"b": {}, "a": {}, "c": {}}
-	tests := []struct {
-		name string
-		w    xds.Watch
-		want []string
-	}{
-		{name: "wildcard", w: xds.Watch{Wildcard: true}, want: []string{"a", "b", "c"}},
-		{name: "by name", w: xds.Watch{Names: []string{"a", "c", "missing"}}, want: []string{"a", "c"}},
-		{name: "none", w: xds.Watch{}, want: []string{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := []string{}
-			for _, r := range pick(m, tt.w) {
-				got = append(got, r.Name)
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("pick() names (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -283,5 +259,17 @@ func TestFormatCounts(t *testing.T) {
 				t.Errorf("formatCounts(%v) = %q; want %q", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBootstrap checks the client's bootstrap against what every gRPC xDS
+// client requires (grpc-js-xds also wants node.locality).
+func TestBootstrap(t *testing.T) {
+	b, err := bootstrapJSON("127.0.0.1:18000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xdstest.CheckBootstrap(b); err != nil {
+		t.Errorf("bootstrapJSON() = %s: %v", b, err)
 	}
 }

@@ -109,8 +109,28 @@
 //		xdstest.AssertNoDangling(t, c)
 //	}
 //
-// A host that builds its own xds.Server (a ControlPlane type, say) lets
-// the test instrument its Config and serves that Server:
+// A host that owns its Server (builds it, sets its state, calls Loaded
+// when that state is complete) is tested as it runs, without an option
+// for tests: the test builds the host, which calls Loaded, and serves its
+// Server with NewServerFor, which runs it (so the host must leave Run to
+// its own main, not to its constructor). A host on package xds/resources
+// is one; its Example's tests do this:
+//
+//	gw, err := newGateway()              // builds a resources.Store and its Server
+//	gw.Route("public", "/api", weights)  // sets the Store's groups
+//	gw.srv.Loaded()                      // the state is complete: serve
+//	ts := xdstest.NewServerFor(t, gw.srv)
+//	c := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "gw-1", Cluster: "public"}})
+//	xdstest.Await(t, xdstest.HoldsNames(...), c)
+//	gw.Route("public", "/api", canary)   // the host changes; Quiet, Sync, AssertNoDangling
+//
+// Such a Server has no Recorder (Server.Recorder is nil): the kit cannot
+// add hooks to a Server that exists. Clients, waits, Quiet, Sync and the
+// Checker work alike. To also record what the Server generated for each
+// proxy, the host's own Config must pass through the test's hands before
+// xds.New, which takes an option of the host's that tests use (a metrics
+// adapter can use it too): the test instruments the Config and serves the
+// Server:
 //
 //	rec := xdstest.NewRecorder()
 //	cp, _ := myhost.New(myhost.Config{Instrument: rec.Instrument})
@@ -127,7 +147,9 @@
 //	}
 //
 // An end-to-end test of a real program connects the same clients by
-// target: xdstest.DialClient(t, "passthrough:///"+addr, cfg).
+// target: xdstest.DialClient(t, "passthrough:///"+addr, cfg). A bootstrap
+// the program documents or hands to gRPC clients is checked with
+// CheckBootstrap against what every gRPC xDS client requires.
 //
 // Outside tests (and in Examples) Start, Serve, Server.Connect, Dial and
 // Client.Wait return errors instead of failing a testing.TB.

@@ -1,0 +1,128 @@
+package resources
+
+import (
+	"context"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
+)
+
+// What the Server calls: the Builder, one Generator per type, InitProxy.
+
+// storeBuilder builds the Store's PushContexts. Every PushContext holds
+// one snapshot, whole: the index of each type that changed since the
+// previous PushContext's snapshot is rebuilt from it, whether or not the
+// request names that type. (A request names the changes announced so far;
+// a commit may be made after its announcement is merged, but before the
+// build: building only the types the request names from the newest
+// snapshot would show one type of that commit without the others.)
+type storeBuilder struct{ s *Store }
+
+// Build builds the PushContext of the current snapshot.
+func (b storeBuilder) Build(prev *pushcontext.PushContext, req *pushcontext.PushRequest) (*pushcontext.PushContext, error) {
+	s := b.s
+	s.mu.Lock()
+	snap := s.cur.Load()
+	s.built = true
+	s.mu.Unlock()
+
+	var since uint64
+	if p, ok := s.snapIdx.Lookup(prev); ok && p != nil {
+		since = p.seq
+	}
+	// The Builder rebuilds by kind; the snapshot index is rebuilt for
+	// every PushContext, each type's when it changed since prev.
+	kinds := pushcontext.ConfigSet{{Kind: GroupKind}: {}}
+	for i, t := range s.types {
+		if snap.changed[i] > since {
+			kinds[pushcontext.ConfigKey{Kind: string(t)}] = struct{}{}
+		}
+	}
+	breq := &pushcontext.PushRequest{ConfigsUpdated: kinds}
+	if req != nil {
+		breq.Full, breq.Forced, breq.Reason, breq.Start = req.Full, req.Forced, req.Reason, req.Start
+	}
+	s.building = snap
+	defer func() { s.building = nil }()
+	return s.b.Build(prev, breq)
+}
+
+// Kinds returns the kinds of the Store's indexes: the type URLs it serves
+// and GroupKind.
+func (b storeBuilder) Kinds() []string { return b.s.b.Kinds() }
+
+// proxyGroup is the Proxy.Data of a proxy of the Store.
+type proxyGroup struct {
+	want   string // the group Config.Group resolved
+	served string // the group served: want, or DefaultGroup
+}
+
+// groupScope is the dependency scope of a proxy: the keys of the group it
+// is served and of the group it asked for (whose creation moves it there).
+type groupScope proxyGroup
+
+// DependsOn reports whether k is a key of the proxy's groups.
+func (g groupScope) DependsOn(k pushcontext.ConfigKey) bool {
+	return k.Namespace == g.served || k.Namespace == g.want
+}
+
+// viewPrefix prefixes a group's name to make it the view of its proxies.
+const viewPrefix = "group/"
+
+// initProxy is the Server's InitProxy: it resolves the proxy's group
+// against pc.
+func (s *Store) initProxy(_ context.Context, p *xds.Proxy, pc *pushcontext.PushContext) (xds.ProxyState, error) {
+	want, err := s.groupOf(p)
+	if err != nil {
+		return xds.ProxyState{}, err
+	}
+	snap := s.snapIdx.Get(pc)
+	served := want
+	if _, ok := snap.groups[want]; !ok {
+		if _, ok := snap.groups[DefaultGroup]; want == DefaultGroup || !ok {
+			return xds.ProxyState{}, status.Errorf(codes.NotFound, "resources: group %q is not set", want)
+		}
+		served = DefaultGroup
+	}
+	pg := &proxyGroup{want: want, served: served}
+	return xds.ProxyState{Data: pg, Scope: groupScope(*pg), View: viewPrefix + served}, nil
+}
+
+// generator serves one type from the PushContext it is given.
+type generator struct {
+	s   *Store
+	idx int
+}
+
+// Generate returns the resources of the generator's type that the proxy's
+// group holds and w covers: all of them for a wildcard watch, the named
+// ones that exist otherwise (Delta watches are one or the other), from
+// req.Push.
+func (g generator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+	pc := p.Push
+	if req != nil && req.Push != nil {
+		pc = req.Push
+	}
+	pg, _ := p.Data.(*proxyGroup)
+	if pg == nil {
+		return nil, nil
+	}
+	ts := g.s.byType[g.idx].Get(pc)[pg.served]
+	if ts == nil {
+		return nil, nil
+	}
+	if w.Wildcard {
+		return ts.res, nil // shared: the Server does not modify it
+	}
+	out := make([]xds.Resource, 0, min(len(w.Names), len(ts.res)))
+	for _, n := range w.Names {
+		if i := ts.find(n); i >= 0 {
+			out = append(out, ts.res[i])
+		}
+	}
+	return slices.Clip(out), nil
+}

@@ -1,0 +1,507 @@
+package resources_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/resources"
+	"github.com/xdspush/xdspush/xds/xdstest"
+)
+
+// Resources of the tests: small, valid, and distinct by their arguments.
+
+func cluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads}}
+}
+
+func cla(name, ip string) *endpointv3.ClusterLoadAssignment {
+	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+		LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: address(ip, 80)}}}},
+	}}}
+}
+
+func route(name string, clusters ...string) *routev3.RouteConfiguration {
+	vh := &routev3.VirtualHost{Name: "all", Domains: []string{"*"}}
+	for _, c := range clusters {
+		vh.Routes = append(vh.Routes, &routev3.Route{
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/" + c}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}},
+		})
+	}
+	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
+}
+
+// listener returns an API listener taking route configuration rc from
+// RDS, over ADS if overADS, from another server otherwise.
+func listener(name, rc string, overADS bool) *listenerv3.Listener {
+	src := ads
+	if !overADS {
+		src = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_PathConfigSource{PathConfigSource: &corev3.PathConfigSource{Path: "/etc/routes"}}}
+	}
+	hcm, _ := anypb.New(&hcmv3.HttpConnectionManager{StatPrefix: name,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: src, RouteConfigName: rc}}})
+	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: hcm}}
+}
+
+func key(t xds.TypeURL, group, name string) pushcontext.ConfigKey {
+	return pushcontext.ConfigKey{Kind: string(t), Namespace: group, Name: name}
+}
+
+func groupKey(group string) pushcontext.ConfigKey {
+	return pushcontext.ConfigKey{Kind: resources.GroupKind, Namespace: group}
+}
+
+// step is one Apply of a test and what it must return.
+type step struct {
+	u        resources.Update
+	wantKeys []pushcontext.ConfigKey // sorted; nil: nothing changed
+	wantFull bool
+	wantErr  string // a substring of the error; "" for none
+}
+
+func set(group string, msgs ...proto.Message) resources.Update {
+	return resources.Update{Set: map[string][]proto.Message{group: msgs}}
+}
+
+func TestApply(t *testing.T) {
+	negative := cluster("bad")
+	negative.ConnectTimeout = durationpb.New(-1)
+	tests := []struct {
+		name   string
+		config resources.Config
+		steps  []step
+	}{{
+		name: "new group",
+		steps: []step{{
+			u:        set("g", cluster("a"), cla("a", "10.0.0.1")),
+			wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")},
+			wantFull: true,
+		}},
+	}, {
+		name: "an empty group is a group",
+		steps: []step{
+			{u: set("g"), wantKeys: []pushcontext.ConfigKey{groupKey("g")}, wantFull: true},
+			{u: set("g")},
+		},
+	}, {
+		name: "same content in new messages changes nothing",
+		steps: []step{
+			{u: set("g", cluster("a"), cla("a", "10.0.0.1")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")}, wantFull: true},
+			{u: set("g", cla("a", "10.0.0.1"), cluster("a"))},
+		},
+	}, {
+		name: "endpoints only is not Full",
+		steps: []step{
+			{u: set("g", cluster("a"), cla("a", "10.0.0.1")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")}, wantFull: true},
+			{u: set("g", cluster("a"), cla("a", "10.0.0.2")), wantKeys: []pushcontext.ConfigKey{key(xds.EndpointType, "g", "a")}},
+			{u: set("g", cluster("a")), wantKeys: []pushcontext.ConfigKey{key(xds.EndpointType, "g", "a")}},
+		},
+	}, {
+		name: "added, changed and removed, one key each",
+		steps: []step{
+			{u: set("g", cluster("a"), cluster("b"), route("r", "a")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.ClusterType, "g", "b"), key(xds.RouteType, "g", "r")}, wantFull: true},
+			{u: set("g", cluster("b"), cluster("c"), route("r", "c")), wantKeys: []pushcontext.ConfigKey{key(xds.ClusterType, "g", "a"), key(xds.ClusterType, "g", "c"), key(xds.RouteType, "g", "r")}, wantFull: true},
+		},
+	}, {
+		name: "same name, different types",
+		steps: []step{{
+			u: set("g", cluster("x"), cla("x", "10.0.0.1"), route("x", "x"), listener("x", "x", true)),
+			wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "x"), key(xds.EndpointType, "g", "x"),
+				key(xds.ListenerType, "g", "x"), key(xds.RouteType, "g", "x")},
+			wantFull: true,
+		}},
+	}, {
+		name: "groups are independent",
+		steps: []step{
+			{u: set("a", cluster("c")), wantKeys: []pushcontext.ConfigKey{groupKey("a"), key(xds.ClusterType, "a", "c")}, wantFull: true},
+			{u: set("b", cluster("c")), wantKeys: []pushcontext.ConfigKey{groupKey("b"), key(xds.ClusterType, "b", "c")}, wantFull: true},
+			{u: resources.Update{Delete: []string{"a"}}, wantKeys: []pushcontext.ConfigKey{groupKey("a"), key(xds.ClusterType, "a", "c")}, wantFull: true},
+			{u: resources.Update{Delete: []string{"a"}}},
+		},
+	}, {
+		name: "delete others",
+		steps: []step{
+			{u: resources.Update{Set: map[string][]proto.Message{"a": {cluster("c")}, "b": {cla("e", "10.0.0.1")}}},
+				wantKeys: []pushcontext.ConfigKey{groupKey("a"), groupKey("b"), key(xds.ClusterType, "a", "c"), key(xds.EndpointType, "b", "e")}, wantFull: true},
+			{u: resources.Update{Set: map[string][]proto.Message{"a": {cluster("c")}}, DeleteOthers: true},
+				wantKeys: []pushcontext.ConfigKey{groupKey("b"), key(xds.EndpointType, "b", "e")}, wantFull: true},
+		},
+	}, {
+		name: "route to a missing cluster",
+		steps: []step{
+			{u: set("g", cluster("a"), route("r", "a")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.RouteType, "g", "r")}, wantFull: true},
+			{u: set("g", route("r", "a", "b")), wantErr: `group "g": RouteConfiguration "r": names Cluster "a", which the group does not hold` + "\n\t" +
+				`group "g": RouteConfiguration "r": names Cluster "b", which the group does not hold`},
+			{u: set("g", cluster("a"), route("r", "a"))}, // unchanged: the refused Set applied nothing
+		},
+	}, {
+		name: "listener to a missing route",
+		steps: []step{
+			{u: set("g", listener("l", "r", true)), wantErr: `group "g": Listener "l": takes from RDS RouteConfiguration "r", which the group does not hold`},
+			{u: set("g", listener("l", "r", false)), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ListenerType, "g", "l")}, wantFull: true},
+		},
+	}, {
+		name:   "missing references allowed",
+		config: resources.Config{AllowMissingReferences: true},
+		steps: []step{
+			{u: set("g", listener("l", "r", true), route("s", "c")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ListenerType, "g", "l"), key(xds.RouteType, "g", "s")}, wantFull: true},
+		},
+	}, {
+		name: "bad resources, all reported",
+		steps: []step{{
+			u: set("g", nil, &runtimev3.Runtime{Name: "rt"}, &clusterv3.Cluster{}, cluster("a"), cluster("a"), negative),
+			wantErr: "5 problems:\n\t" +
+				`group "g": Cluster at [2]: empty name` + "\n\t" +
+				`group "g": Cluster "a": duplicate name: also at [3]` + "\n\t" +
+				`group "g": Cluster "bad": invalid: invalid Cluster.ConnectTimeout: value must be greater than 0s` + "\n\t" +
+				`group "g": resource [0]: nil message` + "\n\t" +
+				`group "g": Runtime at [1]: type type.googleapis.com/envoy.service.runtime.v3.Runtime is not served by the Store (Config.Types)`,
+		}},
+	}, {
+		name: "type not served",
+		steps: []step{{
+			u:       set("g", &runtimev3.Runtime{Name: "rt"}),
+			wantErr: `group "g": Runtime at [0]: type type.googleapis.com/envoy.service.runtime.v3.Runtime is not served by the Store (Config.Types)`,
+		}},
+	}, {
+		name:   "other types",
+		config: resources.Config{Types: []xds.TypeURL{xds.RuntimeType}},
+		steps: []step{{
+			u:        set("g", &runtimev3.Runtime{Name: "rt"}),
+			wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.RuntimeType, "g", "rt")},
+			wantFull: true,
+		}},
+	}, {
+		name: "set and deleted",
+		steps: []step{{
+			u:       resources.Update{Set: map[string][]proto.Message{"g": nil}, Delete: []string{"g"}},
+			wantErr: `group "g" is both set and deleted`,
+		}},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, err := resources.New(tt.config)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range tt.steps {
+				req, err := st.Apply(s.u)
+				if s.wantErr != "" {
+					if err == nil || !strings.Contains(err.Error(), s.wantErr) {
+						t.Fatalf("step %d: Apply() = %v; want an error with %q", i, err, s.wantErr)
+					}
+					if req != nil {
+						t.Errorf("step %d: Apply() request = %v; want nil with an error", i, req)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("step %d: Apply() = %v", i, err)
+				}
+				if s.wantKeys == nil {
+					if req != nil {
+						t.Errorf("step %d: Apply() = %v; want nil (nothing changed)", i, req.ConfigsUpdated.Sorted())
+					}
+					continue
+				}
+				if req == nil {
+					t.Fatalf("step %d: Apply() = nil; want keys %v", i, s.wantKeys)
+				}
+				if diff := cmp.Diff(s.wantKeys, req.ConfigsUpdated.Sorted()); diff != "" {
+					t.Errorf("step %d: keys (-want +got):\n%s", i, diff)
+				}
+				wantReason := pushcontext.ReasonConfigUpdate
+				if !s.wantFull {
+					wantReason = pushcontext.ReasonEndpointUpdate
+				}
+				if req.Full != s.wantFull || !req.Reason.Only(wantReason) {
+					t.Errorf("step %d: Full, Reason = %t, %v; want %t, %v", i, req.Full, req.Reason, s.wantFull, wantReason)
+				}
+			}
+		})
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	b, _ := pushcontext.NewBuilder(pushcontext.BuilderConfig{})
+	gen := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
+		return nil, nil
+	})
+	tests := []struct {
+		name string
+		cfg  resources.Config
+		want string
+	}{
+		{"builder", resources.Config{Server: xds.Config{Builder: b}}, "resources: Config.Server.Builder is set; the Store provides the Builder"},
+		{"init proxy", resources.Config{Server: xds.Config{InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
+			return xds.ProxyState{}, nil
+		}}}, "resources: Config.Server.InitProxy is set; the Store provides it (group proxies with Config.Group)"},
+		{"generator of a served type", resources.Config{Server: xds.Config{Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: gen}}},
+			"resources: Config.Server.Generators has " + string(xds.ClusterType) + ", which the Store serves"},
+		{"type kinds of a served type", resources.Config{Server: xds.Config{TypeKinds: map[xds.TypeURL][]string{xds.RouteType: {"x"}}}},
+			"resources: Config.Server.TypeKinds has " + string(xds.RouteType) + ", which the Store serves"},
+		{"empty type", resources.Config{Types: []xds.TypeURL{""}}, "resources: Config.Types has an empty type URL"},
+		{"type twice", resources.Config{Types: []xds.TypeURL{xds.ClusterType, xds.ClusterType}}, "resources: Config.Types names " + string(xds.ClusterType) + " twice"},
+		{"type URL without prefix", resources.Config{Types: []xds.TypeURL{"envoy.config.cluster.v3.Cluster"}}, `resources: Config.Types has "envoy.config.cluster.v3.Cluster", which does not start with "type.googleapis.com/"`},
+		{"bad epoch", resources.Config{Epoch: "not an epoch"}, "resources: "},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := resources.New(tt.cfg)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("New() = %v; want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+// TestConfigKeepsHostFields: the Server's Config is the template with the
+// Store's parts added; the template is not modified.
+func TestConfigKeepsHostFields(t *testing.T) {
+	gen := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
+		return nil, nil
+	})
+	tmpl := xds.Config{
+		Generators:       map[xds.TypeURL]xds.Generator{xds.RuntimeType: gen},
+		TypeKinds:        map[xds.TypeURL][]string{xds.RuntimeType: {"Runtime"}},
+		ExternalKinds:    []string{"Runtime"},
+		MaxResourceNames: 7,
+	}
+	st, err := resources.New(resources.Config{Server: tmpl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.Config()
+	if cfg.MaxResourceNames != 7 || cfg.Generators[xds.RuntimeType] == nil || cfg.Builder == nil || cfg.InitProxy == nil {
+		t.Errorf("Config() lost the host's fields or lacks the Store's: %+v", cfg)
+	}
+	for _, typ := range resources.DefaultTypes() {
+		if cfg.Generators[typ] == nil || !cmp.Equal(cfg.TypeKinds[typ], []string{string(typ)}) {
+			t.Errorf("Config() for %s: generator %v, kinds %q; want one, fed by its own type URL", typ.Short(), cfg.Generators[typ], cfg.TypeKinds[typ])
+		}
+	}
+	if len(tmpl.Generators) != 1 || len(tmpl.TypeKinds) != 1 {
+		t.Errorf("Config() modified the template's maps: %v %v", tmpl.Generators, tmpl.TypeKinds)
+	}
+	if _, err := xds.New(cfg); err != nil {
+		t.Errorf("xds.New(Config()) = %v", err)
+	}
+}
+
+func TestAttach(t *testing.T) {
+	st, _ := resources.New(resources.Config{})
+	if err := st.Attach(nil); err == nil {
+		t.Error("Attach(nil) = nil; want an error")
+	}
+	srv, err := st.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Attach(srv); err != nil {
+		t.Errorf("Attach(the same Server) = %v; want nil", err)
+	}
+	other, _ := xds.New(st.Config())
+	if err := st.Attach(other); err == nil {
+		t.Error("Attach(another Server) = nil; want an error")
+	}
+}
+
+// TestNotAttached: once a PushContext has been built from a Store, a
+// change with no Server to push it to is refused, not lost silently.
+func TestNotAttached(t *testing.T) {
+	st, _ := resources.New(resources.Config{})
+	if err := st.Set("g", cluster("a")); err != nil {
+		t.Fatalf("Set before any build = %v; want nil (the first build reads it)", err)
+	}
+	if _, err := st.Config().Builder.Build(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Set("g", cluster("b")); !errors.Is(err, resources.ErrNotAttached) {
+		t.Errorf("Set after a build, unattached = %v; want ErrNotAttached", err)
+	}
+	if got, _ := st.Resources("g"); len(got[xds.ClusterType]) != 1 || got[xds.ClusterType][0].(*clusterv3.Cluster).GetName() != "a" {
+		t.Errorf("Resources(g) = %v; want cluster a only", got)
+	}
+}
+
+// TestConcurrentSets sets many groups from many goroutines, while a
+// client of each watches; every client ends up with its group's last set.
+func TestConcurrentSets(t *testing.T) {
+	st, _ := resources.New(resources.Config{})
+	srv, _ := st.NewServer()
+	const groups, rounds = 8, 20
+	for g := range groups {
+		if err := st.Set(fmt.Sprint("g", g), cluster("c0")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	clients := make([]*xdstest.Client, groups)
+	for g := range groups {
+		clients[g] = ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: fmt.Sprint("n", g), Cluster: fmt.Sprint("g", g)}})
+	}
+	var wg sync.WaitGroup
+	for g := range groups {
+		wg.Go(func() {
+			for r := 1; r <= rounds; r++ {
+				c := fmt.Sprint("c", r)
+				if err := st.Set(fmt.Sprint("g", g), cluster(c), cla(c, "10.0.0.1"), route("r", c), listener("l", "r", true)); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	last := fmt.Sprint("c", rounds)
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {last}, xds.EndpointType: {last}, xds.RouteType: {"r"}}), clients...)
+	for _, c := range clients {
+		xdstest.AssertNoDangling(t, c)
+	}
+}
+
+// TestGroups: a proxy is served its Node.cluster's group, or the default
+// group when its own is not set; without a default group it is refused
+// until its group is set. Deleting a group moves its proxies.
+func TestGroups(t *testing.T) {
+	ctx := t.Context()
+	st, _ := resources.New(resources.Config{})
+	srv, _ := st.NewServer()
+	must(t, st.Set("edge", cluster("edge")))
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	clusters := func(names ...string) xdstest.Condition {
+		return xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: names})
+	}
+	edge := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "e", Cluster: "edge"}})
+	xdstest.Await(t, clusters("edge"), edge)
+
+	// No default group: refused.
+	ghost, err := ts.Connect(ctx, xdstest.ClientConfig{Node: &corev3.Node{Id: "g", Cluster: "ghost"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	if err := ghost.Wait(ctx, clusters("any")); status.Code(ghost.Err()) != codes.NotFound {
+		t.Fatalf("a proxy of an unset group: Wait() = %v, Err() = %v; want its stream refused with NotFound", err, ghost.Err())
+	}
+
+	// With a default group, it is served that, then its own once set.
+	must(t, st.Set(resources.DefaultGroup, cluster("default")))
+	syncServer(t, ts)
+	other := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "o", Cluster: "other"}})
+	plain := ts.NewClient(t, xdstest.ClientConfig{NodeID: "p"})
+	xdstest.Await(t, clusters("default"), other, plain)
+	must(t, st.Set("other", cluster("other")))
+	xdstest.Await(t, clusters("other"), other)
+
+	// Deleted: its proxies go to the default group, and once that is
+	// deleted too, they are refused.
+	must(t, st.Delete("edge"))
+	xdstest.Await(t, clusters("default"), edge)
+	n := len(other.Responses())
+	must(t, st.Delete(resources.DefaultGroup))
+	if err := edge.Wait(ctx, clusters("never")); status.Code(edge.Err()) != codes.NotFound {
+		t.Errorf("after its group and the default were deleted: Wait() = %v, Err() = %v; want the stream ended with NotFound", err, edge.Err())
+	}
+	if err := other.Quiet(ctx, n); err != nil {
+		t.Errorf("the default group's deletion reached a proxy of another group: %v", err)
+	}
+	if got, want := st.Groups(), []string{"other"}; !cmp.Equal(got, want) {
+		t.Errorf("Groups() = %q; want %q", got, want)
+	}
+}
+
+// TestGroupByIdentity: Config.Group may read what Authenticate returned,
+// so that a proxy's group is who it is, not what its Node claims.
+func TestGroupByIdentity(t *testing.T) {
+	type identity struct{ team string }
+	st, _ := resources.New(resources.Config{
+		Group: func(p *xds.Proxy) (string, error) {
+			id, ok := p.Identity.(identity)
+			if !ok {
+				return "", status.Error(codes.PermissionDenied, "no identity")
+			}
+			return id.team, nil
+		},
+		Server: xds.Config{Authenticate: func(context.Context) (any, error) { return identity{team: "payments"}, nil }},
+	})
+	srv, _ := st.NewServer()
+	must(t, st.Set("payments", cluster("ledger")))
+	must(t, st.Set("edge", cluster("edge")))
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	c := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "n", Cluster: "edge"}}) // claims edge
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"ledger"}}), c)
+}
+
+// syncServer waits until every change so far is pushed: a proxy that
+// connects then is initialised against it.
+func syncServer(t *testing.T, ts *xdstest.Server) {
+	t.Helper()
+	if _, err := ts.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGroupIsAView: the proxies of a group share each generation: per push
+// and type, the Store's generator is called once for the group, however
+// many of its proxies there are.
+func TestGroupIsAView(t *testing.T) {
+	var mu sync.Mutex
+	calls := map[string]int{} // "version type view" → generations
+	st, _ := resources.New(resources.Config{Server: xds.Config{Hooks: xds.Hooks{OnGenerate: func(ev xds.GenerateEvent) {
+		if ev.Push {
+			mu.Lock()
+			calls[ev.Version+" "+ev.Type.Short()+" "+ev.View]++
+			mu.Unlock()
+		}
+	}}}})
+	srv, _ := st.NewServer()
+	must(t, st.Set("g", cluster("a")))
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	var clients []*xdstest.Client
+	for i := range 5 {
+		clients = append(clients, ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: fmt.Sprint("n", i), Cluster: "g"}}))
+	}
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"a"}}), clients...)
+	must(t, st.Set("g", cluster("a"), cluster("b")))
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"a", "b"}}), clients...)
+	syncServer(t, ts)
+	mu.Lock()
+	defer mu.Unlock()
+	// EDS is generated with CDS: the clusters a push sends re-warm.
+	want := map[string]int{srv.Version() + " CDS group/g": 1, srv.Version() + " EDS group/g": 1}
+	if diff := cmp.Diff(want, calls); diff != "" {
+		t.Errorf("push generations by version, type and view (-want +got):\n%s", diff)
+	}
+}

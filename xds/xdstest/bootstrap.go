@@ -1,0 +1,134 @@
+package xdstest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// bootstrapCreds are the channel_creds types every gRPC xDS client
+// supports (grpc-js-xds knows only these two).
+var bootstrapCreds = []string{"insecure", "google_default"}
+
+// CheckBootstrap reports what in a gRPC xDS bootstrap (the JSON of
+// GRPC_XDS_BOOTSTRAP) one of the gRPC xDS clients would refuse, checking
+// the strictest of their rules: grpc-go's, and grpc-js-xds's, which also
+// requires node.locality ("locality field missing in node element"; an
+// empty object will do). It returns nil for a bootstrap that every one of
+// them loads, and otherwise an error naming the first field at fault:
+//
+//   - xds_servers: a non-empty list; each server an object with a
+//     non-empty server_uri string and a channel_creds list in which every
+//     entry has a string type and at least one type is "insecure" or
+//     "google_default"; server_features, if present, a list of strings;
+//   - node: an object with a non-empty id string and a locality object
+//     (region, zone and sub_zone, if present, strings); cluster, if
+//     present, a string; metadata, if present, an object.
+//
+// Use it in a test of every bootstrap a project documents or generates.
+func CheckBootstrap(data []byte) error {
+	var b struct {
+		XDSServers []json.RawMessage `json:"xds_servers"`
+		Node       json.RawMessage   `json:"node"`
+	}
+	if err := json.Unmarshal(data, &b); err != nil {
+		return fmt.Errorf("xdstest: bootstrap: %w", err)
+	}
+	if len(b.XDSServers) == 0 {
+		return errors.New("xdstest: bootstrap: xds_servers is missing or empty")
+	}
+	for i, raw := range b.XDSServers {
+		if err := checkServer(raw); err != nil {
+			return fmt.Errorf("xdstest: bootstrap: xds_servers[%d]: %w", i, err)
+		}
+	}
+	if err := checkNode(b.Node); err != nil {
+		return fmt.Errorf("xdstest: bootstrap: node: %w", err)
+	}
+	return nil
+}
+
+func checkServer(raw json.RawMessage) error {
+	var s struct {
+		ServerURI      *string           `json:"server_uri"`
+		ChannelCreds   []json.RawMessage `json:"channel_creds"`
+		ServerFeatures json.RawMessage   `json:"server_features"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("not an object with the expected fields: %w", err)
+	}
+	switch {
+	case s.ServerURI == nil || *s.ServerURI == "":
+		return errors.New("server_uri is missing or empty")
+	case len(s.ChannelCreds) == 0:
+		return errors.New("channel_creds is missing or empty")
+	}
+	supported := false
+	for i, raw := range s.ChannelCreds {
+		var c struct {
+			Type *string `json:"type"`
+		}
+		if err := json.Unmarshal(raw, &c); err != nil || c.Type == nil {
+			return fmt.Errorf("channel_creds[%d]: no string type", i)
+		}
+		supported = supported || slices.Contains(bootstrapCreds, *c.Type)
+	}
+	if !supported {
+		return fmt.Errorf("channel_creds: no entry of a type every client supports (%q)", bootstrapCreds)
+	}
+	if s.ServerFeatures != nil {
+		var features []string
+		if err := json.Unmarshal(s.ServerFeatures, &features); err != nil {
+			return errors.New("server_features is not a list of strings")
+		}
+	}
+	return nil
+}
+
+func checkNode(raw json.RawMessage) error {
+	if isNull(raw) {
+		return errors.New("missing")
+	}
+	var n struct {
+		ID       *string         `json:"id"`
+		Cluster  json.RawMessage `json:"cluster"`
+		Locality json.RawMessage `json:"locality"`
+		Metadata json.RawMessage `json:"metadata"`
+	}
+	if err := json.Unmarshal(raw, &n); err != nil {
+		return fmt.Errorf("not an object with the expected fields: %w", err)
+	}
+	if n.ID == nil || *n.ID == "" {
+		return errors.New("id is missing or empty")
+	}
+	if isNull(n.Locality) {
+		return errors.New(`locality is missing (grpc-js-xds requires it; "locality": {} will do)`)
+	}
+	var loc struct {
+		Region  *string `json:"region"`
+		Zone    *string `json:"zone"`
+		SubZone *string `json:"sub_zone"`
+	}
+	if err := json.Unmarshal(n.Locality, &loc); err != nil {
+		return fmt.Errorf("locality is not an object of strings region, zone and sub_zone: %w", err)
+	}
+	if n.Cluster != nil {
+		var c string
+		if err := json.Unmarshal(n.Cluster, &c); err != nil || isNull(n.Cluster) {
+			return errors.New("cluster is not a string")
+		}
+	}
+	if n.Metadata != nil {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(n.Metadata, &m); err != nil || m == nil {
+			return errors.New("metadata is not an object")
+		}
+	}
+	return nil
+}
+
+// isNull reports a field that is absent or null.
+func isNull(raw json.RawMessage) bool {
+	return raw == nil || string(raw) == "null"
+}
