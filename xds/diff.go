@@ -31,6 +31,10 @@ type target struct {
 	// never remove); what the client holds otherwise is unchanged.
 	partial bool
 	removed []string
+	// shared marks a target generated once for every proxy of a view:
+	// only then can other clients take the same steps with it (see
+	// shared.go).
+	shared bool
 }
 
 // covers reports whether the target was generated for name.
