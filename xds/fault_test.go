@@ -37,34 +37,46 @@ var (
 // TestFault is the Server's promise under faults. Two replicas of a host
 // serve the same random mesh (clusters with EDS endpoints, listeners whose
 // HttpConnectionManager takes its route from RDS, routes splitting traffic
-// between one or several clusters) to Envoy-like and gRPC-like clients of
-// both protocols. The mesh goes through random changes (cluster swaps and
-// renames, route renames and edits, cluster edits, endpoint-only changes
-// pushed as non-Full requests, listeners added and removed) at random
-// gaps, while faults are injected at random: failing builds (an error, a
-// panic, a nil PushContext), failing generators (an error, a panic, a
-// duplicate or misnamed resource, for one type of one proxy for a while),
-// clients rejecting content (NACK), clients that stop reading for a while
-// and clients that reconnect, to the same replica or to the other. Sync
-// is called now and then during the faults: when it fails, it names a
-// failure that was injected.
+// between one or several clusters; an index per kind, generated from
+// req.Push) to 52 clients: SotW and Delta, Envoy-like and gRPC-like. The
+// mesh goes through 1,000 random changes (cluster swaps, route renames
+// and edits, cluster edits, endpoint-only changes pushed as non-Full
+// requests, clusters and listeners added and removed) at random gaps,
+// some coalesced by the debounce, while faults are injected at random:
 //
-// Then the faults stop and one last change touches every resource (so
-// that no content a client rejected is left in the mesh). Sync must then
-// return nil, and only once every client holds exactly the final mesh, as
-// far as it subscribes to it; no client may ever have held a reference to
-// what it did not hold (the xdstest Checker over each client's whole
-// run); and nothing may be left running (goleak, and the synctest bubble).
+//   - builds fail: the Builder returns an error, panics or returns a nil
+//     PushContext, for one to three attempts;
+//   - a generator fails for one type of one proxy for a while: an error,
+//     a panic, a resource returned twice or under another's name;
+//   - a third of the clients reject (NACK) about 3% of the contents;
+//   - clients stop reading for up to 2s (less than the phase timeout);
+//   - clients reconnect: a Delta client to either replica; a SotW
+//     client, which reports only a version per type on a new stream and
+//     so loses at once what the mesh no longer has whatever still names
+//     it (see the package documentation, Reconnects), only to its own
+//     replica and only when it holds what that replica serves;
+//   - now and then a client goes away and another takes its place.
 //
-// Everything runs in a synctest bubble: the waits and pauses are fake
-// time, and a seed gives the same changes and faults every run.
+// Every 50 changes Sync is called for a moment on a replica: when it
+// fails, it names failures that were injected. Then the faults stop and
+// one last change touches every resource (so that no content a client
+// rejected is left in the mesh). Sync must then return nil, and only once
+// every client holds exactly the final mesh, as far as it subscribes to
+// it; no client may ever have held a reference to what it did not hold
+// (the xdstest Checker over each client's whole life); and nothing may be
+// left running (goleak, and the synctest bubble).
 //
-//	go test -run TestFault ./xds/ -xds.seed=7         # another seed
-//	go test -run TestFault ./xds/ -xds.fault.long     # 10,000 changes, 200 clients
+// Everything runs in a synctest bubble, on fake time. The seed fixes the
+// changes and the faults; which SotW client may reconnect depends on what
+// it holds at that moment, and goroutines interleave as the scheduler
+// runs them, so two runs of a seed are alike but not identical.
+//
+//	go test -run 'TestFault$' ./xds/ -xds.seed=7                   # another seed
+//	go test -run 'TestFault$' ./xds/ -xds.fault.long -timeout 2h   # 10,000 changes, 200 clients
 func TestFault(t *testing.T) {
-	p := faultParams{changes: 1000, clients: 56, seed: *faultSeed}
+	p := faultParams{changes: 1000, clients: 52, seed: *faultSeed, churn: 20}
 	if *faultLong {
-		p.changes, p.clients = 10_000, 200
+		p.changes, p.clients, p.churn = 10_000, 200, 200
 	}
 	runFault(t, p)
 }
@@ -74,6 +86,10 @@ type faultParams struct {
 	changes int
 	clients int
 	seed    uint64
+	// churn is the chance, per thousand changes, that a client goes
+	// away and another takes its place. A client records every response
+	// it receives, so churn also bounds the memory of a long run.
+	churn int
 }
 
 // ---- the mesh ----------------------------------------------------------------
@@ -86,8 +102,8 @@ type faultParams struct {
 // changes.
 
 const (
-	faultListenerPool = 8
-	faultMaxClusters  = 12
+	faultListenerPool = 6
+	faultMaxClusters  = 10
 	kGen              = "generation" // see faultReplica.Build
 )
 
@@ -113,15 +129,15 @@ func faultRoute(name string, rev int, clusters ...string) *routev3.RouteConfigur
 	return rc
 }
 
-// faultWorld is the first mesh: six listeners, each with its route, over
-// eight clusters.
+// faultWorld is the first mesh: four listeners, each with its route, over
+// six clusters.
 func faultWorld(rnd *rand.Rand) *world {
 	w := newWorld()
-	for i := range 8 {
+	for i := range 6 {
 		c := fmt.Sprintf("c%d", i)
 		w.clusters[c], w.endpoints[c] = faultCluster(c, 0), faultEndpoints(c, i)
 	}
-	for i := range 6 {
+	for i := range 4 {
 		l, r := fmt.Sprintf("l%d", i), fmt.Sprintf("r%d", i)
 		w.routes[r] = faultRoute(r, 0, randomClusters(rnd, w)...)
 		w.listeners[l] = faultListener(l, r, 0)
@@ -343,7 +359,7 @@ type faultMesh struct {
 
 	replicas []*faultReplica
 
-	buildErrors, genErrors, refErrors, nacks atomic.Int64
+	buildErrors, genErrors, refErrors, nacks, phaseTimeouts atomic.Int64
 }
 
 // faultReplica is one Server of the mesh, with a Builder that fails when
@@ -484,12 +500,13 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			xds.ListenerType: {kListener}, xds.RouteType: {kRoute},
 		},
 		ExternalKinds: []string{kGen},
-		Debounce:      xds.DebounceConfig{After: 10 * time.Millisecond, Max: 100 * time.Millisecond},
+		Debounce:      xds.DebounceConfig{After: 30 * time.Millisecond, Max: 200 * time.Millisecond},
 		Hooks: xds.Hooks{
 			OnBuildError:     func(xds.BuildErrorEvent) { r.m.buildErrors.Add(1) },
 			OnGenerateError:  func(xds.GenerateErrorEvent) { r.m.genErrors.Add(1) },
 			OnReferenceError: func(xds.ReferenceErrorEvent) { r.m.refErrors.Add(1) },
 			OnNACK:           func(xds.NACK) { r.m.nacks.Add(1) },
+			OnPhaseTimeout:   func(xds.PhaseTimeoutEvent) { r.m.phaseTimeouts.Add(1) },
 		},
 	}
 }
@@ -587,23 +604,80 @@ func (c *faultClient) expect(w *world) xdstest.Condition {
 			want[t] = []proto.Message{}
 		}
 	}
-	return xdstest.HoldsResources(want)
+	// Comparing contents with proto.Equal first is much cheaper than the
+	// diff HoldsResources makes; the diff is made only for a mismatch.
+	diff := xdstest.HoldsResources(want)
+	return func(s *xdstest.State) error {
+		for t, msgs := range want {
+			held := s.Resources(t)
+			if len(held) != len(msgs) {
+				return diff(s)
+			}
+			for i, r := range held { // both sorted by name
+				if !proto.Equal(r.Message, msgs[i]) {
+					return diff(s)
+				}
+			}
+		}
+		return nil
+	}
 }
 
 // rejects reports whether a NACKing client rejects resource res: it does
 // for about 3% of the contents it is sent, always the same ones, as a
-// proxy rejects a configuration it cannot apply.
+// proxy rejects a configuration it cannot apply. The mesh gives every
+// content a revision of its own (revision), which is what is hashed.
 func rejects(client string, t xds.TypeURL, res xdstest.Resource) bool {
-	v, err := xds.ContentVersion(res.Message)
-	if err != nil {
-		return true
-	}
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s|%s|%s|%s", client, t, res.Name, v)
+	fmt.Fprintf(h, "%s|%s|%s|%s", client, t, res.Name, revision(res.Message))
 	return h.Sum64()%100 < 3
 }
 
+// revision returns what tells apart the contents the mesh gives a
+// resource (see faultCluster and the others).
+func revision(m proto.Message) string {
+	switch m := m.(type) {
+	case *clusterv3.Cluster:
+		return m.GetConnectTimeout().AsDuration().String()
+	case *endpointv3.ClusterLoadAssignment:
+		return strconv.Itoa(int(m.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue()))
+	case *listenerv3.Listener:
+		return m.GetStatPrefix()
+	case *routev3.RouteConfiguration:
+		return m.GetVirtualHosts()[0].GetName() + strings.Join(routeClusters(m), ",")
+	}
+	return fmt.Sprint(m)
+}
+
 // ---- the run -----------------------------------------------------------------
+
+// faultRun is one run of TestFault. Its methods run on the test's
+// goroutine, in the bubble.
+type faultRun struct {
+	t   *testing.T
+	p   faultParams
+	rnd *rand.Rand
+	m   *faultMesh
+
+	// Slot i of clients holds a client of kind i (see connect); when a
+	// client goes away (churn), the next one of its slot takes its
+	// place.
+	clients    []*faultClient
+	generation []int // by slot: clients connected so far
+
+	paused   []pause
+	genUntil map[genKey]time.Time // when each generator fault heals
+
+	log   []string       // what happened, change by change, for a failure
+	stats map[string]int // faults injected, by kind
+	syncs map[string]int // results of Sync during the faults
+}
+
+// pause is a client that stopped reading, until when.
+type pause struct {
+	c     *faultClient
+	until time.Time
+}
 
 func runFault(t *testing.T, p faultParams) {
 	synctest.Test(t, func(t *testing.T) {
@@ -621,41 +695,23 @@ func runFault(t *testing.T, p faultParams) {
 			r.ts = xdstest.NewServerFor(t, srv)
 			m.replicas = append(m.replicas, r)
 		}
-
-		// Clients: SotW and Delta, Envoy-like and gRPC-like, a third of
-		// them rejecting some content, spread over the replicas.
-		clients := make([]*faultClient, p.clients)
-		for i := range clients {
-			c := &faultClient{
-				protocol: xdstest.Protocol(i % 2),
-				behavior: xdstest.Behavior(i / 2 % 2),
-				nacker:   i%3 == 0,
-				replica:  i % len(m.replicas),
-			}
-			cfg := xdstest.ClientConfig{NodeID: fmt.Sprintf("proxy-%03d", i), Protocol: c.protocol, Behavior: c.behavior}
-			if c.behavior == xdstest.GRPC {
-				for range 1 + rnd.IntN(3) {
-					c.listeners = append(c.listeners, fmt.Sprintf("l%d", rnd.IntN(faultListenerPool)))
-				}
-				c.listeners = sortedUnique(c.listeners)
-				cfg.Listeners = c.listeners
-			}
-			if c.nacker {
-				id := cfg.NodeID
-				cfg.NACK = func(r *xdstest.Response) error {
-					if !m.nacking.Load() {
-						return nil
-					}
-					for _, res := range r.Resources {
-						if rejects(id, r.Type, res) {
-							return fmt.Errorf("%s rejects %s %q", id, r.Type.Short(), res.Name)
-						}
-					}
-					return nil
+		run := &faultRun{
+			t: t, p: p, rnd: rnd, m: m,
+			clients:    make([]*faultClient, p.clients),
+			generation: make([]int, p.clients),
+			genUntil:   map[genKey]time.Time{},
+			stats:      map[string]int{},
+			syncs:      map[string]int{},
+		}
+		defer func() {
+			for _, c := range run.clients {
+				if c != nil {
+					c.Close()
 				}
 			}
-			c.Client = m.replicas[c.replica].ts.NewClient(t, cfg)
-			clients[i] = c
+		}()
+		for i := range run.clients {
+			run.clients[i] = run.connect(i)
 		}
 		for _, r := range m.replicas {
 			if _, err := r.ts.Sync(t.Context()); err != nil {
@@ -665,129 +721,30 @@ func runFault(t *testing.T, p faultParams) {
 
 		// The faulty phase.
 		m.nacking.Store(true)
-		type pause struct {
-			c     *faultClient
-			until time.Time
-		}
-		var (
-			paused      []pause
-			genUntil    = map[genKey]time.Time{}
-			log         []string
-			stats       = map[string]int{}
-			syncResults = map[string]int{}
-		)
 		w := m.worlds[0]
 		for rev := 1; rev <= p.changes; rev++ {
-			now := time.Now()
-			// Heal what is due.
-			paused = slices.DeleteFunc(paused, func(ps pause) bool {
-				if now.Before(ps.until) {
-					return false
-				}
-				ps.c.Resume()
-				return true
-			})
-			m.mu.Lock()
-			for k, until := range genUntil {
-				if !now.Before(until) {
-					delete(m.genFaults, k)
-					delete(genUntil, k)
-				}
-			}
-			m.mu.Unlock()
-
-			// Inject.
-			switch x := rnd.IntN(100); {
-			case x < 4:
-				r := m.replicas[rnd.IntN(len(m.replicas))]
-				mode := buildMode(1 + rnd.IntN(3))
-				n := 1 + rnd.IntN(3)
-				m.mu.Lock()
-				r.buildFault, r.buildLeft = mode, n
-				m.mu.Unlock()
-				stats["build "+mode.String()]++
-				log = append(log, fmt.Sprintf("#%d replica %s: %d builds fail (%v)", rev, r.name, n, mode))
-			case x < 12:
-				c := clients[rnd.IntN(len(clients))]
-				typ := xds.DefaultOrder()[rnd.IntN(4)]
-				mode := genMode(1 + rnd.IntN(4))
-				d := time.Duration(50+rnd.IntN(1500)) * time.Millisecond
-				k := genKey{typ, c.ID()}
-				m.mu.Lock()
-				m.genFaults[k], m.injected[k] = mode, true
-				genUntil[k] = now.Add(d)
-				m.mu.Unlock()
-				stats["generate "+mode.String()]++
-				log = append(log, fmt.Sprintf("#%d %s %s generator: %v for %v", rev, c.ID(), typ.Short(), mode, d))
-			case x < 18:
-				c := clients[rnd.IntN(len(clients))]
-				d := time.Duration(100+rnd.IntN(1900)) * time.Millisecond
-				if slices.ContainsFunc(paused, func(ps pause) bool { return ps.c == c }) {
-					break
-				}
-				c.Pause()
-				paused = append(paused, pause{c, now.Add(d)})
-				stats["pause"]++
-				log = append(log, fmt.Sprintf("#%d %s paused for %v", rev, c.ID(), d))
-			case x < 23:
-				c := clients[rnd.IntN(len(clients))]
-				to := rnd.IntN(len(m.replicas))
-				if what, ok := reconnectFault(t, m, c, to); ok {
-					stats[what]++
-					log = append(log, fmt.Sprintf("#%d %s: %s", rev, c.ID(), what))
-				}
-			}
-
+			run.heal()
+			run.inject(rev)
 			next := w.clone()
 			ch := mutateMesh(rnd, next, rev)
 			m.update(next, ch)
 			w = next
-			log = append(log, fmt.Sprintf("#%d %s", rev, ch.what))
-
+			run.logf("#%d %s", rev, ch.what)
 			if rev%50 == 0 {
-				r := m.replicas[rnd.IntN(len(m.replicas))]
-				ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-				_, err := r.srv.Sync(ctx)
-				cancel()
-				var fe *xds.FailureError
-				switch {
-				case err == nil:
-					syncResults["nil"]++
-				case errors.Is(err, context.DeadlineExceeded):
-					syncResults["deadline"]++
-				case errors.As(err, &fe):
-					syncResults["failure"]++
-					for _, f := range fe.Failures {
-						if err := m.checkFailure(f); err != nil {
-							t.Errorf("#%d replica %s: Sync() = %v: %v", rev, r.name, fe, err)
-						}
-					}
-				default:
-					t.Errorf("#%d replica %s: Sync() = %v; want nil, a deadline or a *xds.FailureError", rev, r.name, err)
-				}
+				run.checkSync(rev)
 			}
-			time.Sleep(time.Duration(rnd.IntN(40)) * time.Millisecond)
+			time.Sleep(time.Duration(rnd.IntN(50)) * time.Millisecond)
 		}
 
 		// The faults stop; one last change touches everything.
-		m.nacking.Store(false)
-		m.mu.Lock()
-		clear(m.genFaults)
-		for _, r := range m.replicas {
-			r.buildFault = 0
-		}
-		m.mu.Unlock()
-		for _, ps := range paused {
-			ps.c.Resume()
-		}
+		run.stopFaults()
 		final := w.clone()
 		m.update(final, touchAll(final, p.changes+1))
-
 		for _, r := range m.replicas {
 			syncFinal(t, m, r)
 		}
 		// Sync returned nil: every client holds the final mesh.
-		for _, c := range clients {
+		for _, c := range run.clients {
 			if err := c.expect(final)(c.State()); err != nil {
 				t.Errorf("client %v after Sync() = nil: %v\n%s", c, err, describeClient(m, c))
 			}
@@ -795,16 +752,187 @@ func runFault(t *testing.T, p faultParams) {
 				t.Errorf("client %v: %v", c, err)
 			}
 		}
-		for _, c := range clients {
+		for _, c := range run.clients {
 			xdstest.AssertNoDangling(t, c.Client)
 		}
 		if t.Failed() {
-			t.Logf("seed %d; the run:\n%s", p.seed, strings.Join(log, "\n"))
+			t.Logf("seed %d; the run:\n%s", p.seed, strings.Join(run.log, "\n"))
 		}
-		t.Logf("seed %d: %d changes, %d clients; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d",
-			p.seed, p.changes, len(clients), stats, syncResults,
-			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load())
+		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d",
+			p.seed, p.changes, len(run.clients), m.replicas[0].srv.Version(), run.stats, run.syncs,
+			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load())
 	})
+}
+
+func (run *faultRun) logf(format string, args ...any) {
+	run.log = append(run.log, fmt.Sprintf(format, args...))
+}
+
+// connect connects a new client of kind i: SotW or Delta, Envoy-like or
+// gRPC-like (starting from one to three listeners of the pool), one in
+// three rejecting some content, spread over the replicas.
+func (run *faultRun) connect(i int) *faultClient {
+	m := run.m
+	c := &faultClient{
+		protocol: xdstest.Protocol(i % 2),
+		behavior: xdstest.Behavior(i / 2 % 2),
+		nacker:   i%3 == 0,
+		replica:  i % len(m.replicas),
+	}
+	id := fmt.Sprintf("proxy-%03d", i)
+	if run.generation[i] > 0 {
+		id += fmt.Sprintf(".%d", run.generation[i])
+	}
+	run.generation[i]++
+	cfg := xdstest.ClientConfig{NodeID: id, Protocol: c.protocol, Behavior: c.behavior}
+	if c.behavior == xdstest.GRPC {
+		for range 1 + run.rnd.IntN(3) {
+			c.listeners = append(c.listeners, fmt.Sprintf("l%d", run.rnd.IntN(faultListenerPool)))
+		}
+		c.listeners = sortedUnique(c.listeners)
+		cfg.Listeners = c.listeners
+	}
+	if c.nacker {
+		cfg.NACK = func(r *xdstest.Response) error {
+			if !m.nacking.Load() {
+				return nil
+			}
+			for _, res := range r.Resources {
+				if rejects(id, r.Type, res) {
+					return fmt.Errorf("%s rejects %s %q", id, r.Type.Short(), res.Name)
+				}
+			}
+			return nil
+		}
+	}
+	// Not NewClient: a client that goes away must not be kept until the
+	// end of the test.
+	xc, err := m.replicas[c.replica].ts.Connect(run.t.Context(), cfg)
+	if err != nil {
+		run.t.Fatalf("connect %s: %v", id, err)
+	}
+	c.Client = xc
+	return c
+}
+
+// heal resumes the paused clients and the failing generators whose time
+// has come.
+func (run *faultRun) heal() {
+	now := time.Now()
+	run.paused = slices.DeleteFunc(run.paused, func(ps pause) bool {
+		if now.Before(ps.until) {
+			return false
+		}
+		ps.c.Resume()
+		return true
+	})
+	m := run.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, until := range run.genUntil {
+		if !now.Before(until) {
+			delete(m.genFaults, k)
+			delete(run.genUntil, k)
+		}
+	}
+}
+
+// inject injects at most one fault, and replaces a client now and then.
+func (run *faultRun) inject(rev int) {
+	m, rnd, now := run.m, run.rnd, time.Now()
+	switch x := rnd.IntN(100); {
+	case x < 4: // the next one to three builds of a replica fail
+		r := m.replicas[rnd.IntN(len(m.replicas))]
+		mode := buildMode(1 + rnd.IntN(3))
+		n := 1 + rnd.IntN(3)
+		m.mu.Lock()
+		r.buildFault, r.buildLeft = mode, n
+		m.mu.Unlock()
+		run.stats["build "+mode.String()]++
+		run.logf("#%d replica %s: %d builds fail (%v)", rev, r.name, n, mode)
+	case x < 12: // a generator fails for one client for a while
+		c := run.clients[rnd.IntN(len(run.clients))]
+		typ := xds.DefaultOrder()[rnd.IntN(4)]
+		mode := genMode(1 + rnd.IntN(4))
+		d := time.Duration(50+rnd.IntN(1500)) * time.Millisecond
+		k := genKey{typ, c.ID()}
+		m.mu.Lock()
+		m.genFaults[k], m.injected[k] = mode, true
+		run.genUntil[k] = now.Add(d)
+		m.mu.Unlock()
+		run.stats["generate "+mode.String()]++
+		run.logf("#%d %s %s generator: %v for %v", rev, c.ID(), typ.Short(), mode, d)
+	case x < 18: // a client stops reading for a while (less than the phase timeout)
+		c := run.clients[rnd.IntN(len(run.clients))]
+		d := time.Duration(100+rnd.IntN(1900)) * time.Millisecond
+		if slices.ContainsFunc(run.paused, func(ps pause) bool { return ps.c == c }) {
+			break
+		}
+		c.Pause()
+		run.paused = append(run.paused, pause{c, now.Add(d)})
+		run.stats["pause"]++
+		run.logf("#%d %s paused for %v", rev, c.ID(), d)
+	case x < 23: // a client reconnects
+		c := run.clients[rnd.IntN(len(run.clients))]
+		to := rnd.IntN(len(m.replicas))
+		if what, ok := reconnectFault(run.t, m, c, to); ok {
+			run.stats[what]++
+			run.logf("#%d %s: %s", rev, c.ID(), what)
+		}
+	}
+	if rnd.IntN(1000) < run.p.churn {
+		i := rnd.IntN(len(run.clients))
+		old := run.clients[i]
+		xdstest.AssertNoDangling(run.t, old.Client)
+		old.Close()
+		run.paused = slices.DeleteFunc(run.paused, func(ps pause) bool { return ps.c == old })
+		run.clients[i] = run.connect(i)
+		run.stats["churn"]++
+		run.logf("#%d %s leaves, %s comes", rev, old.ID(), run.clients[i].ID())
+	}
+}
+
+// checkSync calls Sync on a replica for a moment: while faults are
+// injected, it may return nil or run out of time, and when it fails, it
+// must name failures that were injected.
+func (run *faultRun) checkSync(rev int) {
+	r := run.m.replicas[run.rnd.IntN(len(run.m.replicas))]
+	ctx, cancel := context.WithTimeout(run.t.Context(), 100*time.Millisecond)
+	_, err := r.srv.Sync(ctx)
+	cancel()
+	var fe *xds.FailureError
+	switch {
+	case err == nil:
+		run.syncs["nil"]++
+	case errors.Is(err, context.DeadlineExceeded):
+		run.syncs["deadline"]++
+	case errors.As(err, &fe):
+		run.syncs["failure"]++
+		for _, f := range fe.Failures {
+			if err := run.m.checkFailure(f); err != nil {
+				run.t.Errorf("#%d replica %s: Sync() = %v: %v", rev, r.name, fe, err)
+			}
+		}
+	default:
+		run.t.Errorf("#%d replica %s: Sync() = %v; want nil, a deadline or a *xds.FailureError", rev, r.name, err)
+	}
+}
+
+// stopFaults ends every fault: builds and generators heal, clients
+// accept everything and read again.
+func (run *faultRun) stopFaults() {
+	m := run.m
+	m.nacking.Store(false)
+	m.mu.Lock()
+	clear(m.genFaults)
+	for _, r := range m.replicas {
+		r.buildFault = 0
+	}
+	m.mu.Unlock()
+	for _, ps := range run.paused {
+		ps.c.Resume()
+	}
+	run.paused = nil
 }
 
 // reconnectFault reconnects c, to replica to for a Delta client. A SotW
@@ -1040,4 +1168,41 @@ func TestFaultGRPCClientKeepsClustersInService(t *testing.T) {
 		xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"c1", "c2"}, xds.RouteType: {"r1", "r2"}}), c)
 		xdstest.AssertNoDangling(t, c)
 	})
+}
+
+// A client rejects the endpoints of a new cluster, which reach it in an
+// answer to its subscription while the push that brought the cluster
+// waits, before its route phase, for the client to hold them. The ACK
+// the push waits for will not come: the push should settle (go on, or
+// stop as it does when the client rejects one of its own responses)
+// rather than wait for Phases.Timeout, and Sync return with the NACK.
+func TestFaultNACKedAnswerDoesNotStallThePush(t *testing.T) {
+	for _, protocol := range []xdstest.Protocol{xdstest.SotW, xdstest.Delta} {
+		t.Run(protocol.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var timeouts atomic.Int64
+				h := startHost(t, failureWorld(), func(cfg *xds.Config) {
+					cfg.Hooks.OnPhaseTimeout = func(xds.PhaseTimeoutEvent) { timeouts.Add(1) }
+				})
+				c := h.ts.NewClient(t, xdstest.ClientConfig{NodeID: "p", Protocol: protocol, NACK: func(r *xdstest.Response) error {
+					if r.Type == xds.EndpointType && slices.Contains(r.Names(), "c1") {
+						return errors.New("bad endpoints")
+					}
+					return nil
+				}})
+				xdstest.Await(t, holdsFailureWorld, c)
+
+				h.change(addCluster("c1"))
+				start := time.Now()
+				nacks, err := syncNow(h.srv)
+				if err != nil || len(nacks) != 1 || nacks[0].Type != xds.EndpointType {
+					t.Errorf("Sync() = %v, %v; want the EDS NACK", nacks, err)
+				}
+				if d := time.Since(start); d >= time.Second || timeouts.Load() != 0 {
+					t.Errorf("Sync() returned after %v, with %d phase timeouts; want it within the debounce, none\nresponses: %v",
+						d, timeouts.Load(), c.Responses())
+				}
+			})
+		})
+	}
 }
