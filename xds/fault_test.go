@@ -38,7 +38,7 @@ var (
 // serve the same random mesh (clusters with EDS endpoints, listeners whose
 // HttpConnectionManager takes its route from RDS, routes splitting traffic
 // between one or several clusters; an index per kind, generated from
-// req.Push) to 52 clients: SotW and Delta, Envoy-like and gRPC-like. The
+// req.Push) to 50 clients: SotW and Delta, Envoy-like and gRPC-like. The
 // mesh goes through 1,000 random changes (cluster swaps, route renames
 // and edits, cluster edits, endpoint-only changes pushed as non-Full
 // requests, clusters and listeners added and removed) at random gaps,
@@ -74,7 +74,7 @@ var (
 //	go test -run 'TestFault$' ./xds/ -xds.seed=7                   # another seed
 //	go test -run 'TestFault$' ./xds/ -xds.fault.long -timeout 2h   # 10,000 changes, 200 clients
 func TestFault(t *testing.T) {
-	p := faultParams{changes: 1000, clients: 52, seed: *faultSeed, churn: 20}
+	p := faultParams{changes: 1000, clients: 50, seed: *faultSeed, churn: 20}
 	if *faultLong {
 		p.changes, p.clients, p.churn = 10_000, 200, 200
 	}
@@ -102,7 +102,7 @@ type faultParams struct {
 // changes.
 
 const (
-	faultListenerPool = 6
+	faultListenerPool = 5
 	faultMaxClusters  = 10
 	kGen              = "generation" // see faultReplica.Build
 )
@@ -129,15 +129,15 @@ func faultRoute(name string, rev int, clusters ...string) *routev3.RouteConfigur
 	return rc
 }
 
-// faultWorld is the first mesh: four listeners, each with its route, over
-// six clusters.
+// faultWorld is the first mesh: three listeners, each with its route,
+// over six clusters.
 func faultWorld(rnd *rand.Rand) *world {
 	w := newWorld()
 	for i := range 6 {
 		c := fmt.Sprintf("c%d", i)
 		w.clusters[c], w.endpoints[c] = faultCluster(c, 0), faultEndpoints(c, i)
 	}
-	for i := range 4 {
+	for i := range 3 {
 		l, r := fmt.Sprintf("l%d", i), fmt.Sprintf("r%d", i)
 		w.routes[r] = faultRoute(r, 0, randomClusters(rnd, w)...)
 		w.listeners[l] = faultListener(l, r, 0)
