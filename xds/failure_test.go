@@ -398,13 +398,20 @@ func TestFailurePanics(t *testing.T) {
 			})
 			c := h.ts.NewClient(t, xdstest.ClientConfig{NodeID: "p"})
 			xdstest.Await(t, holdsFailureWorld, c)
-			h.change(addCluster("c1"))
-			xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"c0", "c1"}}), c)
 			if _, err := syncNow(h.srv); err != nil {
 				t.Errorf("Sync() = %v; want nil", err)
 			}
-			if n := int64(len(c.Responses())); sends.Load() != n || acks.Load() != n {
-				t.Errorf("OnSend called %d times, OnACK %d times; want %d each (every response)", sends.Load(), acks.Load(), n)
+			acked := acks.Load()
+			h.change(addCluster("c1"))
+			xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"c0", "c1"}}), c)
+			if _, err := syncNow(h.srv); err != nil {
+				t.Errorf("Sync() after a change = %v; want nil", err)
+			}
+			if n := int64(len(c.Responses())); sends.Load() != n {
+				t.Errorf("OnSend called %d times; want %d (every response)", sends.Load(), n)
+			}
+			if acked == 0 || acks.Load() <= acked {
+				t.Errorf("OnACK called %d times, then %d after the change; want it called for both", acked, acks.Load())
 			}
 		})
 	})
@@ -526,7 +533,7 @@ func TestFailureNotLoaded(t *testing.T) {
 			ts := xdstest.NewServerFor(t, srv)
 			c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "early"})
 			synctest.Wait()
-			if code := status.Code(errors.Unwrap(c.Err())); code != codes.Unavailable {
+			if code := status.Code(c.Err()); code != codes.Unavailable {
 				t.Errorf("stream before Loaded ended with %v; want Unavailable", c.Err())
 			}
 			select {
