@@ -1206,3 +1206,58 @@ func TestFaultNACKedAnswerDoesNotStallThePush(t *testing.T) {
 		})
 	}
 }
+
+// A route edit is held back because it names a cluster the client
+// rejected, and retried. Meanwhile a push fails for the proxy (its LDS
+// generator fails) after the proxy has moved to that push's PushContext:
+// the retry answers the route from there, naming a new cluster that the
+// proxy's last generated clusters lack. The configuration has that
+// cluster: the Server must not report a reference failure ("which the
+// configuration does not have"), only the generator's.
+func TestFaultReferenceFailureAfterAFailedPush(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var lds *failingGenerator
+		h := startHost(t, failureWorld(), func(cfg *xds.Config) { lds = wrapGenerator(cfg, xds.ListenerType) })
+		c := h.ts.NewClient(t, xdstest.ClientConfig{NodeID: "p", NACK: func(r *xdstest.Response) error {
+			if r.Type == xds.ClusterType && slices.Contains(r.Names(), "c1") {
+				return errors.New("c1 rejected")
+			}
+			return nil
+		}})
+		xdstest.Await(t, holdsFailureWorld, c)
+
+		h.change(addCluster("c1")) // the client rejects c1, which stops the push
+		time.Sleep(50 * time.Millisecond)
+		synctest.Wait()
+		// The next push holds the route r0 → c0, c1 back (the client
+		// rejected c1) and retries it after a backoff.
+		h.change(func(w *world) []pushcontext.ConfigKey {
+			w.endpoints["c0"] = mkCLA("c0", 8100)
+			return keys(kEndpoint, "c0")
+		})
+		time.Sleep(5 * time.Millisecond) // the debounce, not the retry
+		synctest.Wait()
+		lds.set(errors.New("listener store down"))
+		h.change(func(w *world) []pushcontext.ConfigKey {
+			w.clusters["c2"], w.endpoints["c2"] = mkCluster("c2"), mkCLA("c2", 9002)
+			w.routes["r0"] = mkRoute("r0", "c0", "c2")
+			w.listeners["l0"] = faultListener("l0", "r0", 2)
+			return append(append(keys(kCluster, "c2"), keys(kEndpoint, "c2")...), append(keys(kRoute, "r0"), keys(kListener, "l0")...)...)
+		})
+		time.Sleep(time.Second)
+		synctest.Wait()
+
+		_, err := syncNow(h.srv)
+		var fe *xds.FailureError
+		if !errors.As(err, &fe) {
+			t.Fatalf("Sync() = %v; want a *xds.FailureError naming the LDS generator", err)
+		}
+		for _, f := range fe.Failures {
+			if f.Stage != "generate" || f.Type != xds.ListenerType {
+				t.Errorf("Sync() failure %v; want only the LDS generator's (the configuration has every cluster its routes name)", f)
+			}
+		}
+		lds.set(nil)
+		xdstest.AssertNoDangling(t, c)
+	})
+}
