@@ -41,8 +41,9 @@ var (
 // req.Push) to 50 clients: SotW and Delta, Envoy-like and gRPC-like. The
 // mesh goes through 1,000 random changes (cluster swaps, route renames
 // and edits, cluster edits, endpoint-only changes pushed as non-Full
-// requests, clusters and listeners added and removed) at random gaps,
-// some coalesced by the debounce, while faults are injected at random:
+// requests, clusters and listeners added and removed) at random gaps of
+// up to 50ms, coalesced by a 40ms debounce into about 200 pushes, while
+// faults are injected at random:
 //
 //   - builds fail: the Builder returns an error, panics or returns a nil
 //     PushContext, for one to three attempts;
@@ -73,6 +74,9 @@ var (
 //
 //	go test -run 'TestFault$' ./xds/ -xds.seed=7                   # another seed
 //	go test -run 'TestFault$' ./xds/ -xds.fault.long -timeout 2h   # 10,000 changes, 200 clients
+//
+// On two cores the run takes about 6s of CPU, 30s under -race; the long
+// run about 7 minutes of CPU and 2 GiB of memory.
 func TestFault(t *testing.T) {
 	p := faultParams{changes: 1000, clients: 50, seed: *faultSeed, churn: 20}
 	if *faultLong {
@@ -500,7 +504,7 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			xds.ListenerType: {kListener}, xds.RouteType: {kRoute},
 		},
 		ExternalKinds: []string{kGen},
-		Debounce:      xds.DebounceConfig{After: 30 * time.Millisecond, Max: 200 * time.Millisecond},
+		Debounce:      xds.DebounceConfig{After: 40 * time.Millisecond, Max: 200 * time.Millisecond},
 		Hooks: xds.Hooks{
 			OnBuildError:     func(xds.BuildErrorEvent) { r.m.buildErrors.Add(1) },
 			OnGenerateError:  func(xds.GenerateErrorEvent) { r.m.genErrors.Add(1) },
