@@ -206,16 +206,18 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 		t.mu.Lock()
 		ch := t.ch
 		seq, ok, buildPending := need()
-		done := ok && (t.conns == 0 || t.min >= seq)
+		// A connection with a failing type does not hold the
+		// configuration, whatever push it has completed: a failed
+		// answer, or a reference held back, leaves it without what the
+		// configuration gives it.
+		done := ok && (t.conns == 0 || t.min >= seq) && len(t.failing) == 0
 		var fails []Failure
 		if !done {
 			if t.buildFail != nil && buildPending {
 				fails = append(fails, *t.buildFail)
 			}
 			for c := range t.failing {
-				if !ok || c.syncedSeq < seq {
-					fails = append(fails, c.failures()...)
-				}
+				fails = append(fails, c.failures()...)
 			}
 		}
 		stopped := t.stopped

@@ -139,6 +139,9 @@ type typeState struct {
 	// current nonce: set on EDS when CDS is requested anew, because the
 	// client re-warms its clusters and waits for their endpoints.
 	alwaysRespond bool
+	// resumed marks a Delta subscription whose first request reported
+	// what the client holds (a client reconnecting with its state).
+	resumed bool
 	// dirty asks the next push to regenerate the type in full (a NACK
 	// stopped its phase, a push failed, something was held back).
 	dirty bool
@@ -204,6 +207,17 @@ func (c *core) init(ctx context.Context, now time.Time, pc *pushcontext.PushCont
 	c.proxy.Push = pc
 	c.appliedSeq, c.completedSeq = seq, seq
 	return c.initProxy(pc)
+}
+
+// proxyAt is where a proxy stands: its snapshot and what InitProxy made of
+// it.
+type proxyAt struct {
+	push      *pushcontext.PushContext
+	data      any
+	scope     pushcontext.Scope
+	view      string
+	prevScope pushcontext.Scope
+	initSeq   uint64
 }
 
 // initProxy calls Config.InitProxy against pc and stores its result.
@@ -296,6 +310,11 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
 		pc = c.proxy.Push // never go back to an older snapshot
 	}
+	// If the push fails, the proxy stays where it was: answers to its
+	// requests keep coming from the snapshot its client holds, not from
+	// one whose other types it has not been sent.
+	before := proxyAt{push: c.proxy.Push, data: c.proxy.Data, scope: c.proxy.Scope, view: c.proxy.View,
+		prevScope: c.prevScope, initSeq: c.initSeq}
 	if req.Full && pc.Seq() > c.initSeq {
 		if err := c.initProxy(pc); err != nil {
 			return err
@@ -355,6 +374,8 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 			c.types[ph.typeIdx].dirty = true
 		}
 		c.failed = &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged}
+		c.proxy.Push, c.proxy.Data, c.proxy.Scope, c.proxy.View = before.push, before.data, before.scope, before.view
+		c.prevScope, c.initSeq = before.prevScope, before.initSeq
 		c.pushFails++
 		c.pushRetryAt = now.Add(set.backoffFor(c.pushFails, c.seed))
 		return nil

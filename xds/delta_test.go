@@ -164,22 +164,33 @@ func TestDeltaCDSReconnect(t *testing.T) {
 
 				c = f.connectDelta("n", nil)
 				c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})
-				want := []string{"CDS[c3]-[]"}
+				// Listeners and routes are answered once the client has
+				// ACKed (or NACKed) the clusters they may name.
+				want, later := []string{"CDS[c3]-[]"}, []string(nil)
 				if tc.eds {
 					c.subscribe(EndpointType, "c3")
 					want = append(want, "EDS[c3]-[]")
 				}
 				if tc.lds {
 					c.subscribe(ListenerType)
-					want = append(want, "LDS[l0]-[]")
+					later = append(later, "LDS[l0]-[]")
 				}
 				if tc.rds {
 					c.subscribe(RouteType, "r0")
-					want = append(want, "RDS[r0]-[]")
+					later = append(later, "RDS[r0]-[]")
 				}
 				synctest.Wait()
 				rs := c.pending()
 				checkSummaries(t, "answers", rs, want...)
+				for _, r := range rs {
+					c.ack(r)
+				}
+				rs = nil
+				if len(later) > 0 {
+					synctest.Wait()
+					rs = c.pending()
+					checkSummaries(t, "answers after the CDS ACK", rs, later...)
+				}
 				for _, r := range rs {
 					if TypeURL(r.TypeUrl) != ListenerType || tc.ackLDS {
 						c.ack(r)
@@ -207,7 +218,7 @@ func TestDeltaCDSReconnect(t *testing.T) {
 // reconnecting client asks for EDS first, then CDS, both with
 // initial_resource_versions, then LDS and RDS. CDS sends the changed
 // cluster, and the changed cluster's endpoints follow unasked (the client
-// re-warms it). The deleted cluster and its endpoints are removed, in that
+// re-warms it); listeners and routes are answered once it has ACKed them. The deleted cluster and its endpoints are removed, in that
 // order, once the client has ACKed its answers.
 func TestDeltaReconnectRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -238,7 +249,8 @@ func TestDeltaReconnectRequests(t *testing.T) {
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: cds})
 		c.subscribe(ListenerType)
 		c.subscribe(RouteType, "r0")
-		checkSummaries(t, "then the others", c.ackAll(), "CDS[c2]-[]", "EDS[c2]-[]", "LDS[l0]-[]", "RDS[r0]-[]")
+		checkSummaries(t, "then the others", c.ackAll(), "CDS[c2]-[]", "EDS[c2]-[]")
+		checkSummaries(t, "listeners and routes once CDS is ACKed", c.ackAll(), "LDS[l0]-[]", "RDS[r0]-[]")
 		checkSummaries(t, "cluster removal", c.ackAll(), "CDS[]-[c1]")
 		checkSummaries(t, "endpoints removal", c.ackAll(), "EDS[]-[c1]")
 		checkSummaries(t, "the end", c.ackAll())

@@ -327,7 +327,13 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	if d.deferring {
 		if d.resetRemoving {
-			ts.removing = nil
+			// What the client unsubscribed from but a route still names
+			// (see unsubscribed) stays marked; the rest is re-derived.
+			for n := range ts.removing {
+				if ts.covers(n) {
+					delete(ts.removing, n)
+				}
+			}
 		}
 		for _, n := range d.deferGone {
 			if ts.removing == nil {
@@ -354,11 +360,13 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	if full && !c.delta {
 		before := ts.held.snapshot()
 		state := slices.Clone(d.kept) // d's buffer goes back to the pool
-		if len(ts.removing) > 0 {
-			for n := range ts.removing {
-				if e := ts.held.get(n); e != nil {
-					state = insertEntry(state, entry{n, e})
-				}
+		for n := range ts.removing {
+			if !ts.covers(n) && c.unnamed(i, n) {
+				delete(ts.removing, n) // unsubscribed, and no longer named
+				continue
+			}
+			if e := ts.held.get(n); e != nil {
+				state = insertEntry(state, entry{n, e})
 			}
 		}
 		ts.held.reset(newSet(state))
@@ -568,6 +576,15 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 				break
 			}
 		}
+		if ts := c.types[i]; e == nil && (i == set.rdsIdx || i == set.cdsIdx) && !ts.sub.wildcard && ts.covers(n) && ts.held.get(n) != nil {
+			// The client still asks for it by name, although nothing it
+			// holds names it: a version it replaces, still in service
+			// while the new one warms, does (an Envoy keeps the old
+			// listener's route subscriptions, a gRPC client the clusters
+			// of its old routes, until then). Once the new one is warm,
+			// it unsubscribes.
+			e = &ReferenceError{FromType: set.order[from[0]], ToType: set.order[i], To: n, Removal: true, Rejected: true}
+		}
 		switch {
 		case e == nil:
 			ok = append(ok, n)
@@ -582,6 +599,13 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 	return ok, kept, errs
 }
 
+// unnamed reports whether no resource the client holds names n, of type
+// i, any longer.
+func (c *core) unnamed(i int, n string) bool {
+	ok, _, _ := c.removable(i, []string{n}, nil)
+	return len(ok) > 0
+}
+
 // namedBy returns the first resource of type j the client holds that
 // names name (as kind), or "".
 func (c *core) namedBy(j int, name string, kind int) string {
@@ -589,13 +613,30 @@ func (c *core) namedBy(j int, name string, kind int) string {
 	if len(ts.held.over) == 0 {
 		// Most clients hold a shared set: its references are computed
 		// once, and a miss costs a binary search.
-		if _, ok := slices.BinarySearch(ts.held.set.refsOf(c.set, j).of(kind), name); !ok {
+		r := ts.held.set.refsOf(c.set, j)
+		if _, ok := slices.BinarySearch(r.of(kind), name); !ok && !r.unknown {
 			return ""
 		}
 	}
 	by := ""
 	ts.held.each(func(n string, e *encoded) {
 		if by == "" || n < by {
+			// What a client reported holding, the Server reads as the
+			// configuration's resource of the same version; other
+			// content it cannot read: it may name name until the client
+			// is sent its content.
+			if e.unknown() {
+				if ts.lastTarget == nil {
+					by = n
+					return
+				}
+				te := ts.lastTarget.get(n)
+				if te == nil || !e.same(te) {
+					by = n
+					return
+				}
+				e = te
+			}
 			if _, ok := slices.BinarySearch(c.set.refsOf(j, e).of(kind), name); ok {
 				by = n
 			}

@@ -42,6 +42,10 @@ func reported(version string) *encoded {
 	return &encoded{hash: h, version: version}
 }
 
+// unknown reports whether e is only a version a client reported: the
+// Server does not know its content.
+func (e *encoded) unknown() bool { return e != nil && e.msg == nil && e.any == nil }
+
 // encKey identifies a resource by type, name and message identity. The
 // message pointer is part of the key, so a generator that returns the same
 // message to many proxies has it marshalled once.

@@ -62,7 +62,9 @@ func (e *ResourceError) Error() string {
 // update is held back), or the removal of a resource that one the client
 // holds still names (the removal is held back).
 type ReferenceError struct {
-	// From names the resource that references To.
+	// From names the resource that references To. It is empty when a
+	// removal is held back because the client still subscribes to To by
+	// name: a version of a FromType resource it still serves names it.
 	FromType TypeURL
 	From     string
 	// To is the resource referenced.
@@ -84,6 +86,9 @@ func (e *ReferenceError) Error() string {
 	why := "which the configuration does not have"
 	if e.Rejected {
 		why = "which the client does not hold yet"
+	}
+	if e.Removal && e.From == "" {
+		return fmt.Sprintf("xds: removal of %s %q held back: the client still subscribes to it (a %s it still serves names it)", e.ToType.Short(), e.To, e.FromType.Short())
 	}
 	if e.Removal {
 		return fmt.Sprintf("xds: removal of %s %q held back: %s %q still references it", e.ToType.Short(), e.To, e.FromType.Short(), e.From)

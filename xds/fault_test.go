@@ -1138,7 +1138,7 @@ func TestFaultSotWResubscribeAfterUnsubscribe(t *testing.T) {
 		})
 		sync("route r2")
 		if err := xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ListenerType: {"l0"}, xds.RouteType: {"r2"}})(c.State()); err != nil {
-			t.Errorf("after Sync() = nil: %v\nrequests:\n%s", err, formatRequests(c.Requests()))
+			t.Errorf("after Sync() = nil: %v\nrequests:\n%s\nresponses: %v", err, formatRequests(c.Requests()), c.Responses())
 		}
 	})
 }

@@ -257,7 +257,10 @@ type PhaseTimeoutEvent struct {
 	// in push order.
 	Waiting []TypeURL
 	// Next is the type of the phase that was sent anyway, and Removal
-	// reports whether it is a deferred-removal phase.
+	// reports whether it is a deferred-removal phase. Next is empty when
+	// every phase was out and the push waited for the client to ask for
+	// what they name (the routes of a listener, the endpoints of a
+	// cluster): the push is then complete without them.
 	Next    TypeURL
 	Removal bool
 	// Waited is how long the phase waited.

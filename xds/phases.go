@@ -139,8 +139,38 @@ func (c *core) advance(force bool) {
 			pl.t[i].sent = true
 		}
 	}
+	if set.phaseWait && !force && !c.fetchedAll(pl) {
+		// Every phase is out, but a listener or cluster it sent still
+		// names routes or endpoints the client has not fetched: it asks
+		// for them once it reads what it was sent, and the push is not
+		// complete (nor its version converged) until they are answered.
+		if pl.waitSince.IsZero() {
+			pl.waitSince = c.now
+		}
+		return
+	}
 	c.plan = nil
 	c.completedSeq = max(c.completedSeq, pl.seq)
+}
+
+// fetchedAll reports whether the client has fetched everything the phases
+// of pl need it to (see gateOpen): once every phase is out, the push waits
+// for it, without waiting for ACKs (convergence reads those).
+func (c *core) fetchedAll(pl *plan) bool {
+	for i := range pl.t {
+		if !pl.t[i].refs || c.types[i] == nil {
+			continue
+		}
+		names := pl.t[i].need
+		for len(names) > 0 && c.fetched(pl, i, names[len(names)-1]) {
+			names = names[:len(names)-1]
+		}
+		pl.t[i].need = names
+		if len(names) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // wouldSend reports whether releasing ph now would send a response. Phases
@@ -264,9 +294,9 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 		if !leaf && !ts.synced() && pl.t[i].excused != ts.nonceSent {
 			return false
 		}
-		// Names found subscribed are dropped from the list: the client
+		// Names found fetched are dropped from the list: the client
 		// keeps what a resource it holds fetches.
-		for len(names) > 0 && ts.covers(names[len(names)-1]) {
+		for len(names) > 0 && c.fetched(pl, i, names[len(names)-1]) {
 			names = names[:len(names)-1]
 		}
 		pl.t[i].need = names
@@ -275,6 +305,28 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 		}
 	}
 	return true
+}
+
+// fetched reports whether the client has fetched name, of type i (EDS,
+// RDS), as a phase of pl needs: it subscribes to it and, once the type's
+// own upsert phase is out, holds it or has been answered without it (the
+// configuration does not have it). Until then the phase of that type is
+// what sends it. A name subscribed to whose answer failed, waits behind
+// the phases, or is to be retried is not fetched: a listener warming for
+// that route keeps its version in service, and what that uses must not be
+// removed.
+func (c *core) fetched(pl *plan, i int, name string) bool {
+	ts := c.types[i]
+	if !ts.covers(name) {
+		return false
+	}
+	if slices.ContainsFunc(pl.phases, func(ph phase) bool { return !ph.removal && ph.typeIdx == i }) {
+		return true
+	}
+	if ts.held.get(name) != nil {
+		return true
+	}
+	return ts.err == nil && ts.retry == nil && ts.deferred == nil
 }
 
 // excuse lists the types that keep the gate closed, counts the timeout
@@ -308,7 +360,7 @@ func (c *core) excuse(pl *plan) []TypeURL {
 		}
 		open := ts.synced() || pl.t[i].excused == ts.nonceSent
 		for _, n := range pl.t[i].need {
-			open = open && ts.covers(n)
+			open = open && c.fetched(pl, i, n)
 		}
 		if !open {
 			out = append(out, c.set.order[i])
@@ -327,19 +379,19 @@ func (c *core) excuse(pl *plan) []TypeURL {
 // Config.Phases.Timeout, and reports it.
 func (c *core) phaseTimedOut() {
 	pl := c.plan
-	if pl == nil || pl.waitSince.IsZero() || len(pl.phases) == 0 {
+	if pl == nil || pl.waitSince.IsZero() {
 		return
 	}
-	next := pl.phases[0]
 	waited := c.now.Sub(pl.waitSince)
 	ev := PhaseTimeoutEvent{
 		ProxyID: c.proxy.ID,
 		ConnID:  c.proxy.ConnID,
 		Version: pl.req.Push.Version(),
 		Waiting: c.excuse(pl),
-		Next:    c.set.order[next.typeIdx],
-		Removal: next.removal,
 		Waited:  waited,
+	}
+	if len(pl.phases) > 0 {
+		ev.Next, ev.Removal = c.set.order[pl.phases[0].typeIdx], pl.phases[0].removal
 	}
 	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: phase sent without the ACKs it waited for",
 		slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
@@ -350,13 +402,18 @@ func (c *core) phaseTimedOut() {
 }
 
 // stopOnNACK ends the current push when the client rejects a response of
-// type i that the push sent: the later phases may rely on what was rejected
+// type i that the push sent, or an answer whose content the push waits for
+// the client to hold: the later phases may rely on what was rejected
 // (routes on clusters, removals on routes), so they are not sent; their
 // types are regenerated in full by the next push, and what the push held
 // back for removal stays held until then.
 func (c *core) stopOnNACK(i int) {
 	pl := c.plan
-	if pl == nil || !pl.t[i].sent {
+	// The push's own response, or an answer of a type whose resources the
+	// gate waits for the client to hold (the endpoints of the clusters it
+	// sent, the routes of its listeners): the ACK the gate needs will not
+	// come.
+	if pl == nil || !(pl.t[i].sent || pl.t[i].refs) {
 		return
 	}
 	var dropped []string

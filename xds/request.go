@@ -121,8 +121,32 @@ func (c *core) request(in inbound) error {
 	if err != nil {
 		return err
 	}
+	if err := c.retryHeldBack(i); err != nil {
+		return err
+	}
 	c.advance(false)
 	return c.flushDeferred()
+}
+
+// retryHeldBack answers at once, rather than after its backoff, a type
+// waiting only to retry what a reference held back (nothing failed), once
+// the client has ACKed its last response of type i: what the client held
+// that named it may be gone.
+func (c *core) retryHeldBack(i int) error {
+	if ts := c.types[i]; ts == nil || ts.nonceSent == "" || !ts.synced() {
+		return nil
+	}
+	for j, ts := range c.types {
+		if j == i || ts == nil || ts.retry == nil || ts.err != nil || c.blocked(j) {
+			continue
+		}
+		a := ts.retry
+		ts.retry = nil
+		if err := c.answer(j, a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sotwRequest applies the SotW request state machine, in istiod's order:
@@ -168,9 +192,12 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	wildcard := full && (len(names) == 0 || star)
 
-	// 3. Initial request (empty nonce) or a reconnect to this server (a
-	// nonce, but no watch on this stream): answer in full.
-	if req.ResponseNonce == "" || ts == nil {
+	// 3. Initial request (empty nonce), a reconnect to this server (a
+	// nonce, but no watch on this stream), or a request after nothing was
+	// sent since the type was (re)subscribed (the nonce is of a response
+	// from before: a client that unsubscribed and subscribes again keeps
+	// its last nonce): answer in full.
+	if req.ResponseNonce == "" || ts == nil || ts.nonceSent == "" {
 		if err := c.checkSubscription(i, names); err != nil {
 			return err
 		}
@@ -225,10 +252,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		c.setSubBytes(ts, names)
 	}
 	ts.order, ts.star = order, star
-	for _, n := range removed {
-		ts.held.del(n)
-		delete(ts.removing, n)
-	}
+	c.unsubscribed(i, removed)
 	if ts.alwaysRespond {
 		ts.alwaysRespond = false
 		return c.answer(i, &answer{all: true})
@@ -244,6 +268,39 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	// A full-state type must be answered with the whole subscribed state.
 	return c.answer(i, &answer{all: true})
+}
+
+// unsubscribed records that a SotW client no longer subscribes to names of
+// type i: it drops them. But a client that narrows a full-state
+// subscription (a gRPC client's clusters) decides from what it had read
+// when it sent the request, and a route the Server sent since may name
+// again what it drops: the answer, which the client reads after that
+// route, would remove it from under the route. Such names stay held,
+// marked for removal, so that the answer still carries them (a client
+// ignores what it does not subscribe to, and subscribes again once it
+// reads the route); the next full-state response drops them.
+func (c *core) unsubscribed(i int, removed []string) {
+	ts := c.types[i]
+	var held []string
+	for _, n := range removed {
+		delete(ts.removing, n)
+		if ts.held.get(n) != nil {
+			held = append(held, n)
+		}
+	}
+	var kept []string
+	if c.set.fullState[i] && c.set.deferred[i] && len(held) > 0 {
+		held, kept, _ = c.removable(i, held, nil)
+	}
+	for _, n := range held {
+		ts.held.del(n)
+	}
+	for _, n := range kept {
+		if ts.removing == nil {
+			ts.removing = make(map[string]struct{}, len(kept))
+		}
+		ts.removing[n] = struct{}{}
+	}
 }
 
 // checkNames checks the length of every name of a request of type t.
@@ -427,6 +484,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 
 	// What the client reported holding.
 	if first && len(initial) > 0 {
+		ts.resumed = true
 		ents := make([]entry, 0, len(initial))
 		for _, n := range initial {
 			if ts.covers(n) {
@@ -551,7 +609,21 @@ func (c *core) answer(i int, a *answer) error {
 
 // blocked reports whether an answer of type i must wait: the current push
 // has an upsert phase of type i, or of a type before it, not released yet.
+//
+// An answer of routes or listeners to a Delta client that resumed its
+// cluster subscription (reported what it holds) and subscribes to every
+// cluster also waits while it has not yet ACKed or NACKed a cluster
+// response: what they name is checked against the clusters it holds, and
+// until then it may reject those of the response in flight, which the
+// answers to its first requests would otherwise already name.
 func (c *core) blocked(i int) bool {
+	set := c.set
+	if set.phaseWait && (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 {
+		if cts := c.types[set.cdsIdx]; cts != nil && cts.resumed && cts.sub.wildcard && !cts.synced() &&
+			(cts.nack == nil || cts.nack.Nonce != cts.nonceSent) {
+			return true
+		}
+	}
 	pl := c.plan
 	if pl == nil {
 		return false

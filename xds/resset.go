@@ -206,6 +206,10 @@ type setRefs struct {
 	clusters []string
 	routes   []string
 	eds      []string
+	// unknown marks a set holding a resource whose content the Server
+	// does not know (a version a Delta client reported holding): it may
+	// name anything.
+	unknown bool
 }
 
 // refsOf returns what the resources of s name, computing it once per set:
@@ -215,7 +219,9 @@ func (s *resSet) refsOf(set *settings, typeIdx int) *setRefs {
 		return r
 	}
 	var cl, rt, ep [][]string
+	unknown := false
 	for _, e := range s.ents {
+		unknown = unknown || e.enc.unknown()
 		r := set.refsOf(typeIdx, e.enc)
 		if len(r.clusters) > 0 {
 			cl = append(cl, r.clusters)
@@ -227,7 +233,7 @@ func (s *resSet) refsOf(set *settings, typeIdx int) *setRefs {
 			ep = append(ep, r.eds)
 		}
 	}
-	r := &setRefs{clusters: unionAll(cl), routes: unionAll(rt), eds: unionAll(ep)}
+	r := &setRefs{clusters: unionAll(cl), routes: unionAll(rt), eds: unionAll(ep), unknown: unknown}
 	s.refs.Store(r)
 	return r
 }

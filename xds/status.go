@@ -182,6 +182,13 @@ func (c *conn) syncedTo() uint64 {
 		}
 		x = min(x, ts.pAcked)
 	}
+	for _, ts := range core.types {
+		if ts != nil && ts.retry != nil && ts.pAcked > 0 {
+			// What a reference held back is still to be sent: not
+			// synced to the push it belongs to.
+			x = min(x, ts.pAcked-1)
+		}
+	}
 	return x
 }
 

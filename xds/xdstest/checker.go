@@ -411,12 +411,40 @@ func (c *Client) violations() ([]Violation, []error) {
 		if err := k.observe(r); err != nil {
 			errs = append(errs, fmt.Errorf("response #%d: %w", i, err))
 		}
+		if !k.wildcardClusters {
+			for _, n := range r.dropped {
+				delete(k.clusters, n)
+			}
+		}
 	}
 	return k.Violations(), errs
 }
 
-// maxResponsesShown bounds the responses AssertNoDangling lists.
-const maxResponsesShown = 200
+// maxResponsesShown bounds the responses AssertNoDangling lists: all of
+// them up to that many; otherwise those that lead to each violation and
+// resolve it (responsesAround before it, and up to its resolution).
+const (
+	maxResponsesShown = 200
+	responsesAround   = 30
+)
+
+// responsesShown returns which of n responses to list for violations vs.
+func responsesShown(n int, vs []Violation) func(int) bool {
+	if n <= maxResponsesShown {
+		return func(int) bool { return true }
+	}
+	show := make([]bool, n)
+	for _, v := range vs {
+		end := v.Until
+		if end < 0 || end-v.Response > responsesAround {
+			end = v.Response + responsesAround/3
+		}
+		for i := max(v.Response-responsesAround, 0); i <= min(end, n-1); i++ {
+			show[i] = true
+		}
+	}
+	return func(i int) bool { return show[i] }
+}
 
 // reported is what AssertNoDangling has reported for a Client.
 type reported struct {
@@ -487,12 +515,20 @@ func AssertNoDangling(t testing.TB, c *Client) bool {
 	}
 	rs := c.Responses()
 	fmt.Fprintf(&b, "\nresponses received (%d):", len(rs))
+	shown := responsesShown(len(rs), fresh)
+	last := -1
 	for i, r := range rs {
-		if i == maxResponsesShown {
-			fmt.Fprintf(&b, "\n\t… %d more", len(rs)-i)
-			break
+		if !shown(i) {
+			continue
+		}
+		if i != last+1 {
+			fmt.Fprintf(&b, "\n\t… %d more", i-last-1)
 		}
 		fmt.Fprintf(&b, "\n\t#%d %s", i, r)
+		last = i
+	}
+	if n := len(rs) - last - 1; n > 0 {
+		fmt.Fprintf(&b, "\n\t… %d more", n)
 	}
 	t.Error(b.String())
 	return false

@@ -121,6 +121,7 @@ func (c *Client) handle(st *stream, raw proto.Message) []*Request {
 		}
 		c.apply(ed, resp)
 		c.settle(ed)
+		resp.dropped = droppedClusters(c.state, ed.next, resp)
 		reqs = append(reqs, c.ackRequest(st, ed.next, resp))
 		reqs = append(reqs, c.subscriptionRequests(st, before, ed.next, resp.Type)...)
 	}
@@ -129,6 +130,32 @@ func (c *Client) handle(st *stream, raw proto.Message) []*Request {
 	ed.next.responses = c.log[:len(c.log):len(c.log)]
 	c.state = ed.next
 	return reqs
+}
+
+// droppedClusters returns the clusters the client held before resp, or
+// accepted with it, and no longer holds after it, although resp did not
+// remove them: those it stopped subscribing to. The Checker, which sees
+// only responses, learns from them that a client subscribing by name does
+// not hold them any more.
+func droppedClusters(before, after *State, resp *Response) []string {
+	holds := func(s *State, n string) bool {
+		_, ok := s.Resource(xds.ClusterType, n)
+		return ok
+	}
+	var out []string
+	for _, r := range before.Resources(xds.ClusterType) {
+		if !holds(after, r.Name) && !slices.Contains(resp.Removed, r.Name) {
+			out = append(out, r.Name)
+		}
+	}
+	if resp.Type == xds.ClusterType {
+		for _, r := range resp.Resources {
+			if !holds(before, r.Name) && !holds(after, r.Name) {
+				out = append(out, r.Name)
+			}
+		}
+	}
+	return out
 }
 
 // apply updates the held resources with an accepted response.
@@ -154,6 +181,7 @@ func (c *Client) apply(ed *edit, resp *Response) {
 // subscription; the chain is at most four types long.
 func (c *Client) settle(ed *edit) {
 	for range 8 {
+		ed.next.servingRoutes, ed.next.inService = c.inService(ed.next)
 		want := c.desired(ed.next)
 		types := slices.Collect(maps.Keys(want))
 		for t, ts := range ed.next.types {
@@ -179,6 +207,45 @@ func (c *Client) settle(ed *edit) {
 	}
 }
 
+// inService returns, for each held listener, the routes and the clusters
+// of its version in service: those of the version held once the client
+// holds every route it names, otherwise those of the version it replaces
+// (see State.servingRoutes and State.inService), which the client keeps
+// serving while the new one warms.
+func (c *Client) inService(s *State) (routes, clusters map[string][]string) {
+	held := make(map[string]*routev3.RouteConfiguration)
+	for _, r := range s.Resources(xds.RouteType) {
+		if rc, ok := r.Message.(*routev3.RouteConfiguration); ok {
+			held[r.Name] = rc
+		}
+	}
+	routes, clusters = make(map[string][]string), make(map[string][]string)
+	for _, r := range s.Resources(xds.ListenerType) {
+		l, ok := r.Message.(*listenerv3.Listener)
+		if !ok {
+			continue
+		}
+		refs := refsOfListener(l)
+		cs := slices.Clone(refs.clusters)
+		complete := true
+		for _, rt := range refs.routes {
+			rc, ok := held[rt]
+			if !ok {
+				complete = false
+				break
+			}
+			cs = append(cs, clustersOfRoute(rc)...)
+		}
+		if !complete {
+			// Still warming: the version it replaces serves.
+			routes[r.Name], clusters[r.Name] = s.servingRoutes[r.Name], s.inService[r.Name]
+			continue
+		}
+		routes[r.Name], clusters[r.Name] = refs.routes, sortedUnique(cs)
+	}
+	return routes, clusters
+}
+
 // desired returns what the client should subscribe to, given what it
 // holds.
 func (c *Client) desired(s *State) map[xds.TypeURL]sub {
@@ -194,6 +261,20 @@ func (c *Client) desired(s *State) map[xds.TypeURL]sub {
 	for _, r := range s.Resources(xds.RouteType) {
 		if rc, ok := r.Message.(*routev3.RouteConfiguration); ok {
 			clusters = append(clusters, clustersOfRoute(rc)...)
+		}
+	}
+	switch c.cfg.behavior {
+	case GRPC:
+		// grpc-go keeps watching the clusters of the routes in service
+		// while a listener's new routes are fetched.
+		for _, cs := range s.inService {
+			clusters = append(clusters, cs...)
+		}
+	case Envoy:
+		// Envoy keeps the listener a new version replaces, and its
+		// route subscriptions, until the new version is warm.
+		for _, rs := range s.servingRoutes {
+			routes = append(routes, rs...)
 		}
 	}
 	for _, r := range s.Resources(xds.ClusterType) {

@@ -94,6 +94,10 @@ type Response struct {
 	// Raw is the response as received: a *discoveryv3.DiscoveryResponse
 	// or a *discoveryv3.DeltaDiscoveryResponse. It must not be modified.
 	Raw proto.Message
+	// dropped lists the clusters the client stopped holding after it
+	// accepted the response, other than by the response's removals (see
+	// droppedClusters).
+	dropped []string
 }
 
 // Names returns the names of r's resources, sorted.
@@ -164,6 +168,16 @@ type Request struct {
 type State struct {
 	types     map[xds.TypeURL]*typeState
 	responses []*Response // the log up to this snapshot; capacity clipped
+	// inService maps each held listener to the clusters its routes
+	// in service name: those of the routes it names once they are all
+	// held, and until then those of its previous routes, which grpc-go
+	// keeps using (and whose clusters it keeps watching) while the new
+	// ones are fetched. Never modified once published.
+	inService map[string][]string
+	// servingRoutes maps each held listener to the routes of its version
+	// in service, as inService its clusters: an Envoy keeps subscribing
+	// to them until a new version is warm.
+	servingRoutes map[string][]string
 }
 
 // typeState is a State's part for one type. It is never modified once it
@@ -265,7 +279,7 @@ type edit struct {
 }
 
 func newEdit(s *State) *edit {
-	next := &State{types: make(map[xds.TypeURL]*typeState, len(s.types)+1), responses: s.responses}
+	next := &State{types: make(map[xds.TypeURL]*typeState, len(s.types)+1), responses: s.responses, inService: s.inService, servingRoutes: s.servingRoutes}
 	maps.Copy(next.types, s.types)
 	return &edit{next: next, copied: make(map[xds.TypeURL]bool)}
 }
