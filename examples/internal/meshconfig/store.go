@@ -2,6 +2,8 @@ package meshconfig
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -41,4 +43,30 @@ func (l *Loader) Apply(store *resources.Store, snap *Snapshot, start time.Time) 
 		return nil, l.rejected([]Problem{{File: ".", Index: -1, Msg: err.Error()}})
 	}
 	return req, nil
+}
+
+// PrintKeys writes a line per key of req, naming its group: "global" for
+// the default group (the global files, served to nodes of no fleet),
+// "fleet F" for a fleet (the global files and F's own). A group's own key
+// says whether it was created or deleted (it is in snap or not):
+//
+//	  fleet edge: created
+//	  Cluster backend (global)
+//	  Cluster backend (fleet edge)
+func PrintKeys(w io.Writer, snap *Snapshot, req *pushcontext.PushRequest) {
+	for _, k := range req.ConfigsUpdated.Sorted() {
+		group := "global"
+		if k.Namespace != resources.DefaultGroup {
+			group = "fleet " + k.Namespace
+		}
+		if k.Kind == resources.GroupKind {
+			what := "deleted"
+			if snap != nil && (k.Namespace == resources.DefaultGroup || snap.scopes[k.Namespace] != nil) {
+				what = "created"
+			}
+			fmt.Fprintf(w, "  %s: %s\n", group, what)
+			continue
+		}
+		fmt.Fprintf(w, "  %s %s (%s)\n", ShortType(k.Kind), k.Name, group)
+	}
 }
