@@ -74,6 +74,20 @@ func (e *testEtcd) stop() {
 	}
 }
 
+// stopAsync starts stopping the etcd, which takes seconds (it gives the
+// watch streams of its clients time to end), and returns a channel closed
+// once it has stopped.
+func (e *testEtcd) stopAsync() <-chan struct{} {
+	m := e.m
+	e.m = nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Close()
+	}()
+	return done
+}
+
 // newClient returns a client of the etcd, closed when the test ends.
 func (e *testEtcd) newClient(t testing.TB) *clientv3.Client {
 	t.Helper()

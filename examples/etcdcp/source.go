@@ -179,20 +179,6 @@ func (s *Source) load(rev int64, start time.Time) (Change, error) {
 	return Change{Old: old, New: next, Request: req, Revision: rev}, nil
 }
 
-// Progress records that nothing under the prefix changed up to rev (an
-// etcd progress notification).
-func (s *Source) Progress(rev int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rev <= s.status.Revision {
-		return
-	}
-	if s.status.ServedRevision == s.status.Revision {
-		s.status.ServedRevision = rev
-	}
-	s.status.Revision = rev
-}
-
 // Snapshot returns the snapshot served, or nil before the first update
 // that loaded.
 func (s *Source) Snapshot() *meshconfig.Snapshot {

@@ -21,10 +21,6 @@ const (
 	defaultRequestTimeout = 5 * time.Second
 )
 
-// errNoProgress is why a Watcher is disconnected when etcd stopped
-// answering its watch stream.
-var errNoProgress = errors.New("etcdcp: etcd has not answered the watch stream")
-
 // WatchConfig configures a Watcher.
 type WatchConfig struct {
 	// KV lists the prefix and Watcher watches it: both are a
@@ -40,15 +36,15 @@ type WatchConfig struct {
 	// Source receives the files. Required.
 	Source *Source
 
-	// ProbeInterval is how often the watch stream is asked for progress
-	// (etcd answers with the revision it has sent every event up to).
-	// Zero means 1s.
+	// ProbeInterval is how often, while a watch runs, etcd is asked
+	// whether it answers: a linearizable read of the key Prefix, which
+	// etcd answers only when it has a leader. Zero means 1s.
 	ProbeInterval time.Duration
 
-	// ProbeTimeout is how long etcd may leave the watch stream without a
-	// word (events, progress) before the Watcher reports itself
-	// disconnected; it reports itself connected again at the next word.
-	// Zero means 5s; it must not be less than ProbeInterval.
+	// ProbeTimeout bounds a probe: a probe that fails or times out makes
+	// the Watcher report itself disconnected; the next probe that
+	// succeeds, or the next watch response, connected again. Zero means
+	// 5s.
 	ProbeTimeout time.Duration
 
 	// RetryInterval is the wait after a failed list, or a watch that etcd
@@ -118,8 +114,8 @@ type ConnectionEvent struct {
 // WatchStatus describes a Watcher for people.
 type WatchStatus struct {
 	Prefix string `json:"prefix"`
-	// Connected reports that etcd answers: the last list succeeded and
-	// the watch stream has spoken within ProbeTimeout.
+	// Connected reports that etcd answers: the last list, probe or watch
+	// response succeeded.
 	Connected bool `json:"connected"`
 	// Since is when Connected last changed.
 	Since time.Time `json:"since,omitzero"`
@@ -140,8 +136,9 @@ type WatchStatus struct {
 // missed and none is applied twice (events at or below it are dropped);
 // if etcd has compacted that revision away, the prefix is listed again
 // and the Source reset to it (the Store diffs it against what it served).
-// Meanwhile the watch stream is probed for progress, which advances the
-// revision when nothing changes and tells whether etcd still answers.
+// Meanwhile etcd is probed, to tell whether it still answers: the watch
+// itself is silent while nothing changes, and the client resumes it on
+// its own after a connection breaks, silently too.
 //
 // Run is called once at a time; the other methods are safe for concurrent
 // use.
@@ -182,9 +179,6 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 		hooks:    cfg.Hooks,
 		logger:   cfg.Logger,
 		status:   WatchStatus{Prefix: cfg.Prefix},
-	}
-	if w.timeout < w.interval {
-		return nil, fmt.Errorf("etcdcp: WatchConfig.ProbeTimeout %v is less than ProbeInterval %v", w.timeout, w.interval)
 	}
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
@@ -302,9 +296,12 @@ func (w *Watcher) watch(ctx context.Context, rev int64, reason string) (int64, e
 	w.logger.Debug("watching", "prefix", w.prefix, "from", rev+1, "reason", reason)
 	ch := w.watcher.Watch(wctx, w.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 
-	// The probe asks for progress every interval, on a goroutine of its
-	// own: RequestProgress blocks while the stream is reconnecting. It
-	// uses the watch's context (whose metadata picks the stream).
+	// The probe reads the key of the prefix itself every interval, on a
+	// goroutine of its own, with a linearizable read: etcd answers it
+	// only with a leader. (A progress request, RequestProgress, would say
+	// more, but the client opens a stream of its own for a request whose
+	// context has a deadline, and closing that one orphans the watch's.)
+	probed := make(chan error, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -316,27 +313,30 @@ func (w *Watcher) watch(ctx context.Context, rev int64, reason string) (int64, e
 			case <-wctx.Done():
 				return
 			case <-t.C:
-				pctx, pcancel := context.WithTimeout(wctx, w.interval)
-				err := w.watcher.RequestProgress(pctx)
+				pctx, pcancel := context.WithTimeout(wctx, w.timeout)
+				_, err := w.kv.Get(pctx, w.prefix, clientv3.WithCountOnly())
 				pcancel()
-				if err != nil && wctx.Err() == nil {
-					w.logger.Debug("progress request failed", "err", err)
+				select {
+				case probed <- err:
+				case <-wctx.Done():
+					return
 				}
 			}
 		}
 	})
 
-	check := time.NewTicker(w.interval)
-	defer check.Stop()
-	heard := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return rev, ctx.Err()
-		case now := <-check.C:
-			if now.Sub(heard) > w.timeout {
-				w.setConnected(false, errNoProgress, rev)
+		case err := <-probed:
+			if err != nil {
+				if wctx.Err() == nil {
+					w.setConnected(false, fmt.Errorf("etcdcp: etcd: %w", err), rev)
+				}
+				continue
 			}
+			w.setConnected(true, nil, rev)
 		case resp, ok := <-ch:
 			if !ok {
 				return rev, nil
@@ -344,16 +344,8 @@ func (w *Watcher) watch(ctx context.Context, rev int64, reason string) (int64, e
 			if err := resp.Err(); err != nil {
 				return rev, err
 			}
-			heard = time.Now()
 			w.setConnected(true, nil, rev)
-			if resp.IsProgressNotify() {
-				if h := resp.Header.Revision; h > rev {
-					rev = h
-					w.src.Progress(h)
-				}
-				continue
-			}
-			rev = w.apply(resp.Events, rev, heard)
+			rev = w.apply(resp.Events, rev, time.Now())
 		}
 	}
 }

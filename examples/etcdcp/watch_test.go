@@ -181,19 +181,7 @@ func (ws *watchedSource) nextWatch(t *testing.T) WatchEvent {
 // testPrefix now.
 func etcdVersion(t *testing.T, c *clientv3.Client) string {
 	t.Helper()
-	resp, err := c.Get(t.Context(), testPrefix, clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files []meshconfig.File
-	for _, kv := range resp.Kvs {
-		files = append(files, meshconfig.File{Path: pathOf(testPrefix, string(kv.Key)), Data: kv.Value})
-	}
-	snap, err := meshconfig.NewLoader("").LoadFiles(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap.Version()
+	return etcdSnapshot(t, c).Version()
 }
 
 // TestWatchResume breaks the watch, writes three revisions while no watch

@@ -50,9 +50,9 @@ func (l *Loader) Apply(store *resources.Store, snap *Snapshot, start time.Time) 
 // "fleet F" for a fleet (the global files and F's own). A group's own key
 // says whether it was created or deleted (it is in snap or not):
 //
-//	  fleet edge: created
-//	  Cluster backend (global)
-//	  Cluster backend (fleet edge)
+//	fleet edge: created
+//	Cluster backend (global)
+//	Cluster backend (fleet edge)
 func PrintKeys(w io.Writer, snap *Snapshot, req *pushcontext.PushRequest) {
 	for _, k := range req.ConfigsUpdated.Sorted() {
 		group := "global"
