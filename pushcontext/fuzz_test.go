@@ -105,7 +105,7 @@ func modelMerge(a, b *PushRequest) *PushRequest {
 	default:
 		out.Start = b.Start
 	}
-	if b.Push != nil {
+	if b.Push != nil && (a.Push == nil || b.Push.Seq() >= a.Push.Seq()) {
 		out.Push = b.Push
 	}
 	// Per name: the newer delta's statement replaces the older one's.

@@ -142,7 +142,10 @@ type PushRequest struct {
 //   - ConfigsUpdated: the union of both sets.
 //   - Reason: the counts of both, summed per reason.
 //   - Start: the earlier of the two, ignoring a zero time.
-//   - Push: next.Push if it is not nil, else r.Push.
+//   - Push: the later of the two PushContexts (by Seq), ignoring a nil one.
+//     Requests are not always merged in the order they were made (a push
+//     parked by a busy connection rejoins a newer one in a queue), and a
+//     merged request must never be served from the older snapshot.
 //   - Delta: merged with ResourceDelta.Merge (next wins name by name).
 //
 // If r is nil Merge returns next, and if next is nil it returns r: the very
@@ -161,7 +164,7 @@ func (r *PushRequest) Merge(next *PushRequest) *PushRequest {
 		start = next.Start
 	}
 	push := next.Push
-	if push == nil {
+	if push == nil || (r.Push != nil && r.Push.Seq() > push.Seq()) {
 		push = r.Push
 	}
 	return &PushRequest{

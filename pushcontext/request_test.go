@@ -94,6 +94,9 @@ func TestMerge(t *testing.T) {
 		{"push newer wins", &PushRequest{Push: pc1}, &PushRequest{Push: pc2}, &PushRequest{Push: pc2}},
 		{"push newer nil keeps older", &PushRequest{Push: pc2}, &PushRequest{}, &PushRequest{Push: pc2}},
 		{"push older nil", &PushRequest{}, &PushRequest{Push: pc1}, &PushRequest{Push: pc1}},
+		// Merged out of order (a parked push rejoining a newer one): the
+		// later snapshot wins, not the argument.
+		{"push later wins merged out of order", &PushRequest{Push: pc2}, &PushRequest{Push: pc1}, &PushRequest{Push: pc2}},
 		// Delta: merged, newer wins name by name.
 		{
 			"delta subscriptions unite",

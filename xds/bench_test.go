@@ -2,6 +2,7 @@ package xds
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,6 +23,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/xdspush/xdspush/pushcontext"
 )
 
 // The benchmarks measure the Server alone: their clients run in a child
@@ -465,6 +468,12 @@ func BenchmarkPush1000(b *testing.B) {
 // streams is first held open against a bare handler that only receives.
 // The clients run in a child process. The loop measures Status.
 func BenchmarkIdleConnection(b *testing.B) {
+	for _, view := range []string{"", "mesh"} {
+		b.Run("view="+cmp.Or(view, "none"), func(b *testing.B) { benchIdleConnection(b, view) })
+	}
+}
+
+func benchIdleConnection(b *testing.B, view string) {
 	const n = benchClients
 	heap := func() uint64 {
 		runtime.GC()
@@ -473,19 +482,38 @@ func BenchmarkIdleConnection(b *testing.B) {
 		runtime.ReadMemStats(&ms)
 		return ms.HeapAlloc
 	}
-	baseHeap, baseG := bareStreams(b, n, heap)
+	stacks := func() uint64 {
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.StackInuse
+	}
+	var baseStacks uint64
+	baseHeap, baseG := bareStreams(b, n, func() uint64 {
+		h := heap()
+		baseStacks = stacks()
+		return h
+	})
 	st := newStore()
 	benchWorld(st, 100)
-	f := benchServer(b, st, nil, n, func(addr string) {
+	var tweak func(*Config)
+	if view != "" {
+		tweak = func(cfg *Config) {
+			cfg.InitProxy = func(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
+				return ProxyState{View: view}, nil
+			}
+		}
+	}
+	f := benchServer(b, st, tweak, n, func(addr string) {
 		startFleet(b, fleetSpec{Addr: addr, Clients: n, Mode: fleetEnvoy, Sets: 100})
 	})
-	ourHeap, ourG := heap(), runtime.NumGoroutine()
+	ourHeap, ourG, ourStacks := heap(), runtime.NumGoroutine(), stacks()
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = f.srv.Status()
 	}
 	b.ReportMetric(float64(int64(ourHeap)-int64(baseHeap))/n/1024, "KiB/idle-client")
 	b.ReportMetric(float64(ourG-baseG)/n, "goroutines/idle-client")
+	b.ReportMetric(float64(int64(ourStacks)-int64(baseStacks))/n/1024, "stack-KiB/idle-client")
 }
 
 // bareStreams measures heap and goroutines with n streams (from a child

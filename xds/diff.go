@@ -31,6 +31,10 @@ type target struct {
 	// never remove); what the client holds otherwise is unchanged.
 	partial bool
 	removed []string
+	// shared marks a target generated once for every proxy of a view:
+	// only then can other clients take the same steps with it (see
+	// shared.go).
+	shared bool
 }
 
 // covers reports whether the target was generated for name.
@@ -500,26 +504,34 @@ func (c *core) danglingCluster(i int, r entry) *ReferenceError {
 const (
 	refClusters = iota
 	refRoutes
+	refEndpoints
 )
 
 func (r *encRefs) of(kind int) []string {
-	if kind == refRoutes {
+	switch kind {
+	case refRoutes:
 		return r.routes
+	case refEndpoints:
+		return r.eds
 	}
 	return r.clusters
 }
 
 func (r *setRefs) of(kind int) []string {
-	if kind == refRoutes {
+	switch kind {
+	case refRoutes:
 		return r.routes
+	case refEndpoints:
+		return r.eds
 	}
 	return r.clusters
 }
 
 // removable splits names, resources of type i to remove from the client,
 // into those it may remove and those a resource it holds still names (a
-// cluster named by a route or listener, a route named by a listener),
-// whose removal is held back; errs gets one error per name held back.
+// cluster named by a route or listener, a route named by a listener, an
+// endpoint set named by a cluster), whose removal is held back; errs gets
+// one error per name held back.
 func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kept []string, _ []*ReferenceError) {
 	set := c.set
 	var from []int
@@ -529,6 +541,8 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 		from = []int{set.rdsIdx, set.ldsIdx}
 	case set.rdsIdx:
 		from, kind = []int{set.ldsIdx}, refRoutes
+	case set.edsIdx:
+		from, kind = []int{set.cdsIdx}, refEndpoints
 	default:
 		return names, nil, errs
 	}

@@ -81,7 +81,7 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 	res := make(chan *ConnDump, 1)
 	q := func() { res <- c.dump() }
 	select {
-	case c.queries <- q:
+	case c.events <- event{kind: evQuery, q: q}:
 	case <-c.done:
 		return nil, fmt.Errorf("xds: connection %q ended", connID)
 	case <-ctx.Done():

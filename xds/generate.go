@@ -177,6 +177,8 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 	call.tgt, call.err = s.generateFor(ctx, c, i, sub, req, push)
 	if call.err != nil {
 		s.views.forget(k, call)
+	} else {
+		call.tgt.shared = true
 	}
 	close(call.done)
 	return call.tgt, call.err

@@ -73,7 +73,10 @@ func (p *pushItem) Merge(next *pushItem) *pushItem {
 	case next == nil:
 		return p
 	}
-	return &pushItem{req: p.req.Merge(next.req), seq: max(p.seq, next.seq), start: p.start, merged: p.merged + next.merged}
+	// The request keeps the later PushContext whichever side it is on:
+	// items are not always merged in order (a parked push rejoins a newer
+	// one in the push queue).
+	return &pushItem{req: p.req.Merge(next.req), seq: max(p.seq, next.seq), start: minTime(p.start, next.start), merged: p.merged + next.merged}
 }
 
 // ConfigUpdate hands a change to the pipeline and returns at once; it never
@@ -285,4 +288,12 @@ func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
 	case <-c.done:
 	case <-ctx.Done():
 	}
+}
+
+// minTime returns the earlier of a and b, ignoring a zero time.
+func minTime(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }

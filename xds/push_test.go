@@ -500,3 +500,36 @@ func TestWaitForVersionAfterOnSend(t *testing.T) {
 		})
 	}
 }
+
+// Push items are not always merged in the order they were made: a push a
+// busy connection parked rejoins, in the push queue, a newer one already
+// waiting there. The merged item must be served from the later
+// PushContext, or the newer change is marked applied while the connection
+// generates from the older snapshot.
+func TestPushItemMergeOutOfOrder(t *testing.T) {
+	h := newFakeHost(t, nil)
+	older := h.build(nil)
+	newer := h.build(older)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	itemOf := func(pc *pushcontext.PushContext, start time.Time) *pushItem {
+		return &pushItem{req: &pushcontext.PushRequest{Full: true, Push: pc}, seq: pc.Seq(), start: start, merged: 1}
+	}
+	tests := []struct {
+		name        string
+		first, then *pushItem
+	}{
+		{"in order", itemOf(older, t0), itemOf(newer, t0.Add(time.Second))},
+		{"parked older rejoins newer", itemOf(newer, t0.Add(time.Second)), itemOf(older, t0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.first.Merge(tt.then)
+			if got.req.Push != newer || got.seq != newer.Seq() {
+				t.Errorf("merged item serves %s (seq %d); want %s (seq %d)", got.req.Push.Version(), got.seq, newer.Version(), newer.Seq())
+			}
+			if !got.start.Equal(t0) || got.merged != 2 {
+				t.Errorf("merged start %v, merged %d; want %v, 2", got.start, got.merged, t0)
+			}
+		})
+	}
+}

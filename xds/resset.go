@@ -199,11 +199,13 @@ func (h *holding) names() []string {
 }
 
 // setRefs is what the resources of a set name: the clusters (routes'
-// actions; listeners' tcp_proxy and inline routes) and the routes
-// (listeners' RDS over ADS), each sorted and unique.
+// actions; listeners' tcp_proxy and inline routes), the routes (listeners'
+// RDS over ADS) and the endpoint sets (EDS clusters' over ADS), each sorted
+// and unique.
 type setRefs struct {
 	clusters []string
 	routes   []string
+	eds      []string
 }
 
 // refsOf returns what the resources of s name, computing it once per set:
@@ -212,7 +214,7 @@ func (s *resSet) refsOf(set *settings, typeIdx int) *setRefs {
 	if r := s.refs.Load(); r != nil {
 		return r
 	}
-	var cl, rt [][]string
+	var cl, rt, ep [][]string
 	for _, e := range s.ents {
 		r := set.refsOf(typeIdx, e.enc)
 		if len(r.clusters) > 0 {
@@ -221,8 +223,11 @@ func (s *resSet) refsOf(set *settings, typeIdx int) *setRefs {
 		if len(r.routes) > 0 {
 			rt = append(rt, r.routes)
 		}
+		if len(r.eds) > 0 {
+			ep = append(ep, r.eds)
+		}
 	}
-	r := &setRefs{clusters: unionAll(cl), routes: unionAll(rt)}
+	r := &setRefs{clusters: unionAll(cl), routes: unionAll(rt), eds: unionAll(ep)}
 	s.refs.Store(r)
 	return r
 }

@@ -98,7 +98,7 @@ func (tc *transitionCache) put(k transKey, t *transition) {
 // the step can be shared (see the comment at the top of this file).
 func (c *core) transKey(i int, tgt *target, o relOpts) (transKey, bool) {
 	ts := c.types[i]
-	if tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing) > 0 ||
+	if !tgt.shared || tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing) > 0 ||
 		len(ts.rejected) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
 		return transKey{}, false
 	}

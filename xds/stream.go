@@ -70,12 +70,17 @@ type conn struct {
 	timerAt    time.Time
 	writeTimer Timer // checks for a blocked write; nil until needed
 
-	reqCh     chan inbound  // receive goroutine → loop
-	recvErr   chan error    // receive goroutine's final error (cap 1)
-	kick      chan struct{} // mail is waiting (cap 1)
-	writeDone chan error    // writer's result (cap 1)
-	done      chan struct{} // closed when the stream ends
-	queries   chan func()   // run by the loop between steps (see Server.Dump)
+	// events is the loop's mailbox: requests and the end of the receive
+	// goroutine, kicks, the writer's results, queries. One channel, so
+	// that the loop waits with a plain receive (or a select of two or
+	// three cases while a write or a timer is pending) rather than a
+	// select over every source.
+	events      chan event
+	kickPending atomic.Bool   // an evKick is in events or being handled
+	paused      bool          // the receive goroutine is asked to wait (owned by the loop)
+	recvPaused  atomic.Bool   // mirrors paused for the receive goroutine
+	resume      chan struct{} // wakes a paused receive goroutine (cap 1)
+	done        chan struct{} // closed when the stream ends
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
 	sendType  atomic.Int32 // the type index of the current Send
@@ -140,20 +145,17 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 
 	c := &conn{
-		s:         s,
-		stream:    stream,
-		dstream:   dstream,
-		delta:     dstream != nil,
-		seq:       s.connSeq.Add(1),
-		reqCh:     make(chan inbound),
-		recvErr:   make(chan error, 1),
-		kick:      make(chan struct{}, 1),
-		writeDone: make(chan error, 1),
-		done:      make(chan struct{}),
-		queries:   make(chan func()),
-		hookSem:   make(chan struct{}, 1),
-		busy:      true,
-		plain:     plainStream(sctx),
+		s:       s,
+		stream:  stream,
+		dstream: dstream,
+		delta:   dstream != nil,
+		seq:     s.connSeq.Add(1),
+		events:  make(chan event, eventsCap),
+		resume:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		hookSem: make(chan struct{}, 1),
+		busy:    true,
+		plain:   plainStream(sctx),
 	}
 	c.st.delta = c.delta
 	c.st.types = make([]typePub, len(s.set.order))
@@ -233,8 +235,42 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	return err
 }
 
+// event is one entry of the loop's mailbox.
+type event struct {
+	kind evKind
+	in   inbound // evRequest
+	err  error   // evRecvErr, evWritten
+	q    func()  // evQuery
+}
+
+type evKind uint8
+
+const (
+	evRequest evKind = iota // a client request
+	evRecvErr               // the receive goroutine ended
+	evKick                  // a push is in the mailbox (see post)
+	evWritten               // the writer finished a batch
+	evQuery                 // run q on the loop (see Server.Dump)
+	evCtxDone               // the stream's context ended
+)
+
+// eventsCap bounds the mailbox. Requests are decoded ahead of the loop by
+// at most this many (each at most Config.MaxRequestBytes).
+const eventsCap = 4
+
+// postEvent hands ev to the loop; it reports false if the stream has
+// ended.
+func (c *conn) postEvent(ev event) bool {
+	select {
+	case c.events <- ev:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
 // receive is the receive goroutine: it feeds requests to the loop until the
-// stream ends.
+// stream ends, and waits while the loop asks it to (see setPaused).
 func (c *conn) receive() {
 	for {
 		var in inbound
@@ -245,27 +281,56 @@ func (c *conn) receive() {
 			in.sotw, err = c.stream.Recv()
 		}
 		if err != nil {
-			c.recvErr <- err
+			c.postEvent(event{kind: evRecvErr, err: err})
 			return
 		}
-		select {
-		case c.reqCh <- in:
-		case <-c.done:
+		if !c.postEvent(event{kind: evRequest, in: in}) {
 			return
+		}
+		if c.recvPaused.Load() {
+			select {
+			case <-c.resume:
+			case <-c.done:
+				return
+			}
 		}
 	}
 }
 
+// setPaused asks the receive goroutine to stop reading requests, or to
+// read them again.
+func (c *conn) setPaused(p bool) {
+	if p == c.paused {
+		return
+	}
+	c.paused = p
+	if p {
+		select {
+		case <-c.resume: // a stale token would let one more request through
+		default:
+		}
+		c.recvPaused.Store(true)
+		return
+	}
+	c.recvPaused.Store(false)
+	select {
+	case c.resume <- struct{}{}:
+	default:
+	}
+}
+
 // first waits for the stream's first request, at most
-// Config.FirstRequestTimeout.
+// Config.FirstRequestTimeout. Nothing else can be in the mailbox yet: the
+// connection is not registered.
 func (c *conn) first(ctx context.Context) (inbound, error) {
 	t := c.s.set.clock.NewTimer(c.s.set.firstTimeout)
 	defer t.Stop()
 	select {
-	case in := <-c.reqCh:
-		return in, nil
-	case err := <-c.recvErr:
-		return inbound{}, c.recvStatus(err)
+	case ev := <-c.events:
+		if ev.kind == evRecvErr {
+			return inbound{}, c.recvStatus(ev.err)
+		}
+		return ev.in, nil
 	case <-t.C():
 		return inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", c.s.set.firstTimeout)
 	case <-ctx.Done():
@@ -331,16 +396,14 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 // loop is the connection's main loop: client requests, pushes, timers and
 // the writer's progress, one at a time.
 func (c *conn) loop(ctx context.Context) error {
+	defer context.AfterFunc(ctx, func() { c.postEvent(event{kind: evCtxDone}) })()
 	for {
 		// Answers to requests queue up behind a blocked write. Past
 		// maxQueuedAnswers, stop reading requests until the writer
-		// progresses: the receive goroutine then blocks and gRPC flow
+		// progresses: the receive goroutine then waits, and gRPC flow
 		// control slows the client down, so a client that sends requests
 		// but does not read cannot grow the outbox without bound.
-		reqCh := c.reqCh
-		if c.writing && len(c.outbox) >= maxQueuedAnswers {
-			reqCh = nil
-		}
+		c.setPaused(c.writing && len(c.outbox) >= maxQueuedAnswers)
 		var timerC, writeC <-chan time.Time
 		if c.timer != nil && !c.timerAt.IsZero() {
 			timerC = c.timer.C()
@@ -348,37 +411,48 @@ func (c *conn) loop(ctx context.Context) error {
 		if c.writing && c.writeTimer != nil {
 			writeC = c.writeTimer.C()
 		}
-		select {
-		case in := <-reqCh:
-			if err := c.handle(ctx, in); err != nil {
+		var ev event
+		if timerC == nil && writeC == nil {
+			ev = <-c.events
+		} else {
+			select {
+			case ev = <-c.events:
+			case <-timerC:
+				c.timerAt = time.Time{}
+				if err := c.onTimer(ctx); err != nil {
+					return err
+				}
+				continue
+			case <-writeC:
+				if err := c.checkWrite(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		switch ev.kind {
+		case evRequest:
+			if err := c.handle(ctx, ev.in); err != nil {
 				return err
 			}
-		case err := <-c.recvErr:
-			return c.recvStatus(err)
-		case <-c.kick:
+		case evRecvErr:
+			return c.recvStatus(ev.err)
+		case evKick:
+			c.kickPending.Store(false)
 			if err := c.onKick(ctx); err != nil {
 				return err
 			}
-		case err := <-c.writeDone:
-			if err != nil {
+		case evWritten:
+			if ev.err != nil {
 				if c.s.stopCtx.Err() != nil {
 					return status.Error(codes.Unavailable, "xds: server is shutting down")
 				}
-				return err
+				return ev.err
 			}
 			c.onWritten()
-		case <-timerC:
-			c.timerAt = time.Time{}
-			if err := c.onTimer(ctx); err != nil {
-				return err
-			}
-		case <-writeC:
-			if err := c.checkWrite(ctx); err != nil {
-				return err
-			}
-		case q := <-c.queries:
-			q()
-		case <-ctx.Done():
+		case evQuery:
+			ev.q()
+		case evCtxDone:
 			return c.ctxStatus(ctx)
 		}
 	}
@@ -452,9 +526,8 @@ func (c *conn) post(item *pushItem) <-chan struct{} {
 	}
 	done := c.mailDone
 	c.mu.Unlock()
-	select {
-	case c.kick <- struct{}{}:
-	default:
+	if c.kickPending.CompareAndSwap(false, true) {
+		c.postEvent(event{kind: evKick})
 	}
 	return done
 }
@@ -621,7 +694,7 @@ func (c *conn) write(batch []*outMsg) {
 		}
 		batch[i] = nil
 	}
-	c.writeDone <- err
+	c.postEvent(event{kind: evWritten, err: err})
 }
 
 // serverStream returns the stream, SotW or Delta.

@@ -73,14 +73,14 @@ func TestViewsShareGeneration(t *testing.T) {
 				continue
 			}
 			got := make(chan *resSet)
-			c.queries <- func() {
+			c.events <- event{kind: evQuery, q: func() {
 				h := c.core.types[f.srv.set.cdsIdx].held
 				if len(h.over) > 0 {
 					got <- nil
 					return
 				}
 				got <- h.set
-			}
+			}}
 			sets[<-got]++
 		}
 		if len(sets) != 1 || sets[nil] != 0 {

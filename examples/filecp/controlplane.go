@@ -5,6 +5,9 @@ import (
 	"errors"
 	"log/slog"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 )
@@ -22,6 +25,24 @@ type ControlPlaneConfig struct {
 	// Logger receives the Server's logs. Nil means silent.
 	Logger *slog.Logger
 
+	// MutualTLS says that the gRPC server the Server is registered on
+	// requires and verifies client certificates (see serverTLS). Streams
+	// are then authenticated by the certificate (xds.MTLSAuthenticate),
+	// a client's fleet is its certificate's, not its Node.cluster (see
+	// identityOf), a stream whose Node disagrees with its certificate is
+	// refused (authorizeNode), and Secrets are served (the global ones to
+	// every client, a fleet's to that fleet's clients). False: clients are not authenticated, a
+	// client's fleet is its Node.cluster, and Secrets are served only with
+	// InsecureSecrets.
+	MutualTLS bool
+
+	// InsecureSecrets serves Secrets (SDS) to clients that are not
+	// authenticated: without MutualTLS, any client that reaches the port
+	// gets the global Secrets and, by claiming a fleet in Node.cluster,
+	// that fleet's. False (the default): without MutualTLS, SDS serves no
+	// Secret. Ignored with MutualTLS.
+	InsecureSecrets bool
+
 	// Instrument, if set, is given the xds.Config the ControlPlane built
 	// and returns the one its Server is built from: it may wrap the
 	// generators and chain hooks (for metrics, tracing, or a test's
@@ -35,12 +56,15 @@ type ControlPlaneConfig struct {
 //
 //   - every type is generated from the proxy's PushContext, which holds
 //     the Store's groups as of one reload, whole;
-//   - a proxy's group is its Node.cluster when a fleet of that name
-//     exists, the default group (the global files) otherwise; its
-//     dependency scope is its group's keys, so a change reaches the nodes
-//     of the groups it changes only (a global file is in every group);
+//   - a proxy's group is its fleet when a fleet of that name exists, the
+//     default group (the global files) otherwise; its dependency scope is
+//     its group's keys, so a change reaches the nodes of the groups it
+//     changes only (a global file is in every group). A proxy's fleet is
+//     its Node.cluster, or, with MutualTLS, its certificate's;
 //   - each type is regenerated only for keys of its own type URL, so an
-//     endpoint change reaches EDS only.
+//     endpoint change reaches EDS only;
+//   - Secrets are served only with MutualTLS (every client is then
+//     authenticated) or InsecureSecrets.
 //
 // A ControlPlane is safe for concurrent use.
 type ControlPlane struct {
@@ -60,6 +84,13 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	xcfg.Debounce = cfg.Debounce
 	xcfg.Debounce.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
 	xcfg.Logger = cfg.Logger
+	if cfg.MutualTLS {
+		xcfg.Authenticate = xds.MTLSAuthenticate
+		xcfg.Authorize = authorizeNode
+		xcfg.InitProxy = groupBy(certificateFleet, xcfg.InitProxy)
+	} else if !cfg.InsecureSecrets {
+		xcfg.Generators[xds.SecretType] = noSecrets{}
+	}
 	if cfg.Instrument != nil {
 		xcfg = cfg.Instrument(xcfg)
 	}
@@ -72,6 +103,39 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 	}
 	return &ControlPlane{src: cfg.Source, srv: srv}, nil
 }
+
+// groupBy returns the Store's InitProxy with the proxy's group taken from
+// group instead of its Node.cluster. The Source builds its Store, whose
+// Config.Group is therefore the default, Node.cluster: storeInit is called
+// with a copy of the proxy whose Node.cluster is the group (its Node is
+// otherwise the client's; the proxy itself is not modified, and the
+// Store keeps neither).
+func groupBy(group func(*xds.Proxy) (string, error), storeInit xds.InitProxyFunc) xds.InitProxyFunc {
+	return func(ctx context.Context, p *xds.Proxy, pc *pushcontext.PushContext) (xds.ProxyState, error) {
+		g, err := group(p)
+		if err != nil {
+			return xds.ProxyState{}, err
+		}
+		q := *p
+		q.Node = proto.CloneOf(p.Node)
+		if q.Node == nil {
+			q.Node = &corev3.Node{}
+		}
+		q.Node.Cluster = g
+		return storeInit(ctx, &q, pc)
+	}
+}
+
+// noSecrets is the SDS generator of a ControlPlane that serves no Secret:
+// every client holds none, and no SDS response carries one.
+type noSecrets struct{}
+
+// Generate returns no resource.
+func (noSecrets) Generate(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
+	return nil, nil
+}
+
+var _ xds.Generator = noSecrets{}
 
 // Server returns the xds.Server, for Register, Status and WaitForVersion.
 func (cp *ControlPlane) Server() *xds.Server { return cp.srv }

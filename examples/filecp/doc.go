@@ -20,9 +20,11 @@
 //     *.bak, *.part). An empty file is an error, not an empty list, so a file
 //     caught half-written never withdraws its resources.
 //   - Scope. Files at the top of DIR apply to every node; files in
-//     DIR/<fleet>/ apply only to nodes whose Node.cluster is <fleet>. Deeper
-//     directories are ignored with a warning. A node sees the global
-//     resources plus its fleet's; a fleet cannot redefine a global resource.
+//     DIR/<fleet>/ apply only to the nodes of fleet <fleet>: those whose
+//     Node.cluster is <fleet> or, over mutual TLS, whose certificate names
+//     <fleet> (see Identity). Deeper directories are ignored with a
+//     warning. A node sees the global resources plus its fleet's; a fleet
+//     cannot redefine a global resource.
 //   - Validation. Each resource must parse, have a name and pass its
 //     ValidateAll; names are unique per type within a node's view; every
 //     cluster a route names and every route configuration a listener's HTTP
@@ -56,23 +58,54 @@
 //     before one reload, so a file renamed into place or written in several
 //     steps gives one reload. Events on ..data, the link a Kubernetes
 //     ConfigMap volume swaps on update, trigger a reload too.
-//   - Serving. A node's group is its Node.cluster if that fleet exists,
-//     the default group otherwise; its dependency scope is its group's
-//     keys, so a fleet edit is pushed to that fleet only. Each type is
+//   - Serving. A node's group is its fleet if that fleet exists, the
+//     default group otherwise; its dependency scope is its group's keys,
+//     so a fleet edit is pushed to that fleet only. Each type is
 //     regenerated only for keys of its own type, from the node's
 //     PushContext, which holds every group as of one load.
+//   - Identity. Without TLS flags, nothing is authenticated: a node's
+//     fleet is its Node.cluster, what it claims. With -tls-cert, -tls-key
+//     and -client-ca, the ADS port (and CSDS, health and reflection, which
+//     share it) is served over mutual TLS: a client without a certificate
+//     that verifies against -client-ca fails the handshake, and a node's
+//     fleet is its certificate's. A SPIFFE ID (URI SAN)
+//     spiffe://<trust-domain>/ns/<fleet>/sa/<name>, of any trust domain,
+//     gives <fleet> and <name>; a certificate without a SPIFFE ID is read
+//     for its first DNS SAN, <name>.<fleet> or <name>.<fleet>.<domain…>.
+//     <fleet> and <name> are letters, digits, '-', '_' and '.'. The stream
+//     is refused with PermissionDenied (the client is told a correlation
+//     id, the log says why) if the certificate names no fleet that way, if
+//     Node.cluster is set and is not the certificate's fleet, or if Node.id
+//     is neither <name> nor <name>~<instance> (replicas sharing a
+//     certificate keep distinct ids; '~' cannot appear in a name). A fleet
+//     with no directory is served the global files, and its nodes move to
+//     their fleet when its directory appears.
+//   - Secrets. Over mutual TLS, every client is authenticated and is
+//     served the global Secrets and its certificate's fleet's, never
+//     another fleet's, whatever it claims. Over plaintext ADS, SDS sends
+//     no Secret (a node waiting for one keeps waiting), and a load that
+//     brings Secrets logs a warning, unless -insecure-secrets serves them
+//     to any client (a node then gets the Secrets of the fleet it claims).
+//     The bundled configuration has no Secret. Secret material is
+//     redacted on /debug/config_dump and CSDS.
 //
 // # Usage
 //
 //	go run ./examples/filecp                     # the bundled configuration, not watched
 //	go run ./examples/filecp -dir ./my-config    # serve and watch a directory
+//	go run ./examples/filecp -dir ./my-config \
+//		-tls-cert server.pem -tls-key server.key -client-ca ca.pem  # over mutual TLS
 //
 // Flags: -dir (default: the bundled testdata, embedded in the binary),
 // -addr (ADS, default 127.0.0.1:18000), -admin (HTTP, default
 // 127.0.0.1:18001; empty disables it), -max-conn-age (default 30m; 0
 // disables: ADS connections are closed after that age, ±10%, so that
-// clients reconnect and spread over replicas). Every push is printed on
-// stdout, logs go to stderr. SIGINT or SIGTERM stops it.
+// clients reconnect and spread over replicas), -tls-cert, -tls-key and
+// -client-ca (PEM files, all three or none: the server's certificate and
+// key, and the CAs client certificates must verify against; read at
+// start), -insecure-secrets (plaintext only: serve Secrets to any client).
+// Every push is printed on stdout, logs go to stderr. SIGINT or SIGTERM
+// stops it.
 //
 // Admin endpoints: /healthz; /readyz (200 once a snapshot is loaded and the
 // server runs); /debug/source (version, warnings, problems of the last
@@ -91,6 +124,10 @@
 // SERVING, and NOT_SERVING again from shutdown; for the service names ""
 // and envoy.service.discovery.v3.AggregatedDiscoveryService), and gRPC
 // server reflection, so that grpcurl can call these services by name.
+// Over mutual TLS these too need a client certificate, and CSDS answers
+// any client that has one about every node (secrets redacted). The admin
+// endpoint is plain HTTP without authentication whatever the flags: keep
+// it on a loopback or private address.
 //
 // # Concurrency
 //

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"embed"
 	"errors"
 	"flag"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
@@ -44,7 +46,8 @@ func main() {
 }
 
 // run is the whole program: it parses args, serves the configuration over
-// ADS on -addr (with CSDS and the gRPC health service) and the admin
+// ADS on -addr (with CSDS, the gRPC health service and reflection; over
+// mutual TLS with -tls-cert, -tls-key and -client-ca) and the admin
 // endpoints on -admin, and, with -dir, watches the directory, printing
 // every push to stdout, until ctx ends. It returns nil when ctx ends and an
 // error if it cannot start.
@@ -63,6 +66,10 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 	admin := flags.String("admin", "127.0.0.1:18001", "admin HTTP listen `address`; empty to disable")
 	maxAge := flags.Duration("max-conn-age", 30*time.Minute,
 		"close each ADS connection after this `duration` (±10%), so that clients reconnect and spread over replicas; 0 disables")
+	tlsCert := flags.String("tls-cert", "", "serve ADS over mutual TLS with this certificate (PEM `file`); needs -tls-key and -client-ca")
+	tlsKey := flags.String("tls-key", "", "the private key (PEM `file`) of -tls-cert")
+	clientCA := flags.String("client-ca", "", "require client certificates signed by these CAs (PEM `file`); a client's fleet is then its certificate's")
+	insecureSecrets := flags.Bool("insecure-secrets", false, "without mutual TLS, serve Secrets (SDS) to any client anyway")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -71,6 +78,16 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	if *maxAge < 0 {
 		return fmt.Errorf("filecp: -max-conn-age %v is negative", *maxAge)
+	}
+	mtls, err := tlsFlags(*tlsCert, *tlsKey, *clientCA, *insecureSecrets)
+	if err != nil {
+		return err
+	}
+	var tlsCfg *tls.Config
+	if mtls {
+		if tlsCfg, err = serverTLS(*tlsCert, *tlsKey, *clientCA); err != nil {
+			return err
+		}
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 
@@ -87,12 +104,18 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 		return err
 	}
 	defer tel.shutdown(context.Background())
-	cp, err := NewControlPlane(ControlPlaneConfig{Source: src, Logger: logger, Instrument: func(cfg xds.Config) xds.Config {
-		if instrument != nil {
-			cfg = instrument(cfg)
-		}
-		return tel.instrument(cfg)
-	}})
+	cp, err := NewControlPlane(ControlPlaneConfig{
+		Source:          src,
+		Logger:          logger,
+		MutualTLS:       mtls,
+		InsecureSecrets: *insecureSecrets,
+		Instrument: func(cfg xds.Config) xds.Config {
+			if instrument != nil {
+				cfg = instrument(cfg)
+			}
+			return tel.instrument(cfg)
+		},
+	})
 	if err != nil {
 		return err
 	}
@@ -144,6 +167,11 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 			MaxConnectionAgeGrace: time.Minute,
 		}))
 	}
+	if tlsCfg != nil {
+		// Health, reflection and CSDS share the port, so they too need a
+		// client certificate.
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
 	gs := grpc.NewServer(opts...)
 	cp.Server().Register(gs)
 	cp.Server().RegisterClientStatus(gs) // CSDS, next to ADS
@@ -163,7 +191,7 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 		hs.Shutdown() // NOT_SERVING (reportHealth does it too, when ctx ends)
 		gs.Stop()     // streams are closed by now; this releases the listener
 	})
-	logger.Info("ads listening", "addr", adsLn.Addr().String())
+	logger.Info("ads listening", "addr", adsLn.Addr().String(), "mtls", mtls)
 	if adminLn != nil {
 		srv := &http.Server{Handler: adminH, ReadHeaderTimeout: 10 * time.Second}
 		wg.Go(func() {
@@ -184,6 +212,15 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 	push := func(_ context.Context, req *pushcontext.PushRequest) {
 		printPush(stdout, src.Snapshot(), req)
 	}
+	// Secrets go to authenticated clients only, unless asked otherwise:
+	// say so before serving (cp.Reloaded) what they were meant for.
+	warner := &secretsWarner{logger: logger}
+	reloaded := func(ev ReloadEvent) {
+		if ev.Err == nil && !mtls && !*insecureSecrets {
+			warner.loaded(src.Snapshot())
+		}
+		cp.Reloaded(ev)
+	}
 	if *dir == "" {
 		logger.Info("serving the bundled configuration; pass -dir to serve and watch a directory")
 		ch, err := src.Reload(time.Now())
@@ -191,11 +228,11 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 			return err
 		}
 		push(ctx, ch.Request)
-		cp.Reloaded(ReloadEvent{}) // until now the Server refused clients, and /readyz said so
+		reloaded(ReloadEvent{}) // until now the Server refused clients, and /readyz said so
 		<-ctx.Done()
 	} else {
 		w, err := NewWatcher(WatchConfig{Dir: *dir, Source: src, OnPush: push, Logger: logger,
-			Hooks: WatchHooks{OnReload: cp.Reloaded}})
+			Hooks: WatchHooks{OnReload: reloaded}})
 		if err != nil {
 			return err
 		}
