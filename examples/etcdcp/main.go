@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	admin := flags.String("admin", "127.0.0.1:18001", "admin HTTP listen `address`; empty to disable")
 	maxAge := flags.Duration("max-conn-age", 30*time.Minute,
 		"close each ADS connection after this `duration` (±10%), so that clients reconnect and spread over replicas; 0 disables")
+	insecureSecrets := flags.Bool("insecure-secrets", false, "serve Secrets (SDS) to any client; without it, none are served")
 	dataDir := flags.String("etcd-data", "etcdcp.etcd", "data `directory` of the embedded etcd (without -etcd)")
 	etcdListen := flags.String("etcd-listen", "127.0.0.1:2379", "client `address` of the embedded etcd (without -etcd), for other replicas, etcdctl and etcdcp put")
 	etcdPeer := flags.String("etcd-peer", "127.0.0.1:2380", "peer `address` of the embedded etcd (without -etcd)")
@@ -87,6 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	r, err := NewReplica(ReplicaConfig{
 		KV: client, Watcher: client, Prefix: *ef.prefix,
 		MaxConnectionAge: *maxAge,
+		InsecureSecrets:  *insecureSecrets,
 		Out:              stdout,
 		Logger:           logger,
 	})

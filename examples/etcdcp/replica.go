@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 )
@@ -41,6 +42,13 @@ type ReplicaConfig struct {
 	// MaxConnectionAgeGrace is the time a connection past its age is
 	// given to end its streams before it is closed. Zero means a minute.
 	MaxConnectionAgeGrace time.Duration
+
+	// InsecureSecrets serves Secrets (SDS) to any client, which gets the
+	// global Secrets and, by claiming a fleet in Node.cluster, that
+	// fleet's. The zero value serves none: a replica's ADS is plaintext
+	// and authenticates nobody, and a configuration that holds Secrets
+	// is logged with a warning.
+	InsecureSecrets bool
 
 	// Debounce tunes the Server's debounce stage; endpoint-only changes
 	// always bypass it.
@@ -99,6 +107,9 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	xcfg.Debounce = cfg.Debounce
 	xcfg.Debounce.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
 	xcfg.Logger = logger
+	if !cfg.InsecureSecrets {
+		xcfg.Generators[xds.SecretType] = noSecrets{}
+	}
 	if cfg.Instrument != nil {
 		xcfg = cfg.Instrument(xcfg)
 	}
@@ -112,15 +123,24 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	r := &Replica{src: src, srv: srv, maxAge: cfg.MaxConnectionAge, grace: orDefault(cfg.MaxConnectionAgeGrace, time.Minute), logger: logger}
 	hooks := cfg.Hooks
 	onUpdate := hooks.OnUpdate
+	hadSecrets := false // the last configuration loaded had Secrets
 	hooks.OnUpdate = func(ev UpdateEvent) {
 		if ev.Err == nil {
+			if cfg.Out != nil {
+				printPush(cfg.Out, ev)
+			}
+			// Secrets go to nobody unless asked otherwise: say so before
+			// serving what they were meant for.
+			n := countSecrets(ev.Change.New)
+			if !cfg.InsecureSecrets && n > 0 && !hadSecrets {
+				logger.Warn("secrets are configured but not served: ADS is plaintext and authenticates nobody; start the replicas with -insecure-secrets to serve them to any client",
+					"secrets", n, "revision", ev.Revision)
+			}
+			hadSecrets = n > 0
 			// The first update that loads is the initial configuration:
 			// only now does the Server serve (a client served earlier
 			// would be told it holds nothing).
 			srv.Loaded()
-			if cfg.Out != nil {
-				printPush(cfg.Out, ev)
-			}
 		}
 		if onUpdate != nil {
 			onUpdate(ev)
@@ -255,6 +275,30 @@ func (r *Replica) Serve(ctx context.Context, ads, admin net.Listener) error {
 	errMu.Lock()
 	defer errMu.Unlock()
 	return runErr
+}
+
+// noSecrets is the SDS generator of a Replica that serves no Secret: every
+// client holds none, and no SDS response carries one.
+type noSecrets struct{}
+
+// Generate returns no resource.
+func (noSecrets) Generate(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
+	return nil, nil
+}
+
+var _ xds.Generator = noSecrets{}
+
+// countSecrets returns the number of Secrets of snap (nil: none).
+func countSecrets(snap *meshconfig.Snapshot) int {
+	n := 0
+	if snap != nil {
+		for r := range snap.All() {
+			if r.TypeURL == meshconfig.TypeSecret {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // healthServices returns the service names the gRPC health service
