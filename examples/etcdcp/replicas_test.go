@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -109,6 +111,26 @@ func TestReplicas(t *testing.T) {
 				t.Errorf("client %s is not on replica %d", cl.ID(), i%3)
 			}
 		}
+		// Delta versions are content hashes: a resource of the same
+		// content has the same version on every replica (clients 1 and 3
+		// are on replicas 1 and 0), in every group (fleet edge and none).
+		a, b := clients[1].State(), clients[3].State()
+		same := 0
+		for _, typ := range a.Types() {
+			for _, ra := range a.Resources(typ) {
+				rb, ok := b.Resource(typ, ra.Name)
+				if !ok || !proto.Equal(ra.Message, rb.Message) {
+					continue
+				}
+				same++
+				if ra.Version != rb.Version {
+					t.Errorf("%s %s: version %q on replica 1, %q on replica 0", typ, ra.Name, ra.Version, rb.Version)
+				}
+			}
+		}
+		if same < 4 {
+			t.Errorf("%d resources held alike by clients 1 and 3; want the 4 global ones", same)
+		}
 	})
 	t.Run("endpoint change", func(t *testing.T) {
 		port(t, 18090)
@@ -148,11 +170,13 @@ func TestReplicas(t *testing.T) {
 		if cl.kind.protocol != xdstest.Delta || !replicas[1].holds(cl.ID()) {
 			t.Fatalf("client %s: %+v, on replica 1: %t", cl.ID(), cl.kind, replicas[1].holds(cl.ID()))
 		}
+		// The stream the client opens next; counted before it opens, so
+		// that whatever it receives on it counts.
+		stream := cl.Responses()[len(cl.Responses())-1].Stream + 1
 		res.set(cl.ID(), addrs(0)...)
 		if err := cl.Reconnect(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		stream := cl.Responses()[len(cl.Responses())-1].Stream + 1
 		port(t, 18091)
 		converged(t)
 		if !replicas[0].holds(cl.ID()) {
