@@ -239,6 +239,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case errors.Is(err, rpctypes.ErrCompacted):
 			w.logger.Info("watch revision compacted: listing again", "prefix", w.prefix, "from", rev+1)
 			list, reason = true, "relist"
+		case errors.Is(err, errEmptyWatch):
+			// Closed before it delivered anything (a closed client, a
+			// watch refused at once): wait, not to spin.
+			w.logger.Debug("watch ended without a response", "prefix", w.prefix, "from", rev+1)
+			sleep(ctx, w.retry)
+			reason = "resume"
 		case err != nil:
 			w.setConnected(false, err, rev)
 			sleep(ctx, w.retry)
@@ -277,10 +283,15 @@ func (w *Watcher) list(ctx context.Context) (int64, error) {
 	return rev, nil
 }
 
+// errEmptyWatch ends a watch whose channel closed before it delivered a
+// response.
+var errEmptyWatch = errors.New("etcdcp: watch closed without a response")
+
 // watch watches the prefix from rev+1 until the watch ends or ctx does.
 // It returns the last revision applied, and the error that ended the
-// watch: nil when its channel closed without one (a broken watch, to be
-// resumed), rpctypes.ErrCompacted when rev+1 is compacted.
+// watch: nil when its channel closed without one after a response (a
+// broken watch, to be resumed at once), errEmptyWatch when it closed
+// before any, rpctypes.ErrCompacted when rev+1 is compacted.
 func (w *Watcher) watch(ctx context.Context, rev int64, reason string) (int64, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
@@ -325,6 +336,7 @@ func (w *Watcher) watch(ctx context.Context, rev int64, reason string) (int64, e
 		}
 	})
 
+	responded := false // the watch delivered a response
 	for {
 		select {
 		case <-ctx.Done():
@@ -339,8 +351,12 @@ func (w *Watcher) watch(ctx context.Context, rev int64, reason string) (int64, e
 			w.setConnected(true, nil, rev)
 		case resp, ok := <-ch:
 			if !ok {
+				if !responded {
+					return rev, errEmptyWatch
+				}
 				return rev, nil
 			}
+			responded = true
 			if err := resp.Err(); err != nil {
 				return rev, err
 			}

@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/xdspush/xdspush/examples/internal/meshconfig"
@@ -305,4 +309,54 @@ func TestWatchCompactionRelist(t *testing.T) {
 	if wst := ws.w.Status(); wst.Lists != 2 {
 		t.Errorf("Watcher status %+v; want 2 lists", wst)
 	}
+}
+
+// stubKV is a clientv3.KV whose Get lists nothing, at revision 1.
+type stubKV struct{ clientv3.KV }
+
+func (stubKV) Get(context.Context, string, ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	return &clientv3.GetResponse{Header: &etcdserverpb.ResponseHeader{Revision: 1}}, nil
+}
+
+// closedWatcher is a clientv3.Watcher whose watches end at once, without a
+// response (as those of a closed client do); it counts them, and calls
+// stop at the 1,000th.
+type closedWatcher struct {
+	clientv3.Watcher
+	watches atomic.Int64
+	stop    func()
+}
+
+func (w *closedWatcher) Watch(context.Context, string, ...clientv3.OpOption) clientv3.WatchChan {
+	if w.watches.Add(1) == 1000 {
+		w.stop() // a Watcher that spins
+	}
+	ch := make(chan clientv3.WatchResponse)
+	close(ch)
+	return ch
+}
+
+// TestWatchEndsAtOnce checks that a Watcher whose watches end before any
+// response waits RetryInterval before the next, rather than spinning.
+func TestWatchEndsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src, err := NewSource()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second+time.Millisecond)
+		defer cancel()
+		cw := &closedWatcher{stop: cancel}
+		w, err := NewWatcher(WatchConfig{KV: stubKV{}, Watcher: cw, Prefix: testPrefix, Source: src, RetryInterval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Run(ctx); err != nil {
+			t.Fatalf("Run() = %v", err)
+		}
+		// One watch at 0s, then one a second: 11 in 10s.
+		if n := cw.watches.Load(); n != 11 {
+			t.Errorf("%d watches in 10s; want 11, one per RetryInterval", n)
+		}
+	})
 }
