@@ -7,6 +7,8 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 )
 
 // generated returns a configuration of n EDS clusters with their endpoints
@@ -55,7 +57,7 @@ func BenchmarkParseFile(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, problems := parseFile("edge/edge.yaml", "edge", data); len(problems) > 0 {
+		if _, problems := meshconfig.ParseFile("edge/edge.yaml", "edge", data); len(problems) > 0 {
 			b.Fatal(problems)
 		}
 	}

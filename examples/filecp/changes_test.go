@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/resources"
@@ -42,10 +43,10 @@ func groupKeys(groups ...string) []pushcontext.ConfigKey {
 func TestReloadChanges(t *testing.T) {
 	// Every resource a node of fleet edge sees.
 	edgeView := slices.Concat(groupKeys("edge"),
-		keys(typeCluster, "backend", "edge"), keys(typeCluster, "edge-api", "edge"),
-		keys(typeEndpoint, "backend", "edge"), keys(typeEndpoint, "edge-api", "edge"),
-		keys(typeListener, "edge", "edge"), keys(typeListener, "ingress", "edge"),
-		keys(typeRoute, "edge_route", "edge"), keys(typeRoute, "local_route", "edge"))
+		keys(meshconfig.TypeCluster, "backend", "edge"), keys(meshconfig.TypeCluster, "edge-api", "edge"),
+		keys(meshconfig.TypeEndpoint, "backend", "edge"), keys(meshconfig.TypeEndpoint, "edge-api", "edge"),
+		keys(meshconfig.TypeListener, "edge", "edge"), keys(meshconfig.TypeListener, "ingress", "edge"),
+		keys(meshconfig.TypeRoute, "edge_route", "edge"), keys(meshconfig.TypeRoute, "local_route", "edge"))
 	tests := []struct {
 		name     string
 		change   func(t *testing.T, dir string)
@@ -55,12 +56,12 @@ func TestReloadChanges(t *testing.T) {
 		{
 			name:   "global endpoint port",
 			change: func(t *testing.T, dir string) { replaceIn(t, dir, "endpoints.json", "18080", "18090") },
-			want:   keys(typeEndpoint, "backend", "", "edge"),
+			want:   keys(meshconfig.TypeEndpoint, "backend", "", "edge"),
 		},
 		{
 			name:   "fleet endpoint",
 			change: func(t *testing.T, dir string) { replaceIn(t, dir, "edge/edge.yaml", "18081", "18091") },
-			want:   keys(typeEndpoint, "edge-api", "edge"),
+			want:   keys(meshconfig.TypeEndpoint, "edge-api", "edge"),
 		},
 		{
 			name: "endpoints in two scopes",
@@ -68,19 +69,19 @@ func TestReloadChanges(t *testing.T) {
 				replaceIn(t, dir, "endpoints.json", "18080", "18090")
 				replaceIn(t, dir, "edge/edge.yaml", "18081", "18091")
 			},
-			want: slices.Concat(keys(typeEndpoint, "backend", "", "edge"), keys(typeEndpoint, "edge-api", "edge")),
+			want: slices.Concat(keys(meshconfig.TypeEndpoint, "backend", "", "edge"), keys(meshconfig.TypeEndpoint, "edge-api", "edge")),
 		},
 		{
 			name:   "endpoints removed",
 			change: func(t *testing.T, dir string) { os.Remove(filepath.Join(dir, "endpoints.json")) },
-			want:   keys(typeEndpoint, "backend", "", "edge"),
+			want:   keys(meshconfig.TypeEndpoint, "backend", "", "edge"),
 		},
 		{
 			name: "cluster timeout",
 			change: func(t *testing.T, dir string) {
 				replaceIn(t, dir, "clusters.yaml", "connect_timeout: 1s", "connect_timeout: 2s")
 			},
-			want:     keys(typeCluster, "backend", "", "edge"),
+			want:     keys(meshconfig.TypeCluster, "backend", "", "edge"),
 			wantFull: true,
 		},
 		{
@@ -89,13 +90,13 @@ func TestReloadChanges(t *testing.T) {
 				replaceIn(t, dir, "clusters.yaml", "connect_timeout: 1s", "connect_timeout: 2s")
 				replaceIn(t, dir, "endpoints.json", "18080", "18090")
 			},
-			want:     slices.Concat(keys(typeCluster, "backend", "", "edge"), keys(typeEndpoint, "backend", "", "edge")),
+			want:     slices.Concat(keys(meshconfig.TypeCluster, "backend", "", "edge"), keys(meshconfig.TypeEndpoint, "backend", "", "edge")),
 			wantFull: true,
 		},
 		{
 			name:     "fleet cluster added",
 			change:   func(t *testing.T, dir string) { writeFile(t, dir, "edge/static.yaml", clusterYAML) },
-			want:     keys(typeCluster, "a", "edge"),
+			want:     keys(meshconfig.TypeCluster, "a", "edge"),
 			wantFull: true,
 		},
 		{
@@ -193,7 +194,7 @@ func TestSourceGroups(t *testing.T) {
 	}
 	for _, fleet := range []string{"", "edge"} {
 		held, _ := store.Resources(fleet)
-		for _, typ := range supportedTypes() {
+		for _, typ := range meshconfig.Types() {
 			var want []proto.Message
 			for _, r := range src.Snapshot().ForNode(fleet, typ) {
 				want = append(want, r.Message)

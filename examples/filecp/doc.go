@@ -5,6 +5,9 @@
 // exactly that to an xds.Server, which pushes it to the nodes that depend
 // on it.
 //
+// The format (parsing, validation, snapshots, the groups a snapshot is
+// stated as) is package examples/internal/meshconfig, which etcdcp shares.
+//
 // Contract:
 //
 //   - Format. Files are YAML (*.yaml, *.yml) or JSON (*.json) in Envoy's

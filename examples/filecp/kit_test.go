@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -356,11 +357,11 @@ func TestKitFleetEditReachesFleetOnly(t *testing.T) {
 		full     bool
 	}{
 		{"cluster", "connect_timeout: 1s", "connect_timeout: 2s",
-			pushcontext.ConfigKey{Kind: typeCluster, Namespace: "edge", Name: "edge-api"}, true},
+			pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "edge", Name: "edge-api"}, true},
 		{"endpoints", "port_value: 18081", "port_value: 18091",
-			pushcontext.ConfigKey{Kind: typeEndpoint, Namespace: "edge", Name: "edge-api"}, false},
+			pushcontext.ConfigKey{Kind: meshconfig.TypeEndpoint, Namespace: "edge", Name: "edge-api"}, false},
 		{"route", "prefix: /api", "prefix: /v2",
-			pushcontext.ConfigKey{Kind: typeRoute, Namespace: "edge", Name: "edge_route"}, true},
+			pushcontext.ConfigKey{Kind: meshconfig.TypeRoute, Namespace: "edge", Name: "edge_route"}, true},
 	}
 	for _, protocol := range protocols {
 		for _, tc := range tests {
@@ -393,11 +394,11 @@ func TestKitFleetEditReachesFleetOnly(t *testing.T) {
 
 				// The next global change is the one global-1 must see first.
 				p.edit("endpoints.json", "18080", "18090")
-				p.reloadWith(pushcontext.ConfigKey{Kind: typeEndpoint, Name: "backend"}, false)
+				p.reloadWith(pushcontext.ConfigKey{Kind: meshconfig.TypeEndpoint, Name: "backend"}, false)
 				xdstest.Await(t, xdstest.HoldsResources(p.view("edge")), edge)
 				xdstest.Await(t, xdstest.HoldsResources(p.view("")), global)
 
-				backend := pushcontext.ConfigKey{Kind: typeEndpoint, Name: "backend"}
+				backend := pushcontext.ConfigKey{Kind: meshconfig.TypeEndpoint, Name: "backend"}
 				if gens := p.rec.Log("global-1")[logged:].Generations(); len(gens) != 1 ||
 					gens[0].Type != xds.EndpointType || !gens[0].Touches(backend) || !slices.Equal(gens[0].Resources, []string{"backend"}) {
 					t.Errorf("generators ran %d times for global-1 after the edge edit: %v; want once, EDS for the backend endpoints", len(gens), gens)
@@ -447,7 +448,7 @@ func TestKitBrokenFileKeepsConfig(t *testing.T) {
 		name:   "syntax error in a new fleet file",
 		broken: fileEdit{"edge/extra.yaml", "", "resources: ["},
 		fixed:  fileEdit{"edge/extra.yaml", "", edgeExtraYAML},
-		key:    pushcontext.ConfigKey{Kind: typeCluster, Namespace: "edge", Name: "edge-extra"},
+		key:    pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "edge", Name: "edge-extra"},
 		check: func(t *testing.T, s *xdstest.State) {
 			if got := s.Names(xds.ClusterType); !slices.Equal(got, []string{"backend", "edge-api", "edge-extra"}) {
 				t.Errorf("edge-1 clusters = %q; want edge-extra added", got)
@@ -457,7 +458,7 @@ func TestKitBrokenFileKeepsConfig(t *testing.T) {
 		name:   "route to a missing cluster",
 		broken: fileEdit{"edge/edge.yaml", "cluster: edge-api", "cluster: nowhere"},
 		fixed:  fileEdit{"edge/edge.yaml", "cluster: nowhere", "cluster: backend"},
-		key:    pushcontext.ConfigKey{Kind: typeRoute, Namespace: "edge", Name: "edge_route"},
+		key:    pushcontext.ConfigKey{Kind: meshconfig.TypeRoute, Namespace: "edge", Name: "edge_route"},
 		check: func(t *testing.T, s *xdstest.State) {
 			r, _ := s.Resource(xds.RouteType, "edge_route")
 			if got := r.Message.(*routev3.RouteConfiguration).GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster(); got != "backend" {
@@ -468,7 +469,7 @@ func TestKitBrokenFileKeepsConfig(t *testing.T) {
 		name:   "invalid global cluster",
 		broken: fileEdit{"clusters.yaml", "connect_timeout: 1s", "connect_timeout: -1s"},
 		fixed:  fileEdit{"clusters.yaml", "connect_timeout: -1s", "connect_timeout: 3s"},
-		key:    pushcontext.ConfigKey{Kind: typeCluster, Name: "backend"},
+		key:    pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Name: "backend"},
 		check: func(t *testing.T, s *xdstest.State) {
 			r, _ := s.Resource(xds.ClusterType, "backend")
 			if got := r.Message.(*clusterv3.Cluster).GetConnectTimeout().AsDuration(); got != 3*time.Second {
@@ -572,7 +573,7 @@ func TestKitMakeBeforeBreak(t *testing.T) {
 			// A fleet cluster, its endpoints and the route to it, renamed
 			// in one file.
 			p.edit("edge/edge.yaml", "edge-api", "edge-api-v2")
-			p.reloadWith(pushcontext.ConfigKey{Kind: typeCluster, Namespace: "edge", Name: "edge-api-v2"}, false)
+			p.reloadWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "edge", Name: "edge-api-v2"}, false)
 			xdstest.Await(t, xdstest.All(
 				xdstest.HoldsNames(map[xds.TypeURL][]string{
 					xds.ClusterType:  {"backend", "edge-api-v2"},
@@ -589,7 +590,7 @@ func TestKitMakeBeforeBreak(t *testing.T) {
 			for _, f := range []string{"clusters.yaml", "endpoints.json", "routes.yaml", "edge/edge.yaml"} {
 				p.edit(f, "backend", "backend-v2")
 			}
-			p.reloadWith(pushcontext.ConfigKey{Kind: typeCluster, Name: "backend-v2"}, true)
+			p.reloadWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Name: "backend-v2"}, true)
 			xdstest.Await(t, xdstest.All(
 				xdstest.HoldsNames(map[xds.TypeURL][]string{
 					xds.ClusterType:  {"backend-v2", "edge-api-v2"},

@@ -19,6 +19,14 @@ const defaultTestTimeout = 10 * time.Second
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// clusterYAML is a file of one static cluster, a.
+const clusterYAML = `resources:
+- "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+  name: a
+  type: STATIC
+  connect_timeout: 1s
+`
+
 // copyBundled copies the bundled configuration into a new temporary
 // directory and returns its path.
 func copyBundled(t testing.TB) string {

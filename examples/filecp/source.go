@@ -6,8 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds/resources"
 )
@@ -37,8 +36,8 @@ type Source struct {
 	fsys  fs.FS
 	store *resources.Store
 
-	reloadMu sync.Mutex // serialises Reload and protects cache
-	cache    parseCache
+	reloadMu sync.Mutex         // serialises Reload and protects loader
+	loader   *meshconfig.Loader // parses again only the files that changed
 
 	mu     sync.Mutex // protects cur and status
 	cur    *Snapshot
@@ -100,11 +99,11 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if cfg.FS == nil {
 		return nil, errors.New("filecp: SourceConfig.FS is nil")
 	}
-	store, err := resources.New(resources.Config{Types: typeURLs()})
+	store, err := meshconfig.NewStore()
 	if err != nil {
 		return nil, err
 	}
-	return &Source{fsys: cfg.FS, store: store}, nil
+	return &Source{fsys: cfg.FS, store: store, loader: meshconfig.NewLoader(loaderName)}, nil
 }
 
 // Store returns the Store the Source states its snapshots in.
@@ -114,18 +113,17 @@ func (s *Source) Store() *resources.Store { return s.store }
 // new snapshot becomes current and Reload returns what changed since the
 // previous one (Change.Request is nil if nothing did). On failure it
 // returns a *LoadError (from Load, or the Store's refusal located in the
-// files), keeps the current snapshot and records the problems in Status.
+// files: see meshconfig.Loader.Apply), keeps the current snapshot and records the problems in Status.
 // start is the time of the first file event behind the reload; it becomes
 // Change.Start.
 func (s *Source) Reload(start time.Time) (Change, error) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 
-	next, cache, err := load(s.fsys, s.cache)
-	s.cache = cache
+	next, err := s.loader.LoadFS(s.fsys)
 	var req *pushcontext.PushRequest
 	if err == nil {
-		req, err = s.apply(next, start)
+		req, err = s.loader.Apply(s.store, next, start)
 	}
 
 	s.mu.Lock()
@@ -149,27 +147,6 @@ func (s *Source) Reload(start time.Time) (Change, error) {
 	s.status.Problems = nil
 	s.status.FailedAt = time.Time{}
 	return Change{Old: old, New: next, Request: req, Start: start}, nil
-}
-
-// apply states snap in the Store: each fleet, and the default group, with
-// exactly the resources its nodes see; fleets that are gone are deleted.
-// A refusal of the Store becomes a *LoadError locating each problem in the
-// files. An error of the Server after the Store accepted the change (it
-// has stopped) is not one: the change is made.
-func (s *Source) apply(snap *Snapshot, start time.Time) (*pushcontext.PushRequest, error) {
-	groups := map[string][]proto.Message{resources.DefaultGroup: snap.messages("")}
-	for _, fleet := range snap.Fleets() {
-		groups[fleet] = snap.messages(fleet)
-	}
-	req, err := s.store.Apply(resources.Update{Set: groups, DeleteOthers: true, Start: start})
-	var re *resources.Error
-	switch {
-	case errors.As(err, &re):
-		return nil, &LoadError{Problems: snap.locate(re.Problems)}
-	case err != nil && req == nil:
-		return nil, &LoadError{Problems: []Problem{{File: ".", Index: -1, Msg: err.Error()}}}
-	}
-	return req, nil
 }
 
 // Snapshot returns the current snapshot, or nil before the first successful

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -202,7 +203,7 @@ func TestSourceFixPickedUp(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Reload() after the fix = %v", err)
 	}
-	want := slices.Concat(keys(typeCluster, "canary", "", "edge"), keys(typeRoute, "local_route", "", "edge"))
+	want := slices.Concat(keys(meshconfig.TypeCluster, "canary", "", "edge"), keys(meshconfig.TypeRoute, "local_route", "", "edge"))
 	if got := ch.Keys().Sorted(); !slices.Equal(got, want) {
 		t.Errorf("changed %v; want %v", got, want)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 )
 
 // serverTLS returns the TLS configuration of the ADS port for mutual TLS:
@@ -71,7 +73,7 @@ func (w *secretsWarner) loaded(snap *Snapshot) {
 	}
 	n := 0
 	for r := range snap.All() {
-		if r.TypeURL == typeSecret {
+		if r.TypeURL == meshconfig.TypeSecret {
 			n++
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/xdspush/xdspush/debounce"
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -92,7 +93,7 @@ type ReloadEvent struct {
 // Watcher reloads a Source when its directory changes and reports each
 // change as a PushRequest. It watches the directory and its immediate
 // subdirectories (the fleets), adding a watch for each new one. Events on
-// ignored names (see ignoredName), on files that are not configuration
+// ignored names (see meshconfig.IgnoredName), on files that are not configuration
 // and on deeper directories are dropped; relevant events are coalesced with
 // the debounce package, then the whole directory is reloaded, so a file
 // renamed into place, removed or written in several steps ends up as one
@@ -220,7 +221,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 // watchFleet adds a watch for the top-level entry name if it is a fleet
 // directory (not ignored, a directory after following links) that has none.
 func (w *Watcher) watchFleet(fw *fsnotify.Watcher, watched map[string]bool, name string) bool {
-	if ignoredName(name) || watched[name] {
+	if meshconfig.IgnoredName(name) || watched[name] {
 		return false
 	}
 	p := filepath.Join(w.dir, name)
@@ -257,7 +258,7 @@ func (w *Watcher) classify(fw *fsnotify.Watcher, watched map[string]bool, ev fsn
 		if top == k8sDataDir {
 			return rel, true
 		}
-		if ignoredName(top) {
+		if meshconfig.IgnoredName(top) {
 			return "", false
 		}
 		if watched[top] && ev.Op.Has(fsnotify.Remove|fsnotify.Rename) {
@@ -270,12 +271,12 @@ func (w *Watcher) classify(fw *fsnotify.Watcher, watched map[string]bool, ev fsn
 		if ev.Op.Has(fsnotify.Create) && w.watchFleet(fw, watched, top) {
 			return rel, true // files created before the watch are found by the reload
 		}
-		return rel, fileFormat(top) != formatNone
+		return rel, meshconfig.FileFormat(top) != meshconfig.FormatNone
 	}
-	if ignoredName(top) || strings.Contains(rest, "/") || ignoredName(rest) {
+	if meshconfig.IgnoredName(top) || strings.Contains(rest, "/") || meshconfig.IgnoredName(rest) {
 		return "", false
 	}
-	return rel, fileFormat(rest) != formatNone
+	return rel, meshconfig.FileFormat(rest) != meshconfig.FormatNone
 }
 
 // reload reloads the Source and reports the outcome. The debouncer calls it

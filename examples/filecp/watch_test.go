@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -108,7 +109,7 @@ func (h *watchHarness) checkQuiet() {
 	name := fmt.Sprintf("sentinel-%d", h.sentinel)
 	atomicWrite(h.t, h.dir, "sentinel.yaml", strings.Replace(clusterYAML, "name: a", "name: "+name, 1))
 	ev := h.next()
-	want := pushcontext.ConfigKey{Kind: typeCluster, Name: name}
+	want := pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Name: name}
 	if !slices.Equal(ev.Paths, []string{"sentinel.yaml"}) || ev.Err != nil || ev.Request == nil || !ev.Request.ConfigsUpdated.Contains(want) {
 		h.t.Fatalf("reload after the sentinel = %+v; want exactly the sentinel", ev)
 	}
@@ -130,9 +131,9 @@ func TestWatchRenameIntoPlace(t *testing.T) {
 		file, old, new string
 		want           []pushcontext.ConfigKey // a global file changes every group
 	}{
-		{"endpoints.json", "18080", "18090", keys(typeEndpoint, "backend", "", "edge")},
-		{"edge/edge.yaml", "18081", "18091", keys(typeEndpoint, "edge-api", "edge")},
-		{"clusters.yaml", "connect_timeout: 1s", "connect_timeout: 3s", keys(typeCluster, "backend", "", "edge")},
+		{"endpoints.json", "18080", "18090", keys(meshconfig.TypeEndpoint, "backend", "", "edge")},
+		{"edge/edge.yaml", "18081", "18091", keys(meshconfig.TypeEndpoint, "edge-api", "edge")},
+		{"clusters.yaml", "connect_timeout: 1s", "connect_timeout: 3s", keys(meshconfig.TypeCluster, "backend", "", "edge")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.file, func(t *testing.T) {
@@ -146,7 +147,7 @@ func TestWatchRenameIntoPlace(t *testing.T) {
 			if got := ev.Request.ConfigsUpdated.Sorted(); !slices.Equal(got, tc.want) {
 				t.Errorf("changed %v; want %v", got, tc.want)
 			}
-			if wantFull := tc.want[0].Kind != typeEndpoint; ev.Request.Full != wantFull {
+			if wantFull := tc.want[0].Kind != meshconfig.TypeEndpoint; ev.Request.Full != wantFull {
 				t.Errorf("Full = %t; want %t", ev.Request.Full, wantFull)
 			}
 			if ev.Request.Start.IsZero() || ev.Request.Start != ev.Start {
@@ -227,7 +228,7 @@ func TestWatchRejectsThenRecovers(t *testing.T) {
 
 	atomicWrite(t, dir, "routes.yaml", routes)
 	ev = h.next()
-	want := keys(typeEndpoint, "backend", "", "edge")
+	want := keys(meshconfig.TypeEndpoint, "backend", "", "edge")
 	if ev.Err != nil || ev.Request == nil || !slices.Equal(ev.Request.ConfigsUpdated.Sorted(), want) || ev.Request.Full {
 		t.Fatalf("reload after the fix = %+v; want the endpoint change made meanwhile, not full", ev)
 	}
@@ -245,10 +246,10 @@ func TestWatchFleetDirectories(t *testing.T) {
 	if err := os.Rename(filepath.Join(staging, "blue"), filepath.Join(dir, "blue")); err != nil {
 		t.Fatal(err)
 	}
-	h.nextWith(pushcontext.ConfigKey{Kind: typeCluster, Namespace: "blue", Name: "b1"})
+	h.nextWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "blue", Name: "b1"})
 	// Its files are watched from now on.
 	atomicWrite(t, dir, "blue/c.yaml", cluster("b2"))
-	ev := h.nextWith(pushcontext.ConfigKey{Kind: typeCluster, Namespace: "blue", Name: "b2"})
+	ev := h.nextWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "blue", Name: "b2"})
 	if !slices.Equal(ev.Paths, []string{"blue/c.yaml"}) {
 		t.Errorf("paths %q; want blue/c.yaml", ev.Paths)
 	}
@@ -258,7 +259,7 @@ func TestWatchFleetDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 	atomicWrite(t, dir, "green/c.yaml", cluster("g1"))
-	h.nextWith(pushcontext.ConfigKey{Kind: typeCluster, Namespace: "green", Name: "g1"})
+	h.nextWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "green", Name: "g1"})
 	h.checkQuiet()
 
 	// A fleet moved out of the way (hidden): its resources go, and what is
@@ -266,7 +267,7 @@ func TestWatchFleetDirectories(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "blue"), filepath.Join(dir, ".blue-old")); err != nil {
 		t.Fatal(err)
 	}
-	h.nextWith(pushcontext.ConfigKey{Kind: typeCluster, Namespace: "blue", Name: "b2"})
+	h.nextWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "blue", Name: "b2"})
 	atomicWrite(t, dir, ".blue-old/c.yaml", cluster("b3"))
 	h.checkQuiet()
 
@@ -274,7 +275,7 @@ func TestWatchFleetDirectories(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(dir, "edge")); err != nil {
 		t.Fatal(err)
 	}
-	h.nextWith(pushcontext.ConfigKey{Kind: typeListener, Namespace: "edge", Name: "edge"})
+	h.nextWith(pushcontext.ConfigKey{Kind: meshconfig.TypeListener, Namespace: "edge", Name: "edge"})
 	if got := h.src.Snapshot().Fleets(); !slices.Equal(got, []string{"green"}) {
 		t.Fatalf("fleets %q after removing edge; want green", got)
 	}
@@ -282,7 +283,7 @@ func TestWatchFleetDirectories(t *testing.T) {
 		t.Fatal(err)
 	}
 	atomicWrite(t, dir, "edge/c.yaml", cluster("e1"))
-	h.nextWith(pushcontext.ConfigKey{Kind: typeCluster, Namespace: "edge", Name: "e1"})
+	h.nextWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Namespace: "edge", Name: "e1"})
 	h.checkQuiet()
 }
 
@@ -307,7 +308,7 @@ func TestWatchKubernetesVolume(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	ev := h.nextWith(pushcontext.ConfigKey{Kind: typeCluster, Name: "a"})
+	ev := h.nextWith(pushcontext.ConfigKey{Kind: meshconfig.TypeCluster, Name: "a"})
 	if !slices.Equal(ev.Paths, []string{"..data"}) {
 		t.Errorf("paths %q; want ..data", ev.Paths)
 	}

@@ -1,4 +1,4 @@
-package main
+package meshconfig
 
 import (
 	"os"
@@ -124,10 +124,10 @@ resources:
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rs, problems := parseFile(tc.file, "", []byte(tc.data))
+			rs, problems := ParseFile(tc.file, "", []byte(tc.data))
 			var names []string
 			for _, r := range rs {
-				names = append(names, shortType(r.TypeURL)+"/"+r.Name)
+				names = append(names, ShortType(r.TypeURL)+"/"+r.Name)
 				if r.File != tc.file || r.Fleet != "" {
 					t.Errorf("resource %s has File %q, Fleet %q; want %q, \"\"", r.Name, r.File, r.Fleet, tc.file)
 				}
@@ -185,16 +185,16 @@ resources:
   name: a
   "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
 `
-	a, pa := parseFile("a.yaml", "", []byte(clusterYAML))
-	b, pb := parseFile("b.json", "", []byte(clusterJSON))
-	c, pc := parseFile("c.yaml", "", []byte(reordered))
+	a, pa := ParseFile("a.yaml", "", []byte(clusterYAML))
+	b, pb := ParseFile("b.json", "", []byte(clusterJSON))
+	c, pc := ParseFile("c.yaml", "", []byte(reordered))
 	if len(pa)+len(pb)+len(pc) > 0 {
 		t.Fatalf("problems: %v %v %v", pa, pb, pc)
 	}
 	if a[0].Hash != b[0].Hash || a[0].Hash != c[0].Hash {
 		t.Errorf("hashes differ for equal content: %x %x %x", a[0].Hash, b[0].Hash, c[0].Hash)
 	}
-	d, _ := parseFile("d.yaml", "", []byte(strings.Replace(clusterYAML, "1s", "2s", 1)))
+	d, _ := ParseFile("d.yaml", "", []byte(strings.Replace(clusterYAML, "1s", "2s", 1)))
 	if d[0].Hash == a[0].Hash {
 		t.Errorf("hash unchanged after a content change")
 	}
@@ -225,8 +225,8 @@ func TestIgnoredName(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := ignoredName(tc.name); got != tc.want {
-				t.Errorf("ignoredName(%q) = %t; want %t", tc.name, got, tc.want)
+			if got := IgnoredName(tc.name); got != tc.want {
+				t.Errorf("IgnoredName(%q) = %t; want %t", tc.name, got, tc.want)
 			}
 		})
 	}
@@ -242,11 +242,11 @@ func FuzzParse(f *testing.F) {
 	f.Add("c.yaml", []byte("resources: ["))
 	f.Add("c.yaml", []byte(""))
 	f.Add("c.yaml", []byte("resources: [{'@type': type.googleapis.com/envoy.config.cluster.v3.Cluster}]"))
-	entries, err := filepath.Glob(filepath.Join("testdata", "*.*"))
+	entries, err := filepath.Glob(filepath.Join(bundled, "*.*"))
 	if err != nil {
 		f.Fatal(err)
 	}
-	edge, _ := filepath.Glob(filepath.Join("testdata", "edge", "*.*"))
+	edge, _ := filepath.Glob(filepath.Join(bundled, "edge", "*.*"))
 	for _, p := range append(entries, edge...) {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -259,7 +259,7 @@ func FuzzParse(f *testing.F) {
 		if strings.HasSuffix(name, ".json") {
 			file = "x.json"
 		}
-		rs, problems := parseFile(file, "", data)
+		rs, problems := ParseFile(file, "", data)
 		for _, p := range problems {
 			if !strings.HasPrefix(p.String(), file+": ") {
 				t.Errorf("problem %q does not start with the file name", p.String())
@@ -285,13 +285,13 @@ func FuzzParse(f *testing.F) {
 			b.Write(js)
 		}
 		b.WriteString("]}")
-		again, problems := parseFile("y.json", "", []byte(b.String()))
+		again, problems := ParseFile("y.json", "", []byte(b.String()))
 		if len(problems) > 0 || len(again) != len(rs) {
 			t.Fatalf("round trip: %d resources, problems %q; want %d resources and none", len(again), problems, len(rs))
 		}
 		for i := range rs {
 			if again[i].Name != rs[i].Name || again[i].TypeURL != rs[i].TypeURL || again[i].Hash != rs[i].Hash {
-				t.Errorf("round trip of %s %q changed it", shortType(rs[i].TypeURL), rs[i].Name)
+				t.Errorf("round trip of %s %q changed it", ShortType(rs[i].TypeURL), rs[i].Name)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package main
+package meshconfig
 
 import (
 	"cmp"
@@ -18,8 +18,9 @@ import (
 	"github.com/xdspush/xdspush/xds/resources"
 )
 
-// Snapshot is one consistent configuration: every resource of a directory,
-// by scope (fleet), type URL and name, with a content hash per resource.
+// Snapshot is one consistent configuration: every resource of a
+// directory (or of an etcd prefix), by scope (fleet), type URL and name,
+// with a content hash per resource.
 // A Snapshot is immutable and safe for concurrent use.
 type Snapshot struct {
 	version  string
@@ -48,17 +49,23 @@ func (s scope) add(r *Resource) *Resource {
 	return nil
 }
 
-// LoadError reports why a directory could not become a Snapshot. Every
-// problem found is listed, each naming its file and, where known, its
-// resource.
+// LoadError reports why a configuration could not become a Snapshot.
+// Every problem found is listed, each naming its file and, where known,
+// its resource.
 type LoadError struct {
+	// Name is the name of the Loader, which starts the message.
+	Name     string
 	Problems []Problem
 }
 
-// Error lists the problems, one per line after the first.
+// Error lists the problems, one per line after the first, after
+// "NAME: configuration rejected: ".
 func (e *LoadError) Error() string {
 	var b strings.Builder
-	b.WriteString("filecp: configuration rejected: ")
+	if e.Name != "" {
+		b.WriteString(e.Name + ": ")
+	}
+	b.WriteString("configuration rejected: ")
 	if len(e.Problems) == 1 {
 		b.WriteString(e.Problems[0].String())
 		return b.String()
@@ -72,11 +79,11 @@ func (e *LoadError) Error() string {
 	return b.String()
 }
 
-// ignoredName reports whether a directory entry is skipped by both loading
-// and watching: hidden names (a leading '.') and the temporary and backup
+// IgnoredName reports whether a directory entry (or an element of a path)
+// is skipped, by loading and by watching: hidden names (a leading '.') and the temporary and backup
 // files editors and tools leave next to the files they write (name~,
 // #name#, vim's 4913 probe, *.swp/*.swo/*.swx, *.tmp, *.bak, *.part).
-func ignoredName(name string) bool {
+func IgnoredName(name string) bool {
 	if name == "" || name[0] == '.' || name == "4913" || strings.HasSuffix(name, "~") {
 		return true
 	}
@@ -90,7 +97,43 @@ func ignoredName(name string) bool {
 	return false
 }
 
-// Load reads a configuration directory and returns its Snapshot, or a
+// File is one configuration file to load: its slash-separated path,
+// relative to the directory (or the key under an etcd prefix), and its
+// content. A path of one element is a global file; "fleet/name" is a file
+// of that fleet.
+type File struct {
+	Path string
+	Data []byte
+}
+
+// Loader turns configurations into Snapshots, and states them in a
+// resources.Store (Loader.Apply). It remembers the outcome of parsing each
+// file, by path, with the SHA-256 of the content parsed, so that a load
+// parses again only the files whose content changed since the previous
+// load. Resources are immutable, so two snapshots may share them.
+//
+// A Loader is not safe for concurrent use: its host serialises loads.
+type Loader struct {
+	name  string
+	cache map[string]parsedFile // by path: the last load's parses
+}
+
+// parsedFile is the outcome of parsing one file.
+type parsedFile struct {
+	sum       [sha256.Size]byte
+	resources []*Resource
+	problems  []Problem
+}
+
+// NewLoader returns a Loader whose errors start with name ("filecp":
+// "filecp: configuration rejected: …"). It starts with no parse cached.
+func NewLoader(name string) *Loader { return &Loader{name: name} }
+
+// Load reads a configuration directory with a Loader of its own (nothing
+// cached) and returns its Snapshot; see Loader.LoadFS.
+func Load(fsys fs.FS) (*Snapshot, error) { return NewLoader("").LoadFS(fsys) }
+
+// LoadFS reads a configuration directory and returns its Snapshot, or a
 // *LoadError listing every problem found. Layout:
 //
 //   - *.yaml, *.yml and *.json at the top apply to every node (global scope);
@@ -98,59 +141,38 @@ func ignoredName(name string) bool {
 //     <fleet>; together with the global files they form that fleet's view;
 //   - directories below a fleet directory are ignored, with a warning in the
 //     Snapshot;
-//   - names that ignoredName rejects, and files with other extensions, are
+//   - names that IgnoredName rejects, and files with other extensions, are
 //     skipped; symbolic links are followed.
 //
 // Within a view a (type, name) pair is defined once; a fleet cannot
 // redefine a global resource. Every view must be referentially consistent
 // (see validateView).
-func Load(fsys fs.FS) (*Snapshot, error) {
-	s, _, err := load(fsys, nil)
-	return s, err
-}
-
-// parseCache remembers the outcome of parseFile by file path, with the
-// SHA-256 of the content parsed, so that a reload parses again only the
-// files whose content changed. Resources are immutable, so two snapshots
-// may share them.
-type parseCache map[string]parsedFile
-
-// parsedFile is one entry of a parseCache.
-type parsedFile struct {
-	sum       [sha256.Size]byte
-	resources []*Resource
-	problems  []Problem
-}
-
-// load is Load with a cache of earlier parses (nil for none). It returns the
-// cache for the next load: the parses of the files read this time, whether
-// or not the load succeeded.
-func load(fsys fs.FS, cache parseCache) (*Snapshot, parseCache, error) {
+func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) {
 	var (
-		files    []string // slash paths of configuration files, in load order
+		files    []File
 		problems []Problem
 		warnings []Problem
 	)
 	top, err := fs.ReadDir(fsys, ".")
 	if err != nil {
-		return nil, cache, &LoadError{Problems: []Problem{{File: ".", Index: -1, Msg: err.Error()}}}
+		return nil, l.rejected([]Problem{{File: ".", Index: -1, Msg: err.Error()}})
 	}
-	var fleets []string
+	var fleets, paths []string
 	for _, e := range top {
 		name := e.Name()
-		if ignoredName(name) {
+		if IgnoredName(name) {
 			continue
 		}
 		isDir, err := entryIsDir(fsys, name, e)
 		switch {
 		case err != nil:
-			if fileFormat(name) != formatNone {
+			if FileFormat(name) != FormatNone {
 				problems = append(problems, Problem{File: name, Index: -1, Msg: err.Error()})
 			}
 		case isDir:
 			fleets = append(fleets, name)
-		case fileFormat(name) != formatNone:
-			files = append(files, name)
+		case FileFormat(name) != FormatNone:
+			paths = append(paths, name)
 		}
 	}
 	for _, fleet := range fleets {
@@ -161,56 +183,127 @@ func load(fsys fs.FS, cache parseCache) (*Snapshot, parseCache, error) {
 		}
 		for _, e := range entries {
 			name := e.Name()
-			if ignoredName(name) {
+			if IgnoredName(name) {
 				continue
 			}
 			p := fleet + "/" + name
 			isDir, err := entryIsDir(fsys, p, e)
 			switch {
 			case err != nil:
-				if fileFormat(name) != formatNone {
+				if FileFormat(name) != FormatNone {
 					problems = append(problems, Problem{File: p, Index: -1, Msg: err.Error()})
 				}
 			case isDir:
-				warnings = append(warnings, Problem{File: p, Index: -1, Msg: "nested directory ignored: only files directly in a fleet directory apply"})
-			case fileFormat(name) != formatNone:
-				files = append(files, p)
+				warnings = append(warnings, nestedWarning(p))
+			case FileFormat(name) != FormatNone:
+				paths = append(paths, p)
 			}
 		}
 	}
-
-	scopes := map[string]scope{"": {}}
-	nextCache := make(parseCache, len(files))
-	for _, file := range files {
-		fleet, _, _ := strings.Cut(file, "/")
-		if fleet == file {
-			fleet = ""
-		}
-		data, err := fs.ReadFile(fsys, file)
+	for _, p := range paths {
+		data, err := fs.ReadFile(fsys, p)
 		if err != nil {
-			problems = append(problems, Problem{File: file, Index: -1, Msg: err.Error()})
+			problems = append(problems, Problem{File: p, Index: -1, Msg: err.Error()})
 			continue
 		}
-		sum := sha256.Sum256(data)
-		parsed, ok := cache[file]
+		files = append(files, File{Path: p, Data: data})
+	}
+	return l.build(files, problems, warnings)
+}
+
+// Place says what a path means in a configuration: the fleet of the file
+// ("" for a global one) and whether it is configuration at all. A path of
+// one element is a global file, "fleet/name" a file of that fleet; a path
+// with an element that IgnoredName rejects, or whose name has no
+// configuration extension (see FileFormat), is not configuration, and
+// neither is a deeper path, of which nested is then true (LoadFiles warns
+// about it, as LoadFS warns about a nested directory).
+func Place(path string) (fleet string, ok, nested bool) {
+	elems := strings.Split(path, "/")
+	for _, e := range elems {
+		if IgnoredName(e) {
+			return "", false, false
+		}
+	}
+	switch {
+	case len(elems) > 2:
+		return "", false, true
+	case FileFormat(elems[len(elems)-1]) == FormatNone:
+		return "", false, false
+	case len(elems) == 2:
+		return elems[0], true, false
+	}
+	return "", true, false
+}
+
+// LoadFiles returns the Snapshot of a set of files named by path, as the
+// directory they would form would load (see LoadFS and Place): paths that
+// are not configuration are skipped, deeper ones with a warning naming
+// their directory.
+func (l *Loader) LoadFiles(files []File) (*Snapshot, error) {
+	var (
+		keep     []File
+		warnings []Problem
+		nested   = map[string]bool{}
+	)
+	for _, f := range files {
+		_, ok, deep := Place(f.Path)
+		if deep {
+			elems := strings.SplitN(f.Path, "/", 3)
+			if dir := elems[0] + "/" + elems[1]; !nested[dir] {
+				nested[dir] = true
+				warnings = append(warnings, nestedWarning(dir))
+			}
+		}
+		if ok {
+			keep = append(keep, f)
+		}
+	}
+	slices.SortFunc(keep, func(a, b File) int { return cmp.Compare(a.Path, b.Path) })
+	return l.build(keep, nil, warnings)
+}
+
+// nestedWarning is the warning about a directory below a fleet.
+func nestedWarning(dir string) Problem {
+	return Problem{File: dir, Index: -1, Msg: "nested directory ignored: only files directly in a fleet directory apply"}
+}
+
+// rejected returns the *LoadError of problems, sorted.
+func (l *Loader) rejected(problems []Problem) *LoadError {
+	sortProblems(problems)
+	return &LoadError{Name: l.name, Problems: problems}
+}
+
+// build parses files (reusing the cache for the files whose content is
+// unchanged), checks them, and returns their Snapshot, or a *LoadError
+// with problems and every problem found. The paths of files must be
+// configuration (Place) and distinct. The cache becomes the parses of
+// files, whether or not the load succeeds.
+func (l *Loader) build(files []File, problems, warnings []Problem) (*Snapshot, error) {
+	scopes := map[string]scope{"": {}}
+	next := make(map[string]parsedFile, len(files))
+	for _, f := range files {
+		fleet, _, _ := Place(f.Path)
+		sum := sha256.Sum256(f.Data)
+		parsed, ok := l.cache[f.Path]
 		if !ok || parsed.sum != sum {
 			parsed.sum = sum
-			parsed.resources, parsed.problems = parseFile(file, fleet, data)
+			parsed.resources, parsed.problems = ParseFile(f.Path, fleet, f.Data)
 		}
-		nextCache[file] = parsed
-		rs := parsed.resources
+		next[f.Path] = parsed
 		problems = append(problems, parsed.problems...)
 		sc := scopes[fleet]
 		if sc == nil {
 			sc = scope{}
 			scopes[fleet] = sc
 		}
-		for _, r := range rs {
+		for _, r := range parsed.resources {
 			if prev := sc.add(r); prev != nil {
 				problems = append(problems, resourceProblem(r, "duplicate name: also defined at %s resources[%d]", prev.File, prev.Index))
 			}
 		}
 	}
+	l.cache = next
 	global := scopes[""]
 	for fleet, sc := range scopes {
 		if fleet == "" {
@@ -227,8 +320,7 @@ func load(fsys fs.FS, cache parseCache) (*Snapshot, parseCache, error) {
 	if len(problems) > 0 {
 		// Reference checks on a view with missing or duplicate resources
 		// would mostly repeat the problems already found.
-		sortProblems(problems)
-		return nil, nextCache, &LoadError{Problems: problems}
+		return nil, l.rejected(problems)
 	}
 
 	for fleet := range scopes {
@@ -237,8 +329,7 @@ func load(fsys fs.FS, cache parseCache) (*Snapshot, parseCache, error) {
 		warnings = append(warnings, ws...)
 	}
 	if len(problems) > 0 {
-		sortProblems(problems)
-		return nil, nextCache, &LoadError{Problems: problems}
+		return nil, l.rejected(problems)
 	}
 	sortProblems(warnings)
 	s := &Snapshot{scopes: scopes, warnings: warnings}
@@ -249,7 +340,7 @@ func load(fsys fs.FS, cache parseCache) (*Snapshot, parseCache, error) {
 		h.Write(r.Hash[:])
 	}
 	s.version = hex.EncodeToString(h.Sum(nil)[:8])
-	return s, nextCache, nil
+	return s, nil
 }
 
 // entryIsDir reports whether e (at slash path p) is a directory, following
@@ -290,7 +381,7 @@ func (s *Snapshot) Len() int { return s.count }
 // caller must not modify the slice.
 func (s *Snapshot) Warnings() []Problem { return s.warnings }
 
-// Fleets returns the names of the fleet directories, sorted.
+// Fleets returns the names of the fleets, sorted.
 func (s *Snapshot) Fleets() []string {
 	out := make([]string, 0, len(s.scopes))
 	for f := range s.scopes {
@@ -340,11 +431,11 @@ func sortedByName(a, b map[string]*Resource) []*Resource {
 }
 
 // messages returns the messages a node of fleet sees (ForNode), of every
-// type: the group the Source states for that fleet. "" is the default
-// group, the global resources alone.
+// type: the group Apply states for that fleet. "" is the default group,
+// the global resources alone.
 func (s *Snapshot) messages(fleet string) []proto.Message {
 	var out []proto.Message
-	for _, t := range supportedTypes() {
+	for _, t := range Types() {
 		for _, r := range s.ForNode(fleet, t) {
 			out = append(out, r.Message)
 		}
@@ -366,7 +457,7 @@ func (s *Snapshot) locate(ps []resources.Problem) []Problem {
 			r, ok = s.Lookup("", string(p.Type), p.Name)
 		}
 		if !ok {
-			out = append(out, Problem{File: ".", Index: -1, Type: shortType(string(p.Type)), Name: p.Name, Msg: p.Msg + " (in " + where + ")"})
+			out = append(out, Problem{File: ".", Index: -1, Type: ShortType(string(p.Type)), Name: p.Name, Msg: p.Msg + " (in " + where + ")"})
 			continue
 		}
 		out = append(out, resourceProblem(r, "%s (in %s)", p.Msg, where))
@@ -382,7 +473,7 @@ func (s *Snapshot) All() iter.Seq[*Resource] {
 		fleets := append([]string{""}, s.Fleets()...)
 		for _, fleet := range fleets {
 			sc := s.scopes[fleet]
-			for _, t := range supportedTypes() {
+			for _, t := range Types() {
 				for _, r := range sortedByName(sc[t], nil) {
 					if !yield(r) {
 						return

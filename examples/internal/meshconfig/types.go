@@ -1,4 +1,4 @@
-package main
+package meshconfig
 
 import (
 	"strings"
@@ -20,33 +20,31 @@ import (
 	"github.com/xdspush/xdspush/xds"
 )
 
-// Type URLs of the resources a configuration directory may hold. They are
-// also the Kind of the pushcontext.ConfigKeys the Store announces for them.
+// Type URLs of the resources a configuration may hold. They are also the
+// Kind of the pushcontext.ConfigKeys a resources.Store announces for them.
 const (
-	typeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	typeEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-	typeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	typeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-	typeSecret   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
+	TypeCluster  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	TypeEndpoint = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	TypeListener = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	TypeRoute    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	TypeSecret   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 
 	typeHCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
 )
 
-// typeRank orders the supported type URLs in the order xDS clients should
-// receive them (clusters and endpoints before listeners and routes), which is
-// also the order of kinds in sorted output. An unsupported type URL ranks
-// numTypes.
+// typeRank orders the supported type URLs as Types does. An unsupported
+// type URL ranks numTypes.
 func typeRank(typeURL string) int {
 	switch typeURL {
-	case typeCluster:
+	case TypeCluster:
 		return 0
-	case typeEndpoint:
+	case TypeEndpoint:
 		return 1
-	case typeListener:
+	case TypeListener:
 		return 2
-	case typeRoute:
+	case TypeRoute:
 		return 3
-	case typeSecret:
+	case TypeSecret:
 		return 4
 	}
 	return numTypes
@@ -55,27 +53,28 @@ func typeRank(typeURL string) int {
 // numTypes is the number of supported resource types.
 const numTypes = 5
 
-// supportedTypes returns the supported type URLs in typeRank order.
-func supportedTypes() []string {
-	return []string{typeCluster, typeEndpoint, typeListener, typeRoute, typeSecret}
+// Types returns the supported type URLs in push order: clusters and
+// endpoints before listeners and routes, then secrets.
+func Types() []string {
+	return []string{TypeCluster, TypeEndpoint, TypeListener, TypeRoute, TypeSecret}
 }
 
-// typeURLs returns the supported type URLs in typeRank order, as the
-// types a resources.Store serves.
-func typeURLs() []xds.TypeURL {
+// TypeURLs returns Types as the types a resources.Store serves.
+func TypeURLs() []xds.TypeURL {
 	out := make([]xds.TypeURL, 0, numTypes)
-	for _, t := range supportedTypes() {
+	for _, t := range Types() {
 		out = append(out, xds.TypeURL(t))
 	}
 	return out
 }
 
-// isSupportedType reports whether a directory may hold resources of typeURL.
+// isSupportedType reports whether a configuration may hold resources of
+// typeURL.
 func isSupportedType(typeURL string) bool { return typeRank(typeURL) < numTypes }
 
-// shortType returns the message name of a type URL, for messages meant for
+// ShortType returns the message name of a type URL, for messages meant for
 // people: "Cluster" for ".../envoy.config.cluster.v3.Cluster".
-func shortType(typeURL string) string {
+func ShortType(typeURL string) string {
 	if i := strings.LastIndexByte(typeURL, '.'); i >= 0 {
 		return typeURL[i+1:]
 	}

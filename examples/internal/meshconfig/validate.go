@@ -1,4 +1,4 @@
-package main
+package meshconfig
 
 import (
 	"fmt"
@@ -32,7 +32,7 @@ import (
 func validateView(scopes map[string]scope, fleet string) (problems, warnings []Problem) {
 	global, own := scopes[""], scopes[fleet]
 	v := view{global: global, own: own, fleet: fleet}
-	for _, t := range supportedTypes() {
+	for _, t := range Types() {
 		for _, r := range sortedByName(own[t], nil) {
 			switch m := r.Message.(type) {
 			case *listenerv3.Listener:
@@ -108,7 +108,7 @@ func (v view) checkListener(r *Resource, l *listenerv3.Listener) (problems, warn
 		}
 		if rds := hcm.GetRds(); rds != nil {
 			name := rds.GetRouteConfigName()
-			if !v.has(typeRoute, name) {
+			if !v.has(TypeRoute, name) {
 				problems = append(problems, resourceProblem(r, "%s: rds.route_config_name %q: no RouteConfiguration of that name %s", h.at, name, v.where()))
 			}
 			if !servedHere(rds.GetConfigSource()) {
@@ -127,7 +127,7 @@ func (v view) checkListener(r *Resource, l *listenerv3.Listener) (problems, warn
 func (v view) checkRoutes(r *Resource, rc *routev3.RouteConfiguration, prefix string) []Problem {
 	var problems []Problem
 	check := func(cluster, at string) {
-		if !v.has(typeCluster, cluster) {
+		if !v.has(TypeCluster, cluster) {
 			problems = append(problems, resourceProblem(r, "%s%s: cluster %q: no Cluster of that name %s", prefix, at, cluster, v.where()))
 		}
 	}
@@ -166,7 +166,7 @@ func (v view) checkCluster(r *Resource, c *clusterv3.Cluster) []Problem {
 	if service == "" {
 		service = c.GetName()
 	}
-	if !v.has(typeEndpoint, service) {
+	if !v.has(TypeEndpoint, service) {
 		warnings = append(warnings, resourceProblem(r, "EDS service %q: no ClusterLoadAssignment of that name %s; the cluster has no endpoints until one is added", service, v.where()))
 	}
 	if !servedHere(eds.GetEdsConfig()) {

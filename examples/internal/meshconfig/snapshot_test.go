@@ -1,4 +1,4 @@
-package main
+package meshconfig
 
 import (
 	"errors"
@@ -25,7 +25,7 @@ func names(rs []*Resource) []string {
 }
 
 func TestLoadBundled(t *testing.T) {
-	s, err := Load(os.DirFS("testdata"))
+	s, err := Load(os.DirFS(bundled))
 	if err != nil {
 		t.Fatalf("Load(testdata) = %v", err)
 	}
@@ -45,17 +45,17 @@ func TestLoadBundled(t *testing.T) {
 	if s.Version() == "" || again.Version() != s.Version() {
 		t.Errorf("versions of equal content: %q and %q; want equal and non-empty", s.Version(), again.Version())
 	}
-	r, ok := s.Lookup("", typeEndpoint, "backend")
+	r, ok := s.Lookup("", TypeEndpoint, "backend")
 	if !ok || r.File != "endpoints.json" || r.Index != 0 {
 		t.Errorf("Lookup(backend endpoints) = %+v, %t; want endpoints.json resources[0]", r, ok)
 	}
-	if _, ok := s.Lookup("", typeCluster, "edge-api"); ok {
+	if _, ok := s.Lookup("", TypeCluster, "edge-api"); ok {
 		t.Errorf("Lookup found fleet cluster edge-api in the global scope")
 	}
 }
 
 func TestForNode(t *testing.T) {
-	s, err := Load(os.DirFS("testdata"))
+	s, err := Load(os.DirFS(bundled))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,28 +64,28 @@ func TestForNode(t *testing.T) {
 		typeURL string
 		want    []string
 	}{
-		{"", typeCluster, []string{"backend"}},
-		{"edge", typeCluster, []string{"backend", "edge/edge-api"}},
-		{"edge", typeEndpoint, []string{"backend", "edge/edge-api"}},
-		{"edge", typeListener, []string{"edge/edge", "ingress"}},
-		{"edge", typeRoute, []string{"edge/edge_route", "local_route"}},
-		{"edge", typeSecret, nil},
-		{"other", typeCluster, []string{"backend"}},
-		{"other", typeListener, []string{"ingress"}},
+		{"", TypeCluster, []string{"backend"}},
+		{"edge", TypeCluster, []string{"backend", "edge/edge-api"}},
+		{"edge", TypeEndpoint, []string{"backend", "edge/edge-api"}},
+		{"edge", TypeListener, []string{"edge/edge", "ingress"}},
+		{"edge", TypeRoute, []string{"edge/edge_route", "local_route"}},
+		{"edge", TypeSecret, nil},
+		{"other", TypeCluster, []string{"backend"}},
+		{"other", TypeListener, []string{"ingress"}},
 	}
 	for _, tc := range tests {
-		t.Run(tc.cluster+"/"+shortType(tc.typeURL), func(t *testing.T) {
+		t.Run(tc.cluster+"/"+ShortType(tc.typeURL), func(t *testing.T) {
 			if got := names(s.ForNode(tc.cluster, tc.typeURL)); !slices.Equal(got, tc.want) {
-				t.Errorf("ForNode(%q, %s) = %q; want %q", tc.cluster, shortType(tc.typeURL), got, tc.want)
+				t.Errorf("ForNode(%q, %s) = %q; want %q", tc.cluster, ShortType(tc.typeURL), got, tc.want)
 			}
 		})
 	}
-	if got, want := names(s.Resources("edge", typeCluster)), []string{"edge/edge-api"}; !slices.Equal(got, want) {
+	if got, want := names(s.Resources("edge", TypeCluster)), []string{"edge/edge-api"}; !slices.Equal(got, want) {
 		t.Errorf("Resources(edge, Cluster) = %q; want %q", got, want)
 	}
 	var all []string
 	for r := range s.All() {
-		all = append(all, shortType(r.TypeURL)+":"+names([]*Resource{r})[0])
+		all = append(all, ShortType(r.TypeURL)+":"+names([]*Resource{r})[0])
 	}
 	want := []string{
 		"Cluster:backend", "ClusterLoadAssignment:backend", "Listener:ingress", "RouteConfiguration:local_route",
@@ -154,7 +154,7 @@ func TestLoadSymlinks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load() = %v", err)
 	}
-	if got, want := names(s.ForNode("blue", typeCluster)), []string{"a", "blue/c"}; !slices.Equal(got, want) {
+	if got, want := names(s.ForNode("blue", TypeCluster)), []string{"a", "blue/c"}; !slices.Equal(got, want) {
 		t.Errorf("ForNode(blue) = %q; want %q", got, want)
 	}
 	if err := os.Symlink(filepath.Join(elsewhere, "missing"), filepath.Join(dir, "dangling.yaml")); err != nil {

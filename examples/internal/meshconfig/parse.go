@@ -1,4 +1,4 @@
-package main
+package meshconfig
 
 import (
 	"crypto/sha256"
@@ -22,17 +22,17 @@ import (
 type Resource struct {
 	TypeURL string        // type URL, one of the supported types
 	Name    string        // name clients subscribe to (cluster_name for endpoints)
-	Fleet   string        // fleet directory, "" for a file at the top of the directory
-	File    string        // slash-separated path relative to the directory
+	Fleet   string        // fleet, "" for a global file
+	File    string        // the file's slash-separated path (relative to the directory, or the key under the prefix)
 	Index   int           // position in the file's resources list
 	Message proto.Message // the typed message
 	Hash    [sha256.Size]byte
 }
 
-// Problem is one thing wrong with a configuration directory, located as
-// precisely as it is known.
+// Problem is one thing wrong with a configuration, located as precisely as
+// it is known.
 type Problem struct {
-	File  string `json:"file"`           // slash-separated path relative to the directory
+	File  string `json:"file"`           // the file's slash-separated path
 	Index int    `json:"index"`          // position in the resources list; -1 for the whole file
 	Type  string `json:"type,omitempty"` // short type name, when known
 	Name  string `json:"name,omitempty"` // resource name, when known
@@ -62,47 +62,47 @@ func (p Problem) String() string {
 
 // resourceProblem returns a Problem located at r.
 func resourceProblem(r *Resource, format string, args ...any) Problem {
-	return Problem{File: r.File, Index: r.Index, Type: shortType(r.TypeURL), Name: r.Name, Msg: fmt.Sprintf(format, args...)}
+	return Problem{File: r.File, Index: r.Index, Type: ShortType(r.TypeURL), Name: r.Name, Msg: fmt.Sprintf(format, args...)}
 }
 
 // Config file formats, chosen by extension.
 const (
-	formatNone = iota // not a configuration file
-	formatYAML
-	formatJSON
+	FormatNone = iota // not a configuration file
+	FormatYAML
+	FormatJSON
 )
 
 // fileFormat returns the format of a configuration file by its extension:
 // .yaml and .yml are YAML, .json is JSON, anything else is not
-// configuration (formatNone).
-func fileFormat(name string) int {
+// configuration (FormatNone).
+func FileFormat(name string) int {
 	switch strings.ToLower(path.Ext(name)) {
 	case ".yaml", ".yml":
-		return formatYAML
+		return FormatYAML
 	case ".json":
-		return formatJSON
+		return FormatJSON
 	}
-	return formatNone
+	return FormatNone
 }
 
-// parseFile parses one file in Envoy's file-subscription format: an object
+// ParseFile parses one file in Envoy's file-subscription format: an object
 // with a "resources" list whose items are resources carrying an "@type"
 // (optionally "version_info", ignored, and "type_url", which every resource
 // must then match). file is the slash path used in problems and fleet the
 // scope of the file's resources. Each resource is unmarshalled into its typed
 // message, must have a name and must pass its ValidateAll method.
 //
-// parseFile returns the resources that are valid and a problem for each one
+// ParseFile returns the resources that are valid and a problem for each one
 // that is not, so one pass reports everything wrong with a file. An empty
 // file is a problem, not an empty list: a file caught half-written must not
 // withdraw its resources.
-func parseFile(file, fleet string, data []byte) ([]*Resource, []Problem) {
+func ParseFile(file, fleet string, data []byte) ([]*Resource, []Problem) {
 	whole := func(format string, args ...any) []Problem {
 		return []Problem{{File: file, Index: -1, Msg: fmt.Sprintf(format, args...)}}
 	}
-	format := fileFormat(file)
+	format := FileFormat(file)
 	js := data
-	if format == formatYAML {
+	if format == FormatYAML {
 		var err error
 		if js, err = yaml.YAMLToJSON(data); err != nil {
 			return nil, whole("%v", err)
@@ -141,17 +141,17 @@ func parseFile(file, fleet string, data []byte) ([]*Resource, []Problem) {
 		problems []Problem
 	)
 	for i, raw := range raws {
-		r, err := parseResource(raw, format == formatYAML)
+		r, err := parseResource(raw, format == FormatYAML)
 		if err != nil {
 			p := Problem{File: file, Index: i, Msg: err.Error()}
 			if r != nil {
-				p.Type, p.Name = shortType(r.TypeURL), r.Name
+				p.Type, p.Name = ShortType(r.TypeURL), r.Name
 			}
 			problems = append(problems, p)
 			continue
 		}
 		if typeURL != "" && r.TypeURL != typeURL {
-			problems = append(problems, Problem{File: file, Index: i, Type: shortType(r.TypeURL), Name: r.Name,
+			problems = append(problems, Problem{File: file, Index: i, Type: ShortType(r.TypeURL), Name: r.Name,
 				Msg: fmt.Sprintf("@type differs from the file's type_url %q", typeURL)})
 			continue
 		}
@@ -176,8 +176,8 @@ func parseResource(raw json.RawMessage, fromYAML bool) (*Resource, error) {
 	}
 	if !isSupportedType(head.Type) {
 		names := make([]string, 0, numTypes)
-		for _, t := range supportedTypes() {
-			names = append(names, shortType(t))
+		for _, t := range Types() {
+			names = append(names, ShortType(t))
 		}
 		return nil, fmt.Errorf("unsupported @type %q (want one of %s)", head.Type, strings.Join(names, ", "))
 	}
@@ -194,7 +194,7 @@ func parseResource(raw json.RawMessage, fromYAML bool) (*Resource, error) {
 	partial.Name = resourceName(m)
 	if partial.Name == "" {
 		field := "name"
-		if head.Type == typeEndpoint {
+		if head.Type == TypeEndpoint {
 			field = "cluster_name"
 		}
 		return partial, fmt.Errorf("%s is empty", field)

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Test timeouts, as grpc's tests have them: a generous bound on what must
+// happen.
+const defaultTestTimeout = 20 * time.Second
+
+// testPrefix is the prefix the tests' configuration lives under.
+const testPrefix = "/test/config/"
+
+// bundled is the configuration filecp bundles: four global resources
+// (listener ingress, route local_route, cluster and endpoints backend) and
+// four of fleet edge.
+const bundled = "../filecp/testdata"
+
+// testEtcd is an embedded etcd on ports of its own, which a test can stop
+// and start again on the same data directory and ports.
+type testEtcd struct {
+	t                 testing.TB
+	dir, client, peer string
+	m                 *Embedded
+}
+
+// freeAddr returns a loopback address with a port that was free.
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startEtcd starts an embedded etcd for the test, stopped when it ends.
+func startEtcd(t testing.TB) *testEtcd {
+	t.Helper()
+	e := &testEtcd{t: t, dir: filepath.Join(t.TempDir(), "etcd"), client: freeAddr(t), peer: freeAddr(t)}
+	e.start()
+	t.Cleanup(e.stop)
+	return e
+}
+
+// start starts the etcd, which must be stopped.
+func (e *testEtcd) start() {
+	e.t.Helper()
+	m, err := StartEmbedded(EmbedConfig{Dir: e.dir, ClientAddr: e.client, PeerAddr: e.peer})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.m = m
+}
+
+// stop stops the etcd, if it runs.
+func (e *testEtcd) stop() {
+	if e.m != nil {
+		e.m.Close()
+		e.m = nil
+	}
+}
+
+// stopAsync starts stopping the etcd, which takes seconds (it gives the
+// watch streams of its clients time to end), and returns a channel closed
+// once it has stopped.
+func (e *testEtcd) stopAsync() <-chan struct{} {
+	m := e.m
+	e.m = nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.Close()
+	}()
+	return done
+}
+
+// newClient returns a client of the etcd, closed when the test ends.
+func (e *testEtcd) newClient(t testing.TB) *clientv3.Client {
+	t.Helper()
+	c, err := NewClient(ClientConfig{Endpoints: []string{e.client}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// put writes files under testPrefix in one transaction and returns its
+// revision.
+func put(t testing.TB, c *clientv3.Client, files ...meshconfig.File) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	rev, err := putFiles(ctx, c, testPrefix, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rev
+}
+
+// rawPut writes data to the key of path under testPrefix, unchecked (as
+// etcdctl would), and returns its revision.
+func rawPut(t testing.TB, c *clientv3.Client, path, data string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	resp, err := c.Put(ctx, testPrefix+path, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// rawDelete deletes the key of path under testPrefix and returns the
+// revision.
+func rawDelete(t testing.TB, c *clientv3.Client, path string) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	resp, err := c.Delete(ctx, testPrefix+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Header.Revision
+}
+
+// bundledFiles returns the files of the bundled configuration.
+func bundledFiles(t testing.TB) []meshconfig.File {
+	t.Helper()
+	files, err := filesToPut(bundled, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// file returns the file of path, read from the bundled configuration.
+func bundledFile(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(bundled, filepath.FromSlash(path)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// clusterFile is a file of one static cluster named name.
+func clusterFile(name string) string {
+	return `resources:
+- "@type": type.googleapis.com/envoy.config.cluster.v3.Cluster
+  name: ` + name + `
+  type: STATIC
+  connect_timeout: 1s
+`
+}

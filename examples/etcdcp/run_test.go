@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// syncBuffer is a bytes.Buffer safe for concurrent use that signals writes.
+type syncBuffer struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	written chan struct{}
+}
+
+func newSyncBuffer() *syncBuffer { return &syncBuffer{written: make(chan struct{}, 1)} }
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	select {
+	case b.written <- struct{}{}:
+	default:
+	}
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// waitFor waits until b contains s.
+func (b *syncBuffer) waitFor(t *testing.T, s string) {
+	t.Helper()
+	deadline := time.NewTimer(defaultTestTimeout)
+	defer deadline.Stop()
+	for !strings.Contains(b.String(), s) {
+		select {
+		case <-b.written:
+		case <-deadline.C:
+			t.Fatalf("output does not contain %q after %v; got:\n%s", s, defaultTestTimeout, b.String())
+		}
+	}
+}
+
+// serve runs the program with args until the test ends.
+func serve(t *testing.T, args ...string) (stdout, stderr *syncBuffer) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stdout, stderr = newSyncBuffer(), newSyncBuffer()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, args, stdout, stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run() = %v; want nil after cancel", err)
+		}
+	})
+	return stdout, stderr
+}
+
+// readmeBlocks returns the plain code blocks (a fence without a language)
+// of the README's "Expected output" section, in order.
+func readmeBlocks(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Expected output\n")
+	if !ok {
+		t.Fatal("README.md: no Expected output section")
+	}
+	section, _, _ = strings.Cut(section, "\n## ")
+	var blocks []string
+	for {
+		_, rest, ok := strings.Cut(section, "\n```\n")
+		if !ok {
+			break
+		}
+		block, after, ok := strings.Cut(rest, "```\n")
+		if !ok {
+			t.Fatal("README.md: a code block of Expected output is not closed")
+		}
+		blocks = append(blocks, block)
+		section = after
+	}
+	return blocks
+}
+
+// TestREADMEOutput runs the program as the README does, with its embedded
+// etcd, writes the bundled configuration with "etcdcp put", and checks
+// that both print what the README shows: the replica's first push (the
+// empty prefix), the put, and the replica's push of what was put.
+func TestREADMEOutput(t *testing.T) {
+	blocks := readmeBlocks(t)
+	if len(blocks) != 3 {
+		t.Fatalf("README.md: %d plain code blocks under Expected output; want 3", len(blocks))
+	}
+	etcdAddr := freeAddr(t)
+	stdout, _ := serve(t, "-addr", "127.0.0.1:0", "-admin", "",
+		"-etcd-data", filepath.Join(t.TempDir(), "etcd"), "-etcd-listen", etcdAddr, "-etcd-peer", freeAddr(t))
+	stdout.waitFor(t, "  global: created\n")
+	first := stdout.String()
+	if first != blocks[0] {
+		t.Errorf("first push differs from the README's:\n%s", cmp.Diff(blocks[0], first))
+	}
+	putOut := newSyncBuffer()
+	if err := run(t.Context(), []string{"put", "-etcd", etcdAddr, "-f", bundled}, putOut, putOut); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	if got := "$ go run ./examples/etcdcp put -f examples/filecp/testdata\n" + putOut.String(); got != blocks[1] {
+		t.Errorf("put output differs from the README's:\n%s", cmp.Diff(blocks[1], got))
+	}
+	lines := strings.SplitAfter(blocks[2], "\n")
+	stdout.waitFor(t, lines[len(lines)-2]) // the last line
+	if got := strings.TrimPrefix(stdout.String(), first); got != blocks[2] {
+		t.Errorf("push of the put differs from the README's:\n%s", cmp.Diff(blocks[2], got))
+	}
+}
+
+// TestRunExistingEtcd serves the configuration of an etcd the program did
+// not start, and writes to it, with -etcd.
+func TestRunExistingEtcd(t *testing.T) {
+	e := startEtcd(t)
+	stdout, _ := serve(t, "-addr", "127.0.0.1:0", "-admin", "", "-etcd", e.client, "-prefix", testPrefix)
+	stdout.waitFor(t, "  global: created\n")
+	if err := run(t.Context(), []string{"put", "-etcd", e.client, "-prefix", testPrefix, "-f", filepath.Join(bundled, "edge", "edge.yaml"), "-fleet", "blue", "-key", "b.yaml"}, newSyncBuffer(), newSyncBuffer()); err == nil {
+		t.Errorf("put of a fleet file whose references the prefix lacks succeeded")
+	}
+	if err := run(t.Context(), []string{"put", "-etcd", e.client, "-prefix", testPrefix, "-f", filepath.Join(bundled, "clusters.yaml"), "-fleet", "blue", "-key", "c.yaml"}, newSyncBuffer(), newSyncBuffer()); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	stdout.waitFor(t, "  Cluster backend (fleet blue)\n")
+}
+
+// writeCert writes a certificate for name signed by ca (self-signed if
+// ca is nil) and its key to dir, and returns the certificate and the paths.
+func writeCert(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, string, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	parent, signer := tmpl, key
+	if ca == nil {
+		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
+	} else {
+		parent, signer = ca, caKey
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cert, key, certFile, keyFile
+}
+
+// TestRunSecuredEtcd serves, and writes to, an etcd that requires TLS
+// with client certificates, with -etcd-cert, -etcd-key and -etcd-ca.
+func TestRunSecuredEtcd(t *testing.T) {
+	dir := t.TempDir()
+	ca, caKey, caFile, _ := writeCert(t, dir, "ca", nil, nil)
+	_, _, serverCert, serverKey := writeCert(t, dir, "server", ca, caKey)
+	_, _, clientCert, clientKey := writeCert(t, dir, "client", ca, caKey)
+
+	ec := embed.NewConfig()
+	ec.Name, ec.Dir = "tls", filepath.Join(dir, "etcd")
+	addr := freeAddr(t)
+	cu, pu := url.URL{Scheme: "https", Host: addr}, url.URL{Scheme: "http", Host: freeAddr(t)}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.ClientTLSInfo = transport.TLSInfo{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: caFile, ClientCertAuth: true}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("etcd not ready")
+	}
+
+	tlsFlags := []string{"-etcd", addr, "-etcd-cert", clientCert, "-etcd-key", clientKey, "-etcd-ca", caFile}
+	// Without a client certificate, etcd refuses the put.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := run(ctx, []string{"put", "-etcd", addr, "-etcd-ca", caFile, "-timeout", "2s", "-f", bundled}, newSyncBuffer(), newSyncBuffer()); err == nil {
+		t.Errorf("put without a client certificate succeeded")
+	}
+	if err := run(t.Context(), append([]string{"put", "-f", bundled}, tlsFlags...), newSyncBuffer(), newSyncBuffer()); err != nil {
+		t.Fatalf("put: %v", err)
+	}
+	stdout, _ := serve(t, append([]string{"-addr", "127.0.0.1:0", "-admin", ""}, tlsFlags...)...)
+	stdout.waitFor(t, "  RouteConfiguration local_route (fleet edge)\n")
+}
+
+func TestRunErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("resources: ["), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := startEtcd(t)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"-nope"}, "flag provided but not defined"},
+		{"extra argument", []string{"extra"}, "unexpected arguments"},
+		{"negative connection age", []string{"-max-conn-age", "-1s"}, "is negative"},
+		{"bad ads address", []string{"-etcd", e.client, "-addr", "256.0.0.1:bad", "-admin", ""}, "etcdcp: ads"},
+		{"bad admin address", []string{"-etcd", e.client, "-addr", "127.0.0.1:0", "-admin", "256.0.0.1:bad"}, "etcdcp: admin"},
+		{"certificate without key", []string{"-etcd", e.client, "-etcd-cert", "c.crt"}, "needs both"},
+		{"embedded etcd address taken", []string{"-etcd-data", filepath.Join(dir, "etcd"), "-etcd-listen", e.client, "-etcd-peer", freeAddr(t)}, "embedded etcd"},
+		{"put: no file", []string{"put", "-etcd", e.client}, "-f is required"},
+		{"put: extra argument", []string{"put", "-etcd", e.client, "-f", bad, "extra"}, "unexpected arguments"},
+		{"put: missing file", []string{"put", "-etcd", e.client, "-f", filepath.Join(dir, "missing.yaml")}, "no such file"},
+		{"put: broken file", []string{"put", "-etcd", e.client, "-f", bad}, "bad.yaml: yaml: line 1"},
+		{"put: not a configuration name", []string{"put", "-etcd", e.client, "-f", bad, "-key", "notes.txt"}, "is not a configuration file's path"},
+		{"put: fleet of a directory", []string{"put", "-etcd", e.client, "-f", bundled, "-fleet", "edge"}, "a directory's layout names its files"},
+		{"put: empty directory", []string{"put", "-etcd", e.client, "-f", t.TempDir()}, "no configuration files"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(t.Context(), tc.args, newSyncBuffer(), newSyncBuffer())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run(%q) = %v; want an error containing %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
