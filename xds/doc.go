@@ -46,7 +46,11 @@
 //     back at the version the client has (or not sent), and a removal that
 //     something the client keeps still names is held back, until the
 //     configuration is consistent again (ReferenceError, Hooks.OnReferenceError,
-//     Phases.SendMissingReferences to send such resources anyway). So a
+//     Phases.SendMissingReferences to send such resources anyway). What a
+//     client still subscribes to by name and holds is not removed either:
+//     a listener or route version it still serves, while the new one warms,
+//     names it. A push is complete only once the client has also asked for
+//     what its last phase names (the routes of a new listener). So a
 //     client that ACKs never holds a listener or route in service that
 //     references what it does not hold.
 //   - NACK. The rejected content is not sent again to that client until it
