@@ -61,6 +61,8 @@ type Fleet struct {
 
 	failed  [numCodes]atomic.Int64 // streams that failed, by gRPC code
 	retried atomic.Int64           // streams opened again after one failed
+	firstMu sync.Mutex             // protects first
+	first   [numCodes]string       // the message of the first failure of each code
 
 	errMu sync.Mutex
 	errs  []error // stream errors, the first few
@@ -223,6 +225,9 @@ type Streams struct {
 	Failed map[string]int64 `json:"failed,omitempty"`
 	// Retried counts the streams opened again after one failed.
 	Retried int64 `json:"retried"`
+	// Messages holds, for each code of Failed, the message of the first
+	// stream that failed with it since the Fleet was made.
+	Messages map[string]string `json:"messages,omitempty"`
 }
 
 // Refused is the number of streams refused with ResourceExhausted.
@@ -247,13 +252,19 @@ func (f *Fleet) streamCounts() streamCounts {
 func (f *Fleet) streamsSince(sc streamCounts) Streams {
 	now := f.streamCounts()
 	out := Streams{Retried: now.retried - sc.retried}
+	f.firstMu.Lock()
+	defer f.firstMu.Unlock()
 	for i := range now.failed {
-		if n := now.failed[i] - sc.failed[i]; n > 0 {
-			if out.Failed == nil {
-				out.Failed = make(map[string]int64)
-			}
-			out.Failed[codes.Code(i).String()] = n
+		n := now.failed[i] - sc.failed[i]
+		if n <= 0 {
+			continue
 		}
+		if out.Failed == nil {
+			out.Failed, out.Messages = make(map[string]int64), make(map[string]string)
+		}
+		code := codes.Code(i).String()
+		out.Failed[code] = n
+		out.Messages[code] = f.first[i]
 	}
 	return out
 }
@@ -563,6 +574,11 @@ func (f *Fleet) streamFailed(c *client, err error) {
 		code = codes.Unknown
 	}
 	f.failed[code].Add(1)
+	f.firstMu.Lock()
+	if f.first[code] == "" {
+		f.first[code] = status.Convert(err).Message()
+	}
+	f.firstMu.Unlock()
 	if code != codes.ResourceExhausted && code != codes.Unavailable {
 		f.streamError(fmt.Errorf("client %s: %w", c.node.Id, err))
 	}
