@@ -2,8 +2,9 @@
 // each serving the mesh over ADS (SotW and Delta) on a listener:
 //
 //   - "xdspush": an xds.Server wired as a host would (xdspushhost.go),
-//     its new-stream admission as by default; "xdspush-unlimited", run
-//     only when named, the same with admission off;
+//     its new-stream admission as by default or at Config.NewStreamRate;
+//     "xdspush-unlimited", run only when named, the same with admission
+//     off;
 //   - "floor": a minimal server that marshals each response once and writes
 //     the same bytes to every stream (floor.go);
 //   - "gcp" and "gcp-pertype": go-control-plane's SnapshotCache in ADS
