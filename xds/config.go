@@ -205,9 +205,11 @@ type Config struct {
 	// admitted within one second is refused with codes.ResourceExhausted
 	// (clients retry with backoff). Zero means DefaultNewStreamRate(), 200
 	// per second per CPU (GOMAXPROCS): admitting a stream and answering an
-	// Envoy's first requests costs about 1.5 ms of CPU for a 100-service
-	// mesh, so that default keeps admission to about a third of the
-	// machine during a storm. math.Inf(1) admits every stream at once.
+	// Envoy's first requests costs about 0.9 ms of CPU for a 100-service
+	// mesh (the benchmarks module's reconnect storm), so that default keeps
+	// a storm's admissions to about a fifth of the machine, a third in its
+	// first second while the burst is spent. math.Inf(1) admits every
+	// stream at once.
 	NewStreamRate float64
 	// NewStreamBurst is the rate limiter's burst. Zero means one second's
 	// worth of NewStreamRate.

@@ -13,18 +13,31 @@
 //
 //	go run ./benchmarks/cmd/xdsload -scenario burst -n 1000
 //
+// With -scenario storm it runs the reconnect storm alone: the clients
+// converge, then every client reconnects at once, retrying a refused
+// stream with Envoy's backoff; it reports the time until every client
+// converged again, the server's CPU over the storm and, for xdspush, what
+// its new-stream admission let in.
+//
+//	go run ./benchmarks/cmd/xdsload -scenario storm -n 10000
+//
+// -json writes the results as JSON instead of markdown.
+//
 // Each server runs in a child process of its own and the clients in
 // another (this program, started again), so the CPU time and memory
 // measured are the server's alone. See the README of the benchmarks module.
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
 	"github.com/xdspush/xdspush/benchmarks/internal/harness"
 	"github.com/xdspush/xdspush/benchmarks/internal/servers"
 )
@@ -44,10 +57,10 @@ func main() {
 }
 
 func run() error {
-	scenario := flag.String("scenario", "changes", "changes: the latency, cost and storm comparison; burst: bursts of changes, checking make-before-break")
+	scenario := flag.String("scenario", "changes", "changes: the latency, cost and storm comparison; burst: bursts of changes, checking make-before-break; storm: the reconnect storm alone")
 	n := flag.Int("n", 1000, "number of clients")
 	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
-	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(servers.Names, ", ")+" (burst: xdspush unless set)")
+	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(append(servers.Names, servers.Variants...), ", ")+" (burst: xdspush unless set)")
 	storm := flag.Bool("storm", true, "add a reconnect storm")
 	rounds := flag.Int("rounds", 3, "changes of each kind (each to another service); the figures pool them")
 	services := flag.Int("services", 0, "services in the mesh (0: 100)")
@@ -58,6 +71,10 @@ func run() error {
 	changes := flag.Int("changes", 20, "burst: changes per run")
 	interval := flag.Duration("interval", 20*time.Millisecond, "burst: interval between two changes")
 	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1)")
+	backoffBase := flag.Duration("backoff-base", fleet.DefaultBackoffBase, "bound of the wait before a client's first retry of a failed stream (doubling with each retry in a row)")
+	backoffMax := flag.Duration("backoff-max", fleet.DefaultBackoffMax, "cap of the bound of a client's retry wait")
+	streamRate := flag.Float64("stream-rate", 0, "xdspush's new-stream admission, streams per second (0: the library's default, xds.DefaultNewStreamRate)")
+	asJSON := flag.Bool("json", false, "write the results as JSON rather than markdown")
 	flag.Parse()
 	serversSet := false
 	flag.Visit(func(f *flag.Flag) { serversSet = serversSet || f.Name == "servers" })
@@ -72,31 +89,46 @@ func run() error {
 	}
 	start := time.Now()
 	cfg := harness.Config{
-		Clients:    *n,
-		Servers:    split(*srvs),
-		Protocols:  split(*protocols),
-		Storm:      *storm,
-		Rounds:     *rounds,
-		Services:   *services,
-		Endpoints:  *endpoints,
-		CPUProfile: *cpuprofile,
-		Timeout:    *timeout,
-		Executable: exe,
-		Stderr:     os.Stderr,
-		Progress:   os.Stderr,
+		Clients:       *n,
+		Servers:       split(*srvs),
+		Protocols:     split(*protocols),
+		Storm:         *storm,
+		Rounds:        *rounds,
+		Services:      *services,
+		Endpoints:     *endpoints,
+		CPUProfile:    *cpuprofile,
+		Timeout:       *timeout,
+		Backoff:       fleet.Backoff{Base: *backoffBase, Max: *backoffMax},
+		NewStreamRate: *streamRate,
+		Executable:    exe,
+		Stderr:        os.Stderr,
+		Progress:      os.Stderr,
 	}
 	switch *scenario {
-	case "changes":
+	case "changes", "storm":
+		cfg.StormOnly = *scenario == "storm"
 		rs, err := harness.Run(cfg)
-		harness.Report(os.Stdout, rs)
+		if jerr := output(*asJSON, rs, harness.Report); jerr != nil && err == nil {
+			err = jerr
+		}
 		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
-		return err
+		if err != nil || !cfg.StormOnly {
+			return err
+		}
+		for _, r := range rs {
+			if r.Init.Missing > 0 || r.Storm == nil || r.Storm.Latency.Missing > 0 {
+				return fmt.Errorf("%s %s: clients did not converge", r.Server, r.Protocol)
+			}
+		}
+		return nil
 	case "burst":
 		if !serversSet {
 			cfg.Servers = nil // xdspush
 		}
 		rs, err := harness.RunBurst(cfg, harness.Burst{Runs: *runs, Changes: *changes, Interval: *interval, Seed: *seed})
-		harness.ReportBurst(os.Stdout, rs)
+		if jerr := output(*asJSON, rs, harness.ReportBurst); jerr != nil && err == nil {
+			err = jerr
+		}
 		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
 		if err != nil {
 			return err
@@ -110,7 +142,18 @@ func run() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("unknown scenario %q (want changes or burst)", *scenario)
+	return fmt.Errorf("unknown scenario %q (want changes, burst or storm)", *scenario)
+}
+
+// output writes rs to the standard output, as JSON or with report.
+func output[R any](asJSON bool, rs []R, report func(io.Writer, []R)) error {
+	if !asJSON {
+		report(os.Stdout, rs)
+		return nil
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rs)
 }
 
 func split(s string) []string {

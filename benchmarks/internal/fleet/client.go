@@ -2,7 +2,10 @@ package fleet
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -40,15 +43,20 @@ type client struct {
 	targetID atomic.Int64 // the target ackedAt is for
 
 	// Owned by the goroutine of the current connection.
-	cc       *grpc.ClientConn
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the connection's goroutine returns
-	stMu     sync.Mutex    // held while st changes, so the Fleet may describe it
-	st       *state
-	lds      bool                // LDS subscribed
-	subs     map[string][]string // SotW: by-name subscriptions; Delta: subscribed names
-	versions map[string]string   // SotW: last version by type
-	nonces   map[string]string   // SotW: last nonce by type
+	rnd    *rand.Rand // draws its backoffs
+	cc     *grpc.ClientConn
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the connection's goroutine returns
+	stMu   sync.Mutex    // held while st changes, so the Fleet may describe it
+	st     *state
+	// violBase and byRefBase are the violations counted by the states of
+	// earlier streams.
+	violBase  int
+	byRefBase [numRefs]int
+	lds       bool                // LDS subscribed
+	subs      map[string][]string // SotW: by-name subscriptions; Delta: subscribed names
+	versions  map[string]string   // SotW: last version by type
+	nonces    map[string]string   // SotW: last nonce by type
 }
 
 // sender abstracts the two ADS streams.
@@ -66,28 +74,98 @@ func (c *client) connect() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cc, c.cancel = cc, cancel
-	c.st = newState()
-	c.lds = false
+	c.reset()
 	c.convAt.Store(0)
 	c.phaseOf.Store(nil)
-	c.subs = make(map[string][]string)
-	c.versions = make(map[string]string)
-	c.nonces = make(map[string]string)
 	c.done = make(chan struct{})
 	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
 	go func() {
 		defer close(c.done)
-		var err error
-		if c.f.cfg.Delta {
-			err = c.runDelta(ctx, ads)
-		} else {
-			err = c.runSotW(ctx, ads)
-		}
-		if err != nil && ctx.Err() == nil {
-			c.f.streamError(fmt.Errorf("client %s: %w", c.node.Id, err))
-		}
+		c.run(ctx, ads)
 	}()
 	return nil
+}
+
+// reset makes the client an empty one, before a stream opens: it holds
+// nothing and has subscribed to nothing. The violations its state counted
+// are kept in the client's totals.
+func (c *client) reset() {
+	c.stMu.Lock()
+	if c.st != nil {
+		c.violBase += c.st.violations
+		for i, n := range c.st.byRef {
+			c.byRefBase[i] += n
+		}
+	}
+	c.st = newState()
+	c.stMu.Unlock()
+	c.lds = false
+	c.subs = make(map[string][]string)
+	c.versions = make(map[string]string)
+	c.nonces = make(map[string]string)
+}
+
+// run runs the client's stream on its connection until ctx ends. A stream
+// that fails is counted and opened again after a backoff (Config.Backoff),
+// on the same connection, as an empty client, as Envoy does when its ADS
+// stream fails.
+func (c *client) run(ctx context.Context, ads discoveryv3.AggregatedDiscoveryServiceClient) {
+	retry := 0 // failures in a row since a stream last received a response
+	for {
+		r0 := c.responses.Load()
+		sctx, cancel := context.WithCancel(ctx) // ends the stream if its run returns before it has ended
+		var err error
+		if c.f.cfg.Delta {
+			err = c.runDelta(sctx, ads)
+		} else {
+			err = c.runSotW(sctx, ads)
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		c.f.streamFailed(c, err)
+		c.lost()
+		if c.responses.Load() != r0 {
+			retry = 0
+		}
+		retry++
+		t := time.NewTimer(c.f.cfg.Backoff.delay(retry, c.rnd))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		c.f.retried.Add(1)
+		c.reset()
+	}
+}
+
+// lost uncounts the client from the convergence it was counted in, if
+// any, as its stream has failed: it will start again as an empty client.
+func (c *client) lost() {
+	ph := c.phaseOf.Load()
+	if ph == nil || ph != c.f.phase.Load() {
+		return
+	}
+	c.convAt.Store(0)
+	c.phaseOf.Store(nil)
+	ph.regressions.Add(1)
+	ph.add(-1)
+}
+
+// ended returns the status that ended a stream whose Send failed with err:
+// io.EOF means the stream has ended, and recv (its Recv) returns why.
+func ended(err error, recv func() error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	for {
+		if err := recv(); err != nil {
+			return err
+		}
+	}
 }
 
 // disconnect closes the connection and waits for the client's goroutine.
@@ -132,11 +210,12 @@ func (c *client) accepted(typ string, upserted []resource, ackAt time.Time) {
 	}
 }
 
-// mirror publishes the state's violation counts.
+// mirror publishes the violation counts: those of the state and of the
+// states before it.
 func (c *client) mirror() {
-	c.violated.Store(int64(c.st.violations))
+	c.violated.Store(int64(c.violBase + c.st.violations))
 	for i, n := range c.st.byRef {
-		c.byRef[i].Store(int64(n))
+		c.byRef[i].Store(int64(c.byRefBase[i] + n))
 	}
 }
 
@@ -204,8 +283,9 @@ func (c *client) runSotW(ctx context.Context, ads discoveryv3.AggregatedDiscover
 		return err
 	}
 	s := sotwSender{c: c, stream: stream}
+	recv := func() error { _, err := stream.Recv(); return err }
 	if err := stream.Send(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: mesh.ClusterType}); err != nil {
-		return err
+		return ended(err, recv)
 	}
 	for {
 		resp, err := stream.Recv()
@@ -237,11 +317,11 @@ func (c *client) runSotW(ctx context.Context, ads discoveryv3.AggregatedDiscover
 			ResponseNonce: resp.Nonce,
 			ResourceNames: c.subs[typ],
 		}); err != nil {
-			return err
+			return ended(err, recv)
 		}
 		c.accepted(typ, upserted, ackAt)
 		if err := c.next(s, typ); err != nil {
-			return err
+			return ended(err, recv)
 		}
 	}
 }
@@ -278,10 +358,11 @@ func (c *client) runDelta(ctx context.Context, ads discoveryv3.AggregatedDiscove
 		return err
 	}
 	s := deltaSender{c: c, stream: stream}
+	recv := func() error { _, err := stream.Recv(); return err }
 	if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{
 		Node: c.node, TypeUrl: mesh.ClusterType, ResourceNamesSubscribe: []string{"*"},
 	}); err != nil {
-		return err
+		return ended(err, recv)
 	}
 	for {
 		resp, err := stream.Recv()
@@ -310,11 +391,11 @@ func (c *client) runDelta(ctx context.Context, ads discoveryv3.AggregatedDiscove
 		c.mirror()
 		ackAt := time.Now()
 		if err := stream.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typ, ResponseNonce: resp.Nonce}); err != nil {
-			return err
+			return ended(err, recv)
 		}
 		c.accepted(typ, upserted, ackAt)
 		if err := c.next(s, typ); err != nil {
-			return err
+			return ended(err, recv)
 		}
 	}
 }

@@ -26,6 +26,11 @@
 //     they hold that differs, their violations, their last responses).
 //   - Storms: every client closes its connection and opens a new one at
 //     once, as an empty client; the moment each has converged again.
+//   - Streams: a stream that fails (a server's admission refusing it with
+//     ResourceExhausted, or any error) is opened again on the same
+//     connection, as an empty client, after a jittered exponential backoff
+//     (Backoff: Envoy's, by default); the failures are counted by gRPC code,
+//     and the retries, per Start and Storm.
 //
 // A Fleet's methods must be called from one goroutine.
 package fleet

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -11,7 +12,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
 )
@@ -34,6 +37,10 @@ type Config struct {
 	// Quiet is how long no client may receive anything for the servers to
 	// count as quiet after a change. Zero means 500ms.
 	Quiet time.Duration
+	// Backoff is how a client waits before it opens its stream again, on
+	// the same connection and as an empty client, after one failed. Zero
+	// fields mean Envoy's bounds (see Backoff).
+	Backoff Backoff
 }
 
 // Fleet is a set of clients.
@@ -52,10 +59,18 @@ type Fleet struct {
 	want     want                        // what the next phase converges to
 	settling *settling                   // what ExpectMesh recorded for WaitMesh
 
+	failed  [numCodes]atomic.Int64 // streams that failed, by gRPC code
+	retried atomic.Int64           // streams opened again after one failed
+	firstMu sync.Mutex             // protects first
+	first   [numCodes]string       // the message of the first failure of each code
+
 	errMu sync.Mutex
 	errs  []error // stream errors, the first few
 	nerrs int
 }
+
+// numCodes bounds the gRPC codes counted apart; others count as Unknown.
+const numCodes = int(codes.Unauthenticated) + 1
 
 // target is an expected change.
 type target struct {
@@ -134,6 +149,10 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Quiet == 0 {
 		cfg.Quiet = 500 * time.Millisecond
 	}
+	cfg.Backoff = cfg.Backoff.withDefaults()
+	if cfg.Backoff.Base < 0 || cfg.Backoff.Max < cfg.Backoff.Base {
+		return nil, fmt.Errorf("fleet: Config.Backoff %+v; want 0 < Base ≤ Max", cfg.Backoff)
+	}
 	f := &Fleet{cfg: cfg, contents: newContents()}
 	if err := f.SetMesh(cfg.Mesh); err != nil {
 		return nil, err
@@ -157,7 +176,8 @@ func New(cfg Config) (*Fleet, error) {
 	}
 	f.clients = make([]*client, cfg.Clients)
 	for i := range f.clients {
-		f.clients[i] = &client{f: f, node: &corev3.Node{Id: NodeID(i), Cluster: "bench"}}
+		f.clients[i] = &client{f: f, node: &corev3.Node{Id: NodeID(i), Cluster: "bench"},
+			rnd: rand.New(rand.NewPCG(uint64(i), 0x5eed))}
 	}
 	return f, nil
 }
@@ -189,8 +209,64 @@ type Convergence struct {
 	Bytes     int64 `json:"bytes"`
 	// Violations is the total of dangling references counted so far.
 	Violations int64 `json:"violations"`
-	// Errors describes stream errors, if any.
+	// Streams is what the clients' streams went through from Start until
+	// the servers fell quiet.
+	Streams Streams `json:"streams"`
+	// Errors describes stream errors, if any (a stream refused with
+	// ResourceExhausted or Unavailable is counted in Streams, not
+	// described here).
 	Errors []string `json:"errors,omitempty"`
+}
+
+// Streams counts the streams that failed and were opened again.
+type Streams struct {
+	// Failed counts the streams that failed, by gRPC code (the code's
+	// name): ResourceExhausted for those a server's admission refused.
+	Failed map[string]int64 `json:"failed,omitempty"`
+	// Retried counts the streams opened again after one failed.
+	Retried int64 `json:"retried"`
+	// Messages holds, for each code of Failed, the message of the first
+	// stream that failed with it since the Fleet was made.
+	Messages map[string]string `json:"messages,omitempty"`
+}
+
+// Refused is the number of streams refused with ResourceExhausted.
+func (s Streams) Refused() int64 { return s.Failed[codes.ResourceExhausted.String()] }
+
+// streamCounts is a snapshot of the Fleet's stream counters.
+type streamCounts struct {
+	failed  [numCodes]int64
+	retried int64
+}
+
+func (f *Fleet) streamCounts() streamCounts {
+	var sc streamCounts
+	for i := range f.failed {
+		sc.failed[i] = f.failed[i].Load()
+	}
+	sc.retried = f.retried.Load()
+	return sc
+}
+
+// streamsSince returns what the counters counted since sc.
+func (f *Fleet) streamsSince(sc streamCounts) Streams {
+	now := f.streamCounts()
+	out := Streams{Retried: now.retried - sc.retried}
+	f.firstMu.Lock()
+	defer f.firstMu.Unlock()
+	for i := range now.failed {
+		n := now.failed[i] - sc.failed[i]
+		if n <= 0 {
+			continue
+		}
+		if out.Failed == nil {
+			out.Failed, out.Messages = make(map[string]int64), make(map[string]string)
+		}
+		code := codes.Code(i).String()
+		out.Failed[code] = n
+		out.Messages[code] = f.first[i]
+	}
+	return out
 }
 
 // Start connects every client and waits until all have converged, ctx
@@ -198,20 +274,23 @@ type Convergence struct {
 func (f *Fleet) Start(ctx context.Context) (Convergence, error) {
 	ph := f.newPhase()
 	r0, b0 := f.totals()
+	sc := f.streamCounts()
 	start := time.Now()
 	for _, c := range f.clients {
 		if err := c.connect(); err != nil {
 			return Convergence{}, err
 		}
 	}
-	return f.converge(ctx, ph, start, r0, b0), nil
+	return f.converge(ctx, ph, start, r0, b0, sc), nil
 }
 
 // Storm closes every client's connection and connects each again, as an
-// empty client, all at once; it waits until all have converged again.
+// empty client, all at once; it waits until all have converged again (a
+// client whose stream is refused retries it after its backoff).
 func (f *Fleet) Storm(ctx context.Context) (Convergence, error) {
 	ph := f.newPhase()
 	r0, b0 := f.totals()
+	sc := f.streamCounts()
 	start := time.Now()
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
@@ -232,7 +311,7 @@ func (f *Fleet) Storm(ctx context.Context) (Convergence, error) {
 		return Convergence{}, err
 	default:
 	}
-	return f.converge(ctx, ph, start, r0, b0), nil
+	return f.converge(ctx, ph, start, r0, b0, sc), nil
 }
 
 func (f *Fleet) newPhase() *convergence {
@@ -256,7 +335,7 @@ func (f *Fleet) settle(ctx context.Context, ph *convergence) {
 	}
 }
 
-func (f *Fleet) converge(ctx context.Context, ph *convergence, start time.Time, r0, b0 int64) Convergence {
+func (f *Fleet) converge(ctx context.Context, ph *convergence, start time.Time, r0, b0 int64, sc streamCounts) Convergence {
 	f.settle(ctx, ph)
 	out := Convergence{Start: start.UnixNano(), At: make([]int64, len(f.clients))}
 	for i, c := range f.clients {
@@ -267,6 +346,7 @@ func (f *Fleet) converge(ctx context.Context, ph *convergence, start time.Time, 
 	r, b := f.totals()
 	out.Responses, out.Bytes = r-r0, b-b0
 	out.Violations = f.violations()
+	out.Streams = f.streamsSince(sc)
 	out.Errors = f.errors()
 	return out
 }
@@ -482,6 +562,26 @@ func (f *Fleet) undecodable() (n int64) {
 		n += c.errs.Load()
 	}
 	return n
+}
+
+// streamFailed counts a stream that failed with err and, unless the
+// server refused it as one to retry later (ResourceExhausted from its
+// admission, or Unavailable: not serving yet, or going away), which
+// clients retry as a matter of course, records err.
+func (f *Fleet) streamFailed(c *client, err error) {
+	code := status.Code(err)
+	if int(code) >= numCodes {
+		code = codes.Unknown
+	}
+	f.failed[code].Add(1)
+	f.firstMu.Lock()
+	if f.first[code] == "" {
+		f.first[code] = status.Convert(err).Message()
+	}
+	f.firstMu.Unlock()
+	if code != codes.ResourceExhausted && code != codes.Unavailable {
+		f.streamError(fmt.Errorf("client %s: %w", c.node.Id, err))
+	}
 }
 
 func (f *Fleet) streamError(err error) {

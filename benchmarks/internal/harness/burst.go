@@ -147,9 +147,8 @@ func burstOnce(cfg Config, b Burst, name, protocol string, seed uint64) (res Bur
 		res.Kinds[c.Kind]++
 	}
 	timeout := cfg.Timeout.Seconds()
-	n := strconv.Itoa(cfg.Clients)
 	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
-	srv, err := start(cfg, name, append([]string{"server", "-server", name, "-n", n}, sizes...)...)
+	srv, err := start(cfg, name, append(serverArgs(cfg, name), sizes...)...)
 	if err != nil {
 		return res, err
 	}
@@ -162,8 +161,7 @@ func burstOnce(cfg Config, b Burst, name, protocol string, seed uint64) (res Bur
 	if err := srv.line(&hello); err != nil {
 		return res, err
 	}
-	cl, err := start(cfg, "clients", append([]string{"clients", "-addr", hello.Addr, "-n", n, "-protocol", protocol,
-		"-quiet", cfg.Quiet.String()}, sizes...)...)
+	cl, err := start(cfg, "clients", append(clientsArgs(cfg, hello.Addr, protocol), sizes...)...)
 	if err != nil {
 		return res, err
 	}

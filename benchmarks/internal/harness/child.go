@@ -114,11 +114,13 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	endpoints := fs.Int("endpoints", mesh.DefaultEndpoints, "endpoints per service")
 	profDir := fs.String("cpuprofile", "", "directory of CPU profiles")
 	noDebounce := fs.Bool("nodebounce", false, "xdspush bypasses its debounce window for every change")
+	streamRate := fs.Float64("stream-rate", 0, "xdspush's new streams admitted per second (0: the library's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	srv, err := servers.New(*name, servers.Config{
 		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints, NoDebounce: *noDebounce,
+		NewStreamRate: *streamRate,
 	})
 	if err != nil {
 		return err
@@ -138,6 +140,12 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	}
 	prof := &profiler{dir: *profDir}
 	defer prof.stop()
+	var w *watch // between "watch" and "unwatch"
+	defer func() {
+		if w != nil {
+			_, _ = w.stop()
+		}
+	}()
 	return serve(in, out, func(req request) (any, error) {
 		switch req.Op {
 		case "usage":
@@ -165,6 +173,30 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 				st.Stats = &s
 			}
 			return st, nil
+		case "watch":
+			if w != nil {
+				return nil, errors.New("watch: already watching")
+			}
+			if r, ok := srv.(servers.AdmissionReporter); ok {
+				r.ResetAdmission()
+			}
+			nw, err := startWatch()
+			if err != nil {
+				return nil, err
+			}
+			w = nw
+			return struct{}{}, nil
+		case "unwatch":
+			if w == nil {
+				return nil, errors.New("unwatch: not watching")
+			}
+			res, err := w.stop()
+			w = nil
+			if r, ok := srv.(servers.AdmissionReporter); ok {
+				a := r.Admission()
+				res.Admission = &a
+			}
+			return res, err
 		case "profile":
 			return struct{}{}, prof.start(req.Name)
 		case "unprofile":
@@ -172,6 +204,137 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 		}
 		return nil, fmt.Errorf("unknown op %q", req.Op)
 	})
+}
+
+// watched is a server child's answer to "unwatch": what the server did
+// since "watch".
+type watched struct {
+	// Wall and CPU are the time elapsed and the process's CPU time (user
+	// plus system), in ns.
+	Wall int64 `json:"wall_ns"`
+	CPU  int64 `json:"cpu_ns"`
+	// Peak is the most CPU time the process used in any second (of the
+	// samples taken every watchInterval), in seconds per second: cores.
+	Peak float64 `json:"peak"`
+	// Goroutines and RSS are the process's goroutines and resident set
+	// (bytes, as the kernel counts it: no garbage collection first) when
+	// the watch started; PeakGoroutines and PeakRSS the most of any
+	// sample.
+	Goroutines     int   `json:"goroutines"`
+	PeakGoroutines int   `json:"peak_goroutines"`
+	RSS            int64 `json:"rss"`
+	PeakRSS        int64 `json:"peak_rss"`
+	// Admission is what the server's admission did, for the servers that
+	// report it.
+	Admission *servers.Admission `json:"admission,omitempty"`
+}
+
+// watchInterval separates the CPU samples of a watch.
+const watchInterval = 100 * time.Millisecond
+
+// watch samples the process's CPU time every watchInterval.
+type watch struct {
+	done    chan struct{}
+	stopped chan struct{}
+	samples []sample // written by the sampling goroutine until stopped
+}
+
+// sample is one reading of the process: unix ns, CPU ns, goroutines and
+// resident set (bytes; 0 where /proc is not).
+type sample struct {
+	t, cpu     int64
+	goroutines int
+	rss        int64
+}
+
+func startWatch() (*watch, error) {
+	w := &watch{done: make(chan struct{}), stopped: make(chan struct{})}
+	s, err := takeSample()
+	if err != nil {
+		return nil, err
+	}
+	w.samples = append(w.samples, s)
+	go func() {
+		defer close(w.stopped)
+		t := time.NewTicker(watchInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.done:
+				return
+			case <-t.C:
+			}
+			if s, err := takeSample(); err == nil {
+				w.samples = append(w.samples, s)
+			}
+		}
+	}()
+	return w, nil
+}
+
+func takeSample() (sample, error) {
+	u, err := readUsage(false)
+	if err != nil {
+		return sample{}, err
+	}
+	return sample{t: time.Now().UnixNano(), cpu: u.CPU, goroutines: runtime.NumGoroutine(), rss: residentNow()}, nil
+}
+
+// residentNow returns the process's resident set in bytes, 0 if unknown
+// (off Linux).
+func residentNow() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, resident int64
+	if _, err := fmt.Sscan(string(b), &size, &resident); err != nil {
+		return 0
+	}
+	return resident * int64(os.Getpagesize())
+}
+
+// stop ends the watch and summarises it.
+func (w *watch) stop() (watched, error) {
+	close(w.done)
+	<-w.stopped
+	last, err := takeSample()
+	if err != nil {
+		return watched{}, err
+	}
+	ss := append(w.samples, last)
+	first := ss[0]
+	out := watched{Wall: last.t - first.t, CPU: last.cpu - first.cpu, Peak: peak(ss, time.Second),
+		Goroutines: first.goroutines, RSS: first.rss}
+	for _, s := range ss {
+		out.PeakGoroutines = max(out.PeakGoroutines, s.goroutines)
+		out.PeakRSS = max(out.PeakRSS, s.rss)
+	}
+	return out, nil
+}
+
+// peak returns the most CPU per second over any span of at least w
+// between two samples (the shortest from each sample), or over the whole
+// if it is shorter than w.
+func peak(ss []sample, w time.Duration) float64 {
+	if len(ss) < 2 {
+		return 0
+	}
+	rate := func(a, b sample) float64 { return float64(b.cpu-a.cpu) / float64(b.t-a.t) }
+	if ss[len(ss)-1].t-ss[0].t < int64(w) {
+		return rate(ss[0], ss[len(ss)-1])
+	}
+	best, j := 0.0, 0
+	for i := range ss {
+		for j < len(ss) && ss[j].t-ss[i].t < int64(w) {
+			j++
+		}
+		if j == len(ss) {
+			break
+		}
+		best = max(best, rate(ss[i], ss[j]))
+	}
+	return best
 }
 
 // burst hands changes to srv one after the other, change i at interval×i
@@ -237,15 +400,7 @@ func readUsage(rss bool) (usage, error) {
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return usage{CPU: cpu}, nil // RSS unknown off Linux
-	}
-	var size, resident int64
-	if _, err := fmt.Sscan(string(b), &size, &resident); err != nil {
-		return usage{}, err
-	}
-	return usage{CPU: cpu, RSS: resident * int64(os.Getpagesize())}, nil
+	return usage{CPU: cpu, RSS: residentNow()}, nil
 }
 
 func runClientsChild(args []string, in io.Reader, out io.Writer) error {
@@ -257,11 +412,14 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 	profDir := fs.String("cpuprofile", "", "directory of CPU profiles")
 	services := fs.Int("services", mesh.DefaultServices, "services")
 	endpoints := fs.Int("endpoints", mesh.DefaultEndpoints, "endpoints per service")
+	backoffBase := fs.Duration("backoff-base", 0, "bound of a refused stream's first retry wait (0: the fleet's default)")
+	backoffMax := fs.Duration("backoff-max", 0, "cap of the retry waits' bound (0: the fleet's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	m := mesh.New(*services, *endpoints)
-	f, err := fleet.New(fleet.Config{Addr: *addr, Clients: *n, Delta: *protocol == "delta", Mesh: m.Snapshot(), Quiet: *quiet})
+	f, err := fleet.New(fleet.Config{Addr: *addr, Clients: *n, Delta: *protocol == "delta", Mesh: m.Snapshot(), Quiet: *quiet,
+		Backoff: fleet.Backoff{Base: *backoffBase, Max: *backoffMax}})
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-// Package harness orchestrates the load benchmark. It runs two scenarios,
+// Package harness orchestrates the load benchmark. It runs three scenarios,
 // each server in a child process of its own and the N clients in another.
 //
 // Run, the comparison: for each server and protocol it waits for the
@@ -9,6 +9,13 @@
 // timed from the instant the server child hands it to the server (its wall
 // clock) to the instant each client sends the ACK of the response carrying
 // it (the client child's wall clock; both run on one machine).
+//
+// Run with Config.StormOnly, the reconnect storm alone: the clients
+// converge, then every client reconnects at once, retrying a refused
+// stream with Envoy's backoff. While the storm lasts the server child
+// samples its CPU time, goroutines and resident set every 100ms (the
+// total, the busiest second, the peaks) and, for xdspush, what its
+// new-stream admission admitted and refused.
 //
 // RunBurst, the make-before-break check: for each server, protocol and run,
 // with a server and clients of their own, it waits for the clients to

@@ -30,6 +30,16 @@ type Config struct {
 	Rounds int
 	// Storm adds the reconnect storm.
 	Storm bool
+	// StormOnly makes no change: the clients converge, then the storm
+	// (Storm is implied).
+	StormOnly bool
+	// Backoff is how the clients retry a stream that failed (a server's
+	// admission refusing it). Zero fields mean the fleet's defaults,
+	// Envoy's bounds.
+	Backoff fleet.Backoff
+	// NewStreamRate is xdspush's new-stream admission rate (see
+	// servers.Config.NewStreamRate). Zero means the library's default.
+	NewStreamRate float64
 	// Services and Endpoints size the mesh. Zero means
 	// mesh.DefaultServices and mesh.DefaultEndpoints.
 	Services, Endpoints int
@@ -74,9 +84,14 @@ type Result struct {
 	Clients  int
 	Services int
 	Rounds   int
+	// Backoff is how the clients retried a failed stream.
+	Backoff fleet.Backoff
 	// Init is the time from the first client's connect until every client
 	// converged.
 	Init Latency
+	// InitStreams counts the streams that failed (refused by admission)
+	// and were retried during the initial convergence.
+	InitStreams fleet.Streams
 	// RSSPerClient is the server's resident set after the clients
 	// converged minus before they connected, per client (bytes).
 	RSSPerClient float64
@@ -113,10 +128,37 @@ type ChangeResult struct {
 type StormResult struct {
 	// Latency runs from the storm's start to each client's convergence.
 	Latency Latency
-	// CPU is the server's CPU time for the storm, in total.
-	CPU time.Duration
+	// CPU is the server's CPU time for the storm, in total: from just
+	// before it until the servers fell quiet after it, a span of Wall.
+	CPU, Wall time.Duration
+	// Peak is the most CPU the server used in any one second of that
+	// span, in cores (CPU seconds per second).
+	Peak float64
+	// Goroutines and RSS are the server process's goroutines and resident
+	// set (bytes) just before the storm, PeakGoroutines and PeakRSS the
+	// most over it (sampled every 100ms; RSS without a garbage collection
+	// first).
+	Goroutines, PeakGoroutines int
+	RSS, PeakRSS               int64
 	// Responses and Bytes are per client.
 	Responses, Bytes float64
+	// Streams counts the clients' streams that failed (refused by the
+	// server's admission: ResourceExhausted) and were retried.
+	Streams fleet.Streams
+	// Admission is what the server's new-stream admission did over the
+	// storm, for the servers that report it (xdspush).
+	Admission *servers.Admission `json:",omitempty"`
+
+	violations int64 // the clients' total after the storm
+}
+
+// Utilisation is the server's CPU over the storm divided by its wall
+// time: the cores it kept busy on average.
+func (s StormResult) Utilisation() float64 {
+	if s.Wall <= 0 {
+		return 0
+	}
+	return float64(s.CPU) / float64(s.Wall)
 }
 
 // Run runs every (server, protocol) of cfg in turn.
@@ -127,6 +169,9 @@ func Run(cfg Config) ([]Result, error) {
 	}
 	if cfg.Rounds == 0 {
 		cfg.Rounds = 3
+	}
+	if cfg.StormOnly {
+		cfg.Storm, cfg.Rounds = true, 0
 	}
 	var out []Result
 	for _, s := range cfg.Servers {
@@ -178,7 +223,27 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
+	if cfg.Backoff.Base == 0 {
+		cfg.Backoff.Base = fleet.DefaultBackoffBase
+	}
+	if cfg.Backoff.Max == 0 {
+		cfg.Backoff.Max = fleet.DefaultBackoffMax
+	}
 	return cfg, nil
+}
+
+// serverArgs are the arguments of the child of server name, before the
+// mesh's size.
+func serverArgs(cfg Config, name string) []string {
+	return []string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients),
+		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64)}
+}
+
+// clientsArgs are the arguments of a clients child of the server at addr,
+// before the mesh's size.
+func clientsArgs(cfg Config, addr, protocol string) []string {
+	return []string{"clients", "-addr", addr, "-n", strconv.Itoa(cfg.Clients), "-protocol", protocol,
+		"-quiet", cfg.Quiet.String(), "-backoff-base", cfg.Backoff.Base.String(), "-backoff-max", cfg.Backoff.Max.String()}
 }
 
 // child is a running child process.
@@ -249,12 +314,12 @@ func (c *child) stop() error {
 
 func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	res = Result{Server: name, Protocol: protocol, Clients: cfg.Clients, Services: cfg.Services, Rounds: cfg.Rounds,
-		Changes: make(map[string]ChangeResult)}
+		Backoff: cfg.Backoff, Changes: make(map[string]ChangeResult)}
 	timeout := cfg.Timeout.Seconds()
-	n := strconv.Itoa(cfg.Clients)
 	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
 	// No debounce window in the latency of a change.
-	srvArgs := append([]string{"server", "-server", name, "-n", n, "-nodebounce"}, sizes...)
+	srvArgs := append(serverArgs(cfg, name), "-nodebounce")
+	srvArgs = append(srvArgs, sizes...)
 	if cfg.CPUProfile != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
 	}
@@ -276,7 +341,7 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 		return res, err
 	}
 
-	clArgs := append([]string{"clients", "-addr", hello.Addr, "-n", n, "-protocol", protocol, "-quiet", cfg.Quiet.String()}, sizes...)
+	clArgs := append(clientsArgs(cfg, hello.Addr, protocol), sizes...)
 	if cfg.CPUProfile != "" {
 		clArgs = append(clArgs, "-cpuprofile", cfg.CPUProfile)
 	}
@@ -294,6 +359,7 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 		return res, err
 	}
 	res.Init = since(conv.Start, conv.At)
+	res.InitStreams = conv.Streams
 	res.Errors = append(res.Errors, conv.Errors...)
 	if res.Init.Missing > 0 {
 		res.Errors = append(res.Errors, fmt.Sprintf("%d clients did not converge", res.Init.Missing))
@@ -308,6 +374,9 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	fmt.Fprintf(cfg.Progress, "%s %s: %d clients converged in %v\n", name, protocol, cfg.Clients, res.Init.Max.Round(time.Millisecond))
 
 	for _, kind := range Kinds {
+		if cfg.Rounds == 0 {
+			break
+		}
 		cr, errs, err := changes(cfg, srv, cl, name, protocol, kind)
 		if err != nil {
 			return res, err
@@ -317,44 +386,66 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 		fmt.Fprintf(cfg.Progress, "%s %s: %s change p99 %v\n", name, protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
 	}
 	if cfg.Storm {
-		var u0, u1 usage
-		if err := srv.call(request{Op: "profile", Name: name + "-" + protocol + "-storm"}, nil); err != nil {
+		sr, errs, err := storm(cfg, srv, cl, name, protocol)
+		if err != nil {
 			return res, err
-		}
-		if err := cl.call(request{Op: "profile", Name: "clients-" + name + "-" + protocol + "-storm"}, nil); err != nil {
-			return res, err
-		}
-		if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
-			return res, err
-		}
-		var st fleet.Convergence
-		if err := cl.call(request{Op: "storm", Timeout: timeout}, &st); err != nil {
-			return res, err
-		}
-		if err := srv.call(request{Op: "cpu"}, &u1); err != nil {
-			return res, err
-		}
-		if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
-			return res, err
-		}
-		if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
-			return res, err
-		}
-		sr := &StormResult{
-			Latency:   since(st.Start, st.At),
-			CPU:       time.Duration(u1.CPU - u0.CPU),
-			Responses: float64(st.Responses) / float64(cfg.Clients),
-			Bytes:     float64(st.Bytes) / float64(cfg.Clients),
 		}
 		res.Storm = sr
-		res.Errors = append(res.Errors, st.Errors...)
-		if sr.Latency.Missing > 0 {
-			res.Errors = append(res.Errors, fmt.Sprintf("storm: %d clients did not converge", sr.Latency.Missing))
-		}
-		res.Violations = st.Violations
-		fmt.Fprintf(cfg.Progress, "%s %s: storm converged in %v\n", name, protocol, sr.Latency.Max.Round(time.Millisecond))
+		res.Errors = append(res.Errors, errs...)
+		res.Violations = sr.violations
+		fmt.Fprintf(cfg.Progress, "%s %s: storm converged in %v (%d streams refused, %d retried; server CPU %.2f cores, peak %.2f)\n",
+			name, protocol, sr.Latency.Max.Round(time.Millisecond), sr.Streams.Refused(), sr.Streams.Retried, sr.Utilisation(), sr.Peak)
 	}
 	return res, nil
+}
+
+// storm runs the reconnect storm, with the server child watching its CPU
+// and admission, and returns what it measured and the clients' errors.
+func storm(cfg Config, srv, cl *child, name, protocol string) (*StormResult, []string, error) {
+	prof := name + "-" + protocol + "-storm"
+	if err := srv.call(request{Op: "profile", Name: prof}, nil); err != nil {
+		return nil, nil, err
+	}
+	if err := cl.call(request{Op: "profile", Name: "clients-" + prof}, nil); err != nil {
+		return nil, nil, err
+	}
+	if err := srv.call(request{Op: "watch"}, nil); err != nil {
+		return nil, nil, err
+	}
+	var st fleet.Convergence
+	if err := cl.call(request{Op: "storm", Timeout: cfg.Timeout.Seconds()}, &st); err != nil {
+		return nil, nil, err
+	}
+	var w watched
+	if err := srv.call(request{Op: "unwatch"}, &w); err != nil {
+		return nil, nil, err
+	}
+	if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
+		return nil, nil, err
+	}
+	if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
+		return nil, nil, err
+	}
+	sr := &StormResult{
+		Latency:        since(st.Start, st.At),
+		CPU:            time.Duration(w.CPU),
+		Wall:           time.Duration(w.Wall),
+		Peak:           w.Peak,
+		Goroutines:     w.Goroutines,
+		PeakGoroutines: w.PeakGoroutines,
+		RSS:            w.RSS,
+		PeakRSS:        w.PeakRSS,
+		Responses:      float64(st.Responses) / float64(cfg.Clients),
+		Bytes:          float64(st.Bytes) / float64(cfg.Clients),
+		Streams:        st.Streams,
+		Admission:      w.Admission,
+		violations:     st.Violations,
+	}
+	errs := st.Errors
+	if sr.Latency.Missing > 0 {
+		errs = append(errs, fmt.Sprintf("storm: %d clients did not converge", sr.Latency.Missing))
+	}
+	return sr, errs, nil
 }
 
 // changes makes cfg.Rounds changes of kind, one after the other, and pools

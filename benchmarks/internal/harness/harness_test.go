@@ -2,13 +2,16 @@ package harness
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
 
+	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
 	"github.com/xdspush/xdspush/benchmarks/internal/servers"
 )
@@ -162,6 +165,116 @@ func TestBurst(t *testing.T) {
 				if !strings.Contains(b.String(), want) {
 					t.Errorf("ReportBurst lacks %q:\n%s", want, b.String())
 				}
+			}
+		})
+	}
+}
+
+// TestStormAdmission runs the storm scenario, small, against xdspush with
+// a new-stream rate low enough for its admission to refuse streams: 80
+// clients, 20 streams per second (a burst of 20), SotW (admission comes
+// before the protocol), the children being this test binary. Every
+// client must converge again, retrying the streams refused; the server
+// must have refused exactly the streams the clients saw refused, served
+// each client once (again only after a failure other than a refusal) and
+// no more streams in a second than its limit allows
+// (with a quarter second's worth of slack for the lag of the hook that
+// times them); no client may count a dangling reference.
+func TestStormAdmission(t *testing.T) {
+	const clients, rate = 80, 20
+	var stderr strings.Builder
+	rs, err := Run(Config{
+		Clients:       clients,
+		Servers:       []string{"xdspush"},
+		Protocols:     []string{"sotw"},
+		StormOnly:     true,
+		NewStreamRate: rate,
+		// Shorter than Envoy's, so that the retries end within seconds.
+		Backoff:    fleet.Backoff{Base: 100 * time.Millisecond, Max: time.Second},
+		Quiet:      100 * time.Millisecond,
+		Timeout:    time.Minute,
+		Executable: os.Args[0],
+		Stderr:     &stderr,
+		Env:        []string{"GORACE=atexit_sleep_ms=0"},
+		Progress:   testWriter{t},
+	})
+	if err != nil {
+		t.Fatalf("Run: %v\nchildren's stderr:\n%s", err, stderr.String())
+	}
+	if len(rs) != 1 {
+		t.Fatalf("Run returned %d results; want 1", len(rs))
+	}
+	r := rs[0]
+	if len(r.Changes) != 0 {
+		t.Errorf("changes %v; want none (storm only)", r.Changes)
+	}
+	s := r.Storm
+	if r.Init.Missing != 0 || s == nil || s.Latency.Missing != 0 {
+		t.Fatalf("init %+v, storm %+v; want every client converged", r.Init, s)
+	}
+	if r.Violations != 0 || len(r.Errors) != 0 {
+		t.Errorf("%d violations, errors %q; want none", r.Violations, r.Errors)
+	}
+	refused := s.Streams.Refused()
+	if refused == 0 {
+		t.Errorf("no stream refused in the storm; want some (%d clients at %d/s)", clients, rate)
+	}
+	// Refused, or failed to connect (Unavailable), and retried.
+	var failed int64
+	for code, n := range s.Streams.Failed {
+		failed += n
+		if code != codes.ResourceExhausted.String() && code != codes.Unavailable.String() {
+			t.Errorf("%d streams failed with %s; want none", n, code)
+		}
+	}
+	if s.Streams.Retried != failed {
+		t.Errorf("streams %+v; want each failed one retried", s.Streams)
+	}
+	a := s.Admission
+	if a == nil {
+		t.Fatal("no admission reported")
+	}
+	if got := a.Refused[codes.ResourceExhausted.String()]; got != refused {
+		t.Errorf("server refused %d streams; the clients saw %d", got, refused)
+	}
+	// Each client once, and again if its stream failed after admission.
+	if others := failed - refused; a.Admitted < clients || a.Admitted > clients+others {
+		t.Errorf("server admitted %d streams; want %d, one per client, plus at most the %d that failed otherwise than refused",
+			a.Admitted, clients, others)
+	}
+	if a.Rate != rate || a.Burst != rate {
+		t.Errorf("admission rate %v, burst %d; want %d, %d", a.Rate, a.Burst, rate, rate)
+	}
+	if limit := a.Limit() + rate/4; a.MaxPerSecond > limit || a.MaxPerSecond < a.Burst {
+		t.Errorf("server admitted %d streams in a second; want between its burst %d and %d", a.MaxPerSecond, a.Burst, limit)
+	}
+	var b strings.Builder
+	Report(&b, rs)
+	if want := "| xdspush | sotw |"; !strings.Contains(b.String(), "Reconnect storm") || !strings.Contains(b.String(), want) {
+		t.Errorf("Report lacks the storm table or %q:\n%s", want, b.String())
+	}
+}
+
+func TestPeak(t *testing.T) {
+	const s = int64(time.Second)
+	for _, tt := range []struct {
+		name string
+		ss   []sample
+		want float64
+	}{
+		{name: "no span", ss: []sample{{t: 0, cpu: 0}}, want: 0},
+		{name: "shorter than a second", ss: []sample{{t: 0, cpu: 0}, {t: s / 2, cpu: s / 4}}, want: 0.5},
+		{name: "steady", ss: []sample{{t: 0}, {t: s, cpu: s / 2}, {t: 2 * s, cpu: s}}, want: 0.5},
+		{name: "a busy second among idle ones", ss: []sample{
+			{t: 0}, {t: s / 2}, {t: s, cpu: 0}, {t: 3 * s / 2, cpu: 3 * s / 4}, {t: 2 * s, cpu: 3 * s / 2}, {t: 3 * s, cpu: 3 * s / 2},
+		}, want: 1.5},
+		{name: "uneven samples take the shortest span of a second or more", ss: []sample{
+			{t: 0}, {t: s / 3, cpu: s / 3}, {t: 3 * s / 2, cpu: s / 3},
+		}, want: float64(s/3) / float64(3*s/2)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := peak(tt.ss, time.Second); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("peak = %v; want %v", got, tt.want)
 			}
 		})
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
 )
@@ -104,6 +106,26 @@ func Report(w io.Writer, rs []Result) {
 	if len(rs) == 0 {
 		return
 	}
+	if slices.ContainsFunc(rs, func(r Result) bool { return len(r.Changes) > 0 }) {
+		reportChanges(w, rs)
+	}
+	if slices.ContainsFunc(rs, func(r Result) bool { return r.Storm != nil }) {
+		reportStorms(w, rs)
+	}
+	var errs []string
+	for _, r := range rs {
+		for _, e := range r.Errors {
+			errs = append(errs, fmt.Sprintf("- %s %s: %s", r.Server, r.Protocol, e))
+		}
+	}
+	if len(errs) > 0 {
+		fmt.Fprintf(w, "\nProblems:\n\n%s\n", strings.Join(errs, "\n"))
+	}
+}
+
+// reportChanges writes the table of the comparison and, if both were
+// run, xdspush's figures as ratios to go-control-plane's.
+func reportChanges(w io.Writer, rs []Result) {
 	fmt.Fprintf(w, "N = %d clients; mesh of %d services; %d changes of each kind. "+
 		"Latency: change handed to the server → client ACK (p50 / p99 / max over clients and changes). "+
 		"resp, bytes: per client and change (whole encoded responses). CPU: server CPU per client and change. "+
@@ -179,15 +201,105 @@ func Report(w io.Writer, rs []Result) {
 			"cluster p99", "cluster CPU", "cluster bytes", "storm", "storm CPU", "RSS/client"}
 		fmt.Fprintf(w, "| %s |\n|%s\n%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)), strings.Join(lines, "\n"))
 	}
+}
 
-	var errs []string
+// reportStorms writes a table of the reconnect storms, a row per server
+// and protocol that ran one, and xdspush's figures as ratios to
+// go-control-plane's.
+func reportStorms(w io.Writer, rs []Result) {
+	r0 := rs[0]
+	if len(r0.Changes) > 0 {
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "Reconnect storm, N = %d clients; mesh of %d services. Every client closes its connection and opens a new one at once, as an empty client; "+
+		"a client whose stream fails (refused by the server's admission) opens it again on the same connection after a random wait, uniform in [0, %v·2ⁿ⁻¹) for its n-th retry in a row, at most %v (Envoy's backoff). "+
+		"init: the initial convergence (every client connecting at once). storm: from the storm's start until each client converged again (p50 / p99 / max). "+
+		"CPU: the server's CPU time from just before the storm until the servers fell quiet; CPU/wall: that over its wall time, in cores; peak: the most in any one second. "+
+		"goroutines, RSS: the server's just before the storm → the most during it (RSS as the kernel counts it, sampled every 100ms). "+
+		"refused: streams refused with ResourceExhausted during the initial convergence / the storm; retried: streams opened again after one failed (storm). "+
+		"admitted/s: the most streams the server admitted in any one-second window of the storm (by its OnConnect hook), and its limit (burst + one second's rate). "+
+		"violations: dangling references the clients' ordering checkers counted over the run. "+
+		"×floor: ratio to the floor's figure, same protocol.\n\n",
+		r0.Clients, r0.Services, r0.Backoff.Base, r0.Backoff.Max)
+	hdr := []string{"server", "proto", "init", "storm p50 / p99 / max", "×floor", "CPU", "×floor", "CPU/wall", "peak",
+		"goroutines", "RSS", "refused", "retried", "admitted/s (limit)", "violations"}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
 	for _, r := range rs {
-		for _, e := range r.Errors {
-			errs = append(errs, fmt.Sprintf("- %s %s: %s", r.Server, r.Protocol, e))
+		s := r.Storm
+		if s == nil {
+			continue
+		}
+		ft, fc := "–", "–"
+		if floor := find(rs, "floor", r.Protocol); floor != nil && floor.Storm != nil {
+			ft = ratio(float64(s.Latency.Max), float64(floor.Storm.Latency.Max))
+			fc = ratio(float64(s.CPU), float64(floor.Storm.CPU))
+		}
+		admitted := "–"
+		if a := s.Admission; a != nil {
+			limit := "none"
+			if l := a.Limit(); l > 0 {
+				limit = fmt.Sprintf("%d = %d + %g/s", l, a.Burst, a.Rate)
+			}
+			admitted = fmt.Sprintf("%d (%s)", a.MaxPerSecond, limit)
+		}
+		row := []string{r.Server, r.Protocol, dur(r.Init.Max),
+			fmt.Sprintf("%s / %s / %s", dur(s.Latency.P50), dur(s.Latency.P99), dur(s.Latency.Max)), ft,
+			dur(s.CPU), fc, sig(s.Utilisation()), sig(s.Peak),
+			fmt.Sprintf("%d → %d", s.Goroutines, s.PeakGoroutines),
+			fmt.Sprintf("%s → %s", size(float64(s.RSS)), size(float64(s.PeakRSS))),
+			fmt.Sprintf("%d / %d", r.InitStreams.Refused(), s.Streams.Refused()), fmt.Sprint(s.Streams.Retried),
+			admitted, fmt.Sprint(r.Violations)}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+
+	var other []string
+	for _, r := range rs {
+		if r.Storm == nil {
+			continue
+		}
+		for _, st := range []struct {
+			phase string
+			s     fleet.Streams
+		}{{"init", r.InitStreams}, {"storm", r.Storm.Streams}} {
+			for code, n := range st.s.Failed {
+				if code != codes.ResourceExhausted.String() {
+					other = append(other, fmt.Sprintf("- %s %s, %s: %d streams failed with %s (the first: %q)",
+						r.Server, r.Protocol, st.phase, n, code, st.s.Messages[code]))
+				}
+			}
 		}
 	}
-	if len(errs) > 0 {
-		fmt.Fprintf(w, "\nProblems:\n\n%s\n", strings.Join(errs, "\n"))
+	if len(other) > 0 {
+		slices.Sort(other)
+		fmt.Fprintf(w, "\nStreams that failed other than by a refusal of admission, and were retried:\n\n%s\n", strings.Join(other, "\n"))
+	}
+
+	var lines []string
+	for _, p := range []string{"sotw", "delta"} {
+		x := find(rs, "xdspush", p)
+		if x == nil || x.Storm == nil {
+			continue
+		}
+		for _, g := range []string{"gcp", "gcp-pertype"} {
+			o := find(rs, g, p)
+			if o == nil || o.Storm == nil {
+				continue
+			}
+			a, b := x.Storm, o.Storm
+			lines = append(lines, "| "+strings.Join([]string{p, g,
+				ratio(float64(a.Latency.P50), float64(b.Latency.P50)),
+				ratio(float64(a.Latency.Max), float64(b.Latency.Max)),
+				ratio(float64(a.CPU), float64(b.CPU)),
+				ratio(a.Peak, b.Peak),
+				ratio(float64(a.PeakGoroutines), float64(b.PeakGoroutines)),
+				ratio(float64(a.PeakRSS), float64(b.PeakRSS)),
+			}, " | ")+" |")
+		}
+	}
+	if len(lines) > 0 {
+		fmt.Fprintf(w, "\nStorm, xdspush ÷ go-control-plane (below 1× means xdspush is faster or smaller):\n\n")
+		hdr := []string{"proto", "vs", "storm p50", "storm max", "CPU", "peak CPU", "peak goroutines", "peak RSS"}
+		fmt.Fprintf(w, "| %s |\n|%s\n%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)), strings.Join(lines, "\n"))
 	}
 }
 

@@ -13,6 +13,11 @@ import (
 // Names of the servers, in the benchmark's default order.
 var Names = []string{"xdspush", "floor", "gcp", "gcp-pertype"}
 
+// Variants are servers run only when named: "xdspush-unlimited" is
+// xdspush with its new-stream admission off (xds.Config.NewStreamRate
+// +Inf), to compare a storm with and without it.
+var Variants = []string{"xdspush-unlimited"}
+
 // Config configures a server.
 type Config struct {
 	// Clients is the number of clients that will connect, with node IDs
@@ -29,6 +34,12 @@ type Config struct {
 	// the library's default window (100ms), as a host such as
 	// examples/filecp does. The other servers have no debounce.
 	NoDebounce bool
+	// NewStreamRate is xdspush's xds.Config.NewStreamRate: the new
+	// streams it admits per second, with a second's worth as the burst.
+	// Zero means the library's default (xds.DefaultNewStreamRate());
+	// math.Inf(1) admits every stream at once, as "xdspush-unlimited"
+	// does. The other servers admit every stream.
+	NewStreamRate float64
 }
 
 // Stats is what a server counts about its own work, for the servers that
@@ -47,6 +58,58 @@ type Stats struct {
 	PhaseTimeouts int64 `json:"phase_timeouts"`
 	// Failures is the number of failures outstanding now.
 	Failures int64 `json:"failures"`
+}
+
+// Admission is what a server's new-stream admission did over a span (see
+// AdmissionReporter).
+type Admission struct {
+	// Rate and Burst are the admission's limit: new streams per second,
+	// and the bucket's size. Rate 0 means no limit.
+	Rate  float64 `json:"rate"`
+	Burst int     `json:"burst"`
+	// Admitted counts the streams served: the proxies initialised
+	// (xds.Hooks.OnConnect).
+	Admitted int64 `json:"admitted"`
+	// MaxPerSecond is the most streams served in any one-second window,
+	// by the instants of OnConnect (shortly after the admission of each:
+	// its first request read, the proxy initialised).
+	MaxPerSecond int `json:"max_per_second"`
+	// Refused counts the streams refused, by gRPC code (the code's name;
+	// xds.Hooks.OnRefused): ResourceExhausted for those the admission did
+	// not let in within a second.
+	Refused map[string]int64 `json:"refused,omitempty"`
+}
+
+// Limit is the most streams the admission lets in within any one second:
+// a full bucket, then a second's worth of its rate. Zero means no limit.
+func (a Admission) Limit() int {
+	if a.Rate == 0 {
+		return 0
+	}
+	return a.Burst + int(a.Rate)
+}
+
+// AdmissionReporter is implemented by the servers that admit new streams
+// at a bounded rate and report it.
+type AdmissionReporter interface {
+	// ResetAdmission starts a span; Admission reports what the admission
+	// did since. Both are safe for concurrent use.
+	ResetAdmission()
+	Admission() Admission
+}
+
+// maxPerWindow returns the most instants (unix ns) of ts within any
+// window of length w (half open: [t, t+w)). It sorts ts.
+func maxPerWindow(ts []int64, w time.Duration) int {
+	slices.Sort(ts)
+	best, i := 0, 0
+	for j := range ts {
+		for ts[j]-ts[i] >= int64(w) {
+			i++
+		}
+		best = max(best, j-i+1)
+	}
+	return best
 }
 
 // Describer is implemented by the servers that can describe their
@@ -79,7 +142,9 @@ type Server interface {
 func New(name string, cfg Config) (Server, error) {
 	switch name {
 	case "xdspush":
-		return newXDSPush(cfg)
+		return newXDSPush(cfg, false)
+	case "xdspush-unlimited":
+		return newXDSPush(cfg, true)
 	case "floor":
 		return newFloor(cfg), nil
 	case "gcp":
@@ -87,8 +152,8 @@ func New(name string, cfg Config) (Server, error) {
 	case "gcp-pertype":
 		return newGCP(cfg, true), nil
 	}
-	return nil, fmt.Errorf("servers: unknown server %q (want one of %v)", name, Names)
+	return nil, fmt.Errorf("servers: unknown server %q (want one of %v or %v)", name, Names, Variants)
 }
 
 // Known reports whether name is a server of New.
-func Known(name string) bool { return slices.Contains(Names, name) }
+func Known(name string) bool { return slices.Contains(Names, name) || slices.Contains(Variants, name) }

@@ -1,9 +1,11 @@
 package servers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -71,10 +74,32 @@ type xdspushHost struct {
 	clusterIx, epIx, lisIx, routeIx pushcontext.Index[*mesh.Snapshot]
 
 	holds, failures, timeouts atomic.Int64 // from the Server's hooks
+
+	rate  float64 // the Server's new-stream admission (0: none)
+	burst int
+
+	admMu    sync.Mutex // protects connects and refused
+	connects []int64    // unix ns of each OnConnect since ResetAdmission
+	refused  map[codes.Code]int64
 }
 
-func newXDSPush(cfg Config) (*xdspushHost, error) {
-	h := &xdspushHost{m: mesh.New(cfg.Services, cfg.Endpoints)}
+// newXDSPush returns the xdspush host; unlimited turns the Server's
+// new-stream admission off.
+func newXDSPush(cfg Config, unlimited bool) (*xdspushHost, error) {
+	h := &xdspushHost{m: mesh.New(cfg.Services, cfg.Endpoints), refused: make(map[codes.Code]int64)}
+	streamRate := cfg.NewStreamRate
+	if unlimited {
+		streamRate = math.Inf(1)
+	}
+	if streamRate < 0 || math.IsNaN(streamRate) {
+		return nil, fmt.Errorf("servers: NewStreamRate %v", streamRate)
+	}
+	// The rate the Server admits at, its default if zero, and the burst
+	// it takes by default (Config.NewStreamBurst zero): a second's worth.
+	if !math.IsInf(streamRate, 1) {
+		h.rate = cmp.Or(streamRate, xds.DefaultNewStreamRate())
+		h.burst = max(1, int(h.rate))
+	}
 	h.store.Store(h.m.Snapshot())
 
 	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{})
@@ -121,8 +146,20 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
-		Debounce: deb,
+		Debounce:      deb,
+		NewStreamRate: streamRate,
 		Hooks: xds.Hooks{
+			OnConnect: func(xds.ConnectEvent) {
+				t := time.Now().UnixNano()
+				h.admMu.Lock()
+				h.connects = append(h.connects, t)
+				h.admMu.Unlock()
+			},
+			OnRefused: func(ev xds.RefusedEvent) {
+				h.admMu.Lock()
+				h.refused[ev.Code]++
+				h.admMu.Unlock()
+			},
 			OnReferenceError: func(ev xds.ReferenceErrorEvent) {
 				if ev.Err.Rejected {
 					h.holds.Add(1)
@@ -242,6 +279,33 @@ func (h *xdspushHost) Change(c mesh.Change) (time.Time, error) {
 		return time.Time{}, err
 	}
 	return t0, nil
+}
+
+var _ AdmissionReporter = (*xdspushHost)(nil)
+
+// ResetAdmission starts a span of Admission.
+func (h *xdspushHost) ResetAdmission() {
+	h.admMu.Lock()
+	defer h.admMu.Unlock()
+	h.connects = h.connects[:0]
+	clear(h.refused)
+}
+
+// Admission reports the streams the Server served and refused since
+// ResetAdmission (from its OnConnect and OnRefused hooks), and its limit.
+func (h *xdspushHost) Admission() Admission {
+	h.admMu.Lock()
+	ts := slices.Clone(h.connects)
+	a := Admission{Rate: h.rate, Burst: h.burst, Admitted: int64(len(ts))}
+	for c, n := range h.refused {
+		if a.Refused == nil {
+			a.Refused = make(map[string]int64)
+		}
+		a.Refused[c.String()] = n
+	}
+	h.admMu.Unlock()
+	a.MaxPerSecond = maxPerWindow(ts, time.Second)
+	return a
 }
 
 // Stats reports what the Server's hooks counted, and its failures now.

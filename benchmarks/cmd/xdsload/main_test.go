@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+
+	"github.com/xdspush/xdspush/benchmarks/internal/harness"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// stormClients is the size of the storm of TestStorm.
+const stormClients = 10_000
+
+// TestStorm runs the reconnect storm at 10,000 clients against xdspush
+// with its default new-stream admission, over SotW, as
+//
+//	xdsload -scenario storm -n 10000 -servers xdspush -protocols sotw -json
+//
+// and reads its report. The command is built without the race detector
+// (a build of its own, whatever flags this test has), since 10,000 clients
+// and their server under it would not fit in the machine's time. Every
+// client must converge, at first and again after the storm, every refused
+// stream having been retried (a connect that failed too); the server's admission must have refused
+// streams (it did bound the work) and admitted no more in a second than
+// its limit, with a quarter second's worth of slack for the lag of the
+// hook that times them; no client may count a dangling reference.
+func TestStorm(t *testing.T) {
+	bin := buildXDSLoad(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-scenario", "storm", "-n", strconv.Itoa(stormClients),
+		"-servers", "xdspush", "-protocols", "sotw", "-json")
+	// The command and its children in a process group of their own, all
+	// killed if the deadline passes.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	start := time.Now()
+	err := cmd.Run()
+	t.Logf("xdsload ran for %v; its progress:\n%s", time.Since(start).Round(time.Second), stderr.String())
+	if err != nil {
+		t.Fatalf("xdsload: %v", err)
+	}
+	var rs []harness.Result
+	if err := json.Unmarshal(stdout.Bytes(), &rs); err != nil {
+		t.Fatalf("xdsload's report: %v\n%s", err, stdout.String())
+	}
+	if len(rs) != 1 {
+		t.Fatalf("%d results; want 1", len(rs))
+	}
+	r := rs[0]
+	s := r.Storm
+	if r.Clients != stormClients || r.Init.Missing != 0 || s == nil || s.Latency.Missing != 0 {
+		t.Fatalf("%d clients, init %+v, storm %+v; want %d, every one converged", r.Clients, r.Init, s, stormClients)
+	}
+	t.Logf("storm: p50 %v, max %v; server CPU %v (peak %.2f cores); streams %+v; admission %+v",
+		s.Latency.P50, s.Latency.Max, s.CPU, s.Peak, s.Streams, s.Admission)
+	if r.Violations != 0 || len(r.Errors) != 0 {
+		t.Errorf("%d violations, errors %q; want none", r.Violations, r.Errors)
+	}
+	refused := s.Streams.Refused()
+	if refused == 0 {
+		t.Error("no stream refused in the storm; want the admission to have bounded it")
+	}
+	// Refused, or failed to connect (Unavailable), and retried.
+	var failed int64
+	for code, n := range s.Streams.Failed {
+		failed += n
+		if code != codes.ResourceExhausted.String() && code != codes.Unavailable.String() {
+			t.Errorf("%d streams failed with %s; want none", n, code)
+		}
+	}
+	if s.Streams.Retried != failed {
+		t.Errorf("streams %+v; want each failed one retried", s.Streams)
+	}
+	a := s.Admission
+	if a == nil {
+		t.Fatal("no admission reported")
+	}
+	if got := a.Refused[codes.ResourceExhausted.String()]; got != refused {
+		t.Errorf("server refused %d streams; the clients saw %d", got, refused)
+	}
+	// Each client once, and again if its stream failed after admission.
+	if others := failed - refused; a.Admitted < stormClients || a.Admitted > stormClients+others {
+		t.Errorf("server admitted %d streams; want %d, one per client, plus at most the %d that failed otherwise than refused",
+			a.Admitted, stormClients, others)
+	}
+	if limit := a.Limit() + int(a.Rate/4); a.Rate == 0 || a.MaxPerSecond > limit {
+		t.Errorf("server admitted %d streams in a second at rate %v; want a rate, and at most %d", a.MaxPerSecond, a.Rate, limit)
+	}
+}
+
+// buildXDSLoad builds this command, without the race detector, and
+// returns the executable's path.
+func buildXDSLoad(t *testing.T) string {
+	t.Helper()
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command, to build xdsload: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "xdsload")
+	build := exec.Command(goCmd, "build", "-o", bin, ".")
+	// Whatever GOFLAGS says, not -race.
+	flags := slices.DeleteFunc(strings.Fields(os.Getenv("GOFLAGS")), func(f string) bool {
+		return f == "-race" || f == "--race" || strings.HasPrefix(f, "-race=")
+	})
+	build.Env = append(os.Environ(), "GOFLAGS="+strings.Join(flags, " "))
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
