@@ -14,7 +14,9 @@ import (
 // documents (a JSON object with "xds_servers" in a Markdown file or in the
 // comments of a Go file, tests excepted) and checks it against what every
 // gRPC xDS client requires (xdstest.CheckBootstrap): grpc-js-xds, for one,
-// refuses a node without a locality.
+// refuses a node without a locality. A bootstrap for mutual TLS with the
+// server uses gRFC A65's tls creds, which grpc-js-xds lacks: its document
+// must say so.
 func TestDocumentedBootstraps(t *testing.T) {
 	found := 0
 	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
@@ -40,7 +42,17 @@ func TestDocumentedBootstraps(t *testing.T) {
 		}
 		for _, b := range bootstraps(text) {
 			found++
-			if err := xdstest.CheckBootstrap([]byte(b)); err != nil {
+			var opts []xdstest.BootstrapOption
+			if strings.Contains(b, `"type":"tls"`) || strings.Contains(b, `"type": "tls"`) {
+				// For a server that requires client certificates: gRFC
+				// A65's creds, which the document must say grpc-js-xds
+				// lacks.
+				if !strings.Contains(text, "A65") {
+					t.Errorf("%s: a bootstrap with tls channel_creds, but no word of gRFC A65 (which clients load it)", path)
+				}
+				opts = append(opts, xdstest.AllowTLSCreds())
+			}
+			if err := xdstest.CheckBootstrap([]byte(b), opts...); err != nil {
 				t.Errorf("%s: %v\n%s", path, err, b)
 			}
 		}

@@ -96,9 +96,7 @@ const (
 	DefaultMaxSubscriptionBytes    = 4 << 20
 	DefaultMaxRequestBytes         = 4 << 20
 	DefaultMaxStreamsPerConnection = 100
-	// newStreamWait bounds how long a new stream waits for the stream
-	// rate limiter before it is refused with ResourceExhausted.
-	newStreamWait = time.Second
+	DefaultNewStreamWait           = 10 * time.Second
 )
 
 // Config configures a Server. The zero value of each field is its documented
@@ -202,7 +200,7 @@ type Config struct {
 	// (golang.org/x/time/rate), so that a reconnect storm — every proxy of
 	// a replica that went away, at once — is served at a pace the Server
 	// keeps up with instead of all at once. A stream that cannot be
-	// admitted within one second is refused with codes.ResourceExhausted
+	// admitted within NewStreamWait is refused with codes.ResourceExhausted
 	// (clients retry with backoff). Zero means DefaultNewStreamRate(), 200
 	// per second per CPU (GOMAXPROCS): admitting a stream and answering an
 	// Envoy's first requests costs about 0.9 ms of CPU for a 100-service
@@ -214,6 +212,17 @@ type Config struct {
 	// NewStreamBurst is the rate limiter's burst. Zero means one second's
 	// worth of NewStreamRate.
 	NewStreamBurst int
+	// NewStreamWait is how long a new stream may wait for admission before
+	// it is refused: a storm is queued, in arrival order, rather than
+	// refused, since a refused client (Envoy, gRPC) backs off for up to 30s
+	// and a storm then lasts several times longer than its admissions
+	// (the benchmarks module's reconnect storm). A waiting stream holds its
+	// gRPC handler goroutine and nothing else. Zero means
+	// DefaultNewStreamWait (10s): below the 15s after which Envoy's
+	// initial_fetch_timeout and gRPC's resource-not-found timer give up on
+	// a first response, and so NewStreamWait × NewStreamRate streams (4,000
+	// on two CPUs by default) are queued before any is refused.
+	NewStreamWait time.Duration
 
 	// FirstRequestTimeout bounds the wait for a stream's first request: a
 	// stream that sends none by then ends with codes.DeadlineExceeded,
@@ -293,6 +302,7 @@ type settings struct {
 	genTimeout   time.Duration
 	backoff      BackoffConfig
 	streamRate   float64
+	streamWait   time.Duration
 	streamBurst  int
 	firstTimeout time.Duration
 	maxNames     int
@@ -354,6 +364,8 @@ func (cfg *Config) settings() (*settings, error) {
 		return nil, fmt.Errorf("xds: Config.Concurrency %d is negative", cfg.Concurrency)
 	case cfg.NewStreamRate < 0 || math.IsNaN(cfg.NewStreamRate):
 		return nil, fmt.Errorf("xds: Config.NewStreamRate %v is negative", cfg.NewStreamRate)
+	case cfg.NewStreamWait < 0:
+		return nil, fmt.Errorf("xds: Config.NewStreamWait %v is negative", cfg.NewStreamWait)
 	case cfg.NewStreamBurst < 0:
 		return nil, fmt.Errorf("xds: Config.NewStreamBurst %d is negative", cfg.NewStreamBurst)
 	case cfg.MaxResourceNames < 0:
@@ -390,6 +402,7 @@ func (cfg *Config) settings() (*settings, error) {
 		},
 		streamRate:   cmpOr(cfg.NewStreamRate, DefaultNewStreamRate()),
 		streamBurst:  cfg.NewStreamBurst,
+		streamWait:   cmpOr(cfg.NewStreamWait, DefaultNewStreamWait),
 		firstTimeout: cmpOr(cfg.FirstRequestTimeout, DefaultFirstRequestTimeout),
 		maxNames:     cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
 		maxNameLen:   cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),

@@ -307,6 +307,8 @@ func TestAuthenticate(t *testing.T) {
 	})
 }
 
+// TestNewStreamRate: at one stream per 100 seconds, a second stream would
+// wait longer than NewStreamWait: it is refused at once.
 func TestNewStreamRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
@@ -322,6 +324,63 @@ func TestNewStreamRate(t *testing.T) {
 			t.Fatalf("second stream ended with %v; want ResourceExhausted", err)
 		}
 	})
+}
+
+// TestNewStreamWait: a storm is queued, not refused: at 10 streams per
+// second and a burst of one, 30 streams opened at once are admitted one by
+// one within NewStreamWait, in about 3 seconds, and none is refused; with
+// a shorter wait, those that would wait longer are refused at once.
+func TestNewStreamWait(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		wait    time.Duration
+		refused int
+	}{
+		{"queued", 0, 0},             // the default, 10s
+		{"refused", time.Second, 19}, // 1 at once, then 10 within 1s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				f := start(t, st, func(cfg *Config) {
+					cfg.NewStreamRate, cfg.NewStreamBurst, cfg.NewStreamWait = 10, 1, tc.wait
+					cfg.MaxStreamsPerConnection = 100
+				}, false)
+				cc := f.dialConn()
+				start := time.Now()
+				var mu sync.Mutex
+				var last time.Duration
+				refused := 0
+				var wg sync.WaitGroup
+				for i := range 30 {
+					wg.Go(func() {
+						id := fmt.Sprintf("p%d", i)
+						c := f.connect(id, cc, false)
+						_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: nodeOf(id), TypeUrl: string(ClusterType)})
+						_, err := c.stream.Recv()
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case status.Code(err) == codes.ResourceExhausted:
+							refused++
+						case err != nil:
+							t.Errorf("stream %d: %v", i, err)
+						default:
+							last = max(last, time.Since(start))
+						}
+					})
+				}
+				wg.Wait()
+				if refused != tc.refused {
+					t.Errorf("%d streams refused; want %d", refused, tc.refused)
+				}
+				if want := time.Duration(29-tc.refused) * 100 * time.Millisecond; last < want-time.Millisecond || last > want+time.Millisecond {
+					t.Errorf("the last stream was answered after %v; want %v (one every 100ms)", last, want)
+				}
+			})
+		})
+	}
 }
 
 // When Run's ctx ends, streams are closed with Unavailable.
@@ -377,6 +436,7 @@ func TestNewValidation(t *testing.T) {
 		{"negative concurrency", func(c *Config) { c.Concurrency = -1 }, "Concurrency"},
 		{"negative write timeout", func(c *Config) { c.WriteTimeout = -1 }, "WriteTimeout"},
 		{"negative rate", func(c *Config) { c.NewStreamRate = -1 }, "NewStreamRate"},
+		{"negative wait", func(c *Config) { c.NewStreamWait = -1 }, "NewStreamWait"},
 		{"negative burst", func(c *Config) { c.NewStreamBurst = -1 }, "NewStreamBurst"},
 		{"negative names", func(c *Config) { c.MaxResourceNames = -1 }, "MaxResourceNames"},
 		{"negative debounce", func(c *Config) { c.Debounce.After = -1 }, "Debounce.After"},

@@ -339,7 +339,7 @@ func (c *conn) first(ctx context.Context) (inbound, error) {
 }
 
 // admitRate waits for the new-stream rate limiter (Config.NewStreamRate),
-// at most newStreamWait.
+// at most Config.NewStreamWait.
 func (s *Server) admitRate(ctx context.Context) error {
 	if s.limiter == nil {
 		return nil
@@ -347,7 +347,7 @@ func (s *Server) admitRate(ctx context.Context) error {
 	now := s.set.clock.Now()
 	r := s.limiter.ReserveN(now, 1)
 	d := r.DelayFrom(now)
-	if !r.OK() || d > newStreamWait {
+	if !r.OK() || d > s.set.streamWait {
 		r.CancelAt(now)
 		return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
 	}

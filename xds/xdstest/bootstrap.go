@@ -11,6 +11,22 @@ import (
 // supports (grpc-js-xds knows only these two).
 var bootstrapCreds = []string{"insecure", "google_default"}
 
+// A BootstrapOption relaxes what CheckBootstrap requires.
+type BootstrapOption func(*bootstrapRules)
+
+type bootstrapRules struct {
+	tls bool
+}
+
+// AllowTLSCreds lets CheckBootstrap accept a server whose channel_creds
+// have only the "tls" type of gRFC A65 (mutual TLS with the xDS server:
+// config with ca_certificate_file, and certificate_file with
+// private_key_file, each a file name): grpc-go, grpc-java and gRPC C-core
+// load it, grpc-js-xds does not. Use it for a bootstrap meant for a server
+// that requires client certificates, where no other type may be listed
+// (a client uses the first type it knows, and would connect without one).
+func AllowTLSCreds() BootstrapOption { return func(r *bootstrapRules) { r.tls = true } }
+
 // CheckBootstrap reports what in a gRPC xDS bootstrap (the JSON of
 // GRPC_XDS_BOOTSTRAP) one of the gRPC xDS clients would refuse, checking
 // the strictest of their rules: grpc-go's, and grpc-js-xds's, which also
@@ -26,8 +42,13 @@ var bootstrapCreds = []string{"insecure", "google_default"}
 //     (region, zone and sub_zone, if present, strings); cluster, if
 //     present, a string; metadata, if present, an object.
 //
-// Use it in a test of every bootstrap a project documents or generates.
-func CheckBootstrap(data []byte) error {
+// Options relax these rules (AllowTLSCreds). Use it in a test of every
+// bootstrap a project documents or generates.
+func CheckBootstrap(data []byte, opts ...BootstrapOption) error {
+	var rules bootstrapRules
+	for _, o := range opts {
+		o(&rules)
+	}
 	var b struct {
 		XDSServers []json.RawMessage `json:"xds_servers"`
 		Node       json.RawMessage   `json:"node"`
@@ -39,7 +60,7 @@ func CheckBootstrap(data []byte) error {
 		return errors.New("xdstest: bootstrap: xds_servers is missing or empty")
 	}
 	for i, raw := range b.XDSServers {
-		if err := checkServer(raw); err != nil {
+		if err := checkServer(raw, rules); err != nil {
 			return fmt.Errorf("xdstest: bootstrap: xds_servers[%d]: %w", i, err)
 		}
 	}
@@ -49,7 +70,7 @@ func CheckBootstrap(data []byte) error {
 	return nil
 }
 
-func checkServer(raw json.RawMessage) error {
+func checkServer(raw json.RawMessage, rules bootstrapRules) error {
 	var s struct {
 		ServerURI      *string           `json:"server_uri"`
 		ChannelCreds   []json.RawMessage `json:"channel_creds"`
@@ -67,14 +88,24 @@ func checkServer(raw json.RawMessage) error {
 	supported := false
 	for i, raw := range s.ChannelCreds {
 		var c struct {
-			Type *string `json:"type"`
+			Type   *string         `json:"type"`
+			Config json.RawMessage `json:"config"`
 		}
 		if err := json.Unmarshal(raw, &c); err != nil || c.Type == nil {
 			return fmt.Errorf("channel_creds[%d]: no string type", i)
 		}
 		supported = supported || slices.Contains(bootstrapCreds, *c.Type)
+		if rules.tls && *c.Type == "tls" {
+			if err := checkTLSCreds(c.Config); err != nil {
+				return fmt.Errorf("channel_creds[%d]: tls: %w", i, err)
+			}
+			supported = true
+		}
 	}
 	if !supported {
+		if rules.tls {
+			return fmt.Errorf("channel_creds: no entry of a type the clients support (%q, or \"tls\")", bootstrapCreds)
+		}
 		return fmt.Errorf("channel_creds: no entry of a type every client supports (%q)", bootstrapCreds)
 	}
 	if s.ServerFeatures != nil {
@@ -82,6 +113,32 @@ func checkServer(raw json.RawMessage) error {
 		if err := json.Unmarshal(s.ServerFeatures, &features); err != nil {
 			return errors.New("server_features is not a list of strings")
 		}
+	}
+	return nil
+}
+
+// checkTLSCreds checks the config of gRFC A65's "tls" channel creds: an
+// object whose ca_certificate_file, certificate_file and private_key_file,
+// if present, are non-empty strings, with a certificate and its key both
+// or neither.
+func checkTLSCreds(raw json.RawMessage) error {
+	if isNull(raw) {
+		return nil
+	}
+	var c map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return errors.New("config is not an object")
+	}
+	for _, k := range []string{"ca_certificate_file", "certificate_file", "private_key_file"} {
+		if v, ok := c[k]; ok {
+			var f string
+			if err := json.Unmarshal(v, &f); err != nil || f == "" {
+				return fmt.Errorf("config.%s is not a non-empty string", k)
+			}
+		}
+	}
+	if _, cert := c["certificate_file"]; cert != (c["private_key_file"] != nil) {
+		return errors.New("config has one of certificate_file and private_key_file without the other")
 	}
 	return nil
 }
