@@ -34,10 +34,12 @@ const stormClients = 10_000
 // (a build of its own, whatever flags this test has), since 10,000 clients
 // and their server under it would not fit in the machine's time. Every
 // client must converge, at first and again after the storm, every refused
-// stream having been retried (a connect that failed too); the server's admission must have refused
-// streams (it did bound the work) and admitted no more in a second than
-// its limit, with a quarter second's worth of slack for the lag of the
-// hook that times them; no client may count a dangling reference.
+// stream having been retried (a connect that failed too); the server's
+// admission must have run at its limit (it did bound the work: the clients
+// arrive faster, and wait, or are refused and retry) and admitted no more
+// in a second than that limit, with a quarter second's worth of slack for
+// the lag of the hook that times them; no client may count a dangling
+// reference.
 func TestStorm(t *testing.T) {
 	bin := buildXDSLoad(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
@@ -74,9 +76,6 @@ func TestStorm(t *testing.T) {
 		t.Errorf("%d violations, errors %q; want none", r.Violations, r.Errors)
 	}
 	refused := s.Streams.Refused()
-	if refused == 0 {
-		t.Error("no stream refused in the storm; want the admission to have bounded it")
-	}
 	// Refused, or failed to connect (Unavailable), and retried.
 	var failed int64
 	for code, n := range s.Streams.Failed {
@@ -102,6 +101,11 @@ func TestStorm(t *testing.T) {
 	}
 	if limit := a.Limit() + int(a.Rate/4); a.Rate == 0 || a.MaxPerSecond > limit {
 		t.Errorf("server admitted %d streams in a second at rate %v; want a rate, and at most %d", a.MaxPerSecond, a.Rate, limit)
+	}
+	// The clients arrive faster than the rate: the admission must have
+	// run at its limit (queueing, or refusing, the others).
+	if a.MaxPerSecond < int(a.Rate)*9/10 {
+		t.Errorf("server admitted at most %d streams in a second, below its rate %v: the admission did not bound the storm", a.MaxPerSecond, a.Rate)
 	}
 }
 
