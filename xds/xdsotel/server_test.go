@@ -13,6 +13,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdsotel"
@@ -42,7 +43,7 @@ func (h *webHost) config() xds.Config {
 		}}}, nil
 	})
 	eds := xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-		return []xds.Resource{{Name: "web", Message: cla("web", ports.Get(req.Push))}}, nil
+		return []xds.Resource{{Name: "web", Message: xdsfixture.CLAPort("web", ports.Get(req.Push))}}, nil
 	})
 	return xds.Config{
 		Builder:    b,
@@ -58,19 +59,6 @@ func (h *webHost) moveTo(port uint32) *pushcontext.PushRequest {
 	return &pushcontext.PushRequest{
 		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Endpoints", Name: "web"}),
 		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonEndpointUpdate),
-	}
-}
-
-func cla(cluster string, port uint32) *endpointv3.ClusterLoadAssignment {
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: cluster,
-		Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address: "10.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
-				}}},
-			}},
-		}}}},
 	}
 }
 
