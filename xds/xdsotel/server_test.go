@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
@@ -34,13 +32,7 @@ func (h *webHost) config() xds.Config {
 	ports, _ := pushcontext.Register(b, "ports", []string{"Endpoints"},
 		func(pushcontext.BuildContext[uint32]) (uint32, error) { return h.port.Load(), nil })
 	cds := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-		return []xds.Resource{{Name: "web", Message: &clusterv3.Cluster{
-			Name:                 "web",
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: &corev3.ConfigSource{
-				ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
-			}},
-		}}}, nil
+		return []xds.Resource{{Name: "web", Message: xdsfixture.Cluster("web")}}, nil
 	})
 	eds := xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
 		return []xds.Resource{{Name: "web", Message: xdsfixture.CLAPort("web", ports.Get(req.Push))}}, nil
