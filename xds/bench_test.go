@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -439,14 +440,15 @@ func BenchmarkPush1000(b *testing.B) {
 					f.update(true, func(s *store) {
 						for i := range c.sets {
 							name := fmt.Sprintf("c%d", i)
-							s.clusters[name] = makeCluster(name)
+							s.clusters[name] = xdsfixture.Cluster(name)
 							s.clusters[name].ConnectTimeout = durationpb.New(time.Duration(round) * time.Millisecond)
 							pods[i][round%benchPods] = podIP(i, round%benchPods, round)
 							s.endpoints[name] = benchCLA(name, pods[i])
 						}
-						s.listeners["l0"] = makeListener("l0", "r0")
+						s.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 						s.listeners["l0"].StatPrefix = fmt.Sprint(round)
-						s.routes["r0"] = makeRoute("r0", fmt.Sprintf("d%d", round), "c0")
+						s.routes["r0"] = xdsfixture.Route("r0", "c0")
+						s.routes["r0"].VirtualHosts[0].Domains = []string{fmt.Sprintf("d%d", round)}
 					}, key(kindCluster, "all"), key(kindEndpoint, "all"), key(kindListener, "l0"), key(kindRoute, "r0"))
 				})
 				return
@@ -593,7 +595,7 @@ func BenchmarkOneClusterChange(b *testing.B) {
 			g.f = f
 			measure(b, f, fl, clients, func(round int) {
 				f.update(true, func(s *store) {
-					s.clusters["c7"] = makeCluster("c7")
+					s.clusters["c7"] = xdsfixture.Cluster("c7")
 					s.clusters["c7"].ConnectTimeout = durationpb.New(time.Duration(round) * time.Millisecond)
 				}, key(kindCluster, "c7"))
 			})

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -347,8 +348,8 @@ func TestCoreSotWRequests(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			h := newFakeHost(t, nil)
 			for _, n := range []string{"c1", "c2", "c3", "c10"} {
-				h.put(ClusterType, makeCluster(n))
-				h.put(EndpointType, makeCLA(n, "10.0.0.1:80"))
+				h.put(ClusterType, xdsfixture.Cluster(n))
+				h.put(EndpointType, xdsfixture.CLA(n, "10.0.0.1:80"))
 			}
 			c := h.newCore(false)
 			setUp := func(typ TypeURL, st *state) {
@@ -424,7 +425,7 @@ func FuzzDeltaSubscribe(f *testing.F) {
 		c.step(context.Background(), epoch)
 		alphabet := []string{"*", "a", "b", "c", "d", "e", "f"}
 		for _, n := range alphabet[1:] {
-			h.put(ClusterType, makeCluster(n))
+			h.put(ClusterType, xdsfixture.Cluster(n))
 		}
 		i := h.set.typeIndex(ClusterType)
 		names := map[string]bool{}
@@ -640,10 +641,10 @@ func ckey(kind, name string) pushcontext.ConfigKey {
 func (r *coreRun) mesh() {
 	r.t.Helper()
 	h := r.h
-	h.put(ClusterType, makeCluster("c0"))
-	h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"))
-	h.put(ListenerType, makeListener("l0", "r0"))
-	h.put(RouteType, makeRoute("r0", "*", "c0"))
+	h.put(ClusterType, xdsfixture.Cluster("c0"))
+	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
+	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+	h.put(RouteType, xdsfixture.Route("r0", "c0"))
 	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
 	r.subscribe(ClusterType)
 	r.expect("CDS answer", "CDS [c0]"+r.none())
@@ -683,9 +684,9 @@ func TestCoreSwapOrderAndDeferredAnswer(t *testing.T) {
 			r.mesh()
 			h := r.h
 			r.change(true, func() {
-				h.put(ClusterType, makeCluster("c1"))
-				h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
-				h.put(RouteType, makeRoute("r0", "*", "c1"), makeRoute("r2", "*", "c1"))
+				h.put(ClusterType, xdsfixture.Cluster("c1"))
+				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+				h.put(RouteType, xdsfixture.Route("r0", "c1"), xdsfixture.Route("r2", "c1"))
 				delete(h.world[ClusterType], "c0")
 				delete(h.world[EndpointType], "c0")
 			}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
@@ -736,7 +737,7 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	r.mesh()
 	h := r.h
-	r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "cx")) }, ckey(kindRoute, "r0"))
+	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "cx")) }, ckey(kindRoute, "r0"))
 	r.expect("route naming cx")
 	rds := r.c.types[h.set.rdsIdx]
 	var re *ReferenceError
@@ -747,8 +748,8 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 		t.Fatal("the push is still in its phases")
 	}
 	r.change(true, func() {
-		h.put(ClusterType, makeCluster("cx"))
-		h.put(EndpointType, makeCLA("cx", "10.0.0.9:80"))
+		h.put(ClusterType, xdsfixture.Cluster("cx"))
+		h.put(EndpointType, xdsfixture.CLA("cx", "10.0.0.9:80"))
 	}, ckey(kindCluster, "cx"), ckey(kindEndpoint, "cx"))
 	r.expect("cx arrives", "CDS [c0 cx]")
 	r.resubscribe(EndpointType, "c0", "cx")
@@ -779,9 +780,9 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 		t.Fatalf("held clusters = %v; want [c0]", got)
 	}
 	r.change(true, func() {
-		h.put(ClusterType, makeCluster("c1"))
-		h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
-		h.put(RouteType, makeRoute("r0", "*", "c1"))
+		h.put(ClusterType, xdsfixture.Cluster("c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r0", "c1"))
 	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
 	r.expect("c1", "CDS [c1] -[]")
 	r.resubscribe(EndpointType, "c1")
@@ -804,12 +805,12 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	r.mesh()
 	h := r.h
-	bad := makeCluster("c1")
+	bad := xdsfixture.Cluster("c1")
 	bad.LbPolicy = 5 // pretend the client rejects it
 	r.change(true, func() {
 		h.put(ClusterType, bad)
-		h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
-		h.put(RouteType, makeRoute("r0", "*", "c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r0", "c1"))
 	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
 	r.expect("CDS phase", "CDS [c0 c1]")
 	r.nack(ClusterType, "c1 is invalid")
@@ -820,7 +821,7 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	}
 	// An unrelated push regenerates the dirty types: the route naming the
 	// rejected cluster stays held back, not failing.
-	r.change(false, func() { h.put(EndpointType, makeCLA("c0", "10.0.0.3:80")) }, ckey(kindEndpoint, "c0"))
+	r.change(false, func() { h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.3:80")) }, ckey(kindEndpoint, "c0"))
 	r.expect("endpoints only", "EDS [c0]")
 	r.ack(EndpointType)
 	r.expect("nothing else")
@@ -831,7 +832,7 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 		t.Fatal("the NACK no longer stands")
 	}
 	// A valid c1: sent, then the route.
-	r.change(true, func() { h.put(ClusterType, makeCluster("c1")) }, ckey(kindCluster, "c1"))
+	r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c1"))
 	r.expect("valid c1", "CDS [c0 c1]")
 	r.resubscribe(EndpointType, "c0", "c1")
 	r.ack(ClusterType)

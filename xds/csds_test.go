@@ -31,6 +31,7 @@ import (
 	_ "google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -232,14 +233,14 @@ func checkAgainstStatus(t *testing.T, resp *statusv3.ClientStatusResponse, st []
 func csdsWorld() *world {
 	w := newWorld()
 	for _, c := range []string{"a", "b", "c"} {
-		w.clusters[c] = mkCluster(c)
+		w.clusters[c] = xdsfixture.Cluster(c)
 	}
-	w.endpoints["a"] = mkCLA("a", 8080)
-	w.endpoints["b"] = mkCLA("b", 8081)
-	w.listeners["l"] = mkListener("l", "r")
-	w.listeners["l2"] = mkListener("l2", "r2")
-	w.routes["r"] = mkRoute("r", "a")
-	w.routes["r2"] = mkRoute("r2", "c")
+	w.endpoints["a"] = xdsfixture.CLAPort("a", 8080)
+	w.endpoints["b"] = xdsfixture.CLAPort("b", 8081)
+	w.listeners["l"] = xdsfixture.Listener("l", "r")
+	w.listeners["l2"] = xdsfixture.Listener("l2", "r2")
+	w.routes["r"] = xdsfixture.Route("r", "a")
+	w.routes["r2"] = xdsfixture.Route("r2", "c")
 	return w
 }
 
@@ -411,7 +412,7 @@ func TestClientStatusNACK(t *testing.T) {
 	}
 	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"a", "b", "c"}}), clients...)
 	f.h.change(func(w *world) []pushcontext.ConfigKey {
-		w.clusters["bad"] = mkCluster("bad")
+		w.clusters["bad"] = xdsfixture.Cluster("bad")
 		return []pushcontext.ConfigKey{{Kind: kCluster, Name: "bad"}}
 	})
 	nacks, err := f.h.ts.Sync(t.Context())
@@ -455,7 +456,7 @@ func TestClientStatusStale(t *testing.T) {
 	c.Pause()
 	defer c.Resume()
 	f.h.change(func(w *world) []pushcontext.ConfigKey {
-		w.endpoints["a"] = mkCLA("a", 9090)
+		w.endpoints["a"] = xdsfixture.CLAPort("a", 9090)
 		return []pushcontext.ConfigKey{{Kind: kEndpoint, Name: "a"}}
 	})
 	// Wait until the push's EDS response is sent, not ACKed.
@@ -661,7 +662,7 @@ func TestClientStatusSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := mkCluster("tls")
+	c := xdsfixture.Cluster("tls")
 	c.TransportSocket = &corev3.TransportSocket{Name: "tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tls}}
 	w.clusters["tls"] = c
 	f := startCSDS(t, w)
@@ -704,8 +705,8 @@ func BenchmarkClientStatus(b *testing.B) {
 	w := newWorld()
 	for i := range clusters {
 		name := fmt.Sprintf("c%03d", i)
-		w.clusters[name] = mkCluster(name)
-		w.endpoints[name] = mkCLA(name, uint32(8000+i))
+		w.clusters[name] = xdsfixture.Cluster(name)
+		w.endpoints[name] = xdsfixture.CLAPort(name, uint32(8000+i))
 	}
 	for _, clients := range []int{10, 100} {
 		f := startCSDS(b, w)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -68,10 +69,10 @@ func TestDeltaAdsClusterUpdate(t *testing.T) {
 		c.ackAll()
 
 		// A change of c0, no longer subscribed, sends nothing; of c1, c1.
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.7:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.7:80") }, key(kindEndpoint, "c0"))
 		settle()
 		checkSummaries(t, "after a change of c0", c.ackAll())
-		f.update(false, func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.0.1.7:80") }, key(kindEndpoint, "c1"))
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.0.1.7:80") }, key(kindEndpoint, "c1"))
 		settle()
 		checkSummaries(t, "after a change of c1", c.ackAll(), "EDS[c1]-[]")
 		eds := f.srv.Status()[0].Types[0]
@@ -98,7 +99,7 @@ func TestDeltaCDS(t *testing.T) {
 		}
 
 		f.update(true, func(s *store) {
-			s.clusters["c2"] = makeCluster("c2")
+			s.clusters["c2"] = xdsfixture.Cluster("c2")
 			s.clusters["c2"].ConnectTimeout = durationpb.New(time.Second)
 		}, key(kindCluster, "c2"))
 		settle()
@@ -157,8 +158,8 @@ func TestDeltaCDSReconnect(t *testing.T) {
 
 				f.update(true, func(s *store) {
 					delete(s.clusters, "c1")
-					s.clusters["c3"] = makeCluster("c3")
-					s.endpoints["c3"] = makeCLA("c3", "10.0.0.33:80")
+					s.clusters["c3"] = xdsfixture.Cluster("c3")
+					s.endpoints["c3"] = xdsfixture.CLA("c3", "10.0.0.33:80")
 				}, key(kindCluster, "c1"), key(kindCluster, "c3"), key(kindEndpoint, "c3"))
 				settle()
 
@@ -236,7 +237,7 @@ func TestDeltaReconnectRequests(t *testing.T) {
 		f.update(true, func(s *store) {
 			delete(s.clusters, "c1")
 			delete(s.endpoints, "c1")
-			s.clusters["c2"] = makeCluster("c2")
+			s.clusters["c2"] = xdsfixture.Cluster("c2")
 			s.clusters["c2"].ConnectTimeout = durationpb.New(time.Second)
 		}, key(kindCluster, "c1"), key(kindEndpoint, "c1"), key(kindCluster, "c2"))
 		settle()
@@ -341,7 +342,7 @@ func TestDeltaPushSendsOnlyWhatChanged(t *testing.T) {
 		c.subscribe(EndpointType, eds...)
 		c.ackAll()
 		f.update(true, func(s *store) {
-			s.clusters["c42"] = makeCluster("c42")
+			s.clusters["c42"] = xdsfixture.Cluster("c42")
 			s.clusters["c42"].ConnectTimeout = durationpb.New(time.Second)
 		}, key(kindCluster, "c42"))
 		settle()
@@ -351,7 +352,7 @@ func TestDeltaPushSendsOnlyWhatChanged(t *testing.T) {
 			t.Errorf("version = %q; want %q", got, want)
 		}
 		// An endpoint change sends that ClusterLoadAssignment only.
-		f.update(false, func(s *store) { s.endpoints["c7"] = makeCLA("c7", "10.7.7.7:80") }, key(kindEndpoint, "c7"))
+		f.update(false, func(s *store) { s.endpoints["c7"] = xdsfixture.CLA("c7", "10.7.7.7:80") }, key(kindEndpoint, "c7"))
 		settle()
 		checkSummaries(t, "endpoint push", c.ackUntilQuiet(), "EDS[c7]-[]")
 	})
@@ -374,7 +375,7 @@ func TestDeltaWildcard(t *testing.T) {
 		c.ackAll()
 		// Only c1 is still subscribed: a change of c0 is not sent.
 		f.update(true, func(s *store) {
-			s.clusters["c0"] = makeCluster("c0")
+			s.clusters["c0"] = xdsfixture.Cluster("c0")
 			s.clusters["c0"].ConnectTimeout = durationpb.New(time.Second)
 		}, key(kindCluster, "c0"))
 		settle()
@@ -554,9 +555,9 @@ func TestDeltaNACKAndWaitForVersion(t *testing.T) {
 		c.ackAll()
 
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
-			s.routes["r0"] = makeRoute("r0", "*", "c1")
+			s.routes["r0"] = xdsfixture.Route("r0", "c1")
 		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		settle()
 		v := f.srv.Version()
@@ -588,7 +589,7 @@ func TestDeltaNACKAndWaitForVersion(t *testing.T) {
 		}
 		// The next valid version is sent, with the endpoints the NACK held back.
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(2 * time.Second)
 		}, key(kindCluster, "c1"))
 		settle()
@@ -688,9 +689,9 @@ func TestDeltaGenerator(t *testing.T) {
 		checkGens("answers", "delta "+v+" push=false delta=false 3-0 err=<nil>", "sotw "+v+" push=false delta=false 3-0 err=<nil>")
 
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
-			s.clusters["c3"] = makeCluster("c3")
+			s.clusters["c3"] = xdsfixture.Cluster("c3")
 			delete(s.clusters, "c2")
 		}, key(kindCluster, "c1"), key(kindCluster, "c2"), key(kindCluster, "c3"))
 		settle()
@@ -784,12 +785,12 @@ func TestDeltaGeneratorSotWByName(t *testing.T) {
 			key    string
 			want   [][]string // names of the EDS responses
 		}{
-			{name: "change c1", change: func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.1.1.9:80") }, key: "c1", want: [][]string{{"c1"}}},
+			{name: "change c1", change: func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.1.1.9:80") }, key: "c1", want: [][]string{{"c1"}}},
 			{name: "remove c2", change: func(s *store) { delete(s.endpoints, "c2") }, key: "c2", want: nil},
-			{name: "change c0", change: func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key: "c0", want: [][]string{{"c0"}}},
+			{name: "change c0", change: func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key: "c0", want: [][]string{{"c0"}}},
 			// The client still holds c2 as it was: the same content is not sent.
-			{name: "c2 back as before", change: func(s *store) { s.endpoints["c2"] = makeCLA("c2", "10.0.0.3:80") }, key: "c2", want: nil},
-			{name: "c2 changed", change: func(s *store) { s.endpoints["c2"] = makeCLA("c2", "10.2.2.9:80") }, key: "c2", want: [][]string{{"c2"}}},
+			{name: "c2 back as before", change: func(s *store) { s.endpoints["c2"] = xdsfixture.CLA("c2", "10.0.0.3:80") }, key: "c2", want: nil},
+			{name: "c2 changed", change: func(s *store) { s.endpoints["c2"] = xdsfixture.CLA("c2", "10.2.2.9:80") }, key: "c2", want: [][]string{{"c2"}}},
 		} {
 			before := g.deltas.Load()
 			f.update(false, step.change, key(kindEndpoint, step.key))

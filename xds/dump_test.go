@@ -10,6 +10,8 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
 // dumpSummary renders d as one line per type: "CDS* [c0@v c1@v-]", where *
@@ -110,7 +112,7 @@ func TestDump(t *testing.T) {
 		// which waits for the client to ACK the upserts.
 		f.update(true, func(s *store) {
 			delete(s.clusters, "c1")
-			s.clusters["c0"] = makeCluster("c0")
+			s.clusters["c0"] = xdsfixture.Cluster("c0")
 			s.clusters["c0"].AltStatName = "changed"
 		}, key(kindCluster, "c0"), key(kindCluster, "c1"))
 		settle()

@@ -12,6 +12,8 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
 // envoy drives a raw go-control-plane ADS stream the way Envoy does:
@@ -143,8 +145,8 @@ func TestEnvoyLikeClient(t *testing.T) {
 		// exactly that one ClusterLoadAssignment.
 		e.received = nil
 		f.update(true, func(s *store) {
-			s.clusters["c3"] = makeCluster("c3")
-			s.endpoints["c3"] = makeCLA("c3", "10.3.3.3:80")
+			s.clusters["c3"] = xdsfixture.Cluster("c3")
+			s.endpoints["c3"] = xdsfixture.CLA("c3", "10.3.3.3:80")
 		}, key(kindCluster, "c3"), key(kindEndpoint, "c3"))
 		settle()
 		e.run()

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -29,9 +30,9 @@ import (
 // failureWorld is listener l0 → route r0 → cluster c0 and its endpoints.
 func failureWorld() *world {
 	w := newWorld()
-	w.clusters["c0"], w.endpoints["c0"] = mkCluster("c0"), mkCLA("c0", 8000)
-	w.routes["r0"] = mkRoute("r0", "c0")
-	w.listeners["l0"] = mkListener("l0", "r0")
+	w.clusters["c0"], w.endpoints["c0"] = xdsfixture.Cluster("c0"), xdsfixture.CLAPort("c0", 8000)
+	w.routes["r0"] = xdsfixture.Route("r0", "c0")
+	w.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 	return w
 }
 
@@ -44,8 +45,8 @@ var holdsFailureWorld = xdstest.HoldsNames(map[xds.TypeURL][]string{
 // between c0 and it: a change of CDS, EDS and RDS.
 func addCluster(name string) func(w *world) []pushcontext.ConfigKey {
 	return func(w *world) []pushcontext.ConfigKey {
-		w.clusters[name], w.endpoints[name] = mkCluster(name), mkCLA(name, 9000)
-		w.routes["r0"] = mkRoute("r0", "c0", name)
+		w.clusters[name], w.endpoints[name] = xdsfixture.Cluster(name), xdsfixture.CLAPort(name, 9000)
+		w.routes["r0"] = xdsfixture.Route("r0", "c0", name)
 		return append(append(keys(kCluster, name), keys(kEndpoint, name)...), keys(kRoute, "r0")...)
 	}
 }
@@ -467,7 +468,7 @@ func TestFailurePanics(t *testing.T) {
 // Name that is not the message's own name is a *xds.ResourceError naming
 // the resource, and nothing of the type is sent.
 func TestFailureGeneratorOutput(t *testing.T) {
-	c0 := mkCluster("c0")
+	c0 := xdsfixture.Cluster("c0")
 	tests := []struct {
 		name     string
 		out      []xds.Resource
@@ -476,9 +477,9 @@ func TestFailureGeneratorOutput(t *testing.T) {
 	}{
 		{name: "empty name", out: []xds.Resource{{Name: "", Message: c0}}, wantName: "", reason: "empty name"},
 		{name: "duplicate name", out: []xds.Resource{{Name: "c0", Message: c0}, {Name: "c0", Message: c0}}, wantName: "c0", reason: "twice"},
-		{name: "wrong type", out: []xds.Resource{{Name: "l0", Message: mkListener("l0", "r0")}}, wantName: "l0", reason: "Listener"},
+		{name: "wrong type", out: []xds.Resource{{Name: "l0", Message: xdsfixture.Listener("l0", "r0")}}, wantName: "l0", reason: "Listener"},
 		{name: "nil message", out: []xds.Resource{{Name: "c0"}}, wantName: "c0", reason: "nil message"},
-		{name: "name is not the message's", out: []xds.Resource{{Name: "c0", Message: mkCluster("c9")}}, wantName: "c0", reason: `named "c9"`},
+		{name: "name is not the message's", out: []xds.Resource{{Name: "c0", Message: xdsfixture.Cluster("c9")}}, wantName: "c0", reason: `named "c9"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -524,7 +525,7 @@ func TestFailureNilIsEmpty(t *testing.T) {
 			t.Run(protocol.String()+"/"+result, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					w := newWorld()
-					w.clusters["c0"], w.endpoints["c0"] = mkCluster("c0"), mkCLA("c0", 8000)
+					w.clusters["c0"], w.endpoints["c0"] = xdsfixture.Cluster("c0"), xdsfixture.CLAPort("c0", 8000)
 					h := startHost(t, w, func(cfg *xds.Config) {
 						cds := cfg.Generators[xds.ClusterType]
 						cfg.Generators[xds.ClusterType] = xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
@@ -708,7 +709,7 @@ func TestFailureReferenceHoldBack(t *testing.T) {
 				xdstest.Await(t, holdsFailureWorld, c)
 
 				h.change(func(w *world) []pushcontext.ConfigKey {
-					w.routes["r0"] = mkRoute("r0", "c0", "missing")
+					w.routes["r0"] = xdsfixture.Route("r0", "c0", "missing")
 					return keys(kRoute, "r0")
 				})
 				time.Sleep(time.Second)

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -112,23 +113,23 @@ const (
 )
 
 func faultCluster(name string, rev int) *clusterv3.Cluster {
-	c := mkCluster(name)
+	c := xdsfixture.Cluster(name)
 	c.ConnectTimeout = durationpb.New(time.Duration(rev+1) * time.Millisecond)
 	return c
 }
 
 func faultEndpoints(name string, rev int) *endpointv3.ClusterLoadAssignment {
-	return mkCLA(name, uint32(10000+rev%50000))
+	return xdsfixture.CLAPort(name, uint32(10000+rev%50000))
 }
 
 func faultListener(name, route string, rev int) *listenerv3.Listener {
-	l := mkListener(name, route)
+	l := xdsfixture.Listener(name, route)
 	l.StatPrefix = "rev-" + strconv.Itoa(rev)
 	return l
 }
 
 func faultRoute(name string, rev int, clusters ...string) *routev3.RouteConfiguration {
-	rc := mkRoute(name, clusters...)
+	rc := xdsfixture.Route(name, clusters...)
 	rc.VirtualHosts[0].Name = name + "-rev-" + strconv.Itoa(rev)
 	return rc
 }
@@ -1054,9 +1055,9 @@ func TestFaultRemovalWaitsForAFailedAnswer(t *testing.T) {
 		t.Run(protocol.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newWorld()
-				w.clusters["c0"], w.endpoints["c0"] = mkCluster("c0"), mkCLA("c0", 8000)
-				w.routes["r0"] = mkRoute("r0", "c0")
-				w.listeners["l0"] = mkListener("l0", "r0")
+				w.clusters["c0"], w.endpoints["c0"] = xdsfixture.Cluster("c0"), xdsfixture.CLAPort("c0", 8000)
+				w.routes["r0"] = xdsfixture.Route("r0", "c0")
+				w.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 				var failing atomic.Bool
 				h := startHost(t, w, func(cfg *xds.Config) {
 					rds := cfg.Generators[xds.RouteType]
@@ -1074,9 +1075,9 @@ func TestFaultRemovalWaitsForAFailedAnswer(t *testing.T) {
 
 				failing.Store(true)
 				h.change(func(w *world) []pushcontext.ConfigKey {
-					w.clusters["c1"], w.endpoints["c1"] = mkCluster("c1"), mkCLA("c1", 8001)
-					w.routes["r1"] = mkRoute("r1", "c1")
-					w.listeners["l0"] = mkListener("l0", "r1")
+					w.clusters["c1"], w.endpoints["c1"] = xdsfixture.Cluster("c1"), xdsfixture.CLAPort("c1", 8001)
+					w.routes["r1"] = xdsfixture.Route("r1", "c1")
+					w.listeners["l0"] = xdsfixture.Listener("l0", "r1")
 					delete(w.routes, "r0")
 					delete(w.clusters, "c0")
 					delete(w.endpoints, "c0")
@@ -1104,9 +1105,9 @@ func TestFaultRemovalWaitsForAFailedAnswer(t *testing.T) {
 func TestFaultSotWResubscribeAfterUnsubscribe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld()
-		w.clusters["c0"], w.endpoints["c0"] = mkCluster("c0"), mkCLA("c0", 8000)
-		w.routes["r0"] = mkRoute("r0", "c0")
-		w.listeners["l0"] = mkListener("l0", "r0")
+		w.clusters["c0"], w.endpoints["c0"] = xdsfixture.Cluster("c0"), xdsfixture.CLAPort("c0", 8000)
+		w.routes["r0"] = xdsfixture.Route("r0", "c0")
+		w.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 		h := startHost(t, w, nil)
 		c := h.ts.NewClient(t, xdstest.ClientConfig{NodeID: "grpc", Behavior: xdstest.GRPC, Listeners: []string{"l0"}})
 		xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ListenerType: {"l0"}, xds.RouteType: {"r0"}}), c)
@@ -1126,14 +1127,14 @@ func TestFaultSotWResubscribeAfterUnsubscribe(t *testing.T) {
 		// It comes back naming a route the configuration does not have
 		// yet: the client subscribes to it, and is answered nothing.
 		h.change(func(w *world) []pushcontext.ConfigKey {
-			w.listeners["l0"] = mkListener("l0", "r1")
+			w.listeners["l0"] = xdsfixture.Listener("l0", "r1")
 			return keys(kListener, "l0")
 		})
 		sync("listener back")
 		// It moves to a route the configuration has.
 		h.change(func(w *world) []pushcontext.ConfigKey {
-			w.routes["r2"] = mkRoute("r2", "c0")
-			w.listeners["l0"] = mkListener("l0", "r2")
+			w.routes["r2"] = xdsfixture.Route("r2", "c0")
+			w.listeners["l0"] = xdsfixture.Listener("l0", "r2")
 			return append(keys(kRoute, "r2"), keys(kListener, "l0")...)
 		})
 		sync("route r2")
@@ -1155,18 +1156,18 @@ func TestFaultGRPCClientKeepsClustersInService(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld()
 		for i, c := range []string{"c0", "c1", "c2"} {
-			w.clusters[c], w.endpoints[c] = mkCluster(c), mkCLA(c, uint32(8000+i))
+			w.clusters[c], w.endpoints[c] = xdsfixture.Cluster(c), xdsfixture.CLAPort(c, uint32(8000+i))
 		}
-		w.routes["r0"], w.routes["r2"] = mkRoute("r0", "c0"), mkRoute("r2", "c2")
-		w.listeners["l0"], w.listeners["l2"] = mkListener("l0", "r0"), mkListener("l2", "r2")
+		w.routes["r0"], w.routes["r2"] = xdsfixture.Route("r0", "c0"), xdsfixture.Route("r2", "c2")
+		w.listeners["l0"], w.listeners["l2"] = xdsfixture.Listener("l0", "r0"), xdsfixture.Listener("l2", "r2")
 		h := startHost(t, w, nil)
 		c := h.ts.NewClient(t, xdstest.ClientConfig{NodeID: "grpc", Behavior: xdstest.GRPC, Listeners: []string{"l0", "l2"}})
 		xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"c0", "c2"}, xds.RouteType: {"r0", "r2"}}), c)
 
 		// l0 moves to a new route r1 → c1; r0 and c0 stay in the configuration.
 		h.change(func(w *world) []pushcontext.ConfigKey {
-			w.routes["r1"] = mkRoute("r1", "c1")
-			w.listeners["l0"] = mkListener("l0", "r1")
+			w.routes["r1"] = xdsfixture.Route("r1", "c1")
+			w.listeners["l0"] = xdsfixture.Listener("l0", "r1")
 			return append(keys(kRoute, "r1"), keys(kListener, "l0")...)
 		})
 		xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"c1", "c2"}, xds.RouteType: {"r1", "r2"}}), c)
@@ -1236,15 +1237,15 @@ func TestFaultReferenceFailureAfterAFailedPush(t *testing.T) {
 		// The next push holds the route r0 → c0, c1 back (the client
 		// rejected c1) and retries it after a backoff.
 		h.change(func(w *world) []pushcontext.ConfigKey {
-			w.endpoints["c0"] = mkCLA("c0", 8100)
+			w.endpoints["c0"] = xdsfixture.CLAPort("c0", 8100)
 			return keys(kEndpoint, "c0")
 		})
 		time.Sleep(5 * time.Millisecond) // the debounce, not the retry
 		synctest.Wait()
 		lds.set(errors.New("listener store down"))
 		h.change(func(w *world) []pushcontext.ConfigKey {
-			w.clusters["c2"], w.endpoints["c2"] = mkCluster("c2"), mkCLA("c2", 9002)
-			w.routes["r0"] = mkRoute("r0", "c0", "c2")
+			w.clusters["c2"], w.endpoints["c2"] = xdsfixture.Cluster("c2"), xdsfixture.CLAPort("c2", 9002)
+			w.routes["r0"] = xdsfixture.Route("r0", "c0", "c2")
 			w.listeners["l0"] = faultListener("l0", "r0", 2)
 			return append(append(keys(kCluster, "c2"), keys(kEndpoint, "c2")...), append(keys(kRoute, "r0"), keys(kListener, "l0")...)...)
 		})

@@ -18,6 +18,7 @@ import (
 	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -54,10 +55,10 @@ func TestGRPCXDSClient(t *testing.T) {
 func testGRPCXDSClient(t *testing.T, interning bool) {
 	b1, b2 := backend(t), backend(t)
 	st := newStore()
-	st.listeners["target"] = makeListener("target", "route-target")
-	st.routes["route-target"] = makeRoute("route-target", "*", "cluster-target")
-	st.clusters["cluster-target"] = makeCluster("cluster-target")
-	st.endpoints["cluster-target"] = makeCLA("cluster-target", b1)
+	st.listeners["target"] = xdsfixture.Listener("target", "route-target")
+	st.routes["route-target"] = xdsfixture.Route("route-target", "cluster-target")
+	st.clusters["cluster-target"] = xdsfixture.Cluster("cluster-target")
+	st.endpoints["cluster-target"] = xdsfixture.CLA("cluster-target", b1)
 	var mu sync.Mutex
 	var nacks []NACK
 	cdsSends := 0
@@ -114,7 +115,7 @@ func testGRPCXDSClient(t *testing.T, interning bool) {
 	waitFor(t, "LDS, RDS, CDS and EDS ACKed", synced)
 
 	// An endpoint change moves traffic to the second backend.
-	f.update(false, func(s *store) { s.endpoints["cluster-target"] = makeCLA("cluster-target", b2) }, key(kindEndpoint, "cluster-target"))
+	f.update(false, func(s *store) { s.endpoints["cluster-target"] = xdsfixture.CLA("cluster-target", b2) }, key(kindEndpoint, "cluster-target"))
 	for call() != b2 {
 		if ctx.Err() != nil {
 			t.Fatal("traffic never moved to the second backend")
@@ -126,7 +127,7 @@ func testGRPCXDSClient(t *testing.T, interning bool) {
 	sendsBefore := cdsSends
 	mu.Unlock()
 	f.update(true, func(s *store) {
-		s.clusters["cluster-target"] = makeCluster("cluster-target")
+		s.clusters["cluster-target"] = xdsfixture.Cluster("cluster-target")
 		s.clusters["cluster-target"].LbPolicy = clusterv3.Cluster_MAGLEV
 	}, key(kindCluster, "cluster-target"))
 	nacked := func() bool {
@@ -151,7 +152,7 @@ func testGRPCXDSClient(t *testing.T, interning bool) {
 
 	// A valid version clears the NACK.
 	f.update(true, func(s *store) {
-		s.clusters["cluster-target"] = makeCluster("cluster-target")
+		s.clusters["cluster-target"] = xdsfixture.Cluster("cluster-target")
 		s.clusters["cluster-target"].ConnectTimeout = durationpb.New(2 * time.Second)
 	}, key(kindCluster, "cluster-target"))
 	waitFor(t, "the NACK cleared", func() bool { return !nacked() && synced() })

@@ -15,8 +15,6 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -24,9 +22,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -38,91 +35,6 @@ const (
 	kindListener = "listener"
 	kindRoute    = "route"
 )
-
-// ---- Envoy resources -------------------------------------------------------
-
-func adsSource() *corev3.ConfigSource {
-	return &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
-}
-
-func makeCluster(name string) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
-		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-	}
-}
-
-func makeCLA(cluster string, addrs ...string) *endpointv3.ClusterLoadAssignment {
-	var lbs []*endpointv3.LbEndpoint
-	for _, a := range addrs {
-		host, port, err := net.SplitHostPort(a)
-		if err != nil {
-			panic(err)
-		}
-		var p uint32
-		fmt.Sscan(port, &p)
-		lbs = append(lbs, &endpointv3.LbEndpoint{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address:       host,
-					PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: p},
-				}}},
-			}},
-		})
-	}
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: cluster,
-		Endpoints: []*endpointv3.LocalityLbEndpoints{{
-			Locality:            &corev3.Locality{Region: "region", Zone: "zone"},
-			LoadBalancingWeight: wrapperspb.UInt32(1),
-			LbEndpoints:         lbs,
-		}},
-	}
-}
-
-func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
-		panic(err)
-	}
-	return a
-}
-
-// makeListener is a client-side (API) listener for gRPC and Envoy alike:
-// an HttpConnectionManager that takes its routes from RDS over ADS and ends
-// with the router filter.
-func makeListener(name, route string) *listenerv3.Listener {
-	hcm := &hcmv3.HttpConnectionManager{
-		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
-			ConfigSource:    adsSource(),
-			RouteConfigName: route,
-		}},
-		HttpFilters: []*hcmv3.HttpFilter{{
-			Name:       "router",
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
-		}},
-	}
-	return &listenerv3.Listener{
-		Name:        name,
-		ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(hcm)},
-	}
-}
-
-func makeRoute(name, domain, cluster string) *routev3.RouteConfiguration {
-	return &routev3.RouteConfiguration{
-		Name: name,
-		VirtualHosts: []*routev3.VirtualHost{{
-			Name:    name + "-vh",
-			Domains: []string{domain},
-			Routes: []*routev3.Route{{
-				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: cluster}}},
-			}},
-		}},
-	}
-}
 
 // ---- the host: a config store, a PushContext and generators ---------------
 
@@ -678,11 +590,11 @@ func typesOf(rs []*discoveryv3.DiscoveryResponse) []string {
 func world(st *store, n int) {
 	for i := range n {
 		name := fmt.Sprintf("c%d", i)
-		st.clusters[name] = makeCluster(name)
-		st.endpoints[name] = makeCLA(name, fmt.Sprintf("10.0.%d.%d:80", i/250, i%250+1))
+		st.clusters[name] = xdsfixture.Cluster(name)
+		st.endpoints[name] = xdsfixture.CLA(name, fmt.Sprintf("10.0.%d.%d:80", i/250, i%250+1))
 	}
-	st.listeners["l0"] = makeListener("l0", "r0")
-	st.routes["r0"] = makeRoute("r0", "*", "c0")
+	st.listeners["l0"] = xdsfixture.Listener("l0", "r0")
+	st.routes["r0"] = xdsfixture.Route("r0", "c0")
 }
 
 // subscribeAll makes c subscribe like Envoy: wildcard CDS and LDS, EDS for

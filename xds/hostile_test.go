@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -176,7 +177,7 @@ func TestHostileStuckGenerator(t *testing.T) {
 		s.ackAll(sSubs)
 		other.ackAll(oSubs)
 
-		f.update(true, func(st *store) { st.clusters["c0"] = makeCluster("c0"); st.clusters["c0"].LbPolicy = 1 }, key(kindCluster, "c0"))
+		f.update(true, func(st *store) { st.clusters["c0"] = xdsfixture.Cluster("c0"); st.clusters["c0"].LbPolicy = 1 }, key(kindCluster, "c0"))
 		start := time.Now()
 		if err := s.recvErr(); status.Code(err) != codes.Unavailable {
 			t.Fatalf("the stuck proxy's stream ended with %v; want Unavailable", err)

@@ -18,15 +18,14 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/xdspush/xdspush/internal/sortedset"
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -40,62 +39,8 @@ import (
 
 // ---- resources ---------------------------------------------------------------
 
-func ads() *corev3.ConfigSource {
-	return &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
-}
-
-func mkCluster(name string) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: name},
-	}
-}
-
-func mkCLA(name string, port uint32) *endpointv3.ClusterLoadAssignment {
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: name,
-		Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address: "10.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
-				}}},
-			}},
-		}}}},
-	}
-}
-
-func mkListener(name, route string) *listenerv3.Listener {
-	router, _ := anypb.New(&routerv3.Router{})
-	hcm, _ := anypb.New(&hcmv3.HttpConnectionManager{
-		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: ads(), RouteConfigName: route}},
-		HttpFilters:    []*hcmv3.HttpFilter{{Name: "router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
-	})
-	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: hcm}}
-}
-
-// mkRoute routes to one cluster, or splits between several.
-func mkRoute(name string, clusters ...string) *routev3.RouteConfiguration {
-	action := &routev3.RouteAction{}
-	if len(clusters) == 1 {
-		action.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: clusters[0]}
-	} else {
-		wc := &routev3.WeightedCluster{}
-		for _, c := range clusters {
-			wc.Clusters = append(wc.Clusters, &routev3.WeightedCluster_ClusterWeight{Name: c, Weight: wrapperspb.UInt32(1)})
-		}
-		action.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}
-	}
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{{
-		Name: name, Domains: []string{"*"},
-		Routes: []*routev3.Route{{
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &routev3.Route_Route{Route: action},
-		}},
-	}}}
-}
-
-// routeClusters returns the clusters a route built by mkRoute names.
+// routeClusters returns the clusters a route built by xdsfixture.Route
+// names.
 func routeClusters(rc *routev3.RouteConfiguration) []string {
 	a := rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute()
 	if c := a.GetCluster(); c != "" {
@@ -108,7 +53,8 @@ func routeClusters(rc *routev3.RouteConfiguration) []string {
 	return out
 }
 
-// listenerRoute returns the RDS route a listener built by mkListener names.
+// listenerRoute returns the RDS route a listener built by
+// xdsfixture.Listener names.
 func listenerRoute(l *listenerv3.Listener) string {
 	var hcm hcmv3.HttpConnectionManager
 	if err := l.GetApiListener().GetApiListener().UnmarshalTo(&hcm); err != nil {
@@ -637,10 +583,10 @@ func baseWorld(n int) *world {
 	w := newWorld()
 	for i := range n {
 		c, r, l := fmt.Sprintf("c%d", i), fmt.Sprintf("r%d", i), fmt.Sprintf("l%d", i)
-		w.clusters[c] = mkCluster(c)
-		w.endpoints[c] = mkCLA(c, uint32(8000+i))
-		w.routes[r] = mkRoute(r, c)
-		w.listeners[l] = mkListener(l, r)
+		w.clusters[c] = xdsfixture.Cluster(c)
+		w.endpoints[c] = xdsfixture.CLAPort(c, uint32(8000+i))
+		w.routes[r] = xdsfixture.Route(r, c)
+		w.listeners[l] = xdsfixture.Listener(l, r)
 	}
 	return w
 }
@@ -671,9 +617,9 @@ func TestMakeBeforeBreak(t *testing.T) {
 			change: func(w *world) []pushcontext.ConfigKey {
 				delete(w.clusters, "c0")
 				delete(w.endpoints, "c0")
-				w.clusters["c0-new"] = mkCluster("c0-new")
-				w.endpoints["c0-new"] = mkCLA("c0-new", 9000)
-				w.routes["r0"] = mkRoute("r0", "c0-new")
+				w.clusters["c0-new"] = xdsfixture.Cluster("c0-new")
+				w.endpoints["c0-new"] = xdsfixture.CLAPort("c0-new", 9000)
+				w.routes["r0"] = xdsfixture.Route("r0", "c0-new")
 				return append(keys(kCluster, "c0", "c0-new"), append(keys(kEndpoint, "c0", "c0-new"), keys(kRoute, "r0")...)...)
 			},
 		},
@@ -683,10 +629,10 @@ func TestMakeBeforeBreak(t *testing.T) {
 				delete(w.clusters, "c0")
 				delete(w.endpoints, "c0")
 				delete(w.routes, "r0")
-				w.clusters["c5"] = mkCluster("c5")
-				w.endpoints["c5"] = mkCLA("c5", 9005)
-				w.routes["r5"] = mkRoute("r5", "c5")
-				w.listeners["l0"] = mkListener("l0", "r5")
+				w.clusters["c5"] = xdsfixture.Cluster("c5")
+				w.endpoints["c5"] = xdsfixture.CLAPort("c5", 9005)
+				w.routes["r5"] = xdsfixture.Route("r5", "c5")
+				w.listeners["l0"] = xdsfixture.Listener("l0", "r5")
 				return append(append(keys(kCluster, "c0", "c5"), keys(kEndpoint, "c0", "c5")...),
 					append(keys(kRoute, "r0", "r5"), keys(kListener, "l0")...)...)
 			},
@@ -705,9 +651,9 @@ func TestMakeBeforeBreak(t *testing.T) {
 				delete(w.routes, "r1")
 				delete(w.clusters, "c1")
 				delete(w.endpoints, "c1")
-				w.clusters["c7"] = mkCluster("c7")
-				w.endpoints["c7"] = mkCLA("c7", 9007)
-				w.routes["r0"] = mkRoute("r0", "c0", "c7")
+				w.clusters["c7"] = xdsfixture.Cluster("c7")
+				w.endpoints["c7"] = xdsfixture.CLAPort("c7", 9007)
+				w.routes["r0"] = xdsfixture.Route("r0", "c0", "c7")
 				return append(append(keys(kCluster, "c1", "c7"), keys(kEndpoint, "c1", "c7")...),
 					append(keys(kRoute, "r0", "r1"), keys(kListener, "l1")...)...)
 			},
@@ -779,9 +725,9 @@ func TestMakeBeforeBreakReconnect(t *testing.T) {
 				after := before.clone()
 				delete(after.clusters, "c0")
 				delete(after.endpoints, "c0")
-				after.clusters["c9"] = mkCluster("c9")
-				after.endpoints["c9"] = mkCLA("c9", 9009)
-				after.routes["r0"] = mkRoute("r0", "c9")
+				after.clusters["c9"] = xdsfixture.Cluster("c9")
+				after.endpoints["c9"] = xdsfixture.CLAPort("c9", 9009)
+				after.routes["r0"] = xdsfixture.Route("r0", "c9")
 
 				tweak := func(cfg *xds.Config) { cfg.Phases.NoWait = tt.noWait }
 				old, next := startHost(t, before, tweak), startHost(t, after, tweak)
@@ -841,7 +787,7 @@ func mutate(rnd *rand.Rand, w *world, seq *int) (string, []pushcontext.ConfigKey
 					cs[i] = to
 				}
 			}
-			w.routes[n] = mkRoute(n, sortedUnique(cs)...)
+			w.routes[n] = xdsfixture.Route(n, sortedUnique(cs)...)
 			ks = append(ks, keys(kRoute, n)...)
 		}
 		return ks
@@ -856,7 +802,7 @@ func mutate(rnd *rand.Rand, w *world, seq *int) (string, []pushcontext.ConfigKey
 	switch op := rnd.IntN(8); {
 	case op == 0 && len(clusters) < 10:
 		c := next("c")
-		w.clusters[c], w.endpoints[c] = mkCluster(c), mkCLA(c, uint32(rnd.IntN(1000)))
+		w.clusters[c], w.endpoints[c] = xdsfixture.Cluster(c), xdsfixture.CLAPort(c, uint32(rnd.IntN(1000)))
 		return "add cluster " + c, append(keys(kCluster, c), keys(kEndpoint, c)...)
 	case op == 1 && len(clusters) > 2:
 		c := clusters[rnd.IntN(len(clusters))]
@@ -866,15 +812,15 @@ func mutate(rnd *rand.Rand, w *world, seq *int) (string, []pushcontext.ConfigKey
 		return "remove cluster " + c, append(ks, append(keys(kCluster, c), keys(kEndpoint, c)...)...)
 	case op == 2:
 		c, nc := clusters[rnd.IntN(len(clusters))], next("c")
-		w.clusters[nc], w.endpoints[nc] = mkCluster(nc), mkCLA(nc, uint32(rnd.IntN(1000)))
+		w.clusters[nc], w.endpoints[nc] = xdsfixture.Cluster(nc), xdsfixture.CLAPort(nc, uint32(rnd.IntN(1000)))
 		ks := repoint(c, nc)
 		delete(w.clusters, c)
 		delete(w.endpoints, c)
 		return "rename cluster " + c + " to " + nc, append(ks, append(keys(kCluster, c, nc), keys(kEndpoint, c, nc)...)...)
 	case op == 3 && len(listeners) < 6:
 		l, r := next("l"), next("r")
-		w.routes[r] = mkRoute(r, routeTo()...)
-		w.listeners[l] = mkListener(l, r)
+		w.routes[r] = xdsfixture.Route(r, routeTo()...)
+		w.listeners[l] = xdsfixture.Listener(l, r)
 		return "add route " + r, append(keys(kRoute, r), keys(kListener, l)...)
 	case op == 4 && len(listeners) > 1:
 		l := listeners[rnd.IntN(len(listeners))]
@@ -889,18 +835,18 @@ func mutate(rnd *rand.Rand, w *world, seq *int) (string, []pushcontext.ConfigKey
 		if rnd.IntN(2) == 0 {
 			to = routeTo()
 		}
-		w.routes[nr] = mkRoute(nr, to...)
-		w.listeners[l] = mkListener(l, nr)
+		w.routes[nr] = xdsfixture.Route(nr, to...)
+		w.listeners[l] = xdsfixture.Listener(l, nr)
 		delete(w.routes, r)
 		return "rename route " + r + " to " + nr, append(keys(kRoute, r, nr), keys(kListener, l)...)
 	case op == 6:
 		l := listeners[rnd.IntN(len(listeners))]
 		r := listenerRoute(w.listeners[l])
-		w.routes[r] = mkRoute(r, routeTo()...)
+		w.routes[r] = xdsfixture.Route(r, routeTo()...)
 		return "change route " + r, keys(kRoute, r)
 	default:
 		c := clusters[rnd.IntN(len(clusters))]
-		w.endpoints[c] = mkCLA(c, uint32(rnd.IntN(1000)))
+		w.endpoints[c] = xdsfixture.CLAPort(c, uint32(rnd.IntN(1000)))
 		return "change endpoints " + c, keys(kEndpoint, c)
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
 // renameCluster renames cluster c0 (and its endpoints) to c9, which route
@@ -16,9 +18,9 @@ func renameCluster(f *fixture) {
 	f.update(true, func(s *store) {
 		delete(s.clusters, "c0")
 		delete(s.endpoints, "c0")
-		s.clusters["c9"] = makeCluster("c9")
-		s.endpoints["c9"] = makeCLA("c9", "10.9.9.9:80")
-		s.routes["r0"] = makeRoute("r0", "*", "c9")
+		s.clusters["c9"] = xdsfixture.Cluster("c9")
+		s.endpoints["c9"] = xdsfixture.CLA("c9", "10.9.9.9:80")
+		s.routes["r0"] = xdsfixture.Route("r0", "c9")
 	}, key(kindCluster, "c0"), key(kindEndpoint, "c0"), key(kindCluster, "c9"), key(kindEndpoint, "c9"), key(kindRoute, "r0"))
 }
 
@@ -220,7 +222,7 @@ func TestPushDuringPhases(t *testing.T) {
 		// Two listener changes while the push waits for the CDS ACK.
 		for _, prefix := range []string{"a", "b"} {
 			f.update(true, func(s *store) {
-				s.listeners["l0"] = makeListener("l0", "r0")
+				s.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 				s.listeners["l0"].StatPrefix = prefix
 			}, key(kindListener, "l0"))
 			settle()

@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -43,12 +44,12 @@ func TestPushOrder(t *testing.T) {
 		}
 
 		f.update(true, func(s *store) {
-			s.clusters["c0"] = makeCluster("c0")
+			s.clusters["c0"] = xdsfixture.Cluster("c0")
 			s.clusters["c0"].ConnectTimeout = durationpb.New(3 * time.Second)
-			s.endpoints["c1"] = makeCLA("c1", "10.9.9.9:80")
-			s.listeners["l0"] = makeListener("l0", "r0")
+			s.endpoints["c1"] = xdsfixture.CLA("c1", "10.9.9.9:80")
+			s.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 			s.listeners["l0"].StatPrefix = "changed"
-			s.routes["r0"] = makeRoute("r0", "*", "c1")
+			s.routes["r0"] = xdsfixture.Route("r0", "c1")
 		}, key(kindCluster, "c0"), key(kindEndpoint, "c1"), key(kindListener, "l0"), key(kindRoute, "r0"))
 		settle()
 		rs := c.ackUntilQuiet(subs)
@@ -84,7 +85,7 @@ func TestEndpointChangeIsIncremental(t *testing.T) {
 		subs := c.subscribeAll(10)
 		version := f.srv.Version()
 
-		f.update(false, func(s *store) { s.endpoints["c7"] = makeCLA("c7", "10.7.7.7:80") }, key(kindEndpoint, "c7"))
+		f.update(false, func(s *store) { s.endpoints["c7"] = xdsfixture.CLA("c7", "10.7.7.7:80") }, key(kindEndpoint, "c7"))
 		settle()
 		rs := c.ackAll(subs)
 		if got, want := typesOf(rs), []string{"EDS"}; !slices.Equal(got, want) {
@@ -139,7 +140,7 @@ func TestDependencyFilter(t *testing.T) {
 		}
 		settle()
 		sends = 0
-		f.update(false, func(s *store) { s.endpoints["c42"] = makeCLA("c42", "10.4.2.1:80") }, key(kindEndpoint, "c42"))
+		f.update(false, func(s *store) { s.endpoints["c42"] = xdsfixture.CLA("c42", "10.4.2.1:80") }, key(kindEndpoint, "c42"))
 		settle()
 		total := 0
 		for i, c := range clients {
@@ -166,7 +167,7 @@ func TestBurstIsDebounced(t *testing.T) {
 		subsA, subsB := a.subscribeAll(3), b.subscribeAll(3)
 		for i := range 50 {
 			f.update(false, func(s *store) {
-				s.endpoints["c1"] = makeCLA("c1", fmt.Sprintf("10.1.1.%d:80", i+1))
+				s.endpoints["c1"] = xdsfixture.CLA("c1", fmt.Sprintf("10.1.1.%d:80", i+1))
 			}, key(kindEndpoint, "c1"))
 			time.Sleep(10 * time.Millisecond) // within the 100ms quiet window
 		}
@@ -205,7 +206,7 @@ func TestPushDuringInitialisation(t *testing.T) {
 		c.request(ClusterType)
 		<-st.initStarted
 		before := f.srv.Version()
-		f.update(true, func(s *store) { s.clusters["c9"] = makeCluster("c9") }, key(kindCluster, "c9"))
+		f.update(true, func(s *store) { s.clusters["c9"] = xdsfixture.Cluster("c9") }, key(kindCluster, "c9"))
 		settle()
 		if f.srv.Version() == before {
 			t.Fatal("no new PushContext was published during initialisation")
@@ -240,9 +241,9 @@ func TestWaitForVersion(t *testing.T) {
 		by.ackAll(nil)
 
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
-			s.routes["r0"] = makeRoute("r0", "*", "c1")
+			s.routes["r0"] = xdsfixture.Route("r0", "c1")
 		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		settle()
 		v := f.srv.Version()
@@ -327,7 +328,7 @@ func TestHooks(t *testing.T) {
 		if len(conv) != 0 || acks != 4 {
 			t.Fatalf("after the initial answers: %d convergence events, %d ACKs; want 0, 4", len(conv), acks)
 		}
-		f.update(false, func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.1.1.9:80") }, key(kindEndpoint, "c1"))
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.1.1.9:80") }, key(kindEndpoint, "c1"))
 		time.Sleep(5 * time.Second) // the client takes its time to ACK
 		synctest.Wait()
 		c.ackAll(subs)
@@ -338,7 +339,7 @@ func TestHooks(t *testing.T) {
 		st.mu.Lock()
 		st.genErr[EndpointType] = errTestGen
 		st.mu.Unlock()
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		settle()
 		if rs := c.pending(); len(rs) != 0 || genErrs != 1 {
 			t.Fatalf("with a failing generator: %d responses, %d errors; want 0, 1", len(rs), genErrs)
@@ -397,12 +398,12 @@ func TestHookOrder(t *testing.T) {
 		st.mu.Lock()
 		st.genErr[EndpointType] = errTestGen
 		st.mu.Unlock()
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		settle()
 		st.mu.Lock()
 		delete(st.genErr, EndpointType)
 		st.mu.Unlock()
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.8:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.8:80") }, key(kindEndpoint, "c0"))
 		settle()
 		c.ackAll(subs)
 		settle()
@@ -411,7 +412,7 @@ func TestHookOrder(t *testing.T) {
 		mu.Lock()
 		blocking = true
 		mu.Unlock()
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.7:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.7:80") }, key(kindEndpoint, "c0"))
 		settle()
 		c.cancel()
 		synctest.Wait()
@@ -465,7 +466,7 @@ func TestWaitForVersionAfterOnSend(t *testing.T) {
 				subs := c.subscribeAll(1)
 
 				blocking.Store(true)
-				f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+				f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 				settle()
 				before := sends.Load()
 				if rs := c.ackAll(subs); len(rs) != 1 {

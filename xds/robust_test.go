@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -128,7 +129,7 @@ func TestDisconnectMidPush(t *testing.T) {
 		c := f.connect("n", nil, true)
 		subs := c.subscribeAll(3)
 		_ = subs
-		f.update(false, func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.1.1.1:80") }, key(kindEndpoint, "c1"))
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.1.1.1:80") }, key(kindEndpoint, "c1"))
 		<-entered
 		c.close() // the client goes away while the push is being generated
 		synctest.Wait()
@@ -156,9 +157,9 @@ func TestNACK(t *testing.T) {
 		subs := c.subscribeAll(2)
 
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].LbPolicy = clusterv3.Cluster_MAGLEV // the client will reject this
-			s.routes["r0"] = makeRoute("r0", "*", "c1")
+			s.routes["r0"] = xdsfixture.Route("r0", "c1")
 		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		settle()
 		rs := c.pending()
@@ -181,7 +182,7 @@ func TestNACK(t *testing.T) {
 		}
 		// Unrelated pushes, and a Forced one, do not re-send the rejected
 		// clusters.
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Full: true})
 		settle()
 		// The route the stopped push changed is sent (the client holds c1,
@@ -194,7 +195,7 @@ func TestNACK(t *testing.T) {
 		}
 		// A valid version clears it.
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
 		}, key(kindCluster, "c1"))
 		settle()
@@ -255,7 +256,7 @@ func TestSlowClient(t *testing.T) {
 			f.update(true, func(s *store) {
 				for i := range 8 {
 					name := fmt.Sprintf("big%d", i)
-					s.clusters[name] = makeCluster(name)
+					s.clusters[name] = xdsfixture.Cluster(name)
 					s.clusters[name].AltStatName = strings.Repeat(fmt.Sprint(round), 100<<10)
 				}
 			}, key(kindCluster, "big"))
@@ -498,7 +499,7 @@ func TestRequestsBehindBlockedWrite(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
 		world(st, 1)
-		st.clusters["big"] = makeCluster("big")
+		st.clusters["big"] = xdsfixture.Cluster("big")
 		st.clusters["big"].AltStatName = strings.Repeat("x", 100<<10)
 		// Fixed windows on both sides: with gRPC's default, the server's
 		// bandwidth estimator may grow its receive window far enough to
@@ -544,7 +545,7 @@ func TestGenerateErrorRetried(t *testing.T) {
 
 		// An endpoint change whose EDS generation fails.
 		f.update(false, func(s *store) {
-			s.endpoints["c0"] = makeCLA("c0", "10.9.9.9:80")
+			s.endpoints["c0"] = xdsfixture.CLA("c0", "10.9.9.9:80")
 			s.genErr[EndpointType] = errors.New("endpoints unavailable")
 		}, key(kindEndpoint, "c0"))
 		time.Sleep(time.Second)
@@ -556,7 +557,7 @@ func TestGenerateErrorRetried(t *testing.T) {
 		// A listener change, which does not feed EDS, retries it.
 		f.update(true, func(s *store) {
 			delete(s.genErr, EndpointType)
-			s.listeners["l0"] = makeListener("l0", "r0")
+			s.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 			s.listeners["l0"].StatPrefix = "changed"
 		}, key(kindListener, "l0"))
 		time.Sleep(time.Second)
@@ -607,7 +608,7 @@ func TestMaxConnectionAge(t *testing.T) {
 			t.Errorf("Status() = %+v; want no connection", st)
 		}
 
-		f.update(true, func(s *store) { s.clusters["c2"] = makeCluster("c2") }, key(kindCluster, "c2"))
+		f.update(true, func(s *store) { s.clusters["c2"] = xdsfixture.Cluster("c2") }, key(kindCluster, "c2"))
 		settle()
 		c = f.connectDelta("n", cc)
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held})

@@ -11,6 +11,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -75,7 +76,7 @@ func TestSyncEndpointChange(t *testing.T) {
 		d.ackAll()
 
 		version := f.srv.Version()
-		f.update(false, func(s *store) { s.endpoints["c1"] = makeCLA("c1", "10.1.1.9:80") }, key(kindEndpoint, "c1"))
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.1.1.9:80") }, key(kindEndpoint, "c1"))
 		// Called before the debounce window ends: it waits for the push too.
 		done := goSync(t.Context(), f.srv)
 		notYet(t, done, "before the push")
@@ -116,9 +117,9 @@ func TestSyncWaitsForEveryProxy(t *testing.T) {
 		b.subscribeAll(2)
 
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
-			s.routes["r0"] = makeRoute("r0", "*", "c1")
+			s.routes["r0"] = xdsfixture.Route("r0", "c1")
 		}, key(kindCluster, "c1"), key(kindRoute, "r0"))
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
@@ -159,7 +160,7 @@ func TestSyncUnconcernedChange(t *testing.T) {
 		a.subscribeAll(2)
 		b.subscribeAll(2)
 
-		f.update(false, func(s *store) { s.endpoints["c2"] = makeCLA("c2", "10.2.2.9:80") }, key(kindEndpoint, "c2"))
+		f.update(false, func(s *store) { s.endpoints["c2"] = xdsfixture.CLA("c2", "10.2.2.9:80") }, key(kindEndpoint, "c2"))
 		done := goSync(t.Context(), f.srv)
 		notYet(t, done, "before the push")
 		time.Sleep(time.Second)
@@ -182,7 +183,7 @@ func TestSyncReportsNACK(t *testing.T) {
 		a, b := f.connect("a", cc, true), f.connect("b", cc, true)
 		subsA, subsB := a.subscribeAll(2), b.subscribeAll(2)
 
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		done := goSync(t.Context(), f.srv)
 		settle()
 		a.ackAll(subsA)
@@ -214,7 +215,7 @@ func TestSyncDisconnect(t *testing.T) {
 		subsA := a.subscribeAll(2)
 		b.subscribeAll(2)
 
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		done := goSync(t.Context(), f.srv)
 		settle()
 		a.ackAll(subsA)
@@ -243,10 +244,10 @@ func TestSyncBypassLane(t *testing.T) {
 		subs := c.subscribeAll(2)
 
 		f.update(true, func(s *store) {
-			s.clusters["c1"] = makeCluster("c1")
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
 			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
 		}, key(kindCluster, "c1"))
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		done := goSync(t.Context(), f.srv)
 		if got := typesOf(c.ackAll(subs)); !slices.Equal(got, []string{"EDS"}) {
 			t.Fatalf("bypass push = %v; want [EDS]", got)
@@ -275,7 +276,7 @@ func TestSyncEdges(t *testing.T) {
 			t.Fatalf("Sync() with no ConfigUpdate = %+v, %v; want nil, nil", nacks, err)
 		}
 
-		f.update(false, func(s *store) { s.endpoints["c0"] = makeCLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
 		done := goSync(t.Context(), f.srv)
 		settle()
 		notYet(t, done, "before the ACK")

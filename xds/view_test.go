@@ -6,6 +6,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -49,7 +50,7 @@ func TestViewsShareGeneration(t *testing.T) {
 		clear(gens)
 		mu.Unlock()
 
-		f.update(true, func(s *store) { s.clusters["c1"] = makeCluster("c1"); s.clusters["c1"].LbPolicy = 1 }, key(kindCluster, "c1"))
+		f.update(true, func(s *store) { s.clusters["c1"] = xdsfixture.Cluster("c1"); s.clusters["c1"].LbPolicy = 1 }, key(kindCluster, "c1"))
 		settle()
 		for i, c := range clients {
 			if got := typesOf(c.ackAll(subs[i])); len(got) == 0 || got[0] != "CDS" {

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/xds/resources"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkSet(b *testing.B) {
 					var out []proto.Message
 					for i := range n {
 						c := fmt.Sprint("c", i)
-						out = append(out, cluster(c), cla(c, "10.0.0.1"))
+						out = append(out, xdsfixture.Cluster(c), xdsfixture.CLA(c, "10.0.0.1:80"))
 					}
 					return out
 				}
@@ -36,7 +37,7 @@ func BenchmarkSet(b *testing.B) {
 				if err := st.Set("g", base...); err != nil {
 					b.Fatal(err)
 				}
-				ips := [2]string{"10.0.0.2", "10.0.0.3"}
+				ips := [2]string{"10.0.0.2:80", "10.0.0.3:80"}
 				i := 0
 				b.ReportAllocs()
 				for b.Loop() {
@@ -47,7 +48,7 @@ func BenchmarkSet(b *testing.B) {
 					} else {
 						set = append([]proto.Message(nil), base...)
 					}
-					set[1] = cla("c0", ips[i%2])
+					set[1] = xdsfixture.CLA("c0", ips[i%2])
 					req, err := st.Apply(resources.Update{Set: map[string][]proto.Message{"g": set}})
 					if err != nil || req == nil || len(req.ConfigsUpdated) != 1 {
 						b.Fatalf("Apply() = %v, %v; want one key", req, err)

@@ -6,6 +6,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/resources"
@@ -46,13 +47,13 @@ func TestBuildShowsWholeCommits(t *testing.T) {
 		t.Fatal(err)
 	}
 	must(t, st.Attach(srv))
-	must(t, st.Set("g", cluster("c1"), route("r", "c1")))
+	must(t, st.Set("g", xdsfixture.Cluster("c1"), xdsfixture.Route("r", "c1")))
 	pc1, err := cfg.Builder.Build(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 
-	must(t, st.Set("g", cluster("c2"), route("r", "c2")))
+	must(t, st.Set("g", xdsfixture.Cluster("c2"), xdsfixture.Route("r", "c2")))
 	onlyRoutes := &pushcontext.PushRequest{Full: true, ConfigsUpdated: pushcontext.NewConfigSet(key(xds.RouteType, "g", "r"))}
 	pc2, err := cfg.Builder.Build(pc1, onlyRoutes)
 	if err != nil {
@@ -66,7 +67,7 @@ func TestBuildShowsWholeCommits(t *testing.T) {
 		t.Error("the CDS index was not rebuilt for a commit that changed clusters, announced or not")
 	}
 
-	must(t, st.Set("g", cluster("c2"), route("r", "c2"), cla("c2", "10.0.0.1")))
+	must(t, st.Set("g", xdsfixture.Cluster("c2"), xdsfixture.Route("r", "c2"), xdsfixture.CLA("c2", "10.0.0.1:80")))
 	pc3, err := cfg.Builder.Build(pc2, &pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(key(xds.EndpointType, "g", "c2"))})
 	if err != nil {
 		t.Fatal(err)

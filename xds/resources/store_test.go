@@ -10,58 +10,28 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/resources"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
-// Resources of the tests: small, valid, and distinct by their arguments.
-
-func cluster(name string) *clusterv3.Cluster {
-	return &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads}}
-}
-
-func cla(name, ip string) *endpointv3.ClusterLoadAssignment {
-	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
-		LbEndpoints: []*endpointv3.LbEndpoint{{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: address(ip, 80)}}}},
-	}}}
-}
-
-func route(name string, clusters ...string) *routev3.RouteConfiguration {
-	vh := &routev3.VirtualHost{Name: "all", Domains: []string{"*"}}
-	for _, c := range clusters {
-		vh.Routes = append(vh.Routes, &routev3.Route{
-			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/" + c}},
-			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: c}}},
-		})
-	}
-	return &routev3.RouteConfiguration{Name: name, VirtualHosts: []*routev3.VirtualHost{vh}}
-}
-
-// listener returns an API listener taking route configuration rc from
-// RDS, over ADS if overADS, from another server otherwise.
-func listener(name, rc string, overADS bool) *listenerv3.Listener {
-	src := ads
-	if !overADS {
-		src = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_PathConfigSource{PathConfigSource: &corev3.PathConfigSource{Path: "/etc/routes"}}}
-	}
-	hcm, _ := anypb.New(&hcmv3.HttpConnectionManager{StatPrefix: name,
-		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: src, RouteConfigName: rc}}})
-	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: hcm}}
+// listenerOffADS is xdsfixture.Listener(name, rc) but for the config
+// source of rc: a file, not this server, so a Store does not hold the
+// listener to rc.
+func listenerOffADS(name, rc string) *listenerv3.Listener {
+	hcm := xdsfixture.HCM(rc)
+	hcm.GetRds().ConfigSource = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_PathConfigSource{PathConfigSource: &corev3.PathConfigSource{Path: "/etc/routes"}}}
+	return xdsfixture.APIListener(name, hcm)
 }
 
 func key(t xds.TypeURL, group, name string) pushcontext.ConfigKey {
@@ -85,7 +55,7 @@ func set(group string, msgs ...proto.Message) resources.Update {
 }
 
 func TestApply(t *testing.T) {
-	negative := cluster("bad")
+	negative := xdsfixture.Cluster("bad")
 	negative.ConnectTimeout = durationpb.New(-1)
 	tests := []struct {
 		name   string
@@ -94,7 +64,7 @@ func TestApply(t *testing.T) {
 	}{{
 		name: "new group",
 		steps: []step{{
-			u:        set("g", cluster("a"), cla("a", "10.0.0.1")),
+			u:        set("g", xdsfixture.Cluster("a"), xdsfixture.CLA("a", "10.0.0.1:80")),
 			wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")},
 			wantFull: true,
 		}},
@@ -107,26 +77,26 @@ func TestApply(t *testing.T) {
 	}, {
 		name: "same content in new messages changes nothing",
 		steps: []step{
-			{u: set("g", cluster("a"), cla("a", "10.0.0.1")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")}, wantFull: true},
-			{u: set("g", cla("a", "10.0.0.1"), cluster("a"))},
+			{u: set("g", xdsfixture.Cluster("a"), xdsfixture.CLA("a", "10.0.0.1:80")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")}, wantFull: true},
+			{u: set("g", xdsfixture.CLA("a", "10.0.0.1:80"), xdsfixture.Cluster("a"))},
 		},
 	}, {
 		name: "endpoints only is not Full",
 		steps: []step{
-			{u: set("g", cluster("a"), cla("a", "10.0.0.1")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")}, wantFull: true},
-			{u: set("g", cluster("a"), cla("a", "10.0.0.2")), wantKeys: []pushcontext.ConfigKey{key(xds.EndpointType, "g", "a")}},
-			{u: set("g", cluster("a")), wantKeys: []pushcontext.ConfigKey{key(xds.EndpointType, "g", "a")}},
+			{u: set("g", xdsfixture.Cluster("a"), xdsfixture.CLA("a", "10.0.0.1:80")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.EndpointType, "g", "a")}, wantFull: true},
+			{u: set("g", xdsfixture.Cluster("a"), xdsfixture.CLA("a", "10.0.0.2:80")), wantKeys: []pushcontext.ConfigKey{key(xds.EndpointType, "g", "a")}},
+			{u: set("g", xdsfixture.Cluster("a")), wantKeys: []pushcontext.ConfigKey{key(xds.EndpointType, "g", "a")}},
 		},
 	}, {
 		name: "added, changed and removed, one key each",
 		steps: []step{
-			{u: set("g", cluster("a"), cluster("b"), route("r", "a")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.ClusterType, "g", "b"), key(xds.RouteType, "g", "r")}, wantFull: true},
-			{u: set("g", cluster("b"), cluster("c"), route("r", "c")), wantKeys: []pushcontext.ConfigKey{key(xds.ClusterType, "g", "a"), key(xds.ClusterType, "g", "c"), key(xds.RouteType, "g", "r")}, wantFull: true},
+			{u: set("g", xdsfixture.Cluster("a"), xdsfixture.Cluster("b"), xdsfixture.Route("r", "a")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.ClusterType, "g", "b"), key(xds.RouteType, "g", "r")}, wantFull: true},
+			{u: set("g", xdsfixture.Cluster("b"), xdsfixture.Cluster("c"), xdsfixture.Route("r", "c")), wantKeys: []pushcontext.ConfigKey{key(xds.ClusterType, "g", "a"), key(xds.ClusterType, "g", "c"), key(xds.RouteType, "g", "r")}, wantFull: true},
 		},
 	}, {
 		name: "same name, different types",
 		steps: []step{{
-			u: set("g", cluster("x"), cla("x", "10.0.0.1"), route("x", "x"), listener("x", "x", true)),
+			u: set("g", xdsfixture.Cluster("x"), xdsfixture.CLA("x", "10.0.0.1:80"), xdsfixture.Route("x", "x"), xdsfixture.Listener("x", "x")),
 			wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "x"), key(xds.EndpointType, "g", "x"),
 				key(xds.ListenerType, "g", "x"), key(xds.RouteType, "g", "x")},
 			wantFull: true,
@@ -134,43 +104,43 @@ func TestApply(t *testing.T) {
 	}, {
 		name: "groups are independent",
 		steps: []step{
-			{u: set("a", cluster("c")), wantKeys: []pushcontext.ConfigKey{groupKey("a"), key(xds.ClusterType, "a", "c")}, wantFull: true},
-			{u: set("b", cluster("c")), wantKeys: []pushcontext.ConfigKey{groupKey("b"), key(xds.ClusterType, "b", "c")}, wantFull: true},
+			{u: set("a", xdsfixture.Cluster("c")), wantKeys: []pushcontext.ConfigKey{groupKey("a"), key(xds.ClusterType, "a", "c")}, wantFull: true},
+			{u: set("b", xdsfixture.Cluster("c")), wantKeys: []pushcontext.ConfigKey{groupKey("b"), key(xds.ClusterType, "b", "c")}, wantFull: true},
 			{u: resources.Update{Delete: []string{"a"}}, wantKeys: []pushcontext.ConfigKey{groupKey("a"), key(xds.ClusterType, "a", "c")}, wantFull: true},
 			{u: resources.Update{Delete: []string{"a"}}},
 		},
 	}, {
 		name: "delete others",
 		steps: []step{
-			{u: resources.Update{Set: map[string][]proto.Message{"a": {cluster("c")}, "b": {cla("e", "10.0.0.1")}}},
+			{u: resources.Update{Set: map[string][]proto.Message{"a": {xdsfixture.Cluster("c")}, "b": {xdsfixture.CLA("e", "10.0.0.1:80")}}},
 				wantKeys: []pushcontext.ConfigKey{groupKey("a"), groupKey("b"), key(xds.ClusterType, "a", "c"), key(xds.EndpointType, "b", "e")}, wantFull: true},
-			{u: resources.Update{Set: map[string][]proto.Message{"a": {cluster("c")}}, DeleteOthers: true},
+			{u: resources.Update{Set: map[string][]proto.Message{"a": {xdsfixture.Cluster("c")}}, DeleteOthers: true},
 				wantKeys: []pushcontext.ConfigKey{groupKey("b"), key(xds.EndpointType, "b", "e")}, wantFull: true},
 		},
 	}, {
 		name: "route to a missing cluster",
 		steps: []step{
-			{u: set("g", cluster("a"), route("r", "a")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.RouteType, "g", "r")}, wantFull: true},
-			{u: set("g", route("r", "a", "b")), wantErr: `group "g": RouteConfiguration "r": names Cluster "a", which the group does not hold` + "\n\t" +
+			{u: set("g", xdsfixture.Cluster("a"), xdsfixture.Route("r", "a")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "a"), key(xds.RouteType, "g", "r")}, wantFull: true},
+			{u: set("g", xdsfixture.Route("r", "a", "b")), wantErr: `group "g": RouteConfiguration "r": names Cluster "a", which the group does not hold` + "\n\t" +
 				`group "g": RouteConfiguration "r": names Cluster "b", which the group does not hold`},
-			{u: set("g", cluster("a"), route("r", "a"))}, // unchanged: the refused Set applied nothing
+			{u: set("g", xdsfixture.Cluster("a"), xdsfixture.Route("r", "a"))}, // unchanged: the refused Set applied nothing
 		},
 	}, {
 		name: "listener to a missing route",
 		steps: []step{
-			{u: set("g", listener("l", "r", true)), wantErr: `group "g": Listener "l": takes from RDS RouteConfiguration "r", which the group does not hold`},
-			{u: set("g", listener("l", "r", false)), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ListenerType, "g", "l")}, wantFull: true},
+			{u: set("g", xdsfixture.Listener("l", "r")), wantErr: `group "g": Listener "l": takes from RDS RouteConfiguration "r", which the group does not hold`},
+			{u: set("g", listenerOffADS("l", "r")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ListenerType, "g", "l")}, wantFull: true},
 		},
 	}, {
 		name:   "missing references allowed",
 		config: resources.Config{AllowMissingReferences: true},
 		steps: []step{
-			{u: set("g", listener("l", "r", true), route("s", "c")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ListenerType, "g", "l"), key(xds.RouteType, "g", "s")}, wantFull: true},
+			{u: set("g", xdsfixture.Listener("l", "r"), xdsfixture.Route("s", "c")), wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ListenerType, "g", "l"), key(xds.RouteType, "g", "s")}, wantFull: true},
 		},
 	}, {
 		name: "bad resources, all reported",
 		steps: []step{{
-			u: set("g", nil, &runtimev3.Runtime{Name: "rt"}, &clusterv3.Cluster{}, cluster("a"), cluster("a"), negative),
+			u: set("g", nil, &runtimev3.Runtime{Name: "rt"}, &clusterv3.Cluster{}, xdsfixture.Cluster("a"), xdsfixture.Cluster("a"), negative),
 			wantErr: "5 problems:\n\t" +
 				`group "g": Cluster at [2]: empty name` + "\n\t" +
 				`group "g": Cluster "a": duplicate name: also at [3]` + "\n\t" +
@@ -331,13 +301,13 @@ func TestAttach(t *testing.T) {
 // change with no Server to push it to is refused, not lost silently.
 func TestNotAttached(t *testing.T) {
 	st, _ := resources.New(resources.Config{})
-	if err := st.Set("g", cluster("a")); err != nil {
+	if err := st.Set("g", xdsfixture.Cluster("a")); err != nil {
 		t.Fatalf("Set before any build = %v; want nil (the first build reads it)", err)
 	}
 	if _, err := st.Config().Builder.Build(nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Set("g", cluster("b")); !errors.Is(err, resources.ErrNotAttached) {
+	if err := st.Set("g", xdsfixture.Cluster("b")); !errors.Is(err, resources.ErrNotAttached) {
 		t.Errorf("Set after a build, unattached = %v; want ErrNotAttached", err)
 	}
 	if got, _ := st.Resources("g"); len(got[xds.ClusterType]) != 1 || got[xds.ClusterType][0].(*clusterv3.Cluster).GetName() != "a" {
@@ -352,7 +322,7 @@ func TestConcurrentSets(t *testing.T) {
 	srv, _ := st.NewServer()
 	const groups, rounds = 8, 20
 	for g := range groups {
-		if err := st.Set(fmt.Sprint("g", g), cluster("c0")); err != nil {
+		if err := st.Set(fmt.Sprint("g", g), xdsfixture.Cluster("c0")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -367,7 +337,7 @@ func TestConcurrentSets(t *testing.T) {
 		wg.Go(func() {
 			for r := 1; r <= rounds; r++ {
 				c := fmt.Sprint("c", r)
-				if err := st.Set(fmt.Sprint("g", g), cluster(c), cla(c, "10.0.0.1"), route("r", c), listener("l", "r", true)); err != nil {
+				if err := st.Set(fmt.Sprint("g", g), xdsfixture.Cluster(c), xdsfixture.CLA(c, "10.0.0.1:80"), xdsfixture.Route("r", c), xdsfixture.Listener("l", "r")); err != nil {
 					t.Error(err)
 				}
 			}
@@ -388,7 +358,7 @@ func TestGroups(t *testing.T) {
 	ctx := t.Context()
 	st, _ := resources.New(resources.Config{})
 	srv, _ := st.NewServer()
-	must(t, st.Set("edge", cluster("edge")))
+	must(t, st.Set("edge", xdsfixture.Cluster("edge")))
 	srv.Loaded()
 	ts := xdstest.NewServerFor(t, srv)
 	clusters := func(names ...string) xdstest.Condition {
@@ -408,12 +378,12 @@ func TestGroups(t *testing.T) {
 	}
 
 	// With a default group, it is served that, then its own once set.
-	must(t, st.Set(resources.DefaultGroup, cluster("default")))
+	must(t, st.Set(resources.DefaultGroup, xdsfixture.Cluster("default")))
 	syncServer(t, ts)
 	other := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "o", Cluster: "other"}})
 	plain := ts.NewClient(t, xdstest.ClientConfig{NodeID: "p"})
 	xdstest.Await(t, clusters("default"), other, plain)
-	must(t, st.Set("other", cluster("other")))
+	must(t, st.Set("other", xdsfixture.Cluster("other")))
 	xdstest.Await(t, clusters("other"), other)
 
 	// Deleted: its proxies go to the default group, and once that is
@@ -448,8 +418,8 @@ func TestGroupByIdentity(t *testing.T) {
 		Server: xds.Config{Authenticate: func(context.Context) (any, error) { return identity{team: "payments"}, nil }},
 	})
 	srv, _ := st.NewServer()
-	must(t, st.Set("payments", cluster("ledger")))
-	must(t, st.Set("edge", cluster("edge")))
+	must(t, st.Set("payments", xdsfixture.Cluster("ledger")))
+	must(t, st.Set("edge", xdsfixture.Cluster("edge")))
 	srv.Loaded()
 	ts := xdstest.NewServerFor(t, srv)
 	c := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "n", Cluster: "edge"}}) // claims edge
@@ -486,7 +456,7 @@ func TestGroupIsAView(t *testing.T) {
 		}
 	}}}})
 	srv, _ := st.NewServer()
-	must(t, st.Set("g", cluster("a")))
+	must(t, st.Set("g", xdsfixture.Cluster("a")))
 	srv.Loaded()
 	ts := xdstest.NewServerFor(t, srv)
 	var clients []*xdstest.Client
@@ -494,7 +464,7 @@ func TestGroupIsAView(t *testing.T) {
 		clients = append(clients, ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: fmt.Sprint("n", i), Cluster: "g"}}))
 	}
 	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"a"}}), clients...)
-	must(t, st.Set("g", cluster("a"), cluster("b")))
+	must(t, st.Set("g", xdsfixture.Cluster("a"), xdsfixture.Cluster("b")))
 	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: {"a", "b"}}), clients...)
 	syncServer(t, ts)
 	mu.Lock()

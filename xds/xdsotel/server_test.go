@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdsotel"
@@ -33,16 +32,10 @@ func (h *webHost) config() xds.Config {
 	ports, _ := pushcontext.Register(b, "ports", []string{"Endpoints"},
 		func(pushcontext.BuildContext[uint32]) (uint32, error) { return h.port.Load(), nil })
 	cds := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-		return []xds.Resource{{Name: "web", Message: &clusterv3.Cluster{
-			Name:                 "web",
-			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-			EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: &corev3.ConfigSource{
-				ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
-			}},
-		}}}, nil
+		return []xds.Resource{{Name: "web", Message: xdsfixture.Cluster("web")}}, nil
 	})
 	eds := xds.GeneratorFunc(func(_ context.Context, _ *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-		return []xds.Resource{{Name: "web", Message: cla("web", ports.Get(req.Push))}}, nil
+		return []xds.Resource{{Name: "web", Message: xdsfixture.CLAPort("web", ports.Get(req.Push))}}, nil
 	})
 	return xds.Config{
 		Builder:    b,
@@ -58,19 +51,6 @@ func (h *webHost) moveTo(port uint32) *pushcontext.PushRequest {
 	return &pushcontext.PushRequest{
 		ConfigsUpdated: pushcontext.NewConfigSet(pushcontext.ConfigKey{Kind: "Endpoints", Name: "web"}),
 		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonEndpointUpdate),
-	}
-}
-
-func cla(cluster string, port uint32) *endpointv3.ClusterLoadAssignment {
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: cluster,
-		Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address: "10.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
-				}}},
-			}},
-		}}}},
 	}
 }
 

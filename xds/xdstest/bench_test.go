@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -28,7 +29,7 @@ func BenchmarkCheckerObserve(b *testing.B) {
 			}
 			resp := sotw(xds.ClusterType, clusters(cs...)...)
 			k := xdstest.NewChecker(xdstest.CheckerConfig{})
-			for _, r := range []proto.Message{resp, lds(listener("l0", "r0")), rds(route("r0", cs...))} {
+			for _, r := range []proto.Message{resp, lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", cs...))} {
 				if err := k.Observe(r.(*discoveryv3.DiscoveryResponse)); err != nil {
 					b.Fatal(err)
 				}
@@ -89,7 +90,7 @@ func BenchmarkChangeRoundTrip(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				changed := cluster("c0")
+				changed := xdsfixture.Cluster("c0")
 				changed.ConnectTimeout = durationpb.New(time.Duration(i) * time.Millisecond)
 				h.update(ts, true, func(h *host) { h.clusters["c0"] = changed }, key(kindCluster, "c0"))
 				if err := c.Wait(b.Context(), func(s *xdstest.State) error {
@@ -137,7 +138,7 @@ func BenchmarkRecorderInstrumented(b *testing.B) {
 		res := make([]xds.Resource, n)
 		for i := range res {
 			name := fmt.Sprintf("c%d", i)
-			res[i] = xds.Resource{Name: name, Message: cluster(name)}
+			res[i] = xds.Resource{Name: name, Message: xdsfixture.Cluster(name)}
 		}
 		gen := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
 			return res, nil

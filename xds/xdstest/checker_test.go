@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -37,7 +38,7 @@ func sotw(t xds.TypeURL, msgs ...proto.Message) *discoveryv3.DiscoveryResponse {
 	nonce++
 	r := &discoveryv3.DiscoveryResponse{TypeUrl: string(t), VersionInfo: "v", Nonce: fmt.Sprint(nonce)}
 	for _, m := range msgs {
-		r.Resources = append(r.Resources, mustAny(m))
+		r.Resources = append(r.Resources, xdsfixture.MustAny(m))
 	}
 	return r
 }
@@ -47,7 +48,7 @@ func delta(t xds.TypeURL, removed []string, msgs ...proto.Message) *discoveryv3.
 	nonce++
 	r := &discoveryv3.DeltaDiscoveryResponse{TypeUrl: string(t), SystemVersionInfo: "v", Nonce: fmt.Sprint(nonce), RemovedResources: removed}
 	for _, m := range msgs {
-		r.Resources = append(r.Resources, &discoveryv3.Resource{Name: resName(m), Version: "1", Resource: mustAny(m)})
+		r.Resources = append(r.Resources, &discoveryv3.Resource{Name: resName(m), Version: "1", Resource: xdsfixture.MustAny(m)})
 	}
 	return r
 }
@@ -55,7 +56,7 @@ func delta(t xds.TypeURL, removed []string, msgs ...proto.Message) *discoveryv3.
 func clusters(names ...string) []proto.Message {
 	var out []proto.Message
 	for _, n := range names {
-		out = append(out, cluster(n))
+		out = append(out, xdsfixture.Cluster(n))
 	}
 	return out
 }
@@ -94,56 +95,56 @@ func TestChecker(t *testing.T) {
 		{
 			name: "make before break",
 			steps: []proto.Message{
-				cds("c0", "c1"), lds(listener("l0", "r0")), rds(route("r0", "c0")),
-				cds("c0", "c1", "c2"), rds(route("r0", "c2")), cds("c2"),
+				cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")),
+				cds("c0", "c1", "c2"), rds(xdsfixture.Route("r0", "c2")), cds("c2"),
 			},
 		},
 		{
 			name:  "a warming listener does not dangle",
-			steps: []proto.Message{lds(listener("l0", "r0")), cds("c0"), rds(route("r0", "c0"))},
+			steps: []proto.Message{lds(xdsfixture.Listener("l0", "r0")), cds("c0"), rds(xdsfixture.Route("r0", "c0"))},
 		},
 		{
 			name: "cluster removed before the route stops using it",
 			steps: []proto.Message{
-				cds("c0", "c1"), lds(listener("l0", "r0")), rds(route("r0", "c1")),
-				cds("c0"), rds(route("r0", "c0")),
+				cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c1")),
+				cds("c0"), rds(xdsfixture.Route("r0", "c0")),
 			},
 			want: []v{{3, `route "r0"`, `cluster "c1"`, true, 4}},
 		},
 		{
 			name:  "route to a cluster never sent",
-			steps: []proto.Message{cds("c0"), lds(listener("l0", "r0")), rds(route("r0", "c9"))},
+			steps: []proto.Message{cds("c0"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c9"))},
 			want:  []v{{2, `route "r0"`, `cluster "c9"`, false, -1}},
 		},
 		{
 			name:  "route sent before its cluster",
-			steps: []proto.Message{lds(listener("l0", "r0")), rds(route("r0", "c0")), cds("c0")},
+			steps: []proto.Message{lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")), cds("c0")},
 			want:  []v{{1, `route "r0"`, `cluster "c0"`, false, 2}},
 		},
 		{
 			name:  "weighted clusters",
-			steps: []proto.Message{cds("c0"), lds(listener("l0", "r0")), rds(route("r0", "c0", "c9"))},
+			steps: []proto.Message{cds("c0"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0", "c9"))},
 			want:  []v{{2, `route "r0"`, `cluster "c9"`, false, -1}},
 		},
 		{
 			name:  "tcp_proxy",
-			steps: []proto.Message{cds("c0"), lds(tcpListener("t0", "c9")), cds("c0", "c9")},
+			steps: []proto.Message{cds("c0"), lds(xdsfixture.TCPListener("t0", "c9")), cds("c0", "c9")},
 			want:  []v{{1, `listener "t0"`, `cluster "c9"`, false, 2}},
 		},
 		{
 			name:  "tcp_proxy weighted, cluster removed",
-			steps: []proto.Message{cds("c0", "c1"), lds(tcpListener("t0", "c0", "c1")), cds("c0")},
+			steps: []proto.Message{cds("c0", "c1"), lds(xdsfixture.TCPListener("t0", "c0", "c1")), cds("c0")},
 			want:  []v{{2, `listener "t0"`, `cluster "c1"`, true, -1}},
 		},
 		{
 			name:  "inline route configuration",
-			steps: []proto.Message{cds("c0"), lds(inlineListener("i0", "c0", "c9"))},
+			steps: []proto.Message{cds("c0"), lds(xdsfixture.InlineListener("i0", "c0", "c9"))},
 			want:  []v{{1, `listener "i0"`, `cluster "c9"`, false, -1}},
 		},
 		{
 			name: "filter chains",
 			steps: []proto.Message{
-				cds("c0", "c1"), lds(chainListener("l0", "r0", "r1")), rds(route("r0", "c0")), rds(route("r1", "c1")),
+				cds("c0", "c1"), lds(xdsfixture.ChainListener("l0", "r0", "r1")), rds(xdsfixture.Route("r0", "c0")), rds(xdsfixture.Route("r1", "c1")),
 				cds("c0"),
 			},
 			want: []v{{4, `route "r1"`, `cluster "c1"`, true, -1}},
@@ -151,83 +152,83 @@ func TestChecker(t *testing.T) {
 		{
 			name: "the replaced listener stays in service until its new route arrives",
 			steps: []proto.Message{
-				cds("c0", "c1"), lds(listener("l0", "r0")), rds(route("r0", "c0")),
-				lds(listener("l0", "r1")), cds("c1"), rds(route("r1", "c1")),
+				cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")),
+				lds(xdsfixture.Listener("l0", "r1")), cds("c1"), rds(xdsfixture.Route("r1", "c1")),
 			},
 			want: []v{{4, `route "r0"`, `cluster "c0"`, true, 5}},
 		},
 		{
 			name: "a route no listener uses any more is dropped",
 			steps: []proto.Message{
-				cds("c0", "c1"), lds(listener("l0", "r0")), rds(route("r0", "c0")),
-				lds(listener("l0", "r1")), rds(route("r1", "c1")), cds("c1"),
+				cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")),
+				lds(xdsfixture.Listener("l0", "r1")), rds(xdsfixture.Route("r1", "c1")), cds("c1"),
 			},
 		},
 		{
 			name: "a listener removed with its route",
 			steps: []proto.Message{
-				cds("c0"), lds(listener("l0", "r0")), rds(route("r0", "c0")), lds(), cds(),
+				cds("c0"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")), lds(), cds(),
 			},
 		},
 		{
 			name: "SotW RDS and EDS responses remove nothing",
 			steps: []proto.Message{
-				cds("c0", "c1"), lds(chainListener("l0", "r0", "r1")), rds(route("r0", "c0")), rds(route("r1", "c1")),
+				cds("c0", "c1"), lds(xdsfixture.ChainListener("l0", "r0", "r1")), rds(xdsfixture.Route("r0", "c0")), rds(xdsfixture.Route("r1", "c1")),
 				sotw(xds.EndpointType), cds("c0", "c1"),
 			},
 		},
 		{
 			name: "unchecked types count but change nothing",
 			steps: []proto.Message{
-				sotw(xds.EndpointType), cds("c0"), lds(listener("l0", "r0")), rds(route("r0", "c9")),
+				sotw(xds.EndpointType), cds("c0"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c9")),
 			},
 			want: []v{{3, `route "r0"`, `cluster "c9"`, false, -1}},
 		},
 		{
 			name: "Delta make before break",
 			steps: []proto.Message{
-				delta(xds.ClusterType, nil, clusters("c0", "c1")...), delta(xds.ListenerType, nil, listener("l0", "r0")),
-				delta(xds.RouteType, nil, route("r0", "c0")), delta(xds.RouteType, nil, route("r0", "c1")),
+				delta(xds.ClusterType, nil, clusters("c0", "c1")...), delta(xds.ListenerType, nil, xdsfixture.Listener("l0", "r0")),
+				delta(xds.RouteType, nil, xdsfixture.Route("r0", "c0")), delta(xds.RouteType, nil, xdsfixture.Route("r0", "c1")),
 				delta(xds.ClusterType, []string{"c0"}),
 			},
 		},
 		{
 			name: "Delta cluster removed while in use",
 			steps: []proto.Message{
-				delta(xds.ClusterType, nil, clusters("c0", "c1")...), delta(xds.ListenerType, nil, listener("l0", "r0")),
-				delta(xds.RouteType, nil, route("r0", "c1")), delta(xds.ClusterType, []string{"c1"}),
-				delta(xds.ClusterType, nil, cluster("c1")),
+				delta(xds.ClusterType, nil, clusters("c0", "c1")...), delta(xds.ListenerType, nil, xdsfixture.Listener("l0", "r0")),
+				delta(xds.RouteType, nil, xdsfixture.Route("r0", "c1")), delta(xds.ClusterType, []string{"c1"}),
+				delta(xds.ClusterType, nil, xdsfixture.Cluster("c1")),
 			},
 			want: []v{{3, `route "r0"`, `cluster "c1"`, true, 4}},
 		},
 		{
 			name: "Delta route removed while in use",
 			steps: []proto.Message{
-				delta(xds.ClusterType, nil, cluster("c0")), delta(xds.ListenerType, nil, listener("l0", "r0")),
-				delta(xds.RouteType, nil, route("r0", "c0")), delta(xds.RouteType, []string{"r0"}),
+				delta(xds.ClusterType, nil, xdsfixture.Cluster("c0")), delta(xds.ListenerType, nil, xdsfixture.Listener("l0", "r0")),
+				delta(xds.RouteType, nil, xdsfixture.Route("r0", "c0")), delta(xds.RouteType, []string{"r0"}),
 			},
 			want: []v{{3, `listener "l0"`, `route "r0"`, true, -1}},
 		},
 		{
 			name: "Delta responses are not full state",
 			steps: []proto.Message{
-				delta(xds.ClusterType, nil, cluster("c0")), delta(xds.ClusterType, nil, cluster("c1")),
-				delta(xds.ListenerType, nil, listener("l0", "r0")), delta(xds.RouteType, nil, route("r0", "c0", "c1")),
+				delta(xds.ClusterType, nil, xdsfixture.Cluster("c0")), delta(xds.ClusterType, nil, xdsfixture.Cluster("c1")),
+				delta(xds.ListenerType, nil, xdsfixture.Listener("l0", "r0")), delta(xds.RouteType, nil, xdsfixture.Route("r0", "c0", "c1")),
 			},
 		},
 		{
 			name: "GRPC: a route's cluster is warming until it first arrives",
 			cfg:  grpc,
 			steps: []proto.Message{
-				lds(listener("l0", "r0")), rds(route("r0", "c0")), cds("c0"),
-				rds(route("r0", "c0", "c1")), cds("c0", "c1"),
+				lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")), cds("c0"),
+				rds(xdsfixture.Route("r0", "c0", "c1")), cds("c0", "c1"),
 			},
 		},
 		{
 			name: "GRPC: a cluster gone from the full state dangles",
 			cfg:  grpc,
 			steps: []proto.Message{
-				lds(listener("l0", "r0")), rds(route("r0", "c0")), cds("c0"), cds(),
+				lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")), cds("c0"), cds(),
 			},
 			want: []v{{3, `route "r0"`, `cluster "c0"`, true, -1}},
 		},
@@ -235,7 +236,7 @@ func TestChecker(t *testing.T) {
 			name: "full-state RDS when configured",
 			cfg:  xdstest.CheckerConfig{FullStateTypes: []xds.TypeURL{xds.ClusterType, xds.ListenerType, xds.RouteType}},
 			steps: []proto.Message{
-				cds("c0"), lds(listener("l0", "r0")), rds(route("r0", "c0")), rds(),
+				cds("c0"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")), rds(),
 			},
 			want: []v{{3, `listener "l0"`, `route "r0"`, true, -1}},
 		},
@@ -264,7 +265,7 @@ func TestChecker(t *testing.T) {
 
 func TestViolationString(t *testing.T) {
 	k := xdstest.NewChecker(xdstest.CheckerConfig{})
-	for _, r := range []proto.Message{cds("c0", "c1"), lds(listener("l0", "r0")), rds(route("r0", "c1")), cds("c0"), rds(route("r0", "c0", "c7"))} {
+	for _, r := range []proto.Message{cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c1")), cds("c0"), rds(xdsfixture.Route("r0", "c0", "c7"))} {
 		if err := k.Observe(r.(*discoveryv3.DiscoveryResponse)); err != nil {
 			t.Fatal(err)
 		}
@@ -295,7 +296,7 @@ func TestCheckerBadInput(t *testing.T) {
 	garbage := sotw(xds.ClusterType)
 	garbage.Resources = []*anypb.Any{{TypeUrl: string(xds.ClusterType), Value: []byte{0xff, 0xff}}}
 	wrong := sotw(xds.ClusterType)
-	wrong.Resources = []*anypb.Any{mustAny(listener("l0", "r0"))}
+	wrong.Resources = []*anypb.Any{xdsfixture.MustAny(xdsfixture.Listener("l0", "r0"))}
 	unnamed := sotw(xds.RouteType, &routev3.RouteConfiguration{})
 	tests := []struct {
 		name string
@@ -318,7 +319,7 @@ func TestCheckerBadInput(t *testing.T) {
 				t.Fatalf("Observe() = %v; want an error containing %q", err, tt.want)
 			}
 			// The bad response changed nothing but still counts.
-			if err := k.Observe(lds(tcpListener("t0", "c0")).(*discoveryv3.DiscoveryResponse)); err != nil {
+			if err := k.Observe(lds(xdsfixture.TCPListener("t0", "c0")).(*discoveryv3.DiscoveryResponse)); err != nil {
 				t.Fatal(err)
 			}
 			if err := k.Observe(cds().(*discoveryv3.DiscoveryResponse)); err != nil {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -152,7 +153,7 @@ func TestGRPCClient(t *testing.T) {
 
 	// The route moves to c1: the client follows by name, and the server's
 	// full-state CDS answer drops c0.
-	h.update(ts, true, func(h *host) { h.routes["r0"] = route("r0", "c1") }, key(kindRoute, "r0"))
+	h.update(ts, true, func(h *host) { h.routes["r0"] = xdsfixture.Route("r0", "c1") }, key(kindRoute, "r0"))
 	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c1"}, xds.EndpointType: {"c1"}}), c)
 	if got := lastRequest(t, c.Requests(), xds.ClusterType).Names; !slices.Equal(got, []string{"c1"}) {
 		t.Errorf("last CDS request names = %v; want [c1]", got)
@@ -171,10 +172,10 @@ func TestSubscriptionsFollowChanges(t *testing.T) {
 
 	// Make before break, by hand: the new route and its cluster first ...
 	h.update(ts, true, func(h *host) {
-		h.clusters["c3"] = cluster("c3")
+		h.clusters["c3"] = xdsfixture.Cluster("c3")
 		h.endpoints["c3"] = cla("c3", 3)
-		h.routes["r1"] = route("r1", "c2", "c3")
-		h.listeners["l0"] = chainListener("l0", "r1")
+		h.routes["r1"] = xdsfixture.Route("r1", "c2", "c3")
+		h.listeners["l0"] = xdsfixture.ChainListener("l0", "r1")
 	}, key(kindCluster, "c3"), key(kindEndpoint, "c3"), key(kindRoute, "r1"), key(kindListener, "l0"))
 	xdstest.Await(t, xdstest.HoldsNames(names{
 		xds.ClusterType:  {"c0", "c1", "c2", "c3"},
@@ -237,7 +238,7 @@ func TestNACK(t *testing.T) {
 	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c0", "c1"}, xds.RouteType: {"r0"}}), c)
 	good := c.State().Version(xds.ClusterType)
 
-	h.update(ts, true, func(h *host) { h.clusters["bad"] = cluster("bad") }, key(kindCluster, "bad"))
+	h.update(ts, true, func(h *host) { h.clusters["bad"] = xdsfixture.Cluster("bad") }, key(kindCluster, "bad"))
 	xdstest.Await(t, xdstest.NACKed(xds.ClusterType), c)
 	if got := c.State().Names(xds.ClusterType); !slices.Equal(got, []string{"c0", "c1"}) {
 		t.Errorf("clusters held after NACK = %v; want [c0 c1]", got)
@@ -260,7 +261,7 @@ func TestNACK(t *testing.T) {
 
 	// An unrelated change is pushed; the rejected clusters are not.
 	cds := countResponses(c.Responses(), xds.ClusterType)
-	h.update(ts, true, func(h *host) { h.routes["r0"] = route("r0", "c1") }, key(kindRoute, "r0"))
+	h.update(ts, true, func(h *host) { h.routes["r0"] = xdsfixture.Route("r0", "c1") }, key(kindRoute, "r0"))
 	xdstest.Await(t, xdstest.AtVersion(nextVersion(t, bad), xds.RouteType), c)
 	if _, err := ts.WaitForVersion(t.Context(), ts.XDS().Version()); err != nil {
 		t.Fatal(err)
@@ -298,13 +299,6 @@ func nextVersion(t *testing.T, v string) string {
 
 // Responses a client cannot accept are NACKed without calling NACK.
 func TestMalformedResponsesAreRejected(t *testing.T) {
-	mustAny := func(m proto.Message) *anypb.Any {
-		a, err := anypb.New(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a
-	}
 	tests := []struct {
 		name string
 		res  []*anypb.Any
@@ -312,12 +306,12 @@ func TestMalformedResponsesAreRejected(t *testing.T) {
 	}{
 		{
 			name: "duplicate name",
-			res:  []*anypb.Any{mustAny(cluster("a")), mustAny(cluster("a"))},
+			res:  []*anypb.Any{xdsfixture.MustAny(xdsfixture.Cluster("a")), xdsfixture.MustAny(xdsfixture.Cluster("a"))},
 			want: `xdstest: duplicate resource "a"`,
 		},
 		{
 			name: "wrong type",
-			res:  []*anypb.Any{mustAny(listener("l", "r"))},
+			res:  []*anypb.Any{xdsfixture.MustAny(xdsfixture.Listener("l", "r"))},
 			want: "xdstest: a type.googleapis.com/envoy.config.listener.v3.Listener resource in a type.googleapis.com/envoy.config.cluster.v3.Cluster response",
 		},
 	}
@@ -404,7 +398,7 @@ func TestWaitAllAndDependencies(t *testing.T) {
 		t.Errorf("a holds clusters %v; want [c0]", got)
 	}
 	before := len(b.Responses())
-	changed := cluster("c0")
+	changed := xdsfixture.Cluster("c0")
 	changed.ConnectTimeout = durationpb.New(7 * time.Second)
 	h.update(ts, true, func(h *host) { h.clusters["c0"] = changed }, key(kindCluster, "c0"))
 	xdstest.Await(t, xdstest.HoldsResources(map[xds.TypeURL][]proto.Message{xds.ClusterType: {changed}}), a)
@@ -512,7 +506,7 @@ func TestWaitErrors(t *testing.T) {
 // real stream.
 func TestViolationsOnARealStream(t *testing.T) {
 	h := newHost().world(1)
-	h.routes["r0"] = route("r0", "c0", "ghost")
+	h.routes["r0"] = xdsfixture.Route("r0", "c0", "ghost")
 	ts := xdstest.NewServer(t, h.config(t))
 	c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "envoy-1"})
 	xdstest.Await(t, xdstest.HoldsNames(names{xds.RouteType: {"r0"}}), c)
@@ -539,7 +533,7 @@ func TestViolationsOnARealStream(t *testing.T) {
 		t.Errorf("AssertNoDangling again = reported %q; want false and nothing reported twice", ft.errors)
 	}
 	// A new violation is reported, alone.
-	h.update(ts, true, func(h *host) { h.routes["r0"] = route("r0", "c0", "ghost", "phantom") }, key(kindRoute, "r0"))
+	h.update(ts, true, func(h *host) { h.routes["r0"] = xdsfixture.Route("r0", "c0", "ghost", "phantom") }, key(kindRoute, "r0"))
 	xdstest.Await(t, func(s *xdstest.State) error {
 		if vs, _ := c.Violations(); len(vs) < 2 {
 			return fmt.Errorf("%d violations; want 2", len(vs))

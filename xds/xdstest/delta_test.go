@@ -6,6 +6,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -39,7 +40,7 @@ func TestDeltaEnvoyClient(t *testing.T) {
 	}
 
 	// Move the route to c1, then remove c0: clusters removed by name.
-	h.update(ts, true, func(h *host) { h.routes["r0"] = route("r0", "c1") }, key(kindRoute, "r0"))
+	h.update(ts, true, func(h *host) { h.routes["r0"] = xdsfixture.Route("r0", "c1") }, key(kindRoute, "r0"))
 	h.update(ts, true, func(h *host) { delete(h.clusters, "c0"); delete(h.endpoints, "c0") }, key(kindCluster, "c0"), key(kindEndpoint, "c0"))
 	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c1", "c2"}, xds.EndpointType: {"c1", "c2"}}), c)
 	removed := false
@@ -101,7 +102,7 @@ func TestDeltaGRPCClient(t *testing.T) {
 	xdstest.Await(t, xdstest.HoldsNames(names{
 		xds.ListenerType: {"l0"}, xds.RouteType: {"r0"}, xds.ClusterType: {"c0"}, xds.EndpointType: {"c0"},
 	}), c)
-	h.update(ts, true, func(h *host) { h.routes["r0"] = route("r0", "c1") }, key(kindRoute, "r0"))
+	h.update(ts, true, func(h *host) { h.routes["r0"] = xdsfixture.Route("r0", "c1") }, key(kindRoute, "r0"))
 	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c1"}, xds.EndpointType: {"c1"}}), c)
 	if got := lastSubscription(t, c.Requests(), xds.ClusterType); !slices.Equal(got.Subscribe, []string{"c1"}) || !slices.Equal(got.Unsubscribe, []string{"c0"}) {
 		t.Errorf("last CDS request = +%v -%v; want +[c1] -[c0]", got.Subscribe, got.Unsubscribe)
@@ -115,7 +116,7 @@ func TestDeltaNACK(t *testing.T) {
 	ts := xdstest.NewServer(t, h.config(t))
 	c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "envoy-delta", Protocol: xdstest.Delta, NACK: rejectCluster("bad")})
 	xdstest.Await(t, xdstest.HoldsNames(names{xds.RouteType: {"r0"}}), c)
-	h.update(ts, true, func(h *host) { h.clusters["bad"] = cluster("bad") }, key(kindCluster, "bad"))
+	h.update(ts, true, func(h *host) { h.clusters["bad"] = xdsfixture.Cluster("bad") }, key(kindCluster, "bad"))
 	xdstest.Await(t, xdstest.NACKed(xds.ClusterType), c)
 	if got := c.State().Names(xds.ClusterType); !slices.Equal(got, []string{"c0"}) {
 		t.Errorf("clusters held after NACK = %v; want [c0]", got)

@@ -6,6 +6,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -14,9 +15,9 @@ import (
 // never panic, and what it records must be consistent.
 func FuzzChecker(f *testing.F) {
 	for _, m := range []proto.Message{
-		cds("c0", "c1"), lds(listener("l0", "r0"), tcpListener("t0", "c0", "c9"), inlineListener("i0", "c1")),
-		rds(route("r0", "c0", "c2")), delta(xds.ClusterType, []string{"c0"}, cluster("c3")),
-		delta(xds.RouteType, []string{"r0"}, route("r1", "c1")), sotw(xds.EndpointType),
+		cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0"), xdsfixture.TCPListener("t0", "c0", "c9"), xdsfixture.InlineListener("i0", "c1")),
+		rds(xdsfixture.Route("r0", "c0", "c2")), delta(xds.ClusterType, []string{"c0"}, xdsfixture.Cluster("c3")),
+		delta(xds.RouteType, []string{"r0"}, xdsfixture.Route("r1", "c1")), sotw(xds.EndpointType),
 	} {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -33,8 +34,8 @@ func FuzzChecker(f *testing.F) {
 		k := xdstest.NewChecker(cfg)
 		// The same bytes three times, as SotW or Delta, over a base state.
 		_ = k.Observe(cds("c0", "c1").(*discoveryv3.DiscoveryResponse))
-		_ = k.Observe(lds(listener("l0", "r0")).(*discoveryv3.DiscoveryResponse))
-		_ = k.Observe(rds(route("r0", "c0")).(*discoveryv3.DiscoveryResponse))
+		_ = k.Observe(lds(xdsfixture.Listener("l0", "r0")).(*discoveryv3.DiscoveryResponse))
+		_ = k.Observe(rds(xdsfixture.Route("r0", "c0")).(*discoveryv3.DiscoveryResponse))
 		observed := 3
 		for range 3 {
 			if isDelta {

@@ -10,16 +10,12 @@ import (
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
-	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -61,11 +57,11 @@ func newHost() *host {
 func (h *host) world(n int) *host {
 	for i := range n {
 		name := fmt.Sprintf("c%d", i)
-		h.clusters[name] = cluster(name)
+		h.clusters[name] = xdsfixture.Cluster(name)
 		h.endpoints[name] = cla(name, i)
 	}
-	h.listeners["l0"] = listener("l0", "r0")
-	h.routes["r0"] = route("r0", "c0")
+	h.listeners["l0"] = xdsfixture.Listener("l0", "r0")
+	h.routes["r0"] = xdsfixture.Route("r0", "c0")
 	return h
 }
 
@@ -182,115 +178,8 @@ func pick[V proto.Message](m map[string]V, w xds.Watch) []xds.Resource {
 
 // ---- Envoy resources -------------------------------------------------------
 
-func ads() *corev3.ConfigSource {
-	return &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
-}
-
-func cluster(name string) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
-		Name:                 name,
-		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: name},
-	}
-}
-
+// cla is the endpoint set of cluster name whose one endpoint is the i-th
+// address of 10.0.0.0/16 (from 10.0.0.1), port 80.
 func cla(name string, i int) *endpointv3.ClusterLoadAssignment {
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: name,
-		Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address:       fmt.Sprintf("10.0.%d.%d", i/250, i%250+1),
-					PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 80},
-				}}},
-			}},
-		}}}},
-	}
-}
-
-func mustAny(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
-	if err != nil {
-		panic(err)
-	}
-	return a
-}
-
-func hcmRDS(route string) *hcmv3.HttpConnectionManager {
-	return &hcmv3.HttpConnectionManager{
-		StatPrefix:     "http",
-		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: ads(), RouteConfigName: route}},
-		HttpFilters: []*hcmv3.HttpFilter{{
-			Name:       "router",
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})},
-		}},
-	}
-}
-
-// listener is a client-side (API) listener taking route from RDS.
-func listener(name, route string) *listenerv3.Listener {
-	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(hcmRDS(route))}}
-}
-
-// chainListener is a server-side listener with one filter chain per route.
-func chainListener(name string, routes ...string) *listenerv3.Listener {
-	l := &listenerv3.Listener{Name: name}
-	for _, r := range routes {
-		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{Filters: []*listenerv3.Filter{{
-			Name:       "hcm",
-			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcmRDS(r))},
-		}}})
-	}
-	return l
-}
-
-// tcpListener is a listener whose default filter chain proxies TCP to
-// clusters (one: cluster; more: weighted).
-func tcpListener(name string, clusters ...string) *listenerv3.Listener {
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: "tcp"}
-	if len(clusters) == 1 {
-		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: clusters[0]}
-	} else {
-		w := &tcpproxyv3.TcpProxy_WeightedCluster{}
-		for _, c := range clusters {
-			w.Clusters = append(w.Clusters, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: c, Weight: 1})
-		}
-		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: w}
-	}
-	return &listenerv3.Listener{Name: name, DefaultFilterChain: &listenerv3.FilterChain{Filters: []*listenerv3.Filter{{
-		Name:       "tcp",
-		ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(tp)},
-	}}}}
-}
-
-// inlineListener is an API listener with an inline route configuration.
-func inlineListener(name string, clusters ...string) *listenerv3.Listener {
-	hcm := hcmRDS("")
-	hcm.RouteSpecifier = &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: route(name+"-inline", clusters...)}
-	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: mustAny(hcm)}}
-}
-
-// route sends everything to cluster (one), or splits it across clusters.
-func route(name string, clusters ...string) *routev3.RouteConfiguration {
-	ra := &routev3.RouteAction{}
-	if len(clusters) == 1 {
-		ra.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: clusters[0]}
-	} else {
-		w := &routev3.WeightedCluster{}
-		for _, c := range clusters {
-			w.Clusters = append(w.Clusters, &routev3.WeightedCluster_ClusterWeight{Name: c})
-		}
-		ra.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: w}
-	}
-	return &routev3.RouteConfiguration{
-		Name: name,
-		VirtualHosts: []*routev3.VirtualHost{{
-			Name:    name,
-			Domains: []string{"*"},
-			Routes: []*routev3.Route{{
-				Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &routev3.Route_Route{Route: ra},
-			}},
-		}},
-	}
+	return xdsfixture.CLA(name, fmt.Sprintf("10.0.%d.%d:80", i/250, i%250+1))
 }

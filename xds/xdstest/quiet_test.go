@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -18,7 +19,7 @@ import (
 // responses, for one it reaches: for Full and endpoint-only pushes, which
 // WaitForVersion cannot wait for.
 func TestQuiet(t *testing.T) {
-	changedCluster := cluster("c1")
+	changedCluster := xdsfixture.Cluster("c1")
 	changedCluster.ConnectTimeout = durationpb.New(4 * time.Second)
 	changedCLA := cla("c1", 7)
 	tests := []struct {
@@ -60,7 +61,7 @@ func TestQuiet(t *testing.T) {
 				t.Errorf("b.Quiet() = %v; want the %s response it received", err, tt.want)
 			}
 			// Quiet returned after b accepted the change.
-			want := map[xds.TypeURL][]proto.Message{xds.ClusterType: {cluster("c1")}, xds.EndpointType: {cla("c1", 1)}}
+			want := map[xds.TypeURL][]proto.Message{xds.ClusterType: {xdsfixture.Cluster("c1")}, xds.EndpointType: {cla("c1", 1)}}
 			if tt.full {
 				want[xds.ClusterType] = []proto.Message{changedCluster}
 			} else {

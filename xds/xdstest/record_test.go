@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -70,7 +71,7 @@ func TestRecorderShowsWhomAPushReached(t *testing.T) {
 	}
 
 	t.Run("left out", func(t *testing.T) {
-		changed := cluster("c1")
+		changed := xdsfixture.Cluster("c1")
 		changed.ConnectTimeout = durationpb.New(3 * time.Second)
 		la, lb, ra, rb := pushAndSettle(func(h *host) { h.clusters["c1"] = changed }, key(kindCluster, "c1"))
 		xdstest.Await(t, xdstest.HoldsResources(map[xds.TypeURL][]proto.Message{xds.ClusterType: {changed}}), b)
@@ -119,14 +120,14 @@ func TestRecorderShowsWhomAPushReached(t *testing.T) {
 type deltaGen struct{}
 
 func (deltaGen) Generate(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-	return []xds.Resource{{Name: "b", Message: cluster("b")}, {Name: "a", Message: cluster("a")}}, nil
+	return []xds.Resource{{Name: "b", Message: xdsfixture.Cluster("b")}, {Name: "a", Message: xdsfixture.Cluster("a")}}, nil
 }
 
 func (deltaGen) GenerateDelta(_ context.Context, _ *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
 	if len(req.ConfigsUpdated) == 0 {
 		return xds.Changes{}, false, nil
 	}
-	return xds.Changes{Upserted: []xds.Resource{{Name: "a", Message: cluster("a")}}, Removed: []string{"z", "y"}}, true, nil
+	return xds.Changes{Upserted: []xds.Resource{{Name: "a", Message: xdsfixture.Cluster("a")}}, Removed: []string{"z", "y"}}, true, nil
 }
 
 var _ xds.DeltaGenerator = deltaGen{}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
@@ -182,7 +183,7 @@ func TestDialTarget(t *testing.T) {
 				t.Fatalf("server status = %+v; want envoy-1 over %v", st, protocol)
 			}
 
-			changed := cluster("c1")
+			changed := xdsfixture.Cluster("c1")
 			changed.ConnectTimeout = durationpb.New(9 * time.Second)
 			h.mu.Lock()
 			h.clusters["c1"] = changed
@@ -192,7 +193,7 @@ func TestDialTarget(t *testing.T) {
 				ConfigsUpdated: pushcontext.NewConfigSet(key(kindCluster, "c1")),
 				Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
 			})
-			want := map[xds.TypeURL][]proto.Message{xds.ClusterType: {cluster("c0"), changed}}
+			want := map[xds.TypeURL][]proto.Message{xds.ClusterType: {xdsfixture.Cluster("c0"), changed}}
 			xdstest.Await(t, xdstest.HoldsResources(want), c)
 
 			n := len(c.Responses())

@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -34,7 +35,7 @@ func TestInsideSynctestBubble(t *testing.T) {
 		}
 
 		start = time.Now()
-		h.update(ts, true, func(h *host) { h.clusters["c2"] = cluster("c2") }, key(kindCluster, "c2"))
+		h.update(ts, true, func(h *host) { h.clusters["c2"] = xdsfixture.Cluster("c2") }, key(kindCluster, "c2"))
 		xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c0", "c1", "c2"}}), c)
 		if d := time.Since(start); d != 100*time.Millisecond {
 			t.Errorf("a change took %v of fake time; want the 100ms debounce", d)
@@ -72,7 +73,7 @@ func TestPauseResume(t *testing.T) {
 		c.Pause()
 		c.Pause() // idempotent
 		h.update(ts, true, func(h *host) {
-			h.clusters["c2"] = cluster("c2")
+			h.clusters["c2"] = xdsfixture.Cluster("c2")
 			h.endpoints["c2"] = cla("c2", 2)
 		}, key(kindCluster, "c2"), key(kindEndpoint, "c2"))
 		time.Sleep(time.Second)
@@ -117,7 +118,7 @@ func TestStuckClientIsDisconnected(t *testing.T) {
 			h.update(ts, true, func(h *host) {
 				for i := range 300 {
 					name := fmt.Sprintf("big-%03d", i)
-					h.clusters[name] = cluster(name)
+					h.clusters[name] = xdsfixture.Cluster(name)
 					h.clusters[name].AltStatName = fmt.Sprintf("%d-%s", gen, strings.Repeat("x", 1000))
 				}
 			}, key(kindCluster, "big"))
