@@ -1,0 +1,403 @@
+package xds
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// protocols names the two protocols for subtests.
+var protocols = map[bool]string{false: "sotw", true: "delta"}
+
+// unsubscribe sends a Delta request dropping names of typ, spontaneous (no
+// nonce).
+func (r *coreRun) unsubscribe(typ TypeURL, names ...string) {
+	r.t.Helper()
+	r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesUnsubscribe: names}})
+}
+
+func (r *coreRun) typeState(typ TypeURL) *typeState {
+	return r.c.types[r.h.set.typeIndex(typ)]
+}
+
+// expectHeld checks what the Server believes the client holds of typ.
+func (r *coreRun) expectHeld(what string, typ TypeURL, want ...string) {
+	r.t.Helper()
+	if got := r.held(typ); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		r.t.Fatalf("%s: held %s = %q; want %q", what, typ.Short(), got, want)
+	}
+}
+
+// expectBusy checks whether the push is still in its phases.
+func (r *coreRun) expectBusy(what string, want bool) {
+	r.t.Helper()
+	if got := r.c.busy(); got != want {
+		r.t.Fatalf("%s: busy() = %v; want %v", what, got, want)
+	}
+}
+
+// A push completes only once the client has fetched what its last phase
+// names: a listener now naming a route the client does not subscribe to
+// keeps the push open (the runner parks later pushes) until the client
+// subscribes to the route and is answered, with or without it; without a
+// subscription the push completes after Phases.Timeout with a
+// PhaseTimeoutEvent whose Next is empty.
+func TestCorePushCompletesOnceFetched(t *testing.T) {
+	const timeout = 5 * time.Second
+	tests := []struct {
+		name      string
+		noRoute   bool // the configuration lacks r1
+		beforeACK bool // the client subscribes to r1 before it ACKs the listener
+		subscribe bool // the client subscribes to r1
+		late      bool // ... only after the timeout
+		want      []string
+		wantDelta []string // if it differs from want (with " -[]" added)
+	}{
+		{name: "subscribes after the ACK", subscribe: true, want: []string{"RDS [r1]"}},
+		{name: "subscribes before the ACK", subscribe: true, beforeACK: true, want: []string{"RDS [r1]"}},
+		{name: "subscribes to a route the configuration lacks", subscribe: true, noRoute: true,
+			want: nil, wantDelta: []string{"RDS [] -[r1]"}},
+		{name: "never subscribes"},
+		{name: "subscribes after the timeout", subscribe: true, late: true, want: []string{"RDS [r1]"}},
+	}
+	for _, tt := range tests {
+		for _, delta := range []bool{false, true} {
+			t.Run(tt.name+"/"+protocols[delta], func(t *testing.T) {
+				var events []PhaseTimeoutEvent
+				r := newCoreRun(t, delta, func(cfg *Config) {
+					cfg.Phases.Timeout = timeout
+					cfg.Hooks.OnPhaseTimeout = func(ev PhaseTimeoutEvent) { events = append(events, ev) }
+				})
+				r.mesh()
+				h := r.h
+				keys := []pushcontext.ConfigKey{ckey(kindListener, "l0")}
+				if !tt.noRoute {
+					keys = append(keys, ckey(kindRoute, "r1"))
+				}
+				r.change(true, func() {
+					h.put(ListenerType, makeListener("l0", "r1"))
+					if !tt.noRoute {
+						h.put(RouteType, makeRoute("r1", "*", "c0"))
+					}
+				}, keys...)
+				r.expect("LDS phase", "LDS [l0]"+r.none())
+				r.expectBusy("after the LDS phase", true)
+				subscribe := func() {
+					if delta {
+						r.resubscribe(RouteType, "r1")
+					} else {
+						r.resubscribe(RouteType, "r0", "r1")
+					}
+				}
+				want := tt.want
+				if delta {
+					want = nil
+					for _, w := range tt.want {
+						want = append(want, w+" -[]")
+					}
+					if tt.wantDelta != nil {
+						want = tt.wantDelta
+					}
+				}
+				if tt.beforeACK {
+					subscribe()
+					r.expect("r1 answered at once", want...)
+					r.expectBusy("answered before the ACK", false) // the push waits for fetches, not ACKs
+					r.ack(ListenerType)
+					r.expect("after the ACK")
+					return
+				}
+				r.ack(ListenerType)
+				r.expect("nothing more to send")
+				r.expectBusy("r1 not fetched", true)
+				if tt.subscribe && !tt.late {
+					subscribe()
+					r.expect("r1 answered", want...)
+					r.expectBusy("r1 fetched", false)
+					if r.c.completedSeq != r.c.appliedSeq {
+						t.Errorf("completedSeq = %d; want %d (appliedSeq)", r.c.completedSeq, r.c.appliedSeq)
+					}
+					if len(events) > 0 {
+						t.Errorf("phase timeouts = %+v; want none", events)
+					}
+					return
+				}
+				if got := r.c.deadline(); !got.Equal(r.now.Add(timeout)) {
+					t.Fatalf("deadline() = %v; want the phase timeout %v", got, r.now.Add(timeout))
+				}
+				r.wait(timeout - time.Millisecond)
+				r.expectBusy("before the timeout", true)
+				r.wait(time.Millisecond)
+				r.expect("nothing sent at the timeout")
+				r.expectBusy("after the timeout", false)
+				if len(events) != 1 {
+					t.Fatalf("phase timeouts = %+v; want one", events)
+				}
+				ev := events[0]
+				if ev.Next != "" || ev.Removal || !slices.Equal(ev.Waiting, []TypeURL{RouteType}) || ev.Waited != timeout {
+					t.Errorf("PhaseTimeoutEvent = %+v; want Next empty, Waiting [RDS], Waited %v", ev, timeout)
+				}
+				if r.c.completedSeq != r.c.appliedSeq {
+					t.Errorf("completedSeq = %d; want %d (appliedSeq)", r.c.completedSeq, r.c.appliedSeq)
+				}
+				if tt.late {
+					subscribe()
+					r.expect("r1 answered after the timeout", want...)
+				}
+			})
+		}
+	}
+}
+
+// grpcLike has the client of r subscribe the way a gRPC client does: LDS
+// and RDS by name (l0, r0), CDS and EDS by the names of the clusters
+// given. The world has l0 → r0 → route, and the clusters with their
+// endpoints.
+func (r *coreRun) grpcLike(route string, clusters ...string) {
+	r.t.Helper()
+	h := r.h
+	keys := []pushcontext.ConfigKey{ckey(kindListener, "l0"), ckey(kindRoute, "r0")}
+	for _, c := range clusters {
+		h.put(ClusterType, makeCluster(c))
+		h.put(EndpointType, makeCLA(c, "10.0.0.1:80"))
+		keys = append(keys, ckey(kindCluster, c), ckey(kindEndpoint, c))
+	}
+	h.put(ListenerType, makeListener("l0", "r0"))
+	h.put(RouteType, makeRoute("r0", "*", route))
+	r.change(true, func() {}, keys...)
+	r.subscribe(ListenerType, "l0")
+	r.expect("LDS answer", "LDS [l0]"+r.none())
+	r.ack(ListenerType)
+	r.subscribe(RouteType, "r0")
+	r.expect("RDS answer", "RDS [r0]"+r.none())
+	r.ack(RouteType)
+	r.subscribe(ClusterType, clusters...)
+	r.take()
+	r.ack(ClusterType)
+	r.subscribe(EndpointType, clusters...)
+	r.take()
+	r.ack(EndpointType)
+}
+
+// A SotW client that narrows its by-name cluster subscription decides from
+// the routes it had read: a route the Server sent since may name again a
+// cluster it drops. The answer keeps that cluster (marked for removal) so
+// that the client does not lose it from under the route; it goes with the
+// first full-state response after nothing names it, and stays if the
+// client subscribes to it again.
+func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
+	tests := []struct {
+		name     string
+		flip     bool // the route names c1 again before the narrowing arrives
+		then     string
+		want     []string // the answer to the narrowing
+		wantThen []string
+		wantHeld []string // CDS at the end
+	}{
+		{name: "nothing names it", want: []string{"CDS [c0]"}, wantHeld: []string{"c0"}},
+		{name: "the client reads the route and subscribes again", flip: true, then: "resubscribe",
+			want: []string{"CDS [c0 c1]"}, wantThen: []string{"CDS [c0 c1]"}, wantHeld: []string{"c0", "c1"}},
+		{name: "the route moves off it, then a cluster push", flip: true, then: "unname",
+			want: []string{"CDS [c0 c1]"}, wantThen: []string{"CDS [c0]", "EDS [c0]"}, wantHeld: []string{"c0"}},
+		{name: "the route moves off it in the same push as a cluster change", flip: true, then: "unname together",
+			want: []string{"CDS [c0 c1]"}, wantThen: []string{"CDS [c0 c1]", "EDS [c0]", "RDS [r0]"}, wantHeld: []string{"c0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCoreRun(t, false, nil)
+			r.grpcLike("c1", "c1", "c0")
+			h := r.h
+			// The route moves to c0; the client, having read it, keeps c1
+			// until it uses the new route (gRPC does), then drops c1.
+			r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "c0")) }, ckey(kindRoute, "r0"))
+			r.expect("r0 → c0", "RDS [r0]")
+			r.ack(RouteType)
+			if tt.flip {
+				r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "c1")) }, ckey(kindRoute, "r0"))
+				r.expect("r0 → c1 again, before the narrowing arrives", "RDS [r0]")
+			}
+			r.resubscribe(ClusterType, "c0")
+			r.expect("the narrowing's answer", tt.want...)
+			cds := r.typeState(ClusterType)
+			if _, marked := cds.removing["c1"]; marked != tt.flip {
+				t.Errorf("c1 marked for removal = %v; want %v", marked, tt.flip)
+			}
+			r.ack(ClusterType)
+			switch tt.then {
+			case "resubscribe":
+				r.ack(RouteType)
+				r.resubscribe(ClusterType, "c0", "c1")
+				r.expect("c1 subscribed again", tt.wantThen...)
+				if len(cds.removing) > 0 {
+					t.Errorf("removing = %v after the client subscribed again; want none", cds.removing)
+				}
+			case "unname":
+				r.ack(RouteType)
+				r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "c0")) }, ckey(kindRoute, "r0"))
+				r.expect("r0 → c0", "RDS [r0]")
+				r.ack(RouteType)
+				r.expectHeld("c1 still held until a full-state response", ClusterType, "c0", "c1")
+				c0 := makeCluster("c0")
+				c0.LbPolicy = 1
+				r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
+				r.expect("the next full-state response drops c1", tt.wantThen...)
+			case "unname together":
+				// The CDS phase comes before the route's: r0 still names c1
+				// when it is released, so c1 stays.
+				r.ack(RouteType)
+				c0 := makeCluster("c0")
+				c0.LbPolicy = 1
+				r.change(true, func() {
+					h.put(ClusterType, c0)
+					h.put(RouteType, makeRoute("r0", "*", "c0"))
+				}, ckey(kindCluster, "c0"), ckey(kindRoute, "r0"))
+				r.expect("CDS phase, and the endpoints that re-warm c0", tt.wantThen[:2]...)
+				r.ack(ClusterType)
+				r.ack(EndpointType)
+				r.expect("RDS phase", tt.wantThen[2:]...)
+				r.ack(RouteType)
+				r.expect("no removal phase for an unsubscribed cluster")
+				r.expectHeld("c1 still held until a full-state response", ClusterType, "c0", "c1")
+				c0 = makeCluster("c0")
+				r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
+				r.expect("the next full-state response drops c1", "CDS [c0]", "EDS [c0]")
+			}
+			r.expectHeld("at the end", ClusterType, tt.wantHeld...)
+		})
+	}
+}
+
+// What a client still subscribes to by name and holds is not removed,
+// even when the configuration drops it and nothing the client holds names
+// it: a version the client still serves while the new one warms may (an
+// Envoy keeps the old listener's routes, a gRPC client the clusters of its
+// old routes). It goes once the client unsubscribes. The removal held back
+// is not a failure. Under a wildcard subscription the removal is sent.
+func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
+	tests := []struct {
+		name  string
+		delta bool
+		typ   TypeURL
+		setUp func(r *coreRun)
+		drop  func(r *coreRun)
+		want  []string // responses to the push (all phases ACKed)
+		unsub []string // responses to the unsubscription
+		held  []string // of typ at the end
+	}{
+		{
+			name: "sotw CDS by name", typ: ClusterType,
+			setUp: func(r *coreRun) { r.grpcLike("c0", "c0", "c1") },
+			drop: func(r *coreRun) {
+				r.change(true, func() {
+					delete(r.h.world[ClusterType], "c1")
+					delete(r.h.world[EndpointType], "c1")
+				}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"))
+			},
+			unsub: []string{"CDS [c0]"},
+			held:  []string{"c0"},
+		},
+		{
+			name: "delta CDS by name", delta: true, typ: ClusterType,
+			setUp: func(r *coreRun) { r.grpcLike("c0", "c0", "c1") },
+			drop: func(r *coreRun) {
+				r.change(true, func() {
+					delete(r.h.world[ClusterType], "c1")
+					delete(r.h.world[EndpointType], "c1")
+				}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"))
+			},
+			// The endpoints of c1, held back while c1 was held, go at once.
+			unsub: []string{"EDS [] -[c1]"},
+			held:  []string{"c0"},
+		},
+		{
+			name: "delta RDS by name", delta: true, typ: RouteType,
+			setUp: func(r *coreRun) {
+				r.mesh()
+				r.change(true, func() { r.h.put(RouteType, makeRoute("r1", "*", "c0")) }, ckey(kindRoute, "r1"))
+				r.resubscribe(RouteType, "r1")
+				r.expect("r1", "RDS [r1] -[]")
+				r.ack(RouteType)
+			},
+			drop: func(r *coreRun) {
+				r.change(true, func() { delete(r.h.world[RouteType], "r1") }, ckey(kindRoute, "r1"))
+			},
+			held: []string{"r0"},
+		},
+		{
+			name: "sotw RDS by name", typ: RouteType, // SotW never removes a by-name type
+			setUp: func(r *coreRun) {
+				r.mesh()
+				r.change(true, func() { r.h.put(RouteType, makeRoute("r1", "*", "c0")) }, ckey(kindRoute, "r1"))
+				r.resubscribe(RouteType, "r0", "r1")
+				r.expect("r1", "RDS [r1]")
+				r.ack(RouteType)
+			},
+			drop: func(r *coreRun) {
+				r.change(true, func() { delete(r.h.world[RouteType], "r1") }, ckey(kindRoute, "r1"))
+			},
+			held: []string{"r0"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCoreRun(t, tt.delta, nil)
+			tt.setUp(r)
+			r.take()
+			before := r.held(tt.typ)
+			tt.drop(r)
+			r.expect("the push", tt.want...)
+			r.expectBusy("after the push", false)
+			r.expectHeld("still subscribed by name", tt.typ, before...)
+			ts := r.typeState(tt.typ)
+			if ts.err != nil {
+				t.Errorf("%s error = %v; want none (the client is on its way, not the configuration at fault)", tt.typ.Short(), ts.err)
+			}
+			// The client unsubscribes.
+			if tt.delta {
+				r.unsubscribe(tt.typ, before[len(before)-1])
+			} else {
+				r.resubscribe(tt.typ, before[:len(before)-1]...)
+			}
+			r.expect("the unsubscription", tt.unsub...)
+			r.expectHeld("after the unsubscription", tt.typ, tt.held...)
+			r.wait(time.Minute) // any retry of what was held back
+			r.expect("nothing more")
+			r.expectHeld("at the end", tt.typ, tt.held...)
+		})
+	}
+}
+
+// The contrast: under a wildcard subscription, a cluster that nothing the
+// client holds names is removed by the push's removal phase.
+func TestCoreWildcardUnnamedRemoved(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			h := r.h
+			r.change(true, func() { h.put(ClusterType, makeCluster("c1")) }, ckey(kindCluster, "c1"))
+			if delta {
+				r.expect("c1", "CDS [c1] -[]")
+			} else {
+				r.expect("c1", "CDS [c0 c1]")
+			}
+			r.ack(ClusterType)
+			r.change(true, func() { delete(h.world[ClusterType], "c1") }, ckey(kindCluster, "c1"))
+			if delta {
+				r.expect("c1 removed", "CDS [] -[c1]")
+			} else {
+				r.expect("c1 removed", "CDS [c0]")
+			}
+			r.expectHeld("at the end", ClusterType, "c0")
+			var re *ReferenceError
+			if err := r.typeState(ClusterType).err; errors.As(err, &re) {
+				t.Errorf("CDS error = %v; want none", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,323 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/internal/xdsrefs"
+)
+
+// version returns the Delta version of msg as the Server encodes it.
+func (r *coreRun) version(typ TypeURL, msg proto.Message) string {
+	r.t.Helper()
+	n, _ := xdsrefs.NameOf(msg)
+	set, err := r.h.encode(r.h.set.typeIndex(typ), []Resource{{Name: n, Message: msg}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return set.ents[0].enc.version
+}
+
+// resume sends a Delta client's first request of typ after a reconnect:
+// the names it subscribes to and the versions it holds.
+func (r *coreRun) resume(typ TypeURL, initial map[string]string, names ...string) {
+	r.t.Helper()
+	r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names,
+		InitialResourceVersions: initial}})
+}
+
+// A Delta client reconnects with initial_resource_versions. What it
+// reports at the configuration's version is not sent again and is read as
+// the configuration's resource (a route reported so names what the
+// configuration's does); other versions, ours or not, are sent. Listeners
+// and routes are answered once it has ACKed the clusters (a resumed
+// wildcard CDS subscription); what it reported and the configuration no
+// longer has is removed once it has ACKed every full-state type it
+// subscribes to (the roots: CDS, LDS) and what they need.
+func TestCoreDeltaReconnect(t *testing.T) {
+	tests := []struct {
+		name       string
+		c0, l0, r0 string // the versions reported: "equal", "other" (ours, another content), "foreign", "old" (r0 naming cold)
+		noResume   bool   // CDS subscribed without initial versions
+		wantCDS    string
+		wantLDS    string
+		wantRDS    string
+	}{
+		{name: "all equal", c0: "equal", l0: "equal", r0: "equal",
+			wantCDS: "CDS [] -[]", wantLDS: "LDS [] -[]", wantRDS: "RDS [] -[]"},
+		{name: "other content", c0: "other", l0: "other", r0: "other",
+			wantCDS: "CDS [c0] -[]", wantLDS: "LDS [l0] -[]", wantRDS: "RDS [r0] -[]"},
+		{name: "foreign versions", c0: "foreign", l0: "foreign", r0: "foreign",
+			wantCDS: "CDS [c0] -[]", wantLDS: "LDS [l0] -[]", wantRDS: "RDS [r0] -[]"},
+		{name: "the old route names the gone cluster", c0: "equal", l0: "equal", r0: "old",
+			wantCDS: "CDS [] -[]", wantLDS: "LDS [] -[]", wantRDS: "RDS [r0] -[]"},
+		{name: "clusters not resumed", noResume: true, l0: "equal", r0: "equal",
+			wantCDS: "CDS [c0] -[]", wantLDS: "LDS [] -[]", wantRDS: "RDS [] -[]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCoreRun(t, true, nil)
+			h := r.h
+			c0, l0, r0 := makeCluster("c0"), makeListener("l0", "r0"), makeRoute("r0", "*", "c0")
+			h.put(ClusterType, c0)
+			h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"))
+			h.put(ListenerType, l0)
+			h.put(RouteType, r0)
+			r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+			reported := func(typ TypeURL, msg proto.Message, kind string) string {
+				switch kind {
+				case "equal":
+					return r.version(typ, msg)
+				case "other":
+					return fmt.Sprintf("%x", ^uint64(0)-1) // ours in form, no content's
+				case "foreign":
+					return "v-from-elsewhere"
+				case "old":
+					return r.version(typ, makeRoute("r0", "*", "cold"))
+				}
+				t.Fatalf("unknown version kind %q", kind)
+				return ""
+			}
+			if tt.noResume {
+				r.subscribe(ClusterType)
+			} else {
+				r.resume(ClusterType, map[string]string{"c0": reported(ClusterType, c0, tt.c0), "cold": "0123"})
+			}
+			r.expect("CDS answer", tt.wantCDS)
+			r.subscribe(EndpointType, "c0")
+			r.expect("EDS answer at once", "EDS [c0] -[]")
+			r.resume(ListenerType, map[string]string{"l0": reported(ListenerType, l0, tt.l0)})
+			r.resume(RouteType, map[string]string{"r0": reported(RouteType, r0, tt.r0)}, "r0")
+			if tt.noResume {
+				r.expect("LDS and RDS at once", tt.wantLDS, tt.wantRDS)
+			} else {
+				r.expect("LDS and RDS wait for the CDS ACK")
+				r.ack(ClusterType)
+				r.expect("LDS and RDS after the CDS ACK", tt.wantLDS, tt.wantRDS)
+			}
+			r.ack(EndpointType)
+			r.ack(RouteType)
+			if tt.noResume {
+				r.ack(ClusterType)
+				r.ack(ListenerType)
+				r.expect("nothing to remove")
+				r.expectBusy("at the end", false)
+				return
+			}
+			r.expect("no removal before the listeners are ACKed")
+			r.expectHeld("cold still held", ClusterType, "c0", "cold")
+			r.ack(ListenerType)
+			r.expect("cold removed once the roots are ACKed", "CDS [] -[cold]")
+			r.ack(ClusterType)
+			r.expect("the end")
+			r.expectBusy("at the end", false)
+			r.expectHeld("clusters", ClusterType, "c0")
+			if ts := r.typeState(RouteType); ts.held.get("r0").unknown() && tt.r0 != "equal" {
+				t.Errorf("r0 still held as reported (%s); want the content sent", tt.r0)
+			}
+		})
+	}
+}
+
+// A Delta client reconnects holding r0 → c0; the configuration moved r0 to
+// a new cluster c1, which the client NACKs. The routes answered then do
+// not name c1: r0 is held back at the version the client reported (not a
+// failure: the client's doing), until c1 is valid and sent.
+func TestCoreDeltaReconnectNACKHoldsRoutesBack(t *testing.T) {
+	r := newCoreRun(t, true, nil)
+	h := r.h
+	old := makeRoute("r0", "*", "c0")
+	bad := makeCluster("c1")
+	bad.LbPolicy = 5 // pretend the client rejects it
+	h.put(ClusterType, makeCluster("c0"), bad)
+	h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"), makeCLA("c1", "10.0.0.2:80"))
+	h.put(ListenerType, makeListener("l0", "r0"))
+	h.put(RouteType, makeRoute("r0", "*", "c1"))
+	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"),
+		ckey(kindEndpoint, "c1"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+	r.resume(ClusterType, map[string]string{"c0": r.version(ClusterType, makeCluster("c0"))})
+	r.expect("CDS answer", "CDS [c1] -[]")
+	r.resume(ListenerType, map[string]string{"l0": r.version(ListenerType, makeListener("l0", "r0"))})
+	r.resume(RouteType, map[string]string{"r0": r.version(RouteType, old)}, "r0")
+	r.expect("LDS and RDS wait for the CDS answer's ACK or NACK")
+	r.nack(ClusterType, "c1 is invalid")
+	r.expect("LDS and RDS after the NACK; r0 → c1 held back", "LDS [] -[]", "RDS [] -[]")
+	rds := r.typeState(RouteType)
+	if rds.err != nil {
+		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.err)
+	}
+	if e := rds.held.get("r0"); !e.unknown() {
+		t.Errorf("r0 held = %v; want the version the client reported", e)
+	}
+	r.ack(ListenerType)
+	r.ack(RouteType)
+	r.wait(time.Minute) // r0's retry: c1 is still rejected
+	r.expect("still held back")
+	// c1 made valid: sent, its endpoints, then r0.
+	r.change(true, func() { h.put(ClusterType, makeCluster("c1")) }, ckey(kindCluster, "c1"))
+	r.expect("valid c1", "CDS [c1] -[]")
+	r.subscribe(EndpointType, "c0", "c1")
+	r.expect("endpoints", "EDS [c0 c1] -[]")
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.wait(time.Minute)
+	r.expect("r0 → c1 at last", "RDS [r0] -[]")
+}
+
+// A SotW client reconnecting sends the version and nonce of its old
+// stream: they are not ACKs of this one, and every type is answered in
+// full whatever the version says (even the current one).
+func TestCoreSotWReconnect(t *testing.T) {
+	tests := []struct {
+		name    string
+		version string // "" = the current version
+		order   []TypeURL
+		want    []string
+		// wantAfter are the answers to the ACKs: an EDS ACK after CDS was
+		// requested anew is answered in full (the client re-warms).
+		wantAfter []string
+	}{
+		{name: "old version, usual order", version: "old-1", order: []TypeURL{ClusterType, EndpointType, ListenerType, RouteType},
+			want: []string{"CDS [c0 c2]", "EDS [c0 c2]", "LDS [l0]", "RDS [r0]"}},
+		{name: "current version", order: []TypeURL{ClusterType, EndpointType, ListenerType, RouteType},
+			want: []string{"CDS [c0 c2]", "EDS [c0 c2]", "LDS [l0]", "RDS [r0]"}},
+		{name: "routes first", version: "old-1", order: []TypeURL{RouteType, ListenerType, EndpointType, ClusterType},
+			want: []string{"RDS [r0]", "LDS [l0]", "EDS [c0 c2]", "CDS [c0 c2]"}, wantAfter: []string{"EDS [c0 c2]"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCoreRun(t, false, nil)
+			h := r.h
+			h.put(ClusterType, makeCluster("c0"), makeCluster("c2"))
+			h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"), makeCLA("c2", "10.0.0.2:80"))
+			h.put(ListenerType, makeListener("l0", "r0"))
+			h.put(RouteType, makeRoute("r0", "*", "c2"))
+			r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindCluster, "c2"), ckey(kindEndpoint, "c0"),
+				ckey(kindEndpoint, "c2"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+			version := tt.version
+			if version == "" {
+				version = r.pc.Version()
+			}
+			names := map[TypeURL][]string{EndpointType: {"c0", "c2"}, RouteType: {"r0"}}
+			var got []string
+			for k, typ := range tt.order {
+				r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: version,
+					ResponseNonce: fmt.Sprintf("%s/%d", version, 7+k), ResourceNames: names[typ]}})
+				got = append(got, r.take()...)
+				if ts := r.typeState(typ); ts.nonceAcked != "" {
+					t.Errorf("%s: NonceAcked = %q after an old stream's nonce; want none", typ.Short(), ts.nonceAcked)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("answers = %q; want %q", got, tt.want)
+			}
+			for _, typ := range tt.order {
+				r.ack(typ)
+			}
+			r.expect("answers to the ACKs", tt.wantAfter...)
+			for _, typ := range tt.order {
+				r.ack(typ)
+				if ts := r.typeState(typ); !ts.synced() {
+					t.Errorf("%s not synced after the ACK of this stream's nonce", typ.Short())
+				}
+			}
+			r.expect("the end")
+			r.expectBusy("at the end", false)
+		})
+	}
+}
+
+// A removal held back because something the client holds names it is
+// retried as soon as the client ACKs (here: once it drops the old route),
+// not only after the backoff: no time passes. With a response of the
+// route's type in flight (a push that also regenerated the held-back
+// types), nothing is removed before its ACK.
+func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
+	tests := []struct {
+		delta    bool
+		inFlight bool // a route response is in flight when the client drops r0
+	}{{false, false}, {true, false}, {true, true}}
+	for _, tt := range tests {
+		delta := tt.delta
+		t.Run(fmt.Sprintf("%s/in flight=%v", protocols[delta], tt.inFlight), func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			h := r.h
+			// l0 moves to r1 → c1; r0 and c0 go.
+			r.change(true, func() {
+				h.put(ClusterType, makeCluster("c1"))
+				h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
+				h.put(RouteType, makeRoute("r1", "*", "c1"))
+				h.put(ListenerType, makeListener("l0", "r1"))
+				delete(h.world[RouteType], "r0")
+				delete(h.world[ClusterType], "c0")
+				delete(h.world[EndpointType], "c0")
+			}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
+				ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+			if delta {
+				r.expect("CDS phase", "CDS [c1] -[]")
+				r.resubscribe(EndpointType, "c1")
+			} else {
+				r.expect("CDS phase", "CDS [c0 c1]")
+				r.resubscribe(EndpointType, "c0", "c1")
+			}
+			r.expect("c1's endpoints", "EDS [c1]"+r.none())
+			r.ack(ClusterType)
+			r.ack(EndpointType)
+			r.expect("LDS phase", "LDS [l0]"+r.none())
+			r.ack(ListenerType)
+			// An Envoy keeps r0 until the new listener is warm.
+			if delta {
+				r.resubscribe(RouteType, "r1")
+			} else {
+				r.resubscribe(RouteType, "r0", "r1")
+			}
+			r.expect("r1", "RDS [r1]"+r.none())
+			r.ack(RouteType)
+			r.expect("removals held back: r0 is subscribed to and names c0")
+			r.expectBusy("after the removal phases", false)
+			r.expectHeld("clusters", ClusterType, "c0", "c1")
+			cds := r.typeState(ClusterType)
+			if cds.retry == nil || cds.err != nil {
+				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.retry, cds.err)
+			}
+			if r.c.deadline().IsZero() {
+				t.Fatal("no deadline for the retry")
+			}
+			if tt.inFlight {
+				r.change(true, func() { h.put(RouteType, makeRoute("r1", "example.com", "c1")) }, ckey(kindRoute, "r1"))
+				r.expect("r1 changed", "RDS [r1] -[]")
+				r.unsubscribe(RouteType, "r0")
+				r.expect("no retry before the RDS ACK")
+				if cds.retry == nil {
+					t.Fatal("CDS retry gone before the RDS ACK")
+				}
+				// The route push regenerated the types whose removals were
+				// held back (dirty): its own removal phases remove c0 on the
+				// ACK, then its endpoints once c0's removal is ACKed.
+				r.ack(RouteType)
+				r.expect("c0 removed on the ACK", "CDS [] -[c0]")
+				r.ack(ClusterType)
+				r.expect("then its endpoints", "EDS [] -[c0]")
+			} else if delta {
+				// The listener is warm: the client drops r0, ACKing r1.
+				r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(RouteType),
+					ResourceNamesUnsubscribe: []string{"r0"}, ResponseNonce: r.last[RouteType].nonce}})
+				r.expect("c0 and its endpoints removed at once", "CDS [] -[c0]", "EDS [] -[c0]")
+			} else {
+				r.resubscribe(RouteType, "r1")
+				r.expect("c0 removed at once", "CDS [c1]")
+			}
+			r.expectHeld("clusters", ClusterType, "c1")
+			if cds.retry != nil {
+				t.Errorf("CDS retry still pending: %+v", cds.retry)
+			}
+			r.expectBusy("at the end", false)
+		})
+	}
+}
