@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -466,11 +467,11 @@ func swap(from, to, addr string) func(w cfgWorld) []pushcontext.ConfigKey {
 	return func(w cfgWorld) []pushcontext.ConfigKey {
 		keys := []pushcontext.ConfigKey{ckey(kindCluster, from), ckey(kindCluster, to), ckey(kindEndpoint, from),
 			ckey(kindEndpoint, to)}
-		w[ClusterType][to] = makeCluster(to)
-		w[EndpointType][to] = makeCLA(to, addr)
+		w[ClusterType][to] = xdsfixture.Cluster(to)
+		w[EndpointType][to] = xdsfixture.CLA(to, addr)
 		for _, rn := range slices.Sorted(maps.Keys(w[RouteType])) {
 			if slices.Contains(xdsrefs.ClustersOfRoute(w[RouteType][rn].(*routev3.RouteConfiguration)), from) {
-				w[RouteType][rn] = makeRoute(rn, "*", to)
+				w[RouteType][rn] = xdsfixture.Route(rn, to)
 				keys = append(keys, ckey(kindRoute, rn))
 			}
 		}
@@ -485,7 +486,7 @@ func swap(from, to, addr string) func(w cfgWorld) []pushcontext.ConfigKey {
 func endpoints(c, addr string) func(w cfgWorld) []pushcontext.ConfigKey {
 	return func(w cfgWorld) []pushcontext.ConfigKey {
 		if w[ClusterType][c] != nil {
-			w[EndpointType][c] = makeCLA(c, addr)
+			w[EndpointType][c] = xdsfixture.CLA(c, addr)
 		}
 		return []pushcontext.ConfigKey{ckey(kindEndpoint, c)}
 	}
@@ -498,8 +499,8 @@ func listener(rn, c string) func(w cfgWorld) []pushcontext.ConfigKey {
 		if w[ClusterType][c] == nil {
 			c = xdsrefs.ClustersOfRoute(w[RouteType]["r0"].(*routev3.RouteConfiguration))[0]
 		}
-		w[RouteType][rn] = makeRoute(rn, "*", c)
-		w[ListenerType]["l0"] = makeListener("l0", rn)
+		w[RouteType][rn] = xdsfixture.Route(rn, c)
+		w[ListenerType]["l0"] = xdsfixture.Listener("l0", rn)
 		return []pushcontext.ConfigKey{ckey(kindRoute, rn), ckey(kindListener, "l0")}
 	}
 }
@@ -508,10 +509,10 @@ func listener(rn, c string) func(w cfgWorld) []pushcontext.ConfigKey {
 func (b *burst) start() {
 	b.t.Helper()
 	b.arrive(func(w cfgWorld) []pushcontext.ConfigKey {
-		w[ClusterType]["c0"] = makeCluster("c0")
-		w[EndpointType]["c0"] = makeCLA("c0", "10.0.0.1:80")
-		w[ListenerType]["l0"] = makeListener("l0", "r0")
-		w[RouteType]["r0"] = makeRoute("r0", "*", "c0")
+		w[ClusterType]["c0"] = xdsfixture.Cluster("c0")
+		w[EndpointType]["c0"] = xdsfixture.CLA("c0", "10.0.0.1:80")
+		w[ListenerType]["l0"] = xdsfixture.Listener("l0", "r0")
+		w[RouteType]["r0"] = xdsfixture.Route("r0", "c0")
 		return []pushcontext.ConfigKey{ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0")}
 	})
 	b.outbox = append(b.outbox, b.m.start()...)

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"errors"
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"slices"
 	"testing"
 	"time"
@@ -80,9 +81,9 @@ func TestCorePushCompletesOnceFetched(t *testing.T) {
 					keys = append(keys, ckey(kindRoute, "r1"))
 				}
 				r.change(true, func() {
-					h.put(ListenerType, makeListener("l0", "r1"))
+					h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
 					if !tt.noRoute {
-						h.put(RouteType, makeRoute("r1", "*", "c0"))
+						h.put(RouteType, xdsfixture.Route("r1", "c0"))
 					}
 				}, keys...)
 				r.expect("LDS phase", "LDS [l0]"+r.none())
@@ -163,12 +164,12 @@ func (r *coreRun) grpcLike(route string, clusters ...string) {
 	h := r.h
 	keys := []pushcontext.ConfigKey{ckey(kindListener, "l0"), ckey(kindRoute, "r0")}
 	for _, c := range clusters {
-		h.put(ClusterType, makeCluster(c))
-		h.put(EndpointType, makeCLA(c, "10.0.0.1:80"))
+		h.put(ClusterType, xdsfixture.Cluster(c))
+		h.put(EndpointType, xdsfixture.CLA(c, "10.0.0.1:80"))
 		keys = append(keys, ckey(kindCluster, c), ckey(kindEndpoint, c))
 	}
-	h.put(ListenerType, makeListener("l0", "r0"))
-	h.put(RouteType, makeRoute("r0", "*", route))
+	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+	h.put(RouteType, xdsfixture.Route("r0", route))
 	r.change(true, func() {}, keys...)
 	r.subscribe(ListenerType, "l0")
 	r.expect("LDS answer", "LDS [l0]"+r.none())
@@ -214,11 +215,11 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 			h := r.h
 			// The route moves to c0; the client, having read it, keeps c1
 			// until it uses the new route (gRPC does), then drops c1.
-			r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "c0")) }, ckey(kindRoute, "r0"))
+			r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c0")) }, ckey(kindRoute, "r0"))
 			r.expect("r0 → c0", "RDS [r0]")
 			r.ack(RouteType)
 			if tt.flip {
-				r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "c1")) }, ckey(kindRoute, "r0"))
+				r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
 				r.expect("r0 → c1 again, before the narrowing arrives", "RDS [r0]")
 			}
 			r.resubscribe(ClusterType, "c0")
@@ -238,11 +239,11 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 				}
 			case "unname":
 				r.ack(RouteType)
-				r.change(true, func() { h.put(RouteType, makeRoute("r0", "*", "c0")) }, ckey(kindRoute, "r0"))
+				r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c0")) }, ckey(kindRoute, "r0"))
 				r.expect("r0 → c0", "RDS [r0]")
 				r.ack(RouteType)
 				r.expectHeld("c1 still held until a full-state response", ClusterType, "c0", "c1")
-				c0 := makeCluster("c0")
+				c0 := xdsfixture.Cluster("c0")
 				c0.LbPolicy = 1
 				r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
 				r.expect("the next full-state response drops c1", tt.wantThen...)
@@ -250,11 +251,11 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 				// The CDS phase comes before the route's: r0 still names c1
 				// when it is released, so c1 stays.
 				r.ack(RouteType)
-				c0 := makeCluster("c0")
+				c0 := xdsfixture.Cluster("c0")
 				c0.LbPolicy = 1
 				r.change(true, func() {
 					h.put(ClusterType, c0)
-					h.put(RouteType, makeRoute("r0", "*", "c0"))
+					h.put(RouteType, xdsfixture.Route("r0", "c0"))
 				}, ckey(kindCluster, "c0"), ckey(kindRoute, "r0"))
 				r.expect("CDS phase, and the endpoints that re-warm c0", tt.wantThen[:2]...)
 				r.ack(ClusterType)
@@ -263,7 +264,7 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 				r.ack(RouteType)
 				r.expect("no removal phase for an unsubscribed cluster")
 				r.expectHeld("c1 still held until a full-state response", ClusterType, "c0", "c1")
-				c0 = makeCluster("c0")
+				c0 = xdsfixture.Cluster("c0")
 				r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
 				r.expect("the next full-state response drops c1", "CDS [c0]", "EDS [c0]")
 			}
@@ -318,7 +319,7 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 			name: "delta RDS by name", delta: true, typ: RouteType,
 			setUp: func(r *coreRun) {
 				r.mesh()
-				r.change(true, func() { r.h.put(RouteType, makeRoute("r1", "*", "c0")) }, ckey(kindRoute, "r1"))
+				r.change(true, func() { r.h.put(RouteType, xdsfixture.Route("r1", "c0")) }, ckey(kindRoute, "r1"))
 				r.resubscribe(RouteType, "r1")
 				r.expect("r1", "RDS [r1] -[]")
 				r.ack(RouteType)
@@ -332,7 +333,7 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 			name: "sotw RDS by name", typ: RouteType, // SotW never removes a by-name type
 			setUp: func(r *coreRun) {
 				r.mesh()
-				r.change(true, func() { r.h.put(RouteType, makeRoute("r1", "*", "c0")) }, ckey(kindRoute, "r1"))
+				r.change(true, func() { r.h.put(RouteType, xdsfixture.Route("r1", "c0")) }, ckey(kindRoute, "r1"))
 				r.resubscribe(RouteType, "r0", "r1")
 				r.expect("r1", "RDS [r1]")
 				r.ack(RouteType)
@@ -380,7 +381,7 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
 			h := r.h
-			r.change(true, func() { h.put(ClusterType, makeCluster("c1")) }, ckey(kindCluster, "c1"))
+			r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c1"))
 			if delta {
 				r.expect("c1", "CDS [c1] -[]")
 			} else {

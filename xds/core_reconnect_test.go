@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"slices"
 	"testing"
 	"time"
@@ -63,9 +64,9 @@ func TestCoreDeltaReconnect(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newCoreRun(t, true, nil)
 			h := r.h
-			c0, l0, r0 := makeCluster("c0"), makeListener("l0", "r0"), makeRoute("r0", "*", "c0")
+			c0, l0, r0 := xdsfixture.Cluster("c0"), xdsfixture.Listener("l0", "r0"), xdsfixture.Route("r0", "c0")
 			h.put(ClusterType, c0)
-			h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"))
+			h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
 			h.put(ListenerType, l0)
 			h.put(RouteType, r0)
 			r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
@@ -78,7 +79,7 @@ func TestCoreDeltaReconnect(t *testing.T) {
 				case "foreign":
 					return "v-from-elsewhere"
 				case "old":
-					return r.version(typ, makeRoute("r0", "*", "cold"))
+					return r.version(typ, xdsfixture.Route("r0", "cold"))
 				}
 				t.Fatalf("unknown version kind %q", kind)
 				return ""
@@ -131,18 +132,18 @@ func TestCoreDeltaReconnect(t *testing.T) {
 func TestCoreDeltaReconnectNACKHoldsRoutesBack(t *testing.T) {
 	r := newCoreRun(t, true, nil)
 	h := r.h
-	old := makeRoute("r0", "*", "c0")
-	bad := makeCluster("c1")
+	old := xdsfixture.Route("r0", "c0")
+	bad := xdsfixture.Cluster("c1")
 	bad.LbPolicy = 5 // pretend the client rejects it
-	h.put(ClusterType, makeCluster("c0"), bad)
-	h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"), makeCLA("c1", "10.0.0.2:80"))
-	h.put(ListenerType, makeListener("l0", "r0"))
-	h.put(RouteType, makeRoute("r0", "*", "c1"))
+	h.put(ClusterType, xdsfixture.Cluster("c0"), bad)
+	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"), xdsfixture.CLA("c1", "10.0.0.2:80"))
+	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+	h.put(RouteType, xdsfixture.Route("r0", "c1"))
 	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"),
 		ckey(kindEndpoint, "c1"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
-	r.resume(ClusterType, map[string]string{"c0": r.version(ClusterType, makeCluster("c0"))})
+	r.resume(ClusterType, map[string]string{"c0": r.version(ClusterType, xdsfixture.Cluster("c0"))})
 	r.expect("CDS answer", "CDS [c1] -[]")
-	r.resume(ListenerType, map[string]string{"l0": r.version(ListenerType, makeListener("l0", "r0"))})
+	r.resume(ListenerType, map[string]string{"l0": r.version(ListenerType, xdsfixture.Listener("l0", "r0"))})
 	r.resume(RouteType, map[string]string{"r0": r.version(RouteType, old)}, "r0")
 	r.expect("LDS and RDS wait for the CDS answer's ACK or NACK")
 	r.nack(ClusterType, "c1 is invalid")
@@ -159,7 +160,7 @@ func TestCoreDeltaReconnectNACKHoldsRoutesBack(t *testing.T) {
 	r.wait(time.Minute) // r0's retry: c1 is still rejected
 	r.expect("still held back")
 	// c1 made valid: sent, its endpoints, then r0.
-	r.change(true, func() { h.put(ClusterType, makeCluster("c1")) }, ckey(kindCluster, "c1"))
+	r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c1"))
 	r.expect("valid c1", "CDS [c1] -[]")
 	r.subscribe(EndpointType, "c0", "c1")
 	r.expect("endpoints", "EDS [c0 c1] -[]")
@@ -193,10 +194,10 @@ func TestCoreSotWReconnect(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newCoreRun(t, false, nil)
 			h := r.h
-			h.put(ClusterType, makeCluster("c0"), makeCluster("c2"))
-			h.put(EndpointType, makeCLA("c0", "10.0.0.1:80"), makeCLA("c2", "10.0.0.2:80"))
-			h.put(ListenerType, makeListener("l0", "r0"))
-			h.put(RouteType, makeRoute("r0", "*", "c2"))
+			h.put(ClusterType, xdsfixture.Cluster("c0"), xdsfixture.Cluster("c2"))
+			h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"), xdsfixture.CLA("c2", "10.0.0.2:80"))
+			h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+			h.put(RouteType, xdsfixture.Route("r0", "c2"))
 			r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindCluster, "c2"), ckey(kindEndpoint, "c0"),
 				ckey(kindEndpoint, "c2"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
 			version := tt.version
@@ -250,10 +251,10 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 			h := r.h
 			// l0 moves to r1 → c1; r0 and c0 go.
 			r.change(true, func() {
-				h.put(ClusterType, makeCluster("c1"))
-				h.put(EndpointType, makeCLA("c1", "10.0.0.2:80"))
-				h.put(RouteType, makeRoute("r1", "*", "c1"))
-				h.put(ListenerType, makeListener("l0", "r1"))
+				h.put(ClusterType, xdsfixture.Cluster("c1"))
+				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+				h.put(RouteType, xdsfixture.Route("r1", "c1"))
+				h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
 				delete(h.world[RouteType], "r0")
 				delete(h.world[ClusterType], "c0")
 				delete(h.world[EndpointType], "c0")
@@ -290,7 +291,11 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 				t.Fatal("no deadline for the retry")
 			}
 			if tt.inFlight {
-				r.change(true, func() { h.put(RouteType, makeRoute("r1", "example.com", "c1")) }, ckey(kindRoute, "r1"))
+				r.change(true, func() {
+					rc := xdsfixture.Route("r1", "c1")
+					rc.VirtualHosts[0].Domains = []string{"example.com"}
+					h.put(RouteType, rc)
+				}, ckey(kindRoute, "r1"))
 				r.expect("r1 changed", "RDS [r1] -[]")
 				r.unsubscribe(RouteType, "r0")
 				r.expect("no retry before the RDS ACK")
