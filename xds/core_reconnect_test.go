@@ -326,3 +326,24 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 		})
 	}
 }
+
+// A Delta client subscribing to a route the configuration has, but which
+// is held back because it names a cluster the client rejected, is not
+// told the route does not exist: it is sent once its cluster is valid.
+func TestCoreDeltaHeldBackRouteNotReportedMissing(t *testing.T) {
+	r := newCoreRun(t, true, nil)
+	r.mesh()
+	h := r.h
+	bad := xdsfixture.Cluster("c1")
+	bad.LbPolicy = 5 // the client rejects it
+	r.change(true, func() {
+		h.put(ClusterType, bad)
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r1", "c1"))
+	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r1"))
+	r.expect("CDS phase", "CDS [c1] -[]")
+	r.nack(ClusterType, "c1 is invalid")
+	r.expect("the push stops")
+	r.resubscribe(RouteType, "r1")
+	r.expect("r1 held back, not reported missing")
+}

@@ -92,6 +92,10 @@ type diffResult struct {
 	substituted bool
 	// refErrs are the references held back.
 	refErrs []*ReferenceError
+	// withheld names, sorted, what the target has but the client is not
+	// sent and does not hold (held back, or rejected content): a Delta
+	// answer must not report it as missing.
+	withheld []string
 	// unrejected names rejected content that the target changes or no
 	// longer has: it may be sent again.
 	unrejected []string
@@ -162,6 +166,8 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			r.enc = prev
 			d.kept = append(d.kept, r)
 			inHeld++
+		} else {
+			d.withheld = append(d.withheld, r.name)
 		}
 	}
 	for _, r := range tgt.set.ents {
@@ -268,6 +274,9 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		}
 		for _, n := range asked {
 			if !hasEntry(d.kept, n) && ts.held.get(n) == nil {
+				if _, ok := slices.BinarySearch(d.withheld, n); ok {
+					continue // it exists, held back or rejected: not missing
+				}
 				if _, ok := slices.BinarySearch(d.gone, n); !ok {
 					d.notFound = append(d.notFound, n)
 				}
