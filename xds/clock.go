@@ -17,27 +17,15 @@ import (
 //
 // Now and NewTimer are called from many goroutines at once; an
 // implementation must be safe for concurrent use, and neither may block.
-type Clock interface {
-	// Now returns the current time.
-	Now() time.Time
-	// NewTimer returns a timer that delivers on its channel once d has
-	// passed.
-	NewTimer(d time.Duration) Timer
-}
+// It is package debounce's Clock, which the Server passes on to its
+// debounce stage.
+type Clock = debounce.Clock
 
-// Timer is a one-shot timer made by Clock.NewTimer. The Server tolerates a
-// timer that fires early or late, or delivers a stale tick after Stop or
-// Reset: it checks what is due whenever it wakes.
-type Timer interface {
-	// C returns the channel on which the timer delivers its tick.
-	C() <-chan time.Time
-	// Stop prevents the timer from firing; it reports whether it was
-	// active.
-	Stop() bool
-	// Reset changes the timer to fire once d has passed from now; it
-	// reports whether the timer was active.
-	Reset(d time.Duration) bool
-}
+// Timer is a one-shot timer made by Clock.NewTimer (package debounce's
+// Timer). The Server tolerates a timer that fires early or late, or
+// delivers a stale tick after Stop or Reset: it checks what is due
+// whenever it wakes.
+type Timer = debounce.Timer
 
 type realClock struct{}
 
@@ -49,13 +37,6 @@ type realTimer struct{ t *time.Timer }
 func (t realTimer) C() <-chan time.Time        { return t.t.C }
 func (t realTimer) Stop() bool                 { return t.t.Stop() }
 func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
-
-// debounceClock presents a Clock to package debounce, whose Clock has the
-// same methods with its own Timer type.
-type debounceClock struct{ c Clock }
-
-func (d debounceClock) Now() time.Time                          { return d.c.Now() }
-func (d debounceClock) NewTimer(t time.Duration) debounce.Timer { return d.c.NewTimer(t) }
 
 // sleepCtx waits for d on clock, or until done is closed; it reports
 // whether d passed.

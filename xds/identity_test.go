@@ -2,21 +2,13 @@ package xds
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
-	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -25,81 +17,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/xdspush/xdspush/internal/testpki"
 )
-
-// testPKI is a CA and the certificates it signs, for mutual TLS tests.
-type testPKI struct {
-	t      testing.TB
-	caCert *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	serial int64
-}
-
-func newTestPKI(t testing.TB) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca)
-	return &testPKI{t: t, caCert: ca, caKey: key, pool: pool, serial: 1}
-}
-
-// issue returns a certificate with the SANs given (spiffe:// URIs or DNS
-// names), for a client or, with server, a server.
-func (p *testPKI) issue(server bool, sans ...string) tls.Certificate {
-	p.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial),
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	}
-	for _, s := range sans {
-		if strings.HasPrefix(s, "spiffe://") {
-			u, err := url.Parse(s)
-			if err != nil {
-				p.t.Fatal(err)
-			}
-			tmpl.URIs = append(tmpl.URIs, u)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, s)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.caCert, &key.PublicKey, p.caKey)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // MTLSAuthenticate takes the identity from the client's verified
 // certificate — its SPIFFE ID, else its DNS name — and Config.Authorize
@@ -107,7 +27,7 @@ func (p *testPKI) issue(server bool, sans ...string) tls.Certificate {
 // identity's is refused with PermissionDenied, as is a client without a
 // certificate (Unauthenticated) or with two SPIFFE IDs.
 func TestMTLSIdentity(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := testpki.New(t, "test CA")
 	st := newStore()
 	world(st, 1)
 	cfg, _ := newConfig(t, st)
@@ -127,11 +47,11 @@ func TestMTLSIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverCert := pki.issue(true, "xds.test")
+	serverCert := pki.Issue(true, "xds.test")
 	gs := grpc.NewServer(append(srv.ServerOptions(), grpc.Creds(credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{serverCert},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    pki.pool,
+		ClientCAs:    pki.Pool(),
 	})))...)
 	srv.Register(gs)
 	lis := bufconn.Listen(1 << 20)
@@ -167,9 +87,9 @@ func TestMTLSIdentity(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got = nil
-			tlsCfg := &tls.Config{RootCAs: pki.pool, ServerName: "xds.test"}
+			tlsCfg := &tls.Config{RootCAs: pki.Pool(), ServerName: "xds.test"}
 			if tt.sans != nil {
-				tlsCfg.Certificates = []tls.Certificate{pki.issue(false, tt.sans...)}
+				tlsCfg.Certificates = []tls.Certificate{pki.Issue(false, tt.sans...)}
 			}
 			cc, err := grpc.NewClient("passthrough:///xds.test", grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 				grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))

@@ -112,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 		After:  set.debounce.After,
 		Max:    set.debounce.Max,
 		Bypass: bypass,
-		Clock:  debounceClock{set.clock},
+		Clock:  set.clock,
 		Logger: set.logger,
 	}, s.push)
 	if err != nil {

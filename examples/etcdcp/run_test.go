@@ -3,14 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -23,6 +15,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/xdspush/xdspush/internal/testpki"
 )
 
 // syncBuffer is a bytes.Buffer safe for concurrent use that signals writes.
@@ -155,58 +149,13 @@ func TestRunExistingEtcd(t *testing.T) {
 	stdout.waitFor(t, "  Cluster backend (fleet blue)\n")
 }
 
-// writeCert writes a certificate for name signed by ca (self-signed if
-// ca is nil) and its key to dir, and returns the certificate and the paths.
-func writeCert(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) (*x509.Certificate, *ecdsa.PrivateKey, string, string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	parent, signer := tmpl, key
-	if ca == nil {
-		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
-	} else {
-		parent, signer = ca, caKey
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cert, key, certFile, keyFile
-}
-
 // TestRunSecuredEtcd serves, and writes to, an etcd that requires TLS
 // with client certificates, with -etcd-cert, -etcd-key and -etcd-ca.
 func TestRunSecuredEtcd(t *testing.T) {
 	dir := t.TempDir()
-	ca, caKey, caFile, _ := writeCert(t, dir, "ca", nil, nil)
-	_, _, serverCert, serverKey := writeCert(t, dir, "server", ca, caKey)
-	_, _, clientCert, clientKey := writeCert(t, dir, "client", ca, caKey)
+	pki := testpki.New(t, "etcd test CA")
+	serverCert, serverKey, caFile := pki.WriteFiles(dir, "server", pki.Issue(true, "127.0.0.1"))
+	clientCert, clientKey, _ := pki.WriteFiles(dir, "client", pki.Issue(false, "etcdcp"))
 
 	ec := embed.NewConfig()
 	ec.Name, ec.Dir = "tls", filepath.Join(dir, "etcd")

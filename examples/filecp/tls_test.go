@@ -2,20 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,120 +26,24 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdspush/xdspush/internal/testpki"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdsdebug"
 )
 
-// testPKI is a CA and the certificates it issues, made for one test.
-type testPKI struct {
-	t      testing.TB
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	serial int64
-}
-
-func newTestPKI(t testing.TB) *testPKI {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "filecp test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testPKI{t: t, ca: ca, caKey: key, serial: 1}
-}
-
-// pool returns a pool holding the CA.
-func (p *testPKI) pool() *x509.CertPool {
-	pool := x509.NewCertPool()
-	pool.AddCert(p.ca)
-	return pool
-}
-
-// issue returns a client (or, with server, a server) certificate with the
-// SANs given: spiffe:// URIs or DNS names.
-func (p *testPKI) issue(server bool, sans ...string) tls.Certificate {
-	p.t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial),
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	if server {
-		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	}
-	for _, s := range sans {
-		if strings.HasPrefix(s, "spiffe://") {
-			u, err := url.Parse(s)
-			if err != nil {
-				p.t.Fatal(err)
-			}
-			tmpl.URIs = append(tmpl.URIs, u)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, s)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // serverFiles writes a server certificate for xds.test, its key and the
 // CA as PEM files in a temporary directory, and returns the flags that
 // name them.
-func (p *testPKI) serverFiles() []string {
-	p.t.Helper()
-	dir := p.t.TempDir()
-	cert := p.issue(true, "xds.test")
-	keyDER, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
-	if err != nil {
-		p.t.Fatal(err)
-	}
-	files := map[string][]byte{
-		"server.pem": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
-		"server.key": pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}),
-		"ca.pem":     pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.ca.Raw}),
-	}
-	for name, b := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			p.t.Fatal(err)
-		}
-	}
-	return []string{
-		"-tls-cert", filepath.Join(dir, "server.pem"),
-		"-tls-key", filepath.Join(dir, "server.key"),
-		"-client-ca", filepath.Join(dir, "ca.pem"),
-	}
+func serverFiles(t testing.TB, pki *testpki.PKI) []string {
+	t.Helper()
+	cert, key, ca := pki.WriteFiles(t.TempDir(), "server", pki.Issue(true, "xds.test"))
+	return []string{"-tls-cert", cert, "-tls-key", key, "-client-ca", ca}
 }
 
 // clientCreds returns the credentials of a client presenting cert (none
-// if cert is nil) and trusting p's CA for the server xds.test.
-func (p *testPKI) clientCreds(cert *tls.Certificate) credentials.TransportCredentials {
-	cfg := &tls.Config{RootCAs: p.pool(), ServerName: "xds.test"}
+// if cert is nil) and trusting pki's CA for the server xds.test.
+func clientCreds(pki *testpki.PKI, cert *tls.Certificate) credentials.TransportCredentials {
+	cfg := &tls.Config{RootCAs: pki.Pool(), ServerName: "xds.test"}
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{*cert}
 	}
@@ -280,17 +176,17 @@ func secretsOf(t *testing.T, resp *discoveryv3.DiscoveryResponse) (names, keys [
 // Secrets each client is served: those of its certificate's fleet and the
 // global ones, whatever it claims, and nothing when it is refused.
 func TestMutualTLSSecrets(t *testing.T) {
-	pki := newTestPKI(t)
-	f := startFilecp(t, append(pki.serverFiles(), "-dir", secretsDir(t))...)
+	pki := testpki.New(t, "filecp test CA")
+	f := startFilecp(t, append(serverFiles(t, pki), "-dir", secretsDir(t))...)
 	if !strings.Contains(f.stderr.String(), "mtls=true") {
 		t.Errorf("the log does not say ADS is over mutual TLS:\n%s", f.stderr.String())
 	}
 	cert := func(sans ...string) *tls.Certificate {
-		c := pki.issue(false, sans...)
+		c := pki.Issue(false, sans...)
 		return &c
 	}
 	edge1 := cert("spiffe://mesh.test/ns/edge/sa/envoy-1")
-	otherCA := newTestPKI(t).issue(false, "spiffe://mesh.test/ns/edge/sa/envoy-1")
+	otherCA := testpki.New(t, "filecp test CA").Issue(false, "spiffe://mesh.test/ns/edge/sa/envoy-1")
 
 	tests := []struct {
 		name     string
@@ -319,7 +215,7 @@ func TestMutualTLSSecrets(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := f.askSecrets(t, pki.clientCreds(tc.cert), tc.node, allSecrets...)
+			got, _, err := f.askSecrets(t, clientCreds(pki, tc.cert), tc.node, allSecrets...)
 			if code := status.Code(err); code != tc.wantCode {
 				t.Fatalf("first response: %v; want %v", err, tc.wantCode)
 			}
@@ -344,7 +240,7 @@ func TestMutualTLSSecrets(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
 			defer cancel()
-			resp, err := healthpb.NewHealthClient(f.dial(t, pki.clientCreds(tc.cert))).Check(ctx, &healthpb.HealthCheckRequest{})
+			resp, err := healthpb.NewHealthClient(f.dial(t, clientCreds(pki, tc.cert))).Check(ctx, &healthpb.HealthCheckRequest{})
 			if status.Code(err) != tc.wantCode || err == nil && resp.Status != healthpb.HealthCheckResponse_SERVING {
 				t.Errorf("Check() = %v, %v; want %v (SERVING if OK)", resp, err, tc.wantCode)
 			}
@@ -356,11 +252,11 @@ func TestMutualTLSSecrets(t *testing.T) {
 // has no directory is served the global files, and moves to its fleet
 // once the directory appears, though its Node names no fleet.
 func TestMutualTLSFleetCreated(t *testing.T) {
-	pki := newTestPKI(t)
+	pki := testpki.New(t, "filecp test CA")
 	dir := secretsDir(t)
-	f := startFilecp(t, append(pki.serverFiles(), "-dir", dir)...)
-	cert := pki.issue(false, "spiffe://mesh.test/ns/other/sa/o-1")
-	stream, err := f.openADS(t, pki.clientCreds(&cert))
+	f := startFilecp(t, append(serverFiles(t, pki), "-dir", dir)...)
+	cert := pki.Issue(false, "spiffe://mesh.test/ns/other/sa/o-1")
+	stream, err := f.openADS(t, clientCreds(pki, &cert))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,10 +290,10 @@ func TestMutualTLSFleetCreated(t *testing.T) {
 // config_dump shows a Secret that was sent without its private key, and
 // refuses to show the key when asked.
 func TestConfigDumpRedactsSecrets(t *testing.T) {
-	pki := newTestPKI(t)
-	f := startFilecp(t, append(pki.serverFiles(), "-dir", secretsDir(t))...)
-	edge1 := pki.issue(false, "spiffe://mesh.test/ns/edge/sa/envoy-1")
-	got, keys, err := f.askSecrets(t, pki.clientCreds(&edge1), &corev3.Node{Id: "envoy-1"}, "edge-key")
+	pki := testpki.New(t, "filecp test CA")
+	f := startFilecp(t, append(serverFiles(t, pki), "-dir", secretsDir(t))...)
+	edge1 := pki.Issue(false, "spiffe://mesh.test/ns/edge/sa/envoy-1")
+	got, keys, err := f.askSecrets(t, clientCreds(pki, &edge1), &corev3.Node{Id: "envoy-1"}, "edge-key")
 	if err != nil || !slices.Equal(got, []string{"edge-key"}) || keys[0] != "PRIVATE KEY OF edge-key" {
 		t.Fatalf("Secrets served = %v (keys %q), %v; want edge-key with its key", got, keys, err)
 	}
@@ -555,8 +451,8 @@ func TestSecretsWarner(t *testing.T) {
 
 // TestRunTLSErrors checks the refusals of the TLS flags.
 func TestRunTLSErrors(t *testing.T) {
-	pki := newTestPKI(t)
-	flags := pki.serverFiles() // -tls-cert F -tls-key F -client-ca F
+	pki := testpki.New(t, "filecp test CA")
+	flags := serverFiles(t, pki) // -tls-cert F -tls-key F -client-ca F
 	cert, key, ca := flags[1], flags[3], flags[5]
 	missing := filepath.Join(t.TempDir(), "missing.pem")
 	notPEM := filepath.Join(t.TempDir(), "not.pem")
@@ -571,7 +467,7 @@ func TestRunTLSErrors(t *testing.T) {
 		{"client CA alone", []string{"-client-ca", ca}, "go together"},
 		{"insecure secrets over TLS", append(slices.Clone(flags), "-insecure-secrets"), "-insecure-secrets is for plaintext"},
 		{"missing certificate", []string{"-tls-cert", missing, "-tls-key", key, "-client-ca", ca}, "-tls-cert/-tls-key"},
-		{"key of another certificate", []string{"-tls-cert", cert, "-tls-key", newTestPKI(t).serverFiles()[3], "-client-ca", ca}, "-tls-cert/-tls-key"},
+		{"key of another certificate", []string{"-tls-cert", cert, "-tls-key", serverFiles(t, testpki.New(t, "filecp test CA"))[3], "-client-ca", ca}, "-tls-cert/-tls-key"},
 		{"missing client CA", []string{"-tls-cert", cert, "-tls-key", key, "-client-ca", missing}, "-client-ca"},
 		{"client CA not PEM", []string{"-tls-cert", cert, "-tls-key", key, "-client-ca", notPEM}, "holds no PEM certificate"},
 	}
