@@ -167,7 +167,8 @@ func (c *core) ack(ts *typeState) {
 	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt = ts.nonceSent, ts.versionSent, ts.seqSent, c.now
 	ts.pAcked = ts.pSent
 	ts.nack = nil
-	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Nonce: ts.nonceSent})
+	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Nonce: ts.nonceSent,
+		Took: c.now.Sub(ts.sentAt)})
 	if !ts.startSent.IsZero() {
 		callHook(c.set, c.set.hooks.OnConvergence, ConvergenceEvent{
 			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Took: c.now.Sub(ts.startSent),

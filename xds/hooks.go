@@ -22,6 +22,14 @@ import (
 // Match events by their fields (connection, type, version), not by their
 // order.
 //
+// Their durations decompose a change's convergence (ConvergenceEvent.Took)
+// stage by stage: DebounceEvent's wait, the build (PushEvent), QueueEvent's
+// wait for a push slot, GenerateEvent's generation, then for each
+// response SendEvent.Queued (waiting behind the connection's earlier
+// ones), SendEvent.Took (the write) and ACKEvent.Took (from its making to
+// its ACK); a push's later phases are made once the earlier ones are
+// ACKed.
+//
 // They are called synchronously, from the Server's goroutines (several at
 // once), so they must be fast, must not block and must be safe for
 // concurrent use. In particular they must not call Sync, WaitForVersion or
@@ -197,6 +205,10 @@ type SendEvent struct {
 	// Push is true for responses produced by a push, false for answers to a
 	// client's request.
 	Push bool
+	// Queued is how long the response waited between being made (released
+	// by its push phase, or answering a request) and its Send call: behind
+	// the connection's earlier responses.
+	Queued time.Duration
 	// Took is how long the Send call took.
 	Took time.Duration
 }
@@ -217,6 +229,10 @@ type ACKEvent struct {
 	Type    TypeURL
 	Version string
 	Nonce   string
+	// Took runs from when the response was made to the ACK's arrival:
+	// SendEvent.Queued and Took, then the client's own time and the round
+	// trip.
+	Took time.Duration
 }
 
 // NACK describes a client's rejection of a response.

@@ -534,3 +534,38 @@ func TestPushItemMergeOutOfOrder(t *testing.T) {
 		})
 	}
 }
+
+// The durations of SendEvent and ACKEvent: a response's ACK that comes
+// three seconds after the response was made reports Took = 3s, and a
+// response's wait before its write (Queued) is never negative.
+func TestSendAndACKDurations(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		var mu sync.Mutex
+		var sends []SendEvent
+		var acks []ACKEvent
+		f := start(t, st, func(cfg *Config) {
+			cfg.Hooks.OnSend = func(e SendEvent) { mu.Lock(); sends = append(sends, e); mu.Unlock() }
+			cfg.Hooks.OnACK = func(e ACKEvent) { mu.Lock(); acks = append(acks, e); mu.Unlock() }
+		}, false)
+		c := f.connect("p", nil, true)
+		c.request(ClusterType)
+		synctest.Wait()
+		rs := c.pending()
+		if len(rs) != 1 {
+			t.Fatalf("got %d responses; want the CDS answer", len(rs))
+		}
+		time.Sleep(3 * time.Second)
+		c.ack(rs[0])
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(sends) != 1 || sends[0].Queued < 0 || sends[0].Took < 0 {
+			t.Errorf("OnSend events %+v; want one, with Queued and Took ≥ 0", sends)
+		}
+		if len(acks) != 1 || acks[0].Took != 3*time.Second {
+			t.Errorf("OnACK events %+v; want one, Took 3s", acks)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"log/slog"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -18,6 +19,7 @@ type outMsg struct {
 	push    bool
 	p       uint64 // the connection's appliedSeq when the response was made
 	seq     uint64 // Seq of the PushContext the response was made from
+	made    time.Time
 	// shared is set when other connections are sent the same response
 	// (see shared.go): it is then encoded once.
 	shared *sharedMsg
@@ -50,7 +52,7 @@ func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o r
 			slog.Int("resources", resources), slog.Int("removed", removed), slog.Int("bytes", size),
 			slog.Bool("push", o.push))
 	}
-	return &outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, p: c.appliedSeq, seq: o.pc.Seq()}
+	return &outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, p: c.appliedSeq, seq: o.pc.Seq(), made: c.now}
 }
 
 func (c *core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *outMsg {

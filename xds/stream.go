@@ -677,6 +677,7 @@ func (c *conn) write(batch []*outMsg) {
 				Type:    c.s.set.order[m.typeIdx],
 				Bytes:   m.bytes,
 				Push:    m.push,
+				Queued:  start.Sub(m.made),
 				Took:    clock.Now().Sub(start),
 			}
 			if m.dresp != nil {
