@@ -92,6 +92,8 @@ type diffResult struct {
 	substituted bool
 	// refErrs are the references held back.
 	refErrs []*ReferenceError
+	// inHeld counts the entries of kept that the client holds already.
+	inHeld int
 	// withheld names, sorted, what the target has but the client is not
 	// sent and does not hold (held back, or rejected content): a Delta
 	// answer must not report it as missing.
@@ -255,6 +257,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		}
 	}
 	d.gone = gone
+	d.inHeld = inHeld
 
 	if !tgt.partial && covered && !o.restrict {
 		for n := range ts.rejected {
@@ -360,7 +363,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	if !d.sends(c, i, o) {
 		exact()
 		if shareable {
-			c.record(k, i, nil, &d)
+			c.record(k, i, nil, &d, tgt.shared)
 		}
 		return nil
 	}
@@ -380,6 +383,15 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		}
 		ts.held.reset(newSet(state))
 		exact()
+		after := ts.held.snapshot()
+		f.before, f.after = &before, &after
+	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() && len(ts.removing) == 0 &&
+		ts.held.len()-d.inHeld == len(d.gone) {
+		// The client will hold exactly the target (typically a push that
+		// regenerated the type): one snapshot rather than one change per
+		// resource.
+		before := ts.held.snapshot()
+		ts.held.reset(tgt.set)
 		after := ts.held.snapshot()
 		f.before, f.after = &before, &after
 	} else {
@@ -444,7 +456,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	f.nonce = m.nonce
 	ts.flights = append(ts.flights, f)
 	if shareable {
-		c.record(k, i, m, &d)
+		c.record(k, i, m, &d, tgt.shared)
 	}
 	return m
 }

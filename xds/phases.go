@@ -186,6 +186,7 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 	}
 	o := c.phaseOpts(pl, ph)
 	k, shareable := c.transKey(i, ph.tgt, o)
+	shareable = shareable && ph.tgt.shared // a per-proxy target's step is its own
 	if shareable {
 		if sends, known := c.host.wouldSend(k); known {
 			return sends

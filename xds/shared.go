@@ -98,7 +98,7 @@ func (tc *transitionCache) put(k transKey, t *transition) {
 // the step can be shared (see the comment at the top of this file).
 func (c *core) transKey(i int, tgt *target, o relOpts) (transKey, bool) {
 	ts := c.types[i]
-	if !tgt.shared || tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing) > 0 ||
+	if tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing) > 0 ||
 		len(ts.rejected) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
 		return transKey{}, false
 	}
@@ -163,7 +163,14 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 
 // record keeps the step just taken (m, nil if nothing was sent) for the
 // clients in the same state.
-func (c *core) record(k transKey, i int, m *outMsg, d *diffResult) {
+//
+// Only a step to a view's shared target is kept for other clients: a
+// per-proxy target is the proxy's own, so no other client can take its
+// step, and keeping it would keep its encoded response as long as the
+// cache does. Such a step's response is still encoded as a shared one (by
+// the Server's codec, once, without gRPC's pooled buffer), which is
+// cheaper for a stream to write.
+func (c *core) record(k transKey, i int, m *outMsg, d *diffResult, keep bool) {
 	ts := c.types[i]
 	if len(d.refErrs) > 0 || len(ts.held.over) > 0 || d.resync {
 		return
@@ -181,7 +188,9 @@ func (c *core) record(k transKey, i int, m *outMsg, d *diffResult) {
 		}
 		m.shared = tr.msg
 	}
-	c.host.share(k, tr)
+	if keep {
+		c.host.share(k, tr)
+	}
 }
 
 // prepare returns the shared message encoded for stream (once for every
