@@ -73,6 +73,7 @@ func run() error {
 	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1)")
 	backoffBase := flag.Duration("backoff-base", fleet.DefaultBackoffBase, "bound of the wait before a client's first retry of a failed stream (doubling with each retry in a row)")
 	backoffMax := flag.Duration("backoff-max", fleet.DefaultBackoffMax, "cap of the bound of a client's retry wait")
+	streamWait := flag.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission before they are refused (0: the library's default, xds.DefaultNewStreamWait)")
 	streamRate := flag.Float64("stream-rate", 0, "xdspush's new-stream admission, streams per second (0: the library's default, xds.DefaultNewStreamRate)")
 	asJSON := flag.Bool("json", false, "write the results as JSON rather than markdown")
 	flag.Parse()
@@ -100,6 +101,7 @@ func run() error {
 		Timeout:       *timeout,
 		Backoff:       fleet.Backoff{Base: *backoffBase, Max: *backoffMax},
 		NewStreamRate: *streamRate,
+		NewStreamWait: *streamWait,
 		Executable:    exe,
 		Stderr:        os.Stderr,
 		Progress:      os.Stderr,

@@ -115,12 +115,13 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	profDir := fs.String("cpuprofile", "", "directory of CPU profiles")
 	noDebounce := fs.Bool("nodebounce", false, "xdspush bypasses its debounce window for every change")
 	streamRate := fs.Float64("stream-rate", 0, "xdspush's new streams admitted per second (0: the library's default)")
+	streamWait := fs.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission (0: the library's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	srv, err := servers.New(*name, servers.Config{
 		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints, NoDebounce: *noDebounce,
-		NewStreamRate: *streamRate,
+		NewStreamRate: *streamRate, NewStreamWait: *streamWait,
 	})
 	if err != nil {
 		return err

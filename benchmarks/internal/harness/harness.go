@@ -40,6 +40,9 @@ type Config struct {
 	// NewStreamRate is xdspush's new-stream admission rate (see
 	// servers.Config.NewStreamRate). Zero means the library's default.
 	NewStreamRate float64
+	// NewStreamWait is xdspush's new-stream admission wait (see
+	// servers.Config.NewStreamWait). Zero means the library's default.
+	NewStreamWait time.Duration
 	// Services and Endpoints size the mesh. Zero means
 	// mesh.DefaultServices and mesh.DefaultEndpoints.
 	Services, Endpoints int
@@ -236,7 +239,8 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 // mesh's size.
 func serverArgs(cfg Config, name string) []string {
 	return []string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients),
-		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64)}
+		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64),
+		"-stream-wait", cfg.NewStreamWait.String()}
 }
 
 // clientsArgs are the arguments of a clients child of the server at addr,

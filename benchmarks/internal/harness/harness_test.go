@@ -189,6 +189,9 @@ func TestStormAdmission(t *testing.T) {
 		Protocols:     []string{"sotw"},
 		StormOnly:     true,
 		NewStreamRate: rate,
+		// A stream waits at most a second for admission: most of the 80
+		// are refused and retry.
+		NewStreamWait: time.Second,
 		// Shorter than Envoy's, so that the retries end within seconds.
 		Backoff:    fleet.Backoff{Base: 100 * time.Millisecond, Max: time.Second},
 		Quiet:      100 * time.Millisecond,

@@ -40,6 +40,10 @@ type Config struct {
 	// math.Inf(1) admits every stream at once, as "xdspush-unlimited"
 	// does. The other servers admit every stream.
 	NewStreamRate float64
+	// NewStreamWait is xdspush's xds.Config.NewStreamWait: how long a new
+	// stream waits for admission before it is refused. Zero means the
+	// library's default (xds.DefaultNewStreamWait).
+	NewStreamWait time.Duration
 }
 
 // Stats is what a server counts about its own work, for the servers that

@@ -148,6 +148,7 @@ func newXDSPush(cfg Config, unlimited bool) (*xdspushHost, error) {
 		},
 		Debounce:      deb,
 		NewStreamRate: streamRate,
+		NewStreamWait: cfg.NewStreamWait,
 		Hooks: xds.Hooks{
 			OnConnect: func(xds.ConnectEvent) {
 				t := time.Now().UnixNano()
