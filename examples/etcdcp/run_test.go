@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,50 +14,14 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/xdspush/xdspush/examples/internal/testout"
 	"github.com/xdspush/xdspush/internal/testpki"
 )
 
-// syncBuffer is a bytes.Buffer safe for concurrent use that signals writes.
-type syncBuffer struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	written chan struct{}
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{written: make(chan struct{}, 1)} }
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case b.written <- struct{}{}:
-	default:
-	}
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// waitFor waits until b contains s.
-func (b *syncBuffer) waitFor(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.NewTimer(defaultTestTimeout)
-	defer deadline.Stop()
-	for !strings.Contains(b.String(), s) {
-		select {
-		case <-b.written:
-		case <-deadline.C:
-			t.Fatalf("output does not contain %q after %v; got:\n%s", s, defaultTestTimeout, b.String())
-		}
-	}
-}
+func newSyncBuffer() *testout.Buffer { return testout.NewBuffer(defaultTestTimeout) }
 
 // serve runs the program with args until the test ends.
-func serve(t *testing.T, args ...string) (stdout, stderr *syncBuffer) {
+func serve(t *testing.T, args ...string) (stdout, stderr *testout.Buffer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stdout, stderr = newSyncBuffer(), newSyncBuffer()
@@ -115,7 +77,7 @@ func TestREADMEOutput(t *testing.T) {
 	etcdAddr := freeAddr(t)
 	stdout, _ := serve(t, "-addr", "127.0.0.1:0", "-admin", "",
 		"-etcd-data", filepath.Join(t.TempDir(), "etcd"), "-etcd-listen", etcdAddr, "-etcd-peer", freeAddr(t))
-	stdout.waitFor(t, "  global: created\n")
+	stdout.WaitFor(t, "  global: created\n")
 	first := stdout.String()
 	if first != blocks[0] {
 		t.Errorf("first push differs from the README's:\n%s", cmp.Diff(blocks[0], first))
@@ -128,7 +90,7 @@ func TestREADMEOutput(t *testing.T) {
 		t.Errorf("put output differs from the README's:\n%s", cmp.Diff(blocks[1], got))
 	}
 	lines := strings.SplitAfter(blocks[2], "\n")
-	stdout.waitFor(t, lines[len(lines)-2]) // the last line
+	stdout.WaitFor(t, lines[len(lines)-2]) // the last line
 	if got := strings.TrimPrefix(stdout.String(), first); got != blocks[2] {
 		t.Errorf("push of the put differs from the README's:\n%s", cmp.Diff(blocks[2], got))
 	}
@@ -139,14 +101,14 @@ func TestREADMEOutput(t *testing.T) {
 func TestRunExistingEtcd(t *testing.T) {
 	e := startEtcd(t)
 	stdout, _ := serve(t, "-addr", "127.0.0.1:0", "-admin", "", "-etcd", e.client, "-prefix", testPrefix)
-	stdout.waitFor(t, "  global: created\n")
+	stdout.WaitFor(t, "  global: created\n")
 	if err := run(t.Context(), []string{"put", "-etcd", e.client, "-prefix", testPrefix, "-f", filepath.Join(bundled, "edge", "edge.yaml"), "-fleet", "blue", "-key", "b.yaml"}, newSyncBuffer(), newSyncBuffer()); err == nil {
 		t.Errorf("put of a fleet file whose references the prefix lacks succeeded")
 	}
 	if err := run(t.Context(), []string{"put", "-etcd", e.client, "-prefix", testPrefix, "-f", filepath.Join(bundled, "clusters.yaml"), "-fleet", "blue", "-key", "c.yaml"}, newSyncBuffer(), newSyncBuffer()); err != nil {
 		t.Fatalf("put: %v", err)
 	}
-	stdout.waitFor(t, "  Cluster backend (fleet blue)\n")
+	stdout.WaitFor(t, "  Cluster backend (fleet blue)\n")
 }
 
 // TestRunSecuredEtcd serves, and writes to, an etcd that requires TLS
@@ -188,7 +150,7 @@ func TestRunSecuredEtcd(t *testing.T) {
 		t.Fatalf("put: %v", err)
 	}
 	stdout, _ := serve(t, append([]string{"-addr", "127.0.0.1:0", "-admin", ""}, tlsFlags...)...)
-	stdout.waitFor(t, "  RouteConfiguration local_route (fleet edge)\n")
+	stdout.WaitFor(t, "  RouteConfiguration local_route (fleet edge)\n")
 }
 
 func TestRunErrors(t *testing.T) {

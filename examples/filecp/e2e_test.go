@@ -82,7 +82,7 @@ func TestEndToEnd(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"-dir", dir, "-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, stdout, stderr)
 	}()
-	stderr.waitFor(t, `msg="admin listening"`)
+	stderr.WaitFor(t, `msg="admin listening"`)
 	addrOf := func(msg string) string {
 		m := regexp.MustCompile(`msg="` + msg + `" addr=(\S+)`).FindStringSubmatch(stderr.String())
 		if m == nil {
@@ -91,8 +91,8 @@ func TestEndToEnd(t *testing.T) {
 		return m[1]
 	}
 	ads, admin := addrOf("ads listening"), addrOf("admin listening")
-	stdout.waitFor(t, "  RouteConfiguration edge_route (fleet edge)\n")
-	stderr.waitFor(t, `msg="xds: server running"`) // loaded: streams are admitted
+	stdout.WaitFor(t, "  RouteConfiguration edge_route (fleet edge)\n")
+	stderr.WaitFor(t, `msg="xds: server running"`) // loaded: streams are admitted
 
 	// Envoy-like proxies from the test kit, over TCP: they ACK every
 	// response and are checked for dangling references at the end.
@@ -193,7 +193,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// A broken file is reported and changes nothing served.
 	atomicWrite(t, dir, "edge/broken.yaml", "resources: [")
-	stderr.waitFor(t, "edge/broken.yaml: yaml: line 1")
+	stderr.WaitFor(t, "edge/broken.yaml: yaml: line 1")
 	var st Status
 	if err := json.Unmarshal([]byte(adminGet(t, admin, "/debug/source")), &st); err != nil {
 		t.Fatal(err)

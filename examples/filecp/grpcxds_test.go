@@ -52,10 +52,10 @@ func TestGRPCClient(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"-dir", dir, "-addr", "127.0.0.1:0", "-admin", ""}, stdout, stderr)
 	}()
-	stderr.waitFor(t, `msg="ads listening"`)
+	stderr.WaitFor(t, `msg="ads listening"`)
 	ads := regexp.MustCompile(`msg="ads listening" addr=(\S+)`).FindStringSubmatch(stderr.String())[1]
-	stdout.waitFor(t, "push version=")
-	stderr.waitFor(t, `msg="xds: server running"`) // loaded: streams are admitted
+	stdout.WaitFor(t, "push version=")
+	stderr.WaitFor(t, `msg="xds: server running"`) // loaded: streams are admitted
 
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],

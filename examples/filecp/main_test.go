@@ -1,17 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+
+	"github.com/xdspush/xdspush/examples/internal/testout"
 )
 
 // defaultTestTimeout bounds every wait for an event that is expected.
@@ -70,44 +70,7 @@ func replaceIn(t testing.TB, dir, rel, old, new string) {
 	writeFile(t, dir, rel, strings.Replace(s, old, new, 1))
 }
 
-// syncBuffer is a bytes.Buffer safe for concurrent use that signals writes.
-type syncBuffer struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	written chan struct{}
-}
-
-func newSyncBuffer() *syncBuffer { return &syncBuffer{written: make(chan struct{}, 1)} }
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	select {
-	case b.written <- struct{}{}:
-	default:
-	}
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// waitFor waits until b contains s.
-func (b *syncBuffer) waitFor(t *testing.T, s string) {
-	t.Helper()
-	deadline := time.NewTimer(defaultTestTimeout)
-	defer deadline.Stop()
-	for !strings.Contains(b.String(), s) {
-		select {
-		case <-b.written:
-		case <-deadline.C:
-			t.Fatalf("output does not contain %q after %v; got:\n%s", s, defaultTestTimeout, b.String())
-		}
-	}
-}
+func newSyncBuffer() *testout.Buffer { return testout.NewBuffer(defaultTestTimeout) }
 
 func TestRun(t *testing.T) {
 	tests := []struct {
@@ -135,7 +98,7 @@ func TestRun(t *testing.T) {
 			stdout, stderr := newSyncBuffer(), newSyncBuffer()
 			done := make(chan error, 1)
 			go func() { done <- run(ctx, tc.args(t), stdout, stderr) }()
-			stdout.waitFor(t, tc.want)
+			stdout.WaitFor(t, tc.want)
 			if got, want := stdout.String(), "push version="; !strings.HasPrefix(got, want) {
 				t.Errorf("output starts %q; want %q", got, want)
 			}
@@ -173,7 +136,7 @@ func TestREADMEOutput(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-admin", ""}, stdout, stderr) }()
 	lines := strings.SplitAfter(want, "\n")
-	stdout.waitFor(t, lines[len(lines)-2]) // the last line
+	stdout.WaitFor(t, lines[len(lines)-2]) // the last line
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run() = %v; want nil after cancel", err)

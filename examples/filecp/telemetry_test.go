@@ -210,7 +210,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	go func() {
 		done <- runInstrumented(ctx, []string{"-dir", dir, "-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, stdout, stderr, ev.instrument)
 	}()
-	stderr.waitFor(t, `msg="admin listening"`)
+	stderr.WaitFor(t, `msg="admin listening"`)
 	addrOf := func(msg string) string {
 		m := regexp.MustCompile(`msg="` + msg + `" addr=(\S+)`).FindStringSubmatch(stderr.String())
 		if m == nil {
@@ -219,7 +219,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		return m[1]
 	}
 	ads, admin := addrOf("ads listening"), addrOf("admin listening")
-	stderr.waitFor(t, "broken.yaml: yaml: line 1")
+	stderr.WaitFor(t, "broken.yaml: yaml: line 1")
 
 	// Health, on the ADS port: not serving while nothing is loaded.
 	target := "passthrough:///" + ads

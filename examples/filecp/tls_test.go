@@ -26,6 +26,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdspush/xdspush/examples/internal/testout"
 	"github.com/xdspush/xdspush/internal/testpki"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdsdebug"
@@ -77,7 +78,7 @@ var allSecrets = []string{"edge-key", "shared-key", "web-key"}
 // filecp is the program run with some arguments on random ports.
 type filecp struct {
 	ads, admin string
-	stderr     *syncBuffer
+	stderr     *testout.Buffer
 }
 
 // startFilecp runs the program with args (and -addr and -admin on random
@@ -103,8 +104,8 @@ func startInstrumented(t *testing.T, instrument func(xds.Config) xds.Config, arg
 			t.Errorf("run() = %v; want nil", err)
 		}
 	})
-	stderr.waitFor(t, `msg="xds: server running"`)
-	stderr.waitFor(t, `msg="admin listening"`)
+	stderr.WaitFor(t, `msg="xds: server running"`)
+	stderr.WaitFor(t, `msg="admin listening"`)
 	addrOf := func(msg string) string {
 		m := regexp.MustCompile(`msg="` + msg + `" addr=(\S+)`).FindStringSubmatch(stderr.String())
 		if m == nil {
