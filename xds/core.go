@@ -139,6 +139,11 @@ type typeState struct {
 	// current nonce: set on EDS when CDS is requested anew, because the
 	// client re-warms its clusters and waits for their endpoints.
 	alwaysRespond bool
+	// heldSince is when the type's last response began holding something
+	// back for a reference the client is on its way to resolve; zero when
+	// nothing is held back.
+	heldSince time.Time
+	holds     int // responses in a row that held something back
 	// resumed marks a Delta subscription whose first request reported
 	// what the client holds (a client reconnecting with its state).
 	resumed bool
@@ -179,6 +184,19 @@ func newTypeState(i int, sub *subscription) *typeState {
 
 // synced reports whether the client has ACKed the last response of the type.
 func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
+
+// awaitsHeldBack reports whether convergence waits for type ts to send
+// what it holds back: a retry is due, and either it failed (the failure is
+// reported) or the client, which is expected to release what holds it
+// (replace a route, warm a listener), has had less than a phase timeout to
+// do so. A client that keeps what it rejected keeps holding it back; its
+// NACK is what Sync reports then.
+func (c *core) awaitsHeldBack(ts *typeState) bool {
+	if ts.retry == nil {
+		return false
+	}
+	return ts.err != nil || ts.heldSince.IsZero() || c.now.Sub(ts.heldSince) < c.set.phaseTimeout
+}
 
 // covers reports whether the type's subscription covers name.
 func (ts *typeState) covers(name string) bool { return ts.sub.covers(name) }
@@ -493,8 +511,11 @@ func (c *core) typeOK(ts *typeState) {
 }
 
 // retryType asks tick to regenerate type ts after a backoff, as an answer
-// with nothing forced: what differs is sent.
+// with nothing forced: what differs is sent. The backoff grows with the
+// failures, and with the responses in a row that held something back (a
+// client that keeps what holds it back is retried less and less often;
+// its next ACK retries at once, see retryHeldBack).
 func (c *core) retryType(ts *typeState) {
 	ts.retry = ts.retry.merge(&answer{})
-	ts.retryAt = c.now.Add(c.set.backoffFor(max(ts.fails, 1), c.seed+uint64(ts.idx)))
+	ts.retryAt = c.now.Add(c.set.backoffFor(max(ts.fails, ts.holds, 1), c.seed+uint64(ts.idx)))
 }

@@ -2,13 +2,15 @@ package xds
 
 import (
 	"fmt"
-	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
+
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 )
@@ -346,4 +348,74 @@ func TestCoreDeltaHeldBackRouteNotReportedMissing(t *testing.T) {
 	r.expect("the push stops")
 	r.resubscribe(RouteType, "r1")
 	r.expect("r1 held back, not reported missing")
+}
+
+// A client that keeps a route naming a removed cluster (its new listener
+// never warms) keeps the removal held back for good. Convergence waits for
+// it only a phase timeout: then the client is not moving, and what Sync
+// reports is its own state (its NACK, if it rejected the new route). The
+// retries back off meanwhile instead of regenerating every 100ms.
+func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	r.mesh()
+	h := r.h
+	r.change(true, func() {
+		h.put(ClusterType, xdsfixture.Cluster("c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r1", "c1"))
+		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
+		delete(h.world[RouteType], "r0")
+		delete(h.world[ClusterType], "c0")
+		delete(h.world[EndpointType], "c0")
+	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
+		ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+	r.expect("CDS phase", "CDS [c0 c1]")
+	r.resubscribe(EndpointType, "c0", "c1")
+	r.expect("c1's endpoints", "EDS [c1]")
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.expect("LDS phase", "LDS [l0]")
+	r.ack(ListenerType)
+	// The client asks for r1 but rejects it: it keeps r0, which names c0.
+	r.resubscribe(RouteType, "r0", "r1")
+	r.expect("r1", "RDS [r1]")
+	r.nack(RouteType, "r1 is invalid")
+	r.take()
+	// The NACK stopped the push; the next one that regenerates clusters
+	// holds c0's removal back.
+	c1 := xdsfixture.Cluster("c1")
+	c1.ConnectTimeout = durationpb.New(3 * time.Second)
+	r.change(true, func() { h.put(ClusterType, c1) }, ckey(kindCluster, "c1"))
+	r.expect("CDS phase, and c1's endpoints that re-warm it", "CDS [c0 c1]", "EDS [c1]")
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.take()
+	if r.c.busy() {
+		// The removal phases wait for the rejected routes until the
+		// phase timeout.
+		r.wait(DefaultPhaseTimeout)
+		r.take()
+	}
+	cds := r.typeState(ClusterType)
+	r.expectHeld("clusters", ClusterType, "c0", "c1")
+	if cds.retry == nil || cds.err != nil || !r.c.awaitsHeldBack(cds) {
+		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry awaited, no failure", cds.retry, cds.err, r.c.awaitsHeldBack(cds))
+	}
+	var gaps []time.Duration
+	for r.now.Sub(cds.heldSince) < 3*DefaultPhaseTimeout {
+		at := r.c.deadline()
+		if at.IsZero() {
+			t.Fatal("no deadline for the held-back removal's retry")
+		}
+		gaps = append(gaps, at.Sub(r.now))
+		r.wait(at.Sub(r.now))
+		r.take()
+	}
+	r.expectHeld("clusters after the retries", ClusterType, "c0", "c1")
+	if cds.retry == nil || r.c.awaitsHeldBack(cds) {
+		t.Errorf("after %v: retry %v, awaited %v; want a retry, no longer awaited", r.now.Sub(cds.heldSince), cds.retry, r.c.awaitsHeldBack(cds))
+	}
+	if n := len(gaps); n < 2 || gaps[n-1] <= gaps[0] {
+		t.Errorf("retries %v apart; want them further and further apart", gaps)
+	}
 }

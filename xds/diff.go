@@ -386,10 +386,13 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		after := ts.held.snapshot()
 		f.before, f.after = &before, &after
 	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() && len(ts.removing) == 0 &&
-		ts.held.len()-d.inHeld == len(d.gone) {
+		ts.held.len()-d.inHeld == len(d.gone) && len(ts.flights) == 0 {
 		// The client will hold exactly the target (typically a push that
 		// regenerated the type): one snapshot rather than one change per
-		// resource.
+		// resource. Only with no earlier response unanswered: redoing a
+		// snapshot after an earlier response is rejected would bring
+		// back what was rejected (redo replays a response's own changes;
+		// a snapshot holds everything).
 		before := ts.held.snapshot()
 		ts.held.reset(tgt.set)
 		after := ts.held.snapshot()
@@ -688,8 +691,13 @@ func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 		}
 	}
 	if !heldBack {
+		ts.heldSince, ts.holds = time.Time{}, 0
 		return
 	}
+	if ts.heldSince.IsZero() {
+		ts.heldSince = c.now
+	}
+	ts.holds++
 	ts.dirty = true
 	if c.failed == nil && ts.retry == nil {
 		// Try again later even if nothing is pushed: what was missing

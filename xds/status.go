@@ -183,7 +183,7 @@ func (c *conn) syncedTo() uint64 {
 		x = min(x, ts.pAcked)
 	}
 	for _, ts := range core.types {
-		if ts != nil && ts.retry != nil && ts.pAcked > 0 {
+		if ts != nil && ts.pAcked > 0 && core.awaitsHeldBack(ts) {
 			// What a reference held back is still to be sent: not
 			// synced to the push it belongs to.
 			x = min(x, ts.pAcked-1)
