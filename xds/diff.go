@@ -330,7 +330,10 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	d := c.diff(i, tgt, o)
 	defer d.done()
-	if !tgt.partial && tgt.sub == ts.sub {
+	if !tgt.partial {
+		// The configuration's content of the names tgt was generated for,
+		// even if the client's subscription has moved since: what
+		// removable reads to tell a broken reference from a stale one.
 		ts.lastTarget = tgt.set
 	}
 	c.referencesHeld(ts, d.refErrs)
