@@ -139,11 +139,9 @@ type typeState struct {
 	// current nonce: set on EDS when CDS is requested anew, because the
 	// client re-warms its clusters and waits for their endpoints.
 	alwaysRespond bool
-	// heldSince is when the type's last response began holding something
-	// back for a reference the client is on its way to resolve; zero when
-	// nothing is held back.
-	heldSince time.Time
-	holds     int // responses in a row that held something back
+	// holds counts the responses in a row that held something back for a
+	// reference the client is on its way to resolve (see retryType).
+	holds int
 	// resumed marks a Delta subscription whose first request reported
 	// what the client holds (a client reconnecting with its state).
 	resumed bool
@@ -187,15 +185,23 @@ func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
 
 // awaitsHeldBack reports whether convergence waits for type ts to send
 // what it holds back: a retry is due, and either it failed (the failure is
-// reported) or the client, which is expected to release what holds it
-// (replace a route, warm a listener), has had less than a phase timeout to
-// do so. A client that keeps what it rejected keeps holding it back; its
-// NACK is what Sync reports then.
+// reported) or the client is expected to release what holds it (replace a
+// route, warm a listener). A client whose last response of some type
+// stands rejected may keep what it rejected, and with it the hold, for
+// good: its NACK is what Sync reports then, rather than wait.
 func (c *core) awaitsHeldBack(ts *typeState) bool {
 	if ts.retry == nil {
 		return false
 	}
-	return ts.err != nil || ts.heldSince.IsZero() || c.now.Sub(ts.heldSince) < c.set.phaseTimeout
+	if ts.err != nil {
+		return true
+	}
+	for _, o := range c.types {
+		if o != nil && o.nack != nil && o.nack.Nonce == o.nonceSent {
+			return false
+		}
+	}
+	return true
 }
 
 // covers reports whether the type's subscription covers name.

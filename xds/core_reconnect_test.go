@@ -289,6 +289,9 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 			if cds.retry == nil || cds.err != nil {
 				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.retry, cds.err)
 			}
+			if !r.c.awaitsHeldBack(cds) {
+				t.Error("convergence does not wait for the held-back removal; want it to (the client is on its way)")
+			}
 			if r.c.deadline().IsZero() {
 				t.Fatal("no deadline for the retry")
 			}
@@ -350,11 +353,10 @@ func TestCoreDeltaHeldBackRouteNotReportedMissing(t *testing.T) {
 	r.expect("r1 held back, not reported missing")
 }
 
-// A client that keeps a route naming a removed cluster (its new listener
-// never warms) keeps the removal held back for good. Convergence waits for
-// it only a phase timeout: then the client is not moving, and what Sync
-// reports is its own state (its NACK, if it rejected the new route). The
-// retries back off meanwhile instead of regenerating every 100ms.
+// A client that rejected its new route keeps the old one, which names a
+// removed cluster: the removal stays held back for good. Convergence does
+// not wait for it (Sync reports the NACK), and the retries back off
+// instead of regenerating every 100ms.
 func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	r.mesh()
@@ -398,11 +400,11 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	}
 	cds := r.typeState(ClusterType)
 	r.expectHeld("clusters", ClusterType, "c0", "c1")
-	if cds.retry == nil || cds.err != nil || !r.c.awaitsHeldBack(cds) {
-		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry awaited, no failure", cds.retry, cds.err, r.c.awaitsHeldBack(cds))
+	if cds.retry == nil || cds.err != nil || r.c.awaitsHeldBack(cds) {
+		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry not awaited (the NACK stands), no failure", cds.retry, cds.err, r.c.awaitsHeldBack(cds))
 	}
 	var gaps []time.Duration
-	for r.now.Sub(cds.heldSince) < 3*DefaultPhaseTimeout {
+	for start := r.now; r.now.Sub(start) < 3*DefaultPhaseTimeout; {
 		at := r.c.deadline()
 		if at.IsZero() {
 			t.Fatal("no deadline for the held-back removal's retry")
@@ -413,7 +415,7 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	}
 	r.expectHeld("clusters after the retries", ClusterType, "c0", "c1")
 	if cds.retry == nil || r.c.awaitsHeldBack(cds) {
-		t.Errorf("after %v: retry %v, awaited %v; want a retry, no longer awaited", r.now.Sub(cds.heldSince), cds.retry, r.c.awaitsHeldBack(cds))
+		t.Errorf("retry %v, awaited %v; want a retry, not awaited", cds.retry, r.c.awaitsHeldBack(cds))
 	}
 	if n := len(gaps); n < 2 || gaps[n-1] <= gaps[0] {
 		t.Errorf("retries %v apart; want them further and further apart", gaps)

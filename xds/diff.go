@@ -694,11 +694,8 @@ func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 		}
 	}
 	if !heldBack {
-		ts.heldSince, ts.holds = time.Time{}, 0
+		ts.holds = 0
 		return
-	}
-	if ts.heldSince.IsZero() {
-		ts.heldSince = c.now
 	}
 	ts.holds++
 	ts.dirty = true

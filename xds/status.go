@@ -180,7 +180,13 @@ func (c *conn) syncedTo() uint64 {
 			(ts.nack != nil && ts.nack.Nonce == ts.nonceSent) {
 			continue // nothing sent, or the last response ACKed or NACKed
 		}
+		// Not synced to the push whose response is unanswered, even when
+		// an earlier response of that push was ACKed (a removal held back
+		// and sent after it, an answer to a request made meanwhile).
 		x = min(x, ts.pAcked)
+		if ts.pSent > 0 {
+			x = min(x, ts.pSent-1)
+		}
 	}
 	for _, ts := range core.types {
 		if ts != nil && ts.pAcked > 0 && core.awaitsHeldBack(ts) {
