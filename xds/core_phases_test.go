@@ -402,3 +402,46 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 		})
 	}
 }
+
+// A client that subscribes to clusters by name (gRPC) asks for the
+// clusters of a route once it reads it, and for their endpoints once it
+// reads them: the push that sent the route completes only once it has
+// both.
+func TestCorePushWaitsForARoutesClusters(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	h.put(ClusterType, xdsfixture.Cluster("c0"))
+	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
+	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+	h.put(RouteType, xdsfixture.Route("r0", "c0"))
+	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+	r.subscribe(ListenerType, "l0")
+	r.expect("LDS answer", "LDS [l0]")
+	r.ack(ListenerType)
+	r.subscribe(RouteType, "r0")
+	r.expect("RDS answer", "RDS [r0]")
+	r.ack(RouteType)
+	r.subscribe(ClusterType, "c0")
+	r.expect("CDS answer", "CDS [c0]")
+	r.ack(ClusterType)
+	r.subscribe(EndpointType, "c0")
+	r.expect("EDS answer", "EDS [c0]")
+	r.ack(EndpointType)
+
+	// r0 moves to a new cluster c1.
+	r.change(true, func() {
+		h.put(ClusterType, xdsfixture.Cluster("c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r0", "c1"))
+	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+	r.expect("RDS phase (the client does not ask for c1 yet)", "RDS [r0]")
+	r.ack(RouteType)
+	r.expectBusy("until the client asks for c1", true)
+	r.resubscribe(ClusterType, "c0", "c1")
+	r.expect("c1", "CDS [c0 c1]")
+	r.ack(ClusterType)
+	r.expectBusy("until the client has c1's endpoints", true)
+	r.resubscribe(EndpointType, "c0", "c1")
+	r.expect("c1's endpoints", "EDS [c1]")
+	r.expectBusy("once the client has them", false)
+}

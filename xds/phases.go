@@ -128,6 +128,8 @@ func (c *core) advance(force bool) {
 				o.changed = func(r entry) { c.sentCluster(pl, r) }
 			case set.ldsIdx:
 				o.changed = func(r entry) { c.sentListener(pl, r) }
+			case set.rdsIdx:
+				o.changed = func(r entry) { c.sentRoute(pl, r) }
 			}
 			m = c.release(i, ph.tgt, o)
 			if ts := c.types[i]; ts != nil && len(ts.removing) > 0 {
@@ -251,6 +253,32 @@ func (c *core) sentListener(pl *plan, r entry) {
 		for _, n := range c.set.children(c.set.ldsIdx, r.enc) {
 			pl.t[rt].refs = true
 			pl.t[rt].need = append(pl.t[rt].need, n)
+		}
+	}
+}
+
+// sentRoute records a route an RDS phase sent, to a client that subscribes
+// to clusters by name (a gRPC client): the next phases, and the push's
+// end, wait until it has fetched the clusters the route names, which it
+// asks for once it reads the route.
+func (c *core) sentRoute(pl *plan, r entry) {
+	cds := c.set.cdsIdx
+	if cds < 0 || pl.t[cds].gaveUp || c.types[cds] == nil || c.types[cds].sub.wildcard {
+		return
+	}
+	for _, n := range c.set.refsOf(c.set.rdsIdx, r.enc).clusters {
+		pl.t[cds].refs = true
+		pl.t[cds].need = append(pl.t[cds].need, n)
+	}
+}
+
+// answeredCluster records a cluster an answer sent while a push waits for
+// what its routes name: the push also waits for the cluster's endpoints.
+func (c *core) answeredCluster(pl *plan, r entry) {
+	if e := c.set.edsIdx; e >= 0 && !pl.t[e].gaveUp {
+		for _, n := range c.set.children(c.set.cdsIdx, r.enc) {
+			pl.t[e].refs = true
+			pl.t[e].need = append(pl.t[e].need, n)
 		}
 	}
 }

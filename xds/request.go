@@ -575,6 +575,17 @@ func (c *core) answer(i int, a *answer) error {
 		warm = &warmSet{}
 		o.changed = func(r entry) { warm.addCluster(r.enc) }
 	}
+	if pl := c.plan; pl != nil && i == set.cdsIdx && pl.t[i].refs {
+		// A push waits for the clusters its routes name: it waits for
+		// their endpoints too.
+		prev := o.changed
+		o.changed = func(r entry) {
+			if prev != nil {
+				prev(r)
+			}
+			c.answeredCluster(pl, r)
+		}
+	}
 	c.send(c.release(i, tgt, o))
 	if a.initial && len(ts.removing) > 0 {
 		c.planRemoval(i)
