@@ -59,8 +59,12 @@
 //     the client ACKs a later response.
 //   - Convergence. Sync blocks until every ConfigUpdate made before it has
 //     been pushed and ACKed (or NACKed, which it reports) by every
-//     connection it concerns, all phases included; WaitForVersion does the
-//     same for a PushContext version. Connections report their progress as
+//     connection it concerns, all phases included, with what the client
+//     asked for on reading them (the routes of a new listener, the
+//     clusters of a new route when it subscribes to clusters by name, their
+//     endpoints) and what a reference held back meanwhile, unless one of
+//     the client's NACKs stands; WaitForVersion does the same for a
+//     PushContext version. Connections report their progress as
 //     it happens; neither polls.
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK);
