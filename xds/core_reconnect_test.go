@@ -251,17 +251,7 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
 			h := r.h
-			// l0 moves to r1 → c1; r0 and c0 go.
-			r.change(true, func() {
-				h.put(ClusterType, xdsfixture.Cluster("c1"))
-				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
-				h.put(RouteType, xdsfixture.Route("r1", "c1"))
-				h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
-				delete(h.world[RouteType], "r0")
-				delete(h.world[ClusterType], "c0")
-				delete(h.world[EndpointType], "c0")
-			}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
-				ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+			r.moveToNewRoute()
 			if delta {
 				r.expect("CDS phase", "CDS [c1] -[]")
 				r.resubscribe(EndpointType, "c1")
@@ -361,16 +351,7 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	r.mesh()
 	h := r.h
-	r.change(true, func() {
-		h.put(ClusterType, xdsfixture.Cluster("c1"))
-		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
-		h.put(RouteType, xdsfixture.Route("r1", "c1"))
-		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
-		delete(h.world[RouteType], "r0")
-		delete(h.world[ClusterType], "c0")
-		delete(h.world[EndpointType], "c0")
-	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
-		ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+	r.moveToNewRoute()
 	r.expect("CDS phase", "CDS [c0 c1]")
 	r.resubscribe(EndpointType, "c0", "c1")
 	r.expect("c1's endpoints", "EDS [c1]")
@@ -420,4 +401,21 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	if n := len(gaps); n < 2 || gaps[n-1] <= gaps[0] {
 		t.Errorf("retries %v apart; want them further and further apart", gaps)
 	}
+}
+
+// moveToNewRoute changes the mesh of coreRun.mesh: l0 moves to a new route
+// r1, to a new cluster c1; r0 and c0 go.
+func (r *coreRun) moveToNewRoute() {
+	r.t.Helper()
+	h := r.h
+	r.change(true, func() {
+		h.put(ClusterType, xdsfixture.Cluster("c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r1", "c1"))
+		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
+		delete(h.world[RouteType], "r0")
+		delete(h.world[ClusterType], "c0")
+		delete(h.world[EndpointType], "c0")
+	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
+		ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
 }

@@ -160,15 +160,7 @@ func (c *core) advance(force bool) {
 // for it, without waiting for ACKs (convergence reads those).
 func (c *core) fetchedAll(pl *plan) bool {
 	for i := range pl.t {
-		if !pl.t[i].refs || c.types[i] == nil {
-			continue
-		}
-		names := pl.t[i].need
-		for len(names) > 0 && c.fetched(pl, i, names[len(names)-1]) {
-			names = names[:len(names)-1]
-		}
-		pl.t[i].need = names
-		if len(names) > 0 {
+		if pl.t[i].refs && c.types[i] != nil && !c.dropFetched(pl, i) {
 			return false
 		}
 	}
@@ -237,24 +229,20 @@ func (c *core) needHeld(pl *plan) {
 // until the client subscribes to them.
 func (c *core) sentCluster(pl *plan, r entry) {
 	pl.warm.addCluster(r.enc)
-	if e := c.set.edsIdx; e >= 0 && !pl.t[e].gaveUp {
-		for _, n := range c.set.children(c.set.cdsIdx, r.enc) {
-			pl.t[e].refs = true
-			pl.t[e].need = append(pl.t[e].need, n)
-		}
-	}
+	c.answeredCluster(pl, r)
+}
+
+// answeredCluster records a cluster sent during the push: the next phases,
+// and the push's end, wait for its endpoints.
+func (c *core) answeredCluster(pl *plan, r entry) {
+	c.need(pl, c.set.edsIdx, c.set.children(c.set.cdsIdx, r.enc))
 }
 
 // sentListener records a listener an LDS phase sent: the next phases wait
 // until the client subscribes to its routes (it stays warming, and the
 // version it replaces in service, until it holds them).
 func (c *core) sentListener(pl *plan, r entry) {
-	if rt := c.set.rdsIdx; rt >= 0 && !pl.t[rt].gaveUp {
-		for _, n := range c.set.children(c.set.ldsIdx, r.enc) {
-			pl.t[rt].refs = true
-			pl.t[rt].need = append(pl.t[rt].need, n)
-		}
-	}
+	c.need(pl, c.set.rdsIdx, c.set.children(c.set.ldsIdx, r.enc))
 }
 
 // sentRoute records a route an RDS phase sent, to a client that subscribes
@@ -262,25 +250,31 @@ func (c *core) sentListener(pl *plan, r entry) {
 // end, wait until it has fetched the clusters the route names, which it
 // asks for once it reads the route.
 func (c *core) sentRoute(pl *plan, r entry) {
-	cds := c.set.cdsIdx
-	if cds < 0 || pl.t[cds].gaveUp || c.types[cds] == nil || c.types[cds].sub.wildcard {
-		return
-	}
-	for _, n := range c.set.refsOf(c.set.rdsIdx, r.enc).clusters {
-		pl.t[cds].refs = true
-		pl.t[cds].need = append(pl.t[cds].need, n)
+	if cds := c.set.cdsIdx; cds >= 0 && c.types[cds] != nil && !c.types[cds].sub.wildcard {
+		c.need(pl, cds, c.set.refsOf(c.set.rdsIdx, r.enc).clusters)
 	}
 }
 
-// answeredCluster records a cluster an answer sent while a push waits for
-// what its routes name: the push also waits for the cluster's endpoints.
-func (c *core) answeredCluster(pl *plan, r entry) {
-	if e := c.set.edsIdx; e >= 0 && !pl.t[e].gaveUp {
-		for _, n := range c.set.children(c.set.cdsIdx, r.enc) {
-			pl.t[e].refs = true
-			pl.t[e].need = append(pl.t[e].need, n)
-		}
+// need adds names, of type i, to what pl waits for the client to fetch,
+// unless a phase timeout gave up on that type.
+func (c *core) need(pl *plan, i int, names []string) {
+	if i < 0 || pl.t[i].gaveUp || len(names) == 0 {
+		return
 	}
+	pl.t[i].refs = true
+	pl.t[i].need = append(pl.t[i].need, names...)
+}
+
+// dropFetched drops from pl's needs of type i the names the client has
+// fetched (it keeps what a resource it holds fetches), and reports whether
+// none is left.
+func (c *core) dropFetched(pl *plan, i int) bool {
+	names := pl.t[i].need
+	for len(names) > 0 && c.fetched(pl, i, names[len(names)-1]) {
+		names = names[:len(names)-1]
+	}
+	pl.t[i].need = names
+	return len(names) == 0
 }
 
 // gateOpen reports whether the next phase may be released: every type a
@@ -323,13 +317,7 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 		if !leaf && !ts.synced() && pl.t[i].excused != ts.nonceSent {
 			return false
 		}
-		// Names found fetched are dropped from the list: the client
-		// keeps what a resource it holds fetches.
-		for len(names) > 0 && c.fetched(pl, i, names[len(names)-1]) {
-			names = names[:len(names)-1]
-		}
-		pl.t[i].need = names
-		if len(names) > 0 {
+		if !c.dropFetched(pl, i) {
 			return false
 		}
 	}

@@ -176,7 +176,15 @@ func (c *conn) syncedTo() uint64 {
 		}
 	}
 	for _, ts := range core.types {
-		if ts == nil || ts.nonceSent == "" || ts.nonceAcked == ts.nonceSent ||
+		if ts == nil {
+			continue
+		}
+		if ts.pAcked > 0 && core.awaitsHeldBack(ts) {
+			// What a reference held back is still to be sent: not
+			// synced to the push it belongs to.
+			x = min(x, ts.pAcked-1)
+		}
+		if ts.nonceSent == "" || ts.nonceAcked == ts.nonceSent ||
 			(ts.nack != nil && ts.nack.Nonce == ts.nonceSent) {
 			continue // nothing sent, or the last response ACKed or NACKed
 		}
@@ -186,13 +194,6 @@ func (c *conn) syncedTo() uint64 {
 		x = min(x, ts.pAcked)
 		if ts.pSent > 0 {
 			x = min(x, ts.pSent-1)
-		}
-	}
-	for _, ts := range core.types {
-		if ts != nil && ts.pAcked > 0 && core.awaitsHeldBack(ts) {
-			// What a reference held back is still to be sent: not
-			// synced to the push it belongs to.
-			x = min(x, ts.pAcked-1)
 		}
 	}
 	return x
