@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
 	"github.com/xdspush/xdspush/benchmarks/internal/servers"
@@ -519,4 +521,39 @@ func changes(cfg Config, srv, cl *child, name, protocol, kind string) (ChangeRes
 	cr.Bytes = float64(bytes) / n
 	cr.CPU = time.Duration(float64(cpu) / n)
 	return cr, errs, nil
+}
+
+// StreamProblems checks the streams of a storm of clients against the
+// server's admission, and returns what does not add up: a stream that
+// failed otherwise than refused (ResourceExhausted) or unable to connect
+// (Unavailable); a failed stream not retried; a server that reports no
+// admission, or refusals other than those the clients saw; a server that
+// admitted fewer streams than clients, or more than one per client plus
+// those that failed after admission.
+func (s *StormResult) StreamProblems(clients int) []string {
+	var out []string
+	refused := s.Streams.Refused()
+	var failed int64
+	for code, n := range s.Streams.Failed {
+		failed += n
+		if code != codes.ResourceExhausted.String() && code != codes.Unavailable.String() {
+			out = append(out, fmt.Sprintf("%d streams failed with %s; want none", n, code))
+		}
+	}
+	if s.Streams.Retried != failed {
+		out = append(out, fmt.Sprintf("streams %+v; want each failed one retried", s.Streams))
+	}
+	a := s.Admission
+	if a == nil {
+		return append(out, "no admission reported")
+	}
+	if got := a.Refused[codes.ResourceExhausted.String()]; got != refused {
+		out = append(out, fmt.Sprintf("server refused %d streams; the clients saw %d", got, refused))
+	}
+	// Each client once, and again if its stream failed after admission.
+	if others := failed - refused; a.Admitted < int64(clients) || a.Admitted > int64(clients)+others {
+		out = append(out, fmt.Sprintf("server admitted %d streams; want %d, one per client, plus at most the %d that failed otherwise than refused",
+			a.Admitted, clients, others))
+	}
+	return out
 }
