@@ -188,12 +188,9 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 // it returns into a target.
 func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
-	var res []Resource
 	start := s.set.clock.Now()
-	err := s.guard(ctx, "Generate", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) error {
-		var err error
-		res, err = s.set.generators[i].Generate(ctx, c.proxy, w, req)
-		return err
+	res, err := guarded(s, ctx, "Generate", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
+		return s.set.generators[i].Generate(ctx, c.proxy, w, req)
 	})
 	if h := s.set.hooks.OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, push, start, err)
@@ -222,14 +219,16 @@ func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscript
 // generateDelta calls a DeltaGenerator for the proxy of c.
 func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
-	var ch Changes
-	var ok bool
+	type delta struct {
+		ch Changes
+		ok bool
+	}
 	start := s.set.clock.Now()
-	err := s.guard(ctx, "GenerateDelta", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) error {
-		var err error
-		ch, ok, err = dg.GenerateDelta(ctx, c.proxy, w, req)
-		return err
+	d, err := guarded(s, ctx, "GenerateDelta", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) (delta, error) {
+		ch, ok, err := dg.GenerateDelta(ctx, c.proxy, w, req)
+		return delta{ch, ok}, err
 	})
+	ch, ok := d.ch, d.ok
 	if h := s.set.hooks.OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, true, start, err)
 		ev.Delta = true

@@ -61,6 +61,26 @@ func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, 
 	}
 }
 
+// guarded is guard for a host call with a result: the result is returned
+// only if the call returned before guard did. A call guard abandons (its
+// timeout, the Server stopping) may still return later; its result is then
+// dropped, never read, so that the caller does not race with it.
+func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Duration, t *Timer, timeoutErr error, f func(ctx context.Context) (T, error)) (T, error) {
+	out := make(chan T, 1)
+	err := s.guard(ctx, name, timeout, t, timeoutErr, func(ctx context.Context) error {
+		v, err := f(ctx)
+		out <- v
+		return err
+	})
+	select {
+	case v := <-out:
+		return v, err
+	default:
+		var zero T
+		return zero, err
+	}
+}
+
 // recovered runs f, turning a panic into a *PanicError logged at Error.
 func (s *Server) recovered(name string, f func() error) (err error) {
 	defer func() {

@@ -197,14 +197,12 @@ func (s *Server) push(ctx context.Context, u *update) {
 		req = &cp
 	}
 	start := s.set.clock.Now()
-	var next *pushcontext.PushContext
-	err := s.guard(ctx, "Build", 0, nil, nil, func(context.Context) error {
-		var err error
-		next, err = s.set.builder.Build(prev, req)
+	next, err := guarded(s, ctx, "Build", 0, nil, nil, func(context.Context) (*pushcontext.PushContext, error) {
+		next, err := s.set.builder.Build(prev, req)
 		if err == nil && next == nil {
 			err = errors.New("builder returned a nil PushContext")
 		}
-		return err
+		return next, err
 	})
 	took := s.set.clock.Now().Sub(start)
 	if err != nil {

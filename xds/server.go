@@ -397,13 +397,9 @@ func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushCo
 	if init == nil {
 		return ProxyState{}, nil
 	}
-	var st ProxyState
-	err := s.guard(ctx, "InitProxy", s.set.genTimeout, nil, errInitTimeout, func(ctx context.Context) error {
-		var err error
-		st, err = init(ctx, p, pc)
-		return err
+	return guarded(s, ctx, "InitProxy", s.set.genTimeout, nil, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
+		return init(ctx, p, pc)
 	})
-	return st, err
 }
 
 var errInitTimeout = errors.New("xds: InitProxy timed out")

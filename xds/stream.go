@@ -133,11 +133,8 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
-		err := s.guard(ctx, "Authenticate", s.set.genTimeout, nil, errors.New("timed out"), func(ctx context.Context) error {
-			var err error
-			identity, err = auth(ctx)
-			return err
-		})
+		var err error
+		identity, err = guarded(s, ctx, "Authenticate", s.set.genTimeout, nil, errors.New("timed out"), auth)
 		if err != nil {
 			toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
 			return s.refused(ctx, peerAddr, nil, toClient, detail)
