@@ -129,6 +129,8 @@ type typeState struct {
 	// configuration breaks from one a client still holds on its way to the
 	// configuration (see removable).
 	lastTarget *resSet
+	// lastPush is the PushContext lastTarget was generated from.
+	lastPush *pushcontext.PushContext
 	// removing names the resources of a deferred-removal type that the
 	// client still holds although its configuration no longer has them:
 	// the push's removal phase removes them, after every upsert
@@ -329,6 +331,10 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		item = c.failed.Merge(item)
 		c.failed = nil
 	}
+	if at := c.firstAnswerRetry(); !at.IsZero() {
+		c.failed, c.pushRetryAt = item, at
+		return nil
+	}
 	req := item.req
 	pc := req.Push
 	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
@@ -434,6 +440,30 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	c.plan = pl
 	c.advance(false)
 	return c.flushDeferred()
+}
+
+// firstAnswerRetry returns when the first answer of a SotW full-state type
+// (listeners, clusters), whose generation failed, is retried; zero if none
+// waits. A push waits for it: a client that reconnected holds what it was
+// sent before, which the Server cannot read (SotW reports only a version),
+// and a full-state answer replaces all of it at once. Generated from the
+// snapshot the stream started with, which is what a client reconnecting
+// in step with the Server holds, it removes nothing the client's other
+// resources name; a push from a later snapshot would remove at once what
+// the configuration dropped since, whatever those still name. Once it is
+// sent, the push removes that in order.
+func (c *core) firstAnswerRetry() time.Time {
+	var at time.Time
+	if c.delta {
+		return at // what a Delta client holds, it reports
+	}
+	for i, ts := range c.types {
+		if ts != nil && c.set.fullState[i] && ts.nonceSent == "" && ts.retry != nil &&
+			(at.IsZero() || ts.retryAt.Before(at)) {
+			at = ts.retryAt
+		}
+	}
+	return at
 }
 
 // applied records that push seq has been applied; done when nothing was

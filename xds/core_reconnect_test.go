@@ -1,12 +1,14 @@
 package xds
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
+	"github.com/xdspush/xdspush/pushcontext"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
@@ -418,4 +420,97 @@ func (r *coreRun) moveToNewRoute() {
 		delete(h.world[EndpointType], "c0")
 	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
 		ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+}
+
+// A SotW client that reconnects holds what the old stream sent it, which
+// the Server cannot read. If the first cluster answer fails to generate,
+// a push that arrives meanwhile waits for it: the answer, from the
+// snapshot the stream started with, lists what the client holds (c0, which
+// its old route r0 names), and the push then adds c1, moves the route and
+// removes c0 in order. Sent from the push's snapshot at once, the answer
+// would have dropped c0 from under r0.
+func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	h.snapshots = map[*pushcontext.PushContext]map[TypeURL]map[string]proto.Message{}
+	h.put(ClusterType, xdsfixture.Cluster("c0"))
+	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
+	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+	h.put(RouteType, xdsfixture.Route("r0", "c0"))
+	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+	old := r.pc.Version()
+
+	// The reconnected client's first requests: the cluster answer fails.
+	h.fail[ClusterType] = errors.New("injected")
+	for _, typ := range []TypeURL{ClusterType, ListenerType} {
+		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old}})
+	}
+	r.expect("listeners answered, clusters failed", "LDS [l0]")
+	cds := r.typeState(ClusterType)
+	if cds.retry == nil {
+		t.Fatal("no retry of the failed cluster answer")
+	}
+	r.ack(ListenerType)
+	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(RouteType), VersionInfo: old, ResourceNames: []string{"r0"}}})
+	r.expect("the route waits: the client holds no cluster on this stream yet")
+
+	// The generator recovers; a push comes before the answer's retry.
+	delete(h.fail, ClusterType)
+	r.moveToNewRoute()
+	r.expect("the push waits for the first cluster answer")
+	if r.c.failed == nil {
+		t.Fatal("the push was dropped; want it kept for after the answer")
+	}
+	if !r.wait(cds.retryAt.Sub(r.now)) {
+		t.Fatal("the push is not due once the answer is retried")
+	}
+	r.expect("the first answer, from the stream's snapshot", "CDS [c0]")
+	r.ack(ClusterType)
+	r.expect("then the route", "RDS [r0]")
+	r.ack(RouteType)
+	if err := r.c.push(r.ctx(), r.now, r.c.takeFailed()); err != nil {
+		t.Fatal(err)
+	}
+	r.expect("then the push's cluster phase keeps c0", "CDS [c0 c1]")
+	r.ack(ClusterType)
+	r.expect("listener phase", "LDS [l0]")
+	r.ack(ListenerType)
+	r.resubscribe(RouteType, "r0", "r1")
+	r.expect("the new route", "RDS [r1]")
+	r.ack(RouteType)
+	r.resubscribe(RouteType, "r1")
+	r.expect("c0 removed once nothing names it", "CDS [c1]")
+}
+
+// Whether a removal held back for a reference breaks the configuration is
+// judged from what the referring type was last generated from, and only if
+// that is the proxy's snapshot: a type a push could not regenerate (here
+// the client rejected the push's clusters, which stopped its later phases)
+// still has the old listener naming r0, which the configuration no longer
+// has. The reference is then one the client is on its way to resolve, not
+// a failure.
+func TestCoreStaleReferrerNotAFailure(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			rds := r.h.set.rdsIdx
+			if _, _, errs := r.c.removable(rds, []string{"r0"}, nil); len(errs) != 1 || errs[0].Rejected {
+				t.Fatalf("before the push: errors %v; want one failure (l0 as configured names r0)", errs)
+			}
+			r.moveToNewRoute()
+			r.take()
+			r.nack(ClusterType, "rejected")
+			r.expect("the push stops")
+			lds := r.typeState(ListenerType)
+			if !lds.dirty || lds.lastPush == r.c.proxy.Push {
+				t.Fatalf("listeners dirty = %v, last generated from the current snapshot = %v; want dirty, from an older one",
+					lds.dirty, lds.lastPush == r.c.proxy.Push)
+			}
+			_, kept, errs := r.c.removable(rds, []string{"r0"}, nil)
+			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].Rejected {
+				t.Fatalf("after the stopped push: kept %v, errors %v; want r0 held back, not a failure", kept, errs)
+			}
+		})
+	}
 }

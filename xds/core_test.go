@@ -25,14 +25,18 @@ import (
 // fakeHost is a coreHost that serves a world of resources per type, the
 // same to every proxy, and records the generations asked for.
 type fakeHost struct {
-	t      testing.TB
-	set    *settings
-	b      *pushcontext.Builder
-	cache  *encCache
-	world  map[TypeURL]map[string]proto.Message
-	fail   map[TypeURL]error
-	gens   []string // "TYPE push|answer [subscribed names]"
-	nonces int
+	t     testing.TB
+	set   *settings
+	b     *pushcontext.Builder
+	cache *encCache
+	world map[TypeURL]map[string]proto.Message
+	fail  map[TypeURL]error
+	// snapshots, if not nil, keeps the world as each push left it, by
+	// PushContext: generation then reads the world of the snapshot it is
+	// asked for, not the current one.
+	snapshots map[*pushcontext.PushContext]map[TypeURL]map[string]proto.Message
+	gens      []string // "TYPE push|answer [subscribed names]"
+	nonces    int
 }
 
 var _ coreHost = (*fakeHost)(nil)
@@ -88,10 +92,14 @@ func (h *fakeHost) generate(_ context.Context, c *core, i int, sub *subscription
 	if err := h.fail[t]; err != nil {
 		return nil, err
 	}
+	world := h.world
+	if w, ok := h.snapshots[req.Push]; ok {
+		world = w
+	}
 	var res []Resource
-	for _, n := range slices.Sorted(maps.Keys(h.world[t])) {
+	for _, n := range slices.Sorted(maps.Keys(world[t])) {
 		if sub.covers(n) {
-			res = append(res, Resource{Name: n, Message: h.world[t][n]})
+			res = append(res, Resource{Name: n, Message: world[t][n]})
 		}
 	}
 	set, err := h.encode(i, res)
@@ -545,6 +553,13 @@ func (r *coreRun) change(full bool, f func(), keys ...pushcontext.ConfigKey) {
 		r.t.Fatal(err)
 	}
 	r.pc = pc
+	if r.h.snapshots != nil {
+		w := make(map[TypeURL]map[string]proto.Message, len(r.h.world))
+		for typ, res := range r.h.world {
+			w[typ] = maps.Clone(res)
+		}
+		r.h.snapshots[pc] = w
+	}
 	out := *req
 	out.Push = pc
 	if err := r.c.push(r.ctx(), r.now, &pushItem{req: &out, seq: pc.Seq(), start: r.now, merged: 1}); err != nil {

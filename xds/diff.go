@@ -334,7 +334,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		// The configuration's content of the names tgt was generated for,
 		// even if the client's subscription has moved since: what
 		// removable reads to tell a broken reference from a stale one.
-		ts.lastTarget = tgt.set
+		ts.lastTarget, ts.lastPush = tgt.set, c.proxy.Push
 	}
 	c.referencesHeld(ts, d.refErrs)
 	for _, n := range d.unrejected {
@@ -529,10 +529,19 @@ func (c *core) danglingCluster(i int, r entry) *ReferenceError {
 		// configuration's fault. Otherwise the configuration names a
 		// cluster it does not have.
 		_, rejected := cds.rejected[name]
-		transient := rejected || cds.lastTarget == nil || cds.lastTarget.get(name) != nil
+		transient := rejected || !c.current(cds) || cds.lastTarget.get(name) != nil
 		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
 	}
 	return nil
+}
+
+// current reports whether ts.lastTarget is the configuration's content of
+// the type as the proxy's PushContext has it: the type was last generated
+// from that PushContext, or nothing has stopped it from being regenerated
+// since (a push that failed or a phase a NACK stopped leaves it dirty, and
+// what it last generated may be older than the configuration).
+func (c *core) current(ts *typeState) bool {
+	return ts.lastTarget != nil && (!ts.dirty || ts.lastPush == c.proxy.Push)
 }
 
 // What a reference check looks for in what a resource names.
@@ -594,7 +603,7 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 				// client is on its way (it will drop or replace it).
 				rts := c.types[j]
 				broken := false
-				if rts.lastTarget != nil {
+				if c.current(rts) {
 					if e := rts.lastTarget.get(by); e != nil {
 						_, broken = slices.BinarySearch(set.refsOf(j, e).of(kind), n)
 					}

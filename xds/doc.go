@@ -41,7 +41,11 @@
 //     subscribed to what they made it fetch (endpoints, routes); a phase
 //     waiting longer than Config.Phases.Timeout (5s) is sent anyway and
 //     reported (Hooks.OnPhaseTimeout). Answers to a client's own requests
-//     wait behind a phase whose content they would overtake. A listener or
+//     wait behind a phase whose content they would overtake, and a push
+//     waits for the first listener or cluster answer of a SotW stream: a
+//     reconnected client holds what its old stream sent, which the Server
+//     cannot read, and a full-state answer from the push's snapshot would
+//     drop at once what the configuration removed since. A listener or
 //     route that names a route or cluster the client would not hold is held
 //     back at the version the client has (or not sent), and a removal that
 //     something the client keeps still names is held back, until the
@@ -83,7 +87,10 @@
 //	Generator (push)         nothing of that push is sent to the    Hooks.OnGenerateError, Warn log,
 //	                         proxy (a later phase could rely on     TypeStatus.Error, *FailureError
 //	                         it); the push is retried               (Stage "generate")
-//	Generator (answer)       the answer waits and is retried        as above
+//	Generator (answer)       the answer waits and is retried; a     as above
+//	                         push waits for a SotW stream's first
+//	                         listener or cluster answer (see
+//	                         Make-before-break)
 //	Generator output         duplicate, empty or mismatched names:  as above, Err is a *ResourceError
 //	                         a Generator error
 //	Generator timeout        the push slot is released; the stream  Hooks.OnGenerateError
