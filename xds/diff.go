@@ -172,6 +172,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			d.withheld = append(d.withheld, r.name)
 		}
 	}
+	held := cursor{h: &ts.held}
 	for _, r := range tgt.set.ents {
 		if !covered && !ts.covers(r.name) {
 			d.substituted = true
@@ -182,7 +183,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			d.substituted = true
 			continue
 		}
-		prev := ts.held.get(r.name)
+		prev := held.get(r.name)
 		if _, ok := answered[r.name]; ok && prev != nil {
 			// The client holds what an answer sent during the push: at
 			// least as new as this phase.
@@ -232,11 +233,23 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			}
 		}
 	case !o.restrict && inHeld < ts.held.len():
-		ts.held.each(func(n string, _ *encoded) {
-			if ts.covers(n) && tgt.covers(n) && !hasEntry(d.kept, n) {
-				gone = append(gone, n)
+		if len(ts.held.over) > 0 {
+			ts.held.each(func(n string, _ *encoded) {
+				if ts.covers(n) && tgt.covers(n) && !hasEntry(d.kept, n) {
+					gone = append(gone, n)
+				}
+			})
+			break
+		}
+		k := 0 // both sorted: one walk
+		for _, e := range ts.held.set.ents {
+			for k < len(d.kept) && d.kept[k].name < e.name {
+				k++
 			}
-		})
+			if (k == len(d.kept) || d.kept[k].name != e.name) && ts.covers(e.name) && tgt.covers(e.name) {
+				gone = append(gone, e.name)
+			}
+		}
 	}
 	slices.Sort(gone)
 	if set.deferred[i] && removes && !o.restrict &&

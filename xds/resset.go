@@ -84,6 +84,29 @@ func (h *holding) get(name string) *encoded {
 	return h.set.get(name)
 }
 
+// cursor looks up names in h in ascending order, walking h's sorted set
+// alongside rather than searching it for each name.
+type cursor struct {
+	h *holding
+	j int
+}
+
+// get returns what h holds under name; name must not sort before the
+// name of the previous call.
+func (c *cursor) get(name string) *encoded {
+	if e, ok := c.h.over[name]; ok {
+		return e
+	}
+	ents := c.h.set.ents
+	for c.j < len(ents) && ents[c.j].name < name {
+		c.j++
+	}
+	if c.j < len(ents) && ents[c.j].name == name {
+		return ents[c.j].enc
+	}
+	return nil
+}
+
 // put makes the client hold e under name and returns what it held before.
 func (h *holding) put(name string, e *encoded) (prev *encoded) {
 	prev = h.get(name)
