@@ -125,11 +125,14 @@ type typeState struct {
 	// terminal), unless it changes or a push is Forced.
 	rejected map[string]*encoded
 	// lastTarget is the resources of the type the proxy's configuration
-	// last had, as last generated in full: what tells a reference the
-	// configuration breaks from one a client still holds on its way to the
-	// configuration (see removable).
-	lastTarget *resSet
-	// lastPush is the PushContext lastTarget was generated from.
+	// last had, as last generated in full, and lastChanges what partial
+	// targets (a DeltaGenerator's) released since changed of it (nil: the
+	// name was removed): what tells a reference the configuration breaks
+	// from one a client still holds on its way to the configuration (see
+	// removable). Read them with lastGet.
+	lastTarget  *resSet
+	lastChanges map[string]*encoded
+	// lastPush is the PushContext the last of them was generated from.
 	lastPush *pushcontext.PushContext
 	// removing names the resources of a deferred-removal type that the
 	// client still holds although its configuration no longer has them:
@@ -180,6 +183,48 @@ type typeState struct {
 
 func newTypeState(i int, sub *subscription) *typeState {
 	return &typeState{idx: i, sub: sub, held: newHolding()}
+}
+
+// lastGet returns the configuration's resource name of the type as last
+// generated (see lastTarget), or nil.
+func (ts *typeState) lastGet(name string) *encoded {
+	if e, ok := ts.lastChanges[name]; ok {
+		return e
+	}
+	if ts.lastTarget == nil {
+		return nil
+	}
+	return ts.lastTarget.get(name)
+}
+
+// generated records tgt, generated from pc and released, as what the
+// configuration has of the type. A partial target changes what was
+// generated before; past a bound (a quarter of the resources, at least
+// 32) the changes are forgotten rather than kept beside the set, and the
+// next push generates the type in full.
+func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext) {
+	if !tgt.partial {
+		ts.lastTarget, ts.lastChanges, ts.lastPush = tgt.set, nil, pc
+		return
+	}
+	if ts.lastTarget == nil {
+		return // nothing to apply the changes to
+	}
+	if n := len(ts.lastChanges) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
+		ts.lastTarget, ts.lastChanges, ts.lastPush = nil, nil, nil
+		ts.dirty = true
+		return
+	}
+	if ts.lastChanges == nil {
+		ts.lastChanges = make(map[string]*encoded, tgt.set.len()+len(tgt.removed))
+	}
+	for _, e := range tgt.set.ents {
+		ts.lastChanges[e.name] = e.enc
+	}
+	for _, n := range tgt.removed {
+		ts.lastChanges[n] = nil
+	}
+	ts.lastPush = pc
 }
 
 // synced reports whether the client has ACKed the last response of the type.

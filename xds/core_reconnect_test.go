@@ -514,3 +514,87 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 		})
 	}
 }
+
+// What a DeltaGenerator's partial target changes is what the configuration
+// has of the type from then on: once a push removed cluster c0 that way,
+// the client's c0, which it still holds until the removal phase, is not
+// read as the configuration naming c0's endpoints (a failure), but as on
+// its way out.
+func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
+	r := newCoreRun(t, true, func(cfg *Config) {
+		cfg.Generators[ClusterType] = fakeDelta{cfg.Generators[ClusterType].(GeneratorFunc)}
+	})
+	r.mesh()
+	h := r.h
+	eds := h.set.edsIdx
+	if _, _, errs := r.c.removable(eds, []string{"c0"}, nil); len(errs) != 1 || errs[0].Rejected {
+		t.Fatalf("before the push: errors %v; want one failure (c0 as configured names its endpoints)", errs)
+	}
+	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: xdsfixture.Cluster("c1")}}, Removed: []string{"c0"}}
+	r.moveToNewRoute()
+	r.expect("the cluster phase, from the changes", "CDS [c1] -[]")
+	if cds := r.typeState(ClusterType); cds.lastGet("c0") != nil || cds.lastGet("c1") == nil {
+		t.Fatalf("the configuration's clusters as last generated: c0 %v, c1 %v; want c1 only", cds.lastGet("c0"), cds.lastGet("c1"))
+	}
+	_, kept, errs := r.c.removable(eds, []string{"c0"}, nil)
+	if !slices.Equal(kept, []string{"c0"}) || len(errs) != 1 || !errs[0].Rejected {
+		t.Fatalf("c0's endpoints: kept %v, errors %v; want held back while the client holds c0, not a failure", kept, errs)
+	}
+}
+
+// typeState.generated keeps what partial targets change beside the last
+// full one, up to a bound; past it, it forgets both and asks the next push
+// for the type in full.
+func TestTypeStateGenerated(t *testing.T) {
+	h := newFakeHost(t, nil)
+	cds := h.set.cdsIdx
+	set := func(names ...string) *resSet {
+		res := make([]Resource, len(names))
+		for k, n := range names {
+			res[k] = Resource{Name: n, Message: xdsfixture.Cluster(n)}
+		}
+		s, err := h.encode(cds, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	many := make([]string, 40)
+	for k := range many {
+		many[k] = fmt.Sprintf("n%02d", k)
+	}
+	tests := []struct {
+		name      string
+		partials  [][]string // upserted names of each partial target, after a full one of c0, c1
+		removed   []string   // of the last partial
+		wantKnown bool
+		want      map[string]bool // name → the configuration has it
+	}{
+		{name: "full only", wantKnown: true, want: map[string]bool{"c0": true, "c1": true, "c2": false}},
+		{name: "a partial", partials: [][]string{{"c2"}}, removed: []string{"c0"}, wantKnown: true,
+			want: map[string]bool{"c0": false, "c1": true, "c2": true}},
+		{name: "partials past the bound", partials: [][]string{many[:20], many[20:]}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ts := newTypeState(cds, noSubscription)
+			pc := &pushcontext.PushContext{}
+			ts.generated(&target{set: set("c0", "c1")}, pc)
+			for k, up := range tt.partials {
+				tgt := &target{set: set(up...), partial: true}
+				if k == len(tt.partials)-1 {
+					tgt.removed = tt.removed
+				}
+				ts.generated(tgt, pc)
+			}
+			if known := ts.lastTarget != nil; known != tt.wantKnown || ts.dirty == tt.wantKnown {
+				t.Fatalf("known = %v, dirty = %v; want known %v, dirty %v", known, ts.dirty, tt.wantKnown, !tt.wantKnown)
+			}
+			for n, want := range tt.want {
+				if got := ts.lastGet(n) != nil; got != want {
+					t.Errorf("lastGet(%q) != nil = %v; want %v", n, got, want)
+				}
+			}
+		})
+	}
+}

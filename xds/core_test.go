@@ -31,6 +31,9 @@ type fakeHost struct {
 	cache *encCache
 	world map[TypeURL]map[string]proto.Message
 	fail  map[TypeURL]error
+	// changes, for a type whose Generator is a DeltaGenerator, is what its
+	// GenerateDelta returns, once.
+	changes map[TypeURL]*Changes
 	// snapshots, if not nil, keeps the world as each push left it, by
 	// PushContext: generation then reads the world of the snapshot it is
 	// asked for, not the current one.
@@ -69,8 +72,9 @@ func newFakeHost(t testing.TB, tweak func(*Config)) *fakeHost {
 	}
 	return &fakeHost{
 		t: t, set: set, b: b, cache: newEncCache(),
-		world: map[TypeURL]map[string]proto.Message{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}},
-		fail:  map[TypeURL]error{},
+		world:   map[TypeURL]map[string]proto.Message{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}},
+		fail:    map[TypeURL]error{},
+		changes: map[TypeURL]*Changes{},
 	}
 }
 
@@ -109,8 +113,21 @@ func (h *fakeHost) generate(_ context.Context, c *core, i int, sub *subscription
 	return &target{set: set, sub: sub}, nil
 }
 
-func (h *fakeHost) generateDelta(context.Context, *core, int, DeltaGenerator, *subscription, *pushcontext.PushRequest) (Changes, bool, error) {
-	return Changes{}, false, nil
+func (h *fakeHost) generateDelta(_ context.Context, _ *core, i int, _ DeltaGenerator, _ *subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
+	t := h.set.order[i]
+	ch := h.changes[t]
+	if ch == nil {
+		return Changes{}, false, nil
+	}
+	delete(h.changes, t)
+	return *ch, true, nil
+}
+
+// fakeDelta is a DeltaGenerator for fakeHost, which answers for it.
+type fakeDelta struct{ GeneratorFunc }
+
+func (fakeDelta) GenerateDelta(context.Context, *Proxy, Watch, *pushcontext.PushRequest) (Changes, bool, error) {
+	panic("fakeHost answers")
 }
 
 func (h *fakeHost) encode(i int, res []Resource) (*resSet, error) {

@@ -343,12 +343,10 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	d := c.diff(i, tgt, o)
 	defer d.done()
-	if !tgt.partial {
-		// The configuration's content of the names tgt was generated for,
-		// even if the client's subscription has moved since: what
-		// removable reads to tell a broken reference from a stale one.
-		ts.lastTarget, ts.lastPush = tgt.set, c.proxy.Push
-	}
+	// The configuration's content of the names tgt was generated for,
+	// even if the client's subscription has moved since: what removable
+	// reads to tell a broken reference from a stale one.
+	ts.generated(tgt, c.proxy.Push)
 	c.referencesHeld(ts, d.refErrs)
 	for _, n := range d.unrejected {
 		delete(ts.rejected, n)
@@ -542,17 +540,17 @@ func (c *core) danglingCluster(i int, r entry) *ReferenceError {
 		// configuration's fault. Otherwise the configuration names a
 		// cluster it does not have.
 		_, rejected := cds.rejected[name]
-		transient := rejected || !c.current(cds) || cds.lastTarget.get(name) != nil
+		transient := rejected || !c.current(cds) || cds.lastGet(name) != nil
 		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
 	}
 	return nil
 }
 
-// current reports whether ts.lastTarget is the configuration's content of
-// the type as the proxy's PushContext has it: the type was last generated
-// from that PushContext, or nothing has stopped it from being regenerated
-// since (a push that failed or a phase a NACK stopped leaves it dirty, and
-// what it last generated may be older than the configuration).
+// current reports whether what ts.lastGet reads is the configuration's
+// content of the type as the proxy's PushContext has it: the type was last
+// generated from that PushContext, or nothing has stopped it from being
+// regenerated since (a push that failed or a phase a NACK stopped leaves it
+// dirty, and what it last generated may be older than the configuration).
 func (c *core) current(ts *typeState) bool {
 	return ts.lastTarget != nil && (!ts.dirty || ts.lastPush == c.proxy.Push)
 }
@@ -617,7 +615,7 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 				rts := c.types[j]
 				broken := false
 				if c.current(rts) {
-					if e := rts.lastTarget.get(by); e != nil {
+					if e := rts.lastGet(by); e != nil {
 						_, broken = slices.BinarySearch(set.refsOf(j, e).of(kind), n)
 					}
 				}
@@ -675,11 +673,7 @@ func (c *core) namedBy(j int, name string, kind int) string {
 			// content it cannot read: it may name name until the client
 			// is sent its content.
 			if e.unknown() {
-				if ts.lastTarget == nil {
-					by = n
-					return
-				}
-				te := ts.lastTarget.get(n)
+				te := ts.lastGet(n)
 				if te == nil || !e.same(te) {
 					by = n
 					return
