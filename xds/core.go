@@ -201,14 +201,16 @@ func (ts *typeState) lastGet(name string) *encoded {
 // configuration has of the type. A partial target changes what was
 // generated before; past a bound (a quarter of the resources, at least
 // 32) the changes are forgotten rather than kept beside the set, and the
-// next push generates the type in full.
-func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext) {
+// next push generates the type in full. Only the types whose resources
+// name others (listeners, routes, clusters: refers) keep partial changes;
+// nothing reads the others' (see removable).
+func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers bool) {
 	if !tgt.partial {
 		ts.lastTarget, ts.lastChanges, ts.lastPush = tgt.set, nil, pc
 		return
 	}
-	if ts.lastTarget == nil {
-		return // nothing to apply the changes to
+	if ts.lastTarget == nil || !refers {
+		return // nothing to apply the changes to, or no one to read them
 	}
 	if n := len(ts.lastChanges) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
 		ts.lastTarget, ts.lastChanges, ts.lastPush = nil, nil, nil

@@ -579,13 +579,13 @@ func TestTypeStateGenerated(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ts := newTypeState(cds, noSubscription)
 			pc := &pushcontext.PushContext{}
-			ts.generated(&target{set: set("c0", "c1")}, pc)
+			ts.generated(&target{set: set("c0", "c1")}, pc, true)
 			for k, up := range tt.partials {
 				tgt := &target{set: set(up...), partial: true}
 				if k == len(tt.partials)-1 {
 					tgt.removed = tt.removed
 				}
-				ts.generated(tgt, pc)
+				ts.generated(tgt, pc, true)
 			}
 			if known := ts.lastTarget != nil; known != tt.wantKnown || ts.dirty == tt.wantKnown {
 				t.Fatalf("known = %v, dirty = %v; want known %v, dirty %v", known, ts.dirty, tt.wantKnown, !tt.wantKnown)

@@ -346,7 +346,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	// The configuration's content of the names tgt was generated for,
 	// even if the client's subscription has moved since: what removable
 	// reads to tell a broken reference from a stale one.
-	ts.generated(tgt, c.proxy.Push)
+	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
 	c.referencesHeld(ts, d.refErrs)
 	for _, n := range d.unrejected {
 		delete(ts.rejected, n)

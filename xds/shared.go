@@ -131,7 +131,7 @@ func (c *core) transKey(i int, tgt *target, o relOpts) (transKey, bool) {
 // replay takes a shared step: the same response, the same holding after.
 func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	ts := c.types[i]
-	ts.generated(tgt, c.proxy.Push)
+	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
 	if len(tr.deferGone) > 0 {
 		ts.removing = make(map[string]struct{}, len(tr.deferGone))
 		for _, n := range tr.deferGone {
