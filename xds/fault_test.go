@@ -76,8 +76,8 @@ var (
 //	go test -run 'TestFault$' ./xds/ -xds.seed=7                   # another seed
 //	go test -run 'TestFault$' ./xds/ -xds.fault.long -timeout 2h   # 10,000 changes, 200 clients
 //
-// On two cores the run takes about 6s of CPU, 30s under -race; the long
-// run about 7 minutes of CPU and 2 GiB of memory.
+// On two cores the run takes about 6s of CPU, 45s under -race; the long
+// run about 4 minutes of CPU (2 of wall time) and 2 GiB of memory.
 func TestFault(t *testing.T) {
 	p := faultParams{changes: 1000, clients: 50, seed: *faultSeed, churn: 20}
 	if *faultLong {
