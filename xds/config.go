@@ -508,7 +508,6 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// typeIndex returns the index of t in the push order, or -1.
 // refers reports whether resources of type i name others that a client
 // must hold: listeners (routes, clusters), routes (clusters), clusters
 // (endpoints).
@@ -516,6 +515,7 @@ func (s *settings) refers(i int) bool {
 	return i >= 0 && (i == s.ldsIdx || i == s.rdsIdx || i == s.cdsIdx)
 }
 
+// typeIndex returns the index of t in the push order, or -1.
 func (s *settings) typeIndex(t TypeURL) int {
 	if i, ok := s.index[t]; ok {
 		return i
