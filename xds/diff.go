@@ -335,8 +335,10 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	set := c.set
 	full := set.fullState[i]
-	k, shareable := c.transKey(i, tgt, o)
-	if shareable {
+	same := c.sameStep(i, tgt, o)
+	var k transKey
+	if same && tgt.shared {
+		k = c.transKey(i, tgt, o)
 		if tr := c.host.transition(k); tr != nil {
 			return c.replay(i, tgt, tr, o)
 		}
@@ -376,7 +378,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	if !d.sends(c, i, o) {
 		exact()
-		if shareable {
+		if same {
 			c.record(k, i, nil, &d, tgt.shared)
 		}
 		return nil
@@ -472,7 +474,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	f.nonce = m.nonce
 	ts.flights = append(ts.flights, f)
-	if shareable {
+	if same {
 		c.record(k, i, m, &d, tgt.shared)
 	}
 	return m

@@ -179,9 +179,10 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 		return pl.t[i].armed
 	}
 	o := c.phaseOpts(pl, ph)
-	k, shareable := c.transKey(i, ph.tgt, o)
-	shareable = shareable && ph.tgt.shared // a per-proxy target's step is its own
+	shareable := ph.tgt.shared && c.sameStep(i, ph.tgt, o) // a per-proxy target's step is its own
+	var k transKey
 	if shareable {
+		k = c.transKey(i, ph.tgt, o)
 		if sends, known := c.host.wouldSend(k); known {
 			return sends
 		}

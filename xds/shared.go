@@ -94,17 +94,32 @@ func (tc *transitionCache) put(k transKey, t *transition) {
 	}
 }
 
-// transKey returns the key of releasing tgt to type i with o, and whether
-// the step can be shared (see the comment at the top of this file).
-func (c *core) transKey(i int, tgt *target, o relOpts) (transKey, bool) {
+// sameStep reports whether releasing tgt to type i with o depends only on
+// what its transKey captures (see the comment at the top of this file), so
+// that a client in the same state takes the same step. Only a step to a
+// view's shared target is kept for other clients; any such step's response
+// is encoded as a shared one (see record).
+func (c *core) sameStep(i int, tgt *target, o relOpts) bool {
 	ts := c.types[i]
 	if tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing) > 0 ||
 		len(ts.rejected) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
-		return transKey{}, false
+		return false
 	}
 	if c.plan != nil && len(c.plan.t[i].answered) > 0 {
-		return transKey{}, false
+		return false
 	}
+	for _, t := range []int{c.set.cdsIdx, c.set.rdsIdx, c.set.ldsIdx} {
+		if t >= 0 && c.types[t] != nil && len(c.types[t].held.over) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// transKey returns the key of releasing tgt to type i with o, a step for
+// which sameStep holds.
+func (c *core) transKey(i int, tgt *target, o relOpts) transKey {
+	ts := c.types[i]
 	k := transKey{
 		typ: i, delta: c.delta, held: ts.held.set, tgt: tgt.set, sub: ts.sub, pc: o.pc,
 		push: o.push, all: o.all, initial: o.initial, notFound: o.notFound,
@@ -117,15 +132,11 @@ func (c *core) transKey(i int, tgt *target, o relOpts) (transKey, bool) {
 		k.warm = strings.Join(sortedKeys(o.warm.names), "\x00")
 	}
 	for j, t := range []int{c.set.cdsIdx, c.set.rdsIdx, c.set.ldsIdx} {
-		if t < 0 || c.types[t] == nil {
-			continue
+		if t >= 0 && c.types[t] != nil {
+			k.refs[j] = c.types[t].held.set
 		}
-		if len(c.types[t].held.over) > 0 {
-			return transKey{}, false
-		}
-		k.refs[j] = c.types[t].held.set
 	}
-	return k, true
+	return k
 }
 
 // replay takes a shared step: the same response, the same holding after.
@@ -161,8 +172,8 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	return m
 }
 
-// record keeps the step just taken (m, nil if nothing was sent) for the
-// clients in the same state.
+// record keeps the step just taken (m, nil if nothing was sent) under k
+// for the clients in the same state, if keep.
 //
 // Only a step to a view's shared target is kept for other clients: a
 // per-proxy target is the proxy's own, so no other client can take its
@@ -175,22 +186,25 @@ func (c *core) record(k transKey, i int, m *outMsg, d *diffResult, keep bool) {
 	if len(d.refErrs) > 0 || len(ts.held.over) > 0 || d.resync {
 		return
 	}
+	if m != nil {
+		m.shared = &sharedMsg{resp: m.resp, dresp: m.dresp, nonce: m.nonce, bytes: m.bytes}
+		if m.dresp != nil {
+			m.shared.resources, m.shared.removed = len(m.dresp.Resources), len(m.dresp.RemovedResources)
+		} else {
+			m.shared.resources = len(m.resp.Resources)
+		}
+	}
+	if !keep {
+		return
+	}
 	tr := &transition{after: ts.held.set, changed: slices.Clone(d.changed)}
+	if m != nil {
+		tr.msg = m.shared
+	}
 	if d.deferring {
 		tr.deferGone = slices.Clone(d.deferGone)
 	}
-	if m != nil {
-		tr.msg = &sharedMsg{resp: m.resp, dresp: m.dresp, nonce: m.nonce, bytes: m.bytes}
-		if m.dresp != nil {
-			tr.msg.resources, tr.msg.removed = len(m.dresp.Resources), len(m.dresp.RemovedResources)
-		} else {
-			tr.msg.resources = len(m.resp.Resources)
-		}
-		m.shared = tr.msg
-	}
-	if keep {
-		c.host.share(k, tr)
-	}
+	c.host.share(k, tr)
 }
 
 // prepare returns the shared message encoded for stream (once for every
