@@ -26,7 +26,8 @@ const (
 	DefaultBackoffMax  = 30 * time.Second
 )
 
-func (b Backoff) withDefaults() Backoff {
+// WithDefaults returns b with its zero fields set to their defaults.
+func (b Backoff) WithDefaults() Backoff {
 	if b.Base == 0 {
 		b.Base = DefaultBackoffBase
 	}

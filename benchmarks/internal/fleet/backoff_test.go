@@ -7,7 +7,7 @@ import (
 )
 
 func TestBackoff(t *testing.T) {
-	envoy := Backoff{}.withDefaults()
+	envoy := Backoff{}.WithDefaults()
 	for _, tt := range []struct {
 		name  string
 		b     Backoff

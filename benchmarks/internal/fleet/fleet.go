@@ -149,7 +149,7 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Quiet == 0 {
 		cfg.Quiet = 500 * time.Millisecond
 	}
-	cfg.Backoff = cfg.Backoff.withDefaults()
+	cfg.Backoff = cfg.Backoff.WithDefaults()
 	if cfg.Backoff.Base < 0 || cfg.Backoff.Max < cfg.Backoff.Base {
 		return nil, fmt.Errorf("fleet: Config.Backoff %+v; want 0 < Base ≤ Max", cfg.Backoff)
 	}

@@ -228,12 +228,7 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 	if cfg.Progress == nil {
 		cfg.Progress = io.Discard
 	}
-	if cfg.Backoff.Base == 0 {
-		cfg.Backoff.Base = fleet.DefaultBackoffBase
-	}
-	if cfg.Backoff.Max == 0 {
-		cfg.Backoff.Max = fleet.DefaultBackoffMax
-	}
+	cfg.Backoff = cfg.Backoff.WithDefaults()
 	return cfg, nil
 }
 
