@@ -145,10 +145,14 @@ func (c *client) run(ctx context.Context, ads discoveryv3.AggregatedDiscoverySer
 // lost uncounts the client from the convergence it was counted in, if
 // any, as its stream has failed: it will start again as an empty client.
 func (c *client) lost() {
-	ph := c.phaseOf.Load()
-	if ph == nil || ph != c.f.phase.Load() {
-		return
+	if ph := c.phaseOf.Load(); ph != nil && ph == c.f.phase.Load() {
+		c.uncount(ph)
 	}
+}
+
+// uncount takes the client, which no longer holds ph's configuration, out
+// of ph's count, as a regression.
+func (c *client) uncount(ph *convergence) {
 	c.convAt.Store(0)
 	c.phaseOf.Store(nil)
 	ph.regressions.Add(1)
@@ -203,10 +207,7 @@ func (c *client) accepted(typ string, upserted []resource, ackAt time.Time) {
 		c.phaseOf.Store(ph)
 		ph.add(1)
 	case !holds && counted:
-		c.convAt.Store(0)
-		c.phaseOf.Store(nil)
-		ph.regressions.Add(1)
-		ph.add(-1)
+		c.uncount(ph)
 	}
 }
 
