@@ -3,6 +3,7 @@ package servers
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"slices"
 	"time"
@@ -146,9 +147,10 @@ type Server interface {
 func New(name string, cfg Config) (Server, error) {
 	switch name {
 	case "xdspush":
-		return newXDSPush(cfg, false)
+		return newXDSPush(cfg)
 	case "xdspush-unlimited":
-		return newXDSPush(cfg, true)
+		cfg.NewStreamRate = math.Inf(1)
+		return newXDSPush(cfg)
 	case "floor":
 		return newFloor(cfg), nil
 	case "gcp":

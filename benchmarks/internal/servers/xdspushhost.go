@@ -83,21 +83,14 @@ type xdspushHost struct {
 	refused  map[codes.Code]int64
 }
 
-// newXDSPush returns the xdspush host; unlimited turns the Server's
-// new-stream admission off.
-func newXDSPush(cfg Config, unlimited bool) (*xdspushHost, error) {
+// newXDSPush returns the xdspush host. A cfg.NewStreamRate that is not
+// valid is xds.New's to refuse.
+func newXDSPush(cfg Config) (*xdspushHost, error) {
 	h := &xdspushHost{m: mesh.New(cfg.Services, cfg.Endpoints), refused: make(map[codes.Code]int64)}
-	streamRate := cfg.NewStreamRate
-	if unlimited {
-		streamRate = math.Inf(1)
-	}
-	if streamRate < 0 || math.IsNaN(streamRate) {
-		return nil, fmt.Errorf("servers: NewStreamRate %v", streamRate)
-	}
 	// The rate the Server admits at, its default if zero, and the burst
 	// it takes by default (Config.NewStreamBurst zero): a second's worth.
-	if !math.IsInf(streamRate, 1) {
-		h.rate = cmp.Or(streamRate, xds.DefaultNewStreamRate())
+	if !math.IsInf(cfg.NewStreamRate, 1) {
+		h.rate = cmp.Or(cfg.NewStreamRate, xds.DefaultNewStreamRate())
 		h.burst = max(1, int(h.rate))
 	}
 	h.store.Store(h.m.Snapshot())
@@ -147,7 +140,7 @@ func newXDSPush(cfg Config, unlimited bool) (*xdspushHost, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
 		Debounce:      deb,
-		NewStreamRate: streamRate,
+		NewStreamRate: cfg.NewStreamRate,
 		NewStreamWait: cfg.NewStreamWait,
 		Hooks: xds.Hooks{
 			OnConnect: func(xds.ConnectEvent) {
