@@ -88,7 +88,8 @@ type xdspushHost struct {
 func newXDSPush(cfg Config) (*xdspushHost, error) {
 	h := &xdspushHost{m: mesh.New(cfg.Services, cfg.Endpoints), refused: make(map[codes.Code]int64)}
 	// The rate the Server admits at, its default if zero, and the burst
-	// it takes by default (Config.NewStreamBurst zero): a second's worth.
+	// it is given (Admission reports both): a second's worth, as is the
+	// library's default.
 	if !math.IsInf(cfg.NewStreamRate, 1) {
 		h.rate = cmp.Or(cfg.NewStreamRate, xds.DefaultNewStreamRate())
 		h.burst = max(1, int(h.rate))
@@ -139,9 +140,10 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
-		Debounce:      deb,
-		NewStreamRate: cfg.NewStreamRate,
-		NewStreamWait: cfg.NewStreamWait,
+		Debounce:       deb,
+		NewStreamRate:  cfg.NewStreamRate,
+		NewStreamBurst: h.burst,
+		NewStreamWait:  cfg.NewStreamWait,
 		Hooks: xds.Hooks{
 			OnConnect: func(xds.ConnectEvent) {
 				t := time.Now().UnixNano()
