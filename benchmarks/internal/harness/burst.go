@@ -3,7 +3,6 @@ package harness
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -147,8 +146,7 @@ func burstOnce(cfg Config, b Burst, name, protocol string, seed uint64) (res Bur
 		res.Kinds[c.Kind]++
 	}
 	timeout := cfg.Timeout.Seconds()
-	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
-	srv, err := start(cfg, name, append(serverArgs(cfg, name), sizes...)...)
+	srv, err := start(cfg, name, serverArgs(cfg, name)...)
 	if err != nil {
 		return res, err
 	}
@@ -161,7 +159,7 @@ func burstOnce(cfg Config, b Burst, name, protocol string, seed uint64) (res Bur
 	if err := srv.line(&hello); err != nil {
 		return res, err
 	}
-	cl, err := start(cfg, "clients", append(clientsArgs(cfg, hello.Addr, protocol), sizes...)...)
+	cl, err := start(cfg, "clients", clientsArgs(cfg, hello.Addr, protocol)...)
 	if err != nil {
 		return res, err
 	}

@@ -232,19 +232,23 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 	return cfg, nil
 }
 
-// serverArgs are the arguments of the child of server name, before the
-// mesh's size.
+// serverArgs are the arguments of the child of server name.
 func serverArgs(cfg Config, name string) []string {
-	return []string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients),
+	return append([]string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients),
 		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64),
-		"-stream-wait", cfg.NewStreamWait.String()}
+		"-stream-wait", cfg.NewStreamWait.String()}, meshArgs(cfg)...)
 }
 
-// clientsArgs are the arguments of a clients child of the server at addr,
-// before the mesh's size.
+// clientsArgs are the arguments of a clients child of the server at addr.
 func clientsArgs(cfg Config, addr, protocol string) []string {
-	return []string{"clients", "-addr", addr, "-n", strconv.Itoa(cfg.Clients), "-protocol", protocol,
-		"-quiet", cfg.Quiet.String(), "-backoff-base", cfg.Backoff.Base.String(), "-backoff-max", cfg.Backoff.Max.String()}
+	return append([]string{"clients", "-addr", addr, "-n", strconv.Itoa(cfg.Clients), "-protocol", protocol,
+		"-quiet", cfg.Quiet.String(), "-backoff-base", cfg.Backoff.Base.String(), "-backoff-max", cfg.Backoff.Max.String()},
+		meshArgs(cfg)...)
+}
+
+// meshArgs are the arguments of either child that size the mesh.
+func meshArgs(cfg Config) []string {
+	return []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
 }
 
 // child is a running child process.
@@ -317,10 +321,8 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	res = Result{Server: name, Protocol: protocol, Clients: cfg.Clients, Services: cfg.Services, Rounds: cfg.Rounds,
 		Backoff: cfg.Backoff, Changes: make(map[string]ChangeResult)}
 	timeout := cfg.Timeout.Seconds()
-	sizes := []string{"-services", strconv.Itoa(cfg.Services), "-endpoints", strconv.Itoa(cfg.Endpoints)}
 	// No debounce window in the latency of a change.
 	srvArgs := append(serverArgs(cfg, name), "-nodebounce")
-	srvArgs = append(srvArgs, sizes...)
 	if cfg.CPUProfile != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
 	}
@@ -342,7 +344,7 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 		return res, err
 	}
 
-	clArgs := append(clientsArgs(cfg, hello.Addr, protocol), sizes...)
+	clArgs := clientsArgs(cfg, hello.Addr, protocol)
 	if cfg.CPUProfile != "" {
 		clArgs = append(clArgs, "-cpuprofile", cfg.CPUProfile)
 	}
