@@ -153,8 +153,6 @@ type StormResult struct {
 	// Admission is what the server's new-stream admission did over the
 	// storm, for the servers that report it (xdspush).
 	Admission *servers.Admission `json:",omitempty"`
-
-	violations int64 // the clients' total after the storm
 }
 
 // Utilisation is the server's CPU over the storm divided by its wall
@@ -389,13 +387,10 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 		fmt.Fprintf(cfg.Progress, "%s %s: %s change p99 %v\n", name, protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
 	}
 	if cfg.Storm {
-		sr, errs, err := storm(cfg, srv, cl, name, protocol)
-		if err != nil {
+		if err := storm(cfg, srv, cl, &res); err != nil {
 			return res, err
 		}
-		res.Storm = sr
-		res.Errors = append(res.Errors, errs...)
-		res.Violations = sr.violations
+		sr := res.Storm
 		fmt.Fprintf(cfg.Progress, "%s %s: storm converged in %v (%d streams refused, %d retried; server CPU %.2f cores, peak %.2f)\n",
 			name, protocol, sr.Latency.Max.Round(time.Millisecond), sr.Streams.Refused(), sr.Streams.Retried, sr.Utilisation(), sr.Peak)
 	}
@@ -403,31 +398,32 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 }
 
 // storm runs the reconnect storm, with the server child watching its CPU
-// and admission, and returns what it measured and the clients' errors.
-func storm(cfg Config, srv, cl *child, name, protocol string) (*StormResult, []string, error) {
-	prof := name + "-" + protocol + "-storm"
+// and admission, and records it in res: what it measured, the clients'
+// errors and their violations.
+func storm(cfg Config, srv, cl *child, res *Result) error {
+	prof := res.Server + "-" + res.Protocol + "-storm"
 	if err := srv.call(request{Op: "profile", Name: prof}, nil); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if err := cl.call(request{Op: "profile", Name: "clients-" + prof}, nil); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if err := srv.call(request{Op: "watch"}, nil); err != nil {
-		return nil, nil, err
+		return err
 	}
 	var st fleet.Convergence
 	if err := cl.call(request{Op: "storm", Timeout: cfg.Timeout.Seconds()}, &st); err != nil {
-		return nil, nil, err
+		return err
 	}
 	var w watched
 	if err := srv.call(request{Op: "unwatch"}, &w); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
-		return nil, nil, err
+		return err
 	}
 	if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
-		return nil, nil, err
+		return err
 	}
 	sr := &StormResult{
 		Latency:        since(st.Start, st.At),
@@ -442,13 +438,14 @@ func storm(cfg Config, srv, cl *child, name, protocol string) (*StormResult, []s
 		Bytes:          float64(st.Bytes) / float64(cfg.Clients),
 		Streams:        st.Streams,
 		Admission:      w.Admission,
-		violations:     st.Violations,
 	}
-	errs := st.Errors
+	res.Storm = sr
+	res.Errors = append(res.Errors, st.Errors...)
 	if sr.Latency.Missing > 0 {
-		errs = append(errs, fmt.Sprintf("storm: %d clients did not converge", sr.Latency.Missing))
+		res.Errors = append(res.Errors, fmt.Sprintf("storm: %d clients did not converge", sr.Latency.Missing))
 	}
-	return sr, errs, nil
+	res.Violations = st.Violations
+	return nil
 }
 
 // changes makes cfg.Rounds changes of kind, one after the other, and pools
