@@ -98,6 +98,40 @@ func find(rs []Result, server, protocol string) *Result {
 	return nil
 }
 
+// versusGCP returns a markdown row for each protocol and go-control-plane
+// server run beside xdspush: the protocol, the server, then cells(xdspush,
+// it); a nil cells leaves the row out.
+func versusGCP(rs []Result, cells func(x, o *Result) []string) []string {
+	var lines []string
+	for _, p := range []string{"sotw", "delta"} {
+		x := find(rs, "xdspush", p)
+		if x == nil {
+			continue
+		}
+		for _, g := range []string{"gcp", "gcp-pertype"} {
+			o := find(rs, g, p)
+			if o == nil {
+				continue
+			}
+			if c := cells(x, o); c != nil {
+				lines = append(lines, "| "+strings.Join(append([]string{p, g}, c...), " | ")+" |")
+			}
+		}
+	}
+	return lines
+}
+
+// stormVsFloor returns the ratios of r's storm latency (max) and CPU to
+// the floor's over the same protocol, "–" where either did not run one.
+func stormVsFloor(rs []Result, r *Result) (latency, cpu string) {
+	floor := find(rs, "floor", r.Protocol)
+	if r.Storm == nil || floor == nil || floor.Storm == nil {
+		return "–", "–"
+	}
+	return ratio(float64(r.Storm.Latency.Max), float64(floor.Storm.Latency.Max)),
+		ratio(float64(r.Storm.CPU), float64(floor.Storm.CPU))
+}
+
 // Report writes the results as markdown: one table with a row per
 // (server, protocol) and, beside the key figures, their ratio to the
 // floor's; then, if both were run, xdspush's figures as ratios to
@@ -155,11 +189,7 @@ func reportChanges(w io.Writer, rs []Result) {
 				fr, sig(c.Responses), size(c.Bytes), dur(c.CPU), fc)
 		}
 		if s := r.Storm; s != nil {
-			ft, fc := "–", "–"
-			if floor != nil && floor.Storm != nil {
-				ft = ratio(float64(s.Latency.Max), float64(floor.Storm.Latency.Max))
-				fc = ratio(float64(s.CPU), float64(floor.Storm.CPU))
-			}
+			ft, fc := stormVsFloor(rs, &r)
 			row = append(row, dur(s.Latency.Max), ft, dur(s.CPU), fc)
 		} else {
 			row = append(row, "–", "–", "–", "–")
@@ -168,33 +198,21 @@ func reportChanges(w io.Writer, rs []Result) {
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
 
-	var lines []string
-	for _, p := range []string{"sotw", "delta"} {
-		x := find(rs, "xdspush", p)
-		if x == nil {
-			continue
+	lines := versusGCP(rs, func(x, o *Result) []string {
+		var row []string
+		for _, k := range []string{mesh.EndpointChange, mesh.ClusterChange} {
+			a, b := x.Changes[k], o.Changes[k]
+			row = append(row, ratio(float64(a.Latency.P99), float64(b.Latency.P99)),
+				ratio(float64(a.CPU), float64(b.CPU)), ratio(a.Bytes, b.Bytes))
 		}
-		for _, g := range []string{"gcp", "gcp-pertype"} {
-			o := find(rs, g, p)
-			if o == nil {
-				continue
-			}
-			row := []string{p, g}
-			for _, k := range []string{mesh.EndpointChange, mesh.ClusterChange} {
-				a, b := x.Changes[k], o.Changes[k]
-				row = append(row, ratio(float64(a.Latency.P99), float64(b.Latency.P99)),
-					ratio(float64(a.CPU), float64(b.CPU)), ratio(a.Bytes, b.Bytes))
-			}
-			if x.Storm != nil && o.Storm != nil {
-				row = append(row, ratio(float64(x.Storm.Latency.Max), float64(o.Storm.Latency.Max)),
-					ratio(float64(x.Storm.CPU), float64(o.Storm.CPU)))
-			} else {
-				row = append(row, "–", "–")
-			}
-			row = append(row, ratio(x.RSSPerClient, o.RSSPerClient))
-			lines = append(lines, "| "+strings.Join(row, " | ")+" |")
+		if x.Storm != nil && o.Storm != nil {
+			row = append(row, ratio(float64(x.Storm.Latency.Max), float64(o.Storm.Latency.Max)),
+				ratio(float64(x.Storm.CPU), float64(o.Storm.CPU)))
+		} else {
+			row = append(row, "–", "–")
 		}
-	}
+		return append(row, ratio(x.RSSPerClient, o.RSSPerClient))
+	})
 	if len(lines) > 0 {
 		fmt.Fprintf(w, "\nxdspush ÷ go-control-plane (below 1× means xdspush is faster or smaller):\n\n")
 		hdr := []string{"proto", "vs", "endpoint p99", "endpoint CPU", "endpoint bytes",
@@ -229,11 +247,7 @@ func reportStorms(w io.Writer, rs []Result) {
 		if s == nil {
 			continue
 		}
-		ft, fc := "–", "–"
-		if floor := find(rs, "floor", r.Protocol); floor != nil && floor.Storm != nil {
-			ft = ratio(float64(s.Latency.Max), float64(floor.Storm.Latency.Max))
-			fc = ratio(float64(s.CPU), float64(floor.Storm.CPU))
-		}
+		ft, fc := stormVsFloor(rs, &r)
 		admitted := "–"
 		if a := s.Admission; a != nil {
 			limit := "none"
@@ -274,28 +288,20 @@ func reportStorms(w io.Writer, rs []Result) {
 		fmt.Fprintf(w, "\nStreams that failed other than by a refusal of admission, and were retried:\n\n%s\n", strings.Join(other, "\n"))
 	}
 
-	var lines []string
-	for _, p := range []string{"sotw", "delta"} {
-		x := find(rs, "xdspush", p)
-		if x == nil || x.Storm == nil {
-			continue
+	lines := versusGCP(rs, func(x, o *Result) []string {
+		a, b := x.Storm, o.Storm
+		if a == nil || b == nil {
+			return nil
 		}
-		for _, g := range []string{"gcp", "gcp-pertype"} {
-			o := find(rs, g, p)
-			if o == nil || o.Storm == nil {
-				continue
-			}
-			a, b := x.Storm, o.Storm
-			lines = append(lines, "| "+strings.Join([]string{p, g,
-				ratio(float64(a.Latency.P50), float64(b.Latency.P50)),
-				ratio(float64(a.Latency.Max), float64(b.Latency.Max)),
-				ratio(float64(a.CPU), float64(b.CPU)),
-				ratio(a.Peak, b.Peak),
-				ratio(float64(a.PeakGoroutines), float64(b.PeakGoroutines)),
-				ratio(float64(a.PeakRSS), float64(b.PeakRSS)),
-			}, " | ")+" |")
+		return []string{
+			ratio(float64(a.Latency.P50), float64(b.Latency.P50)),
+			ratio(float64(a.Latency.Max), float64(b.Latency.Max)),
+			ratio(float64(a.CPU), float64(b.CPU)),
+			ratio(a.Peak, b.Peak),
+			ratio(float64(a.PeakGoroutines), float64(b.PeakGoroutines)),
+			ratio(float64(a.PeakRSS), float64(b.PeakRSS)),
 		}
-	}
+	})
 	if len(lines) > 0 {
 		fmt.Fprintf(w, "\nStorm, xdspush ÷ go-control-plane (below 1× means xdspush is faster or smaller):\n\n")
 		hdr := []string{"proto", "vs", "storm p50", "storm max", "CPU", "peak CPU", "peak goroutines", "peak RSS"}
