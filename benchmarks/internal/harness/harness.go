@@ -203,7 +203,7 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 	}
 	for _, s := range cfg.Servers {
 		if !servers.Known(s) {
-			return cfg, fmt.Errorf("harness: unknown server %q (want some of %v)", s, servers.Names)
+			return cfg, fmt.Errorf("harness: unknown server %q (want some of %v or %v)", s, servers.Names, servers.Variants)
 		}
 	}
 	if len(cfg.Protocols) == 0 {
