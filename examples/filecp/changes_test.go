@@ -201,12 +201,12 @@ func TestSourceGroups(t *testing.T) {
 			}
 			got := held[xds.TypeURL(typ)]
 			if len(got) != len(want) {
-				t.Errorf("group %q %s: %d resources; want %d", fleet, shortType(typ), len(got), len(want))
+				t.Errorf("group %q %s: %d resources; want %d", fleet, meshconfig.ShortType(typ), len(got), len(want))
 				continue
 			}
 			for i := range got {
 				if got[i] != want[i] {
-					t.Errorf("group %q %s[%d] is not the snapshot's message", fleet, shortType(typ), i)
+					t.Errorf("group %q %s[%d] is not the snapshot's message", fleet, meshconfig.ShortType(typ), i)
 				}
 			}
 		}

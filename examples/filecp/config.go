@@ -24,6 +24,3 @@ const loaderName = "filecp"
 // Load reads a configuration directory and returns its Snapshot, or a
 // *LoadError listing every problem found (see meshconfig.Loader.LoadFS).
 func Load(fsys fs.FS) (*Snapshot, error) { return meshconfig.NewLoader(loaderName).LoadFS(fsys) }
-
-// shortType returns the message name of a type URL: "Cluster".
-func shortType(typeURL string) string { return meshconfig.ShortType(typeURL) }

@@ -213,7 +213,7 @@ func (p *kitPlane) named(fleet string, names map[xds.TypeURL][]string) map[xds.T
 				r, ok = snap.Lookup(fleet, string(t), n)
 			}
 			if !ok {
-				p.t.Fatalf("the snapshot has no %s %q for fleet %q", shortType(string(t)), n, fleet)
+				p.t.Fatalf("the snapshot has no %s %q for fleet %q", meshconfig.ShortType(string(t)), n, fleet)
 			}
 			out[t] = append(out[t], r.Message)
 		}
@@ -286,7 +286,7 @@ func TestKitFleetScope(t *testing.T) {
 					}
 					for _, typ := range envoyTypes {
 						if got, want := c.State().Version(typ), p.ts.XDS().Version(); got != want {
-							t.Errorf("%s version = %q; want the Server's %q", shortType(string(typ)), got, want)
+							t.Errorf("%s version = %q; want the Server's %q", meshconfig.ShortType(string(typ)), got, want)
 						}
 					}
 				})
@@ -409,7 +409,7 @@ func TestKitFleetEditReachesFleetOnly(t *testing.T) {
 				}
 				for _, typ := range []xds.TypeURL{xds.ClusterType, xds.ListenerType, xds.RouteType} {
 					if got, want := global.State().Version(typ), before.Version(typ); got != want {
-						t.Errorf("global-1 %s version = %q; want %q, unchanged", shortType(string(typ)), got, want)
+						t.Errorf("global-1 %s version = %q; want %q, unchanged", meshconfig.ShortType(string(typ)), got, want)
 					}
 				}
 			})

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -25,9 +24,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
-	"github.com/xdspush/xdspush/xds/resources"
 )
 
 // bundled is the default configuration, served when -dir is not given.
@@ -281,19 +280,5 @@ func printPush(w io.Writer, snap *Snapshot, req *pushcontext.PushRequest) {
 		version = snap.Version()
 	}
 	fmt.Fprintf(w, "push version=%s full=%t reason=%s changed=%d\n", version, req.Full, req.Reason, len(req.ConfigsUpdated))
-	for _, k := range req.ConfigsUpdated.Sorted() {
-		group := "global"
-		if k.Namespace != resources.DefaultGroup {
-			group = "fleet " + k.Namespace
-		}
-		if k.Kind == resources.GroupKind {
-			what := "deleted"
-			if snap != nil && (k.Namespace == resources.DefaultGroup || slices.Contains(snap.Fleets(), k.Namespace)) {
-				what = "created"
-			}
-			fmt.Fprintf(w, "  %s: %s\n", group, what)
-			continue
-		}
-		fmt.Fprintf(w, "  %s %s (%s)\n", shortType(k.Kind), k.Name, group)
-	}
+	meshconfig.PrintKeys(w, snap, req)
 }

@@ -234,10 +234,10 @@ func TestSourceReparsesChangedFilesOnly(t *testing.T) {
 	for r := range before.All() {
 		next, ok := after.Lookup(r.Fleet, r.TypeURL, r.Name)
 		if !ok {
-			t.Fatalf("%s %s lost", shortType(r.TypeURL), r.Name)
+			t.Fatalf("%s %s lost", meshconfig.ShortType(r.TypeURL), r.Name)
 		}
 		if shared, changed := next == r, r.File == "endpoints.json"; shared == changed {
-			t.Errorf("%s %s from %s: shared %t; want %t", shortType(r.TypeURL), r.Name, r.File, shared, !changed)
+			t.Errorf("%s %s from %s: shared %t; want %t", meshconfig.ShortType(r.TypeURL), r.Name, r.File, shared, !changed)
 		}
 	}
 }
