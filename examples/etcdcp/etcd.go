@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/url"
@@ -47,12 +48,9 @@ func StartEmbedded(cfg EmbedConfig) (*Embedded, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("etcdcp: EmbedConfig.Dir is empty")
 	}
-	clientAddr := cmpOr(cfg.ClientAddr, "127.0.0.1:2379")
-	peerAddr := cmpOr(cfg.PeerAddr, "127.0.0.1:2380")
-	timeout := cfg.StartTimeout
-	if timeout == 0 {
-		timeout = 30 * time.Second
-	}
+	clientAddr := cmp.Or(cfg.ClientAddr, "127.0.0.1:2379")
+	peerAddr := cmp.Or(cfg.PeerAddr, "127.0.0.1:2380")
+	timeout := cmp.Or(cfg.StartTimeout, 30*time.Second)
 	ec := embed.NewConfig()
 	ec.Name = "etcdcp"
 	ec.Dir = cfg.Dir
@@ -112,7 +110,7 @@ func NewClient(cfg ClientConfig) (*clientv3.Client, error) {
 	}
 	cc := clientv3.Config{
 		Endpoints:   cfg.Endpoints,
-		DialTimeout: cfg.DialTimeout,
+		DialTimeout: cmp.Or(cfg.DialTimeout, 5*time.Second),
 		Logger:      zap.NewNop(),
 		// A broken connection to a member is noticed within seconds even
 		// when nothing is written.
@@ -125,9 +123,6 @@ func NewClient(cfg ClientConfig) (*clientv3.Client, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		})},
-	}
-	if cc.DialTimeout == 0 {
-		cc.DialTimeout = 5 * time.Second
 	}
 	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" {
 		if (cfg.CertFile == "") != (cfg.KeyFile == "") {
@@ -145,12 +140,4 @@ func NewClient(cfg ClientConfig) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("etcdcp: etcd client: %w", err)
 	}
 	return c, nil
-}
-
-// cmpOr returns s, or def if s is empty.
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,7 +121,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	if err := src.Store().Attach(srv); err != nil {
 		return nil, err
 	}
-	r := &Replica{src: src, srv: srv, maxAge: cfg.MaxConnectionAge, grace: orDefault(cfg.MaxConnectionAgeGrace, time.Minute), logger: logger}
+	r := &Replica{src: src, srv: srv, maxAge: cfg.MaxConnectionAge, grace: cmp.Or(cfg.MaxConnectionAgeGrace, time.Minute), logger: logger}
 	hooks := cfg.Hooks
 	onUpdate := hooks.OnUpdate
 	hadSecrets := false // the last configuration loaded had Secrets

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,10 +173,10 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 	}
 	w := &Watcher{
 		kv: cfg.KV, watcher: cfg.Watcher, prefix: cfg.Prefix, src: cfg.Source,
-		interval: orDefault(cfg.ProbeInterval, defaultProbeInterval),
-		timeout:  orDefault(cfg.ProbeTimeout, defaultProbeTimeout),
-		retry:    orDefault(cfg.RetryInterval, defaultRetryInterval),
-		reqTime:  orDefault(cfg.RequestTimeout, defaultRequestTimeout),
+		interval: cmp.Or(cfg.ProbeInterval, defaultProbeInterval),
+		timeout:  cmp.Or(cfg.ProbeTimeout, defaultProbeTimeout),
+		retry:    cmp.Or(cfg.RetryInterval, defaultRetryInterval),
+		reqTime:  cmp.Or(cfg.RequestTimeout, defaultRequestTimeout),
 		hooks:    cfg.Hooks,
 		logger:   cfg.Logger,
 		status:   WatchStatus{Prefix: cfg.Prefix},
@@ -184,14 +185,6 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
 	return w, nil
-}
-
-// orDefault returns d, or def if d is zero.
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Status returns the state of the Watcher.
