@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -142,8 +140,8 @@ func putFiles(ctx context.Context, client *clientv3.Client, prefix string, files
 			held[f.Path] = f.Data
 		}
 		all := make([]meshconfig.File, 0, len(held))
-		for _, p := range slices.Sorted(maps.Keys(held)) {
-			all = append(all, meshconfig.File{Path: p, Data: held[p]})
+		for p, data := range held { // LoadFiles sorts them
+			all = append(all, meshconfig.File{Path: p, Data: data})
 		}
 		if _, err := meshconfig.NewLoader("etcdcp put").LoadFiles(all); err != nil {
 			return 0, err

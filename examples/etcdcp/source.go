@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"maps"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -144,8 +143,8 @@ func (s *Source) Update(changes []FileChange, rev int64, start time.Time) (Chang
 // load loads the files as of rev and states them in the Store.
 func (s *Source) load(rev int64, start time.Time) (Change, error) {
 	files := make([]meshconfig.File, 0, len(s.files))
-	for _, p := range slices.Sorted(maps.Keys(s.files)) {
-		files = append(files, meshconfig.File{Path: p, Data: s.files[p]})
+	for p, data := range s.files { // LoadFiles sorts them
+		files = append(files, meshconfig.File{Path: p, Data: data})
 	}
 	next, err := s.loader.LoadFiles(files)
 	var req *pushcontext.PushRequest

@@ -236,10 +236,10 @@ func Place(path string) (fleet string, ok, nested bool) {
 	return "", true, false
 }
 
-// LoadFiles returns the Snapshot of a set of files named by path, as the
-// directory they would form would load (see LoadFS and Place): paths that
-// are not configuration are skipped, deeper ones with a warning naming
-// their directory.
+// LoadFiles returns the Snapshot of a set of files named by path, in any
+// order, as the directory they would form would load (see LoadFS and
+// Place): paths that are not configuration are skipped, deeper ones with a
+// warning naming their directory.
 func (l *Loader) LoadFiles(files []File) (*Snapshot, error) {
 	var (
 		keep     []File
