@@ -109,7 +109,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 	xcfg.Debounce.Bypass = func(req *pushcontext.PushRequest) bool { return !req.Full }
 	xcfg.Logger = logger
 	if !cfg.InsecureSecrets {
-		xcfg.Generators[xds.SecretType] = noSecrets{}
+		xcfg.Generators[xds.SecretType] = meshconfig.NoSecrets{}
 	}
 	if cfg.Instrument != nil {
 		xcfg = cfg.Instrument(xcfg)
@@ -277,17 +277,6 @@ func (r *Replica) Serve(ctx context.Context, ads, admin net.Listener) error {
 	defer errMu.Unlock()
 	return runErr
 }
-
-// noSecrets is the SDS generator of a Replica that serves no Secret: every
-// client holds none, and no SDS response carries one.
-type noSecrets struct{}
-
-// Generate returns no resource.
-func (noSecrets) Generate(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-	return nil, nil
-}
-
-var _ xds.Generator = noSecrets{}
 
 // countSecrets returns the number of Secrets of snap (nil: none).
 func countSecrets(snap *meshconfig.Snapshot) int {

@@ -8,6 +8,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 )
@@ -89,7 +90,7 @@ func NewControlPlane(cfg ControlPlaneConfig) (*ControlPlane, error) {
 		xcfg.Authorize = authorizeNode
 		xcfg.InitProxy = groupBy(certificateFleet, xcfg.InitProxy)
 	} else if !cfg.InsecureSecrets {
-		xcfg.Generators[xds.SecretType] = noSecrets{}
+		xcfg.Generators[xds.SecretType] = meshconfig.NoSecrets{}
 	}
 	if cfg.Instrument != nil {
 		xcfg = cfg.Instrument(xcfg)
@@ -125,17 +126,6 @@ func groupBy(group func(*xds.Proxy) (string, error), storeInit xds.InitProxyFunc
 		return storeInit(ctx, &q, pc)
 	}
 }
-
-// noSecrets is the SDS generator of a ControlPlane that serves no Secret:
-// every client holds none, and no SDS response carries one.
-type noSecrets struct{}
-
-// Generate returns no resource.
-func (noSecrets) Generate(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-	return nil, nil
-}
-
-var _ xds.Generator = noSecrets{}
 
 // Server returns the xds.Server, for Register, Status and WaitForVersion.
 func (cp *ControlPlane) Server() *xds.Server { return cp.srv }

@@ -39,6 +39,8 @@
 //     resources and the fleet's), the global resources alone as the default
 //     group, and the groups of fleets that are gone deleted. What the Store
 //     refuses besides is a *LoadError too, located in the files.
+//   - Secrets. A server whose clients are not authenticated serves no
+//     Secret: NoSecrets takes the place of the Store's SDS generator.
 //   - Incremental parsing. A Loader parses again only the files whose
 //     content changed since its previous load; a Resource is immutable, so
 //     snapshots share what did not change.

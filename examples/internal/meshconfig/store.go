@@ -1,6 +1,7 @@
 package meshconfig
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/resources"
 )
 
@@ -17,6 +19,18 @@ import (
 func NewStore() (*resources.Store, error) {
 	return resources.New(resources.Config{Types: TypeURLs()})
 }
+
+// NoSecrets is the SDS generator of a server whose clients are not
+// authenticated and that serves them no Secret in its Store's stead: every
+// client holds none, and no SDS response carries one.
+type NoSecrets struct{}
+
+// Generate returns no resource.
+func (NoSecrets) Generate(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
+	return nil, nil
+}
+
+var _ xds.Generator = NoSecrets{}
 
 // Apply states snap in store as one transaction: a group per fleet holding
 // what its nodes see (the global resources and the fleet's own), the
