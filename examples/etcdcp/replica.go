@@ -132,7 +132,7 @@ func NewReplica(cfg ReplicaConfig) (*Replica, error) {
 			}
 			// Secrets go to nobody unless asked otherwise: say so before
 			// serving what they were meant for.
-			n := countSecrets(ev.Change.New)
+			n := ev.Change.New.Count(meshconfig.TypeSecret)
 			if !cfg.InsecureSecrets && n > 0 && !hadSecrets {
 				logger.Warn("secrets are configured but not served: ADS is plaintext and authenticates nobody; start the replicas with -insecure-secrets to serve them to any client",
 					"secrets", n, "revision", ev.Revision)
@@ -276,19 +276,6 @@ func (r *Replica) Serve(ctx context.Context, ads, admin net.Listener) error {
 	errMu.Lock()
 	defer errMu.Unlock()
 	return runErr
-}
-
-// countSecrets returns the number of Secrets of snap (nil: none).
-func countSecrets(snap *meshconfig.Snapshot) int {
-	n := 0
-	if snap != nil {
-		for r := range snap.All() {
-			if r.TypeURL == meshconfig.TypeSecret {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // healthServices returns the service names the gRPC health service

@@ -71,12 +71,7 @@ func (w *secretsWarner) loaded(snap *Snapshot) {
 	if snap == nil {
 		return
 	}
-	n := 0
-	for r := range snap.All() {
-		if r.TypeURL == meshconfig.TypeSecret {
-			n++
-		}
-	}
+	n := snap.Count(meshconfig.TypeSecret)
 	if n > 0 && !w.had {
 		w.logger.Warn("secrets are configured but not served: ADS is plaintext; serve it over mutual TLS (-tls-cert, -tls-key, -client-ca), or pass -insecure-secrets to serve them to any client",
 			"secrets", n)

@@ -376,6 +376,15 @@ func (s *Snapshot) Version() string { return s.version }
 // Len returns the number of resources in all scopes.
 func (s *Snapshot) Len() int { return s.count }
 
+// Count returns the number of resources of typeURL in all scopes.
+func (s *Snapshot) Count(typeURL string) int {
+	n := 0
+	for _, sc := range s.scopes {
+		n += len(sc[typeURL])
+	}
+	return n
+}
+
 // Warnings returns what Load tolerated but a person should know about, such
 // as an EDS cluster without endpoints or an ignored nested directory. The
 // caller must not modify the slice.

@@ -32,6 +32,12 @@ func TestLoadBundled(t *testing.T) {
 	if got, want := s.Len(), 8; got != want {
 		t.Errorf("Len() = %d; want %d", got, want)
 	}
+	if got, want := s.Count(TypeCluster), 2; got != want {
+		t.Errorf("Count(Cluster) = %d; want %d (backend, edge-api)", got, want)
+	}
+	if got := s.Count(TypeSecret); got != 0 {
+		t.Errorf("Count(Secret) = %d; want 0", got)
+	}
 	if got, want := s.Fleets(), []string{"edge"}; !slices.Equal(got, want) {
 		t.Errorf("Fleets() = %q; want %q", got, want)
 	}
