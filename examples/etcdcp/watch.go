@@ -194,13 +194,6 @@ func (w *Watcher) Status() WatchStatus {
 	return w.status
 }
 
-// Connected reports whether etcd answers (WatchStatus.Connected).
-func (w *Watcher) Connected() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.status.Connected
-}
-
 // Run lists and watches the prefix until ctx ends, then returns nil.
 // It does not give up: while etcd is unreachable it retries, and the
 // Source keeps what it has.
