@@ -609,23 +609,7 @@ func (c *faultClient) expect(w *world) xdstest.Condition {
 			want[t] = []proto.Message{}
 		}
 	}
-	// Comparing contents with proto.Equal first is much cheaper than the
-	// diff HoldsResources makes; the diff is made only for a mismatch.
-	diff := xdstest.HoldsResources(want)
-	return func(s *xdstest.State) error {
-		for t, msgs := range want {
-			held := s.Resources(t)
-			if len(held) != len(msgs) {
-				return diff(s)
-			}
-			for i, r := range held { // both sorted by name
-				if !proto.Equal(r.Message, msgs[i]) {
-					return diff(s)
-				}
-			}
-		}
-		return nil
-	}
+	return xdstest.HoldsResources(want)
 }
 
 // rejects reports whether a NACKing client rejects resource res: it does

@@ -218,6 +218,44 @@ func TestEndpointChange(t *testing.T) {
 	}
 }
 
+// HoldsResources is satisfied by exactly the resources held, and reports
+// a diff for one too many, one too few, other content or another name.
+func TestHoldsResources(t *testing.T) {
+	h := newHost().world(2)
+	ts := xdstest.NewServer(t, h.config(t))
+	c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "envoy-1"})
+	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c0", "c1"}, xds.EndpointType: {"c0", "c1"}}), c)
+	changed := xdsfixture.Cluster("c1")
+	changed.ConnectTimeout = durationpb.New(time.Hour)
+	tests := []struct {
+		name string
+		want map[xds.TypeURL][]proto.Message
+		diff string // a substring of the error; "" for none
+	}{
+		{"exact", map[xds.TypeURL][]proto.Message{
+			xds.ClusterType: {xdsfixture.Cluster("c0"), xdsfixture.Cluster("c1")}, xds.EndpointType: {cla("c0", 0), cla("c1", 1)},
+		}, ""},
+		{"a type not subscribed to, empty", map[xds.TypeURL][]proto.Message{xds.SecretType: {}}, ""},
+		{"one too many", map[xds.TypeURL][]proto.Message{
+			xds.ClusterType: {xdsfixture.Cluster("c0"), xdsfixture.Cluster("c1"), xdsfixture.Cluster("c2")},
+		}, `"c2"`},
+		{"one too few", map[xds.TypeURL][]proto.Message{xds.ClusterType: {xdsfixture.Cluster("c0")}}, `"c1"`},
+		{"other content", map[xds.TypeURL][]proto.Message{xds.ClusterType: {xdsfixture.Cluster("c0"), changed}}, "connect_timeout"},
+		{"another name", map[xds.TypeURL][]proto.Message{xds.ClusterType: {xdsfixture.Cluster("c0"), xdsfixture.Cluster("c9")}}, `"c9"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := xdstest.HoldsResources(tt.want)(c.State())
+			switch {
+			case tt.diff == "" && err != nil:
+				t.Errorf("HoldsResources() = %v; want nil", err)
+			case tt.diff != "" && (err == nil || !strings.Contains(err.Error(), tt.diff)):
+				t.Errorf("HoldsResources() = %v; want a diff naming %s", err, tt.diff)
+			}
+		})
+	}
+}
+
 // rejectCluster NACKs every CDS response that carries a cluster named
 // name.
 func rejectCluster(name string) func(*xdstest.Response) error {
