@@ -28,36 +28,6 @@ import (
 // every step that the client never holds a route naming a cluster it
 // lacks, and at the end that it holds the configuration.
 
-// cfgWorld is the configuration, by type and name.
-type cfgWorld map[TypeURL]map[string]proto.Message
-
-func (w cfgWorld) clone() cfgWorld {
-	out := make(cfgWorld, len(w))
-	for t, m := range w {
-		out[t] = maps.Clone(m)
-	}
-	return out
-}
-
-// snapHost is a fakeHost whose generations read the cfgWorld as it was when
-// the PushContext they are given was built, as a Generator must: a push
-// parked by the runner is not seen before it is pushed.
-type snapHost struct {
-	*fakeHost
-	worlds map[uint64]cfgWorld // by PushContext Seq
-}
-
-func (h *snapHost) generate(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
-	w, ok := h.worlds[req.Push.Seq()]
-	if !ok {
-		h.t.Fatalf("no cfgWorld for PushContext %d", req.Push.Seq())
-	}
-	live := h.world
-	h.world = w
-	defer func() { h.world = live }()
-	return h.fakeHost.generate(ctx, c, i, sub, req, push)
-}
-
 // envoyModel is an Envoy-like client: it reads the responses in order and
 // holds what they carry, subscribes to the endpoints of the clusters and
 // to the routes of the listeners it holds (dropping what it no longer
@@ -207,12 +177,11 @@ func (m *envoyModel) dangling() string {
 // Server reads a request (Q).
 type burst struct {
 	t        *testing.T
-	h        *snapHost
+	h        *fakeHost // with snapshots: a push parked by the runner is not seen before it is pushed
 	c        *core
 	m        *envoyModel
 	now      time.Time
 	pc       *pushcontext.PushContext
-	cur      cfgWorld                                   // the configuration now
 	pending  []func(w cfgWorld) []pushcontext.ConfigKey // pushes still to arrive
 	parked   *pushItem                                  // pushes that arrived while the core was busy
 	inbox    []*outMsg                                  // responses on their way to the client
@@ -235,17 +204,13 @@ func (b *burst) failing() string {
 
 func newBurst(t *testing.T, delta, ackFirst bool) *burst {
 	b := &burst{t: t, now: epoch, m: newEnvoyModel(delta, ackFirst)}
-	fh := newFakeHost(t, func(cfg *Config) {
+	b.h = newFakeHost(t, func(cfg *Config) {
 		cfg.Hooks.OnPhaseTimeout = func(ev PhaseTimeoutEvent) { b.timeouts = append(b.timeouts, ev) }
 	})
-	b.h = &snapHost{fakeHost: fh, worlds: map[uint64]cfgWorld{}}
-	b.cur = cfgWorld(fh.world).clone()
-	b.c = newCore(fh.set, b.h, &Proxy{ID: "p", ConnID: "p-1"}, delta, 1)
-	b.pc = fh.build(nil)
-	b.h.worlds[b.pc.Seq()] = b.cur.clone()
-	if err := b.c.init(context.Background(), epoch, b.pc, b.pc.Seq()); err != nil {
-		t.Fatal(err)
-	}
+	b.h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
+	b.c = b.h.newCore(delta)
+	b.pc = b.c.proxy.Push
+	b.h.snapshots[b.pc] = b.h.world.clone()
 	return b
 }
 
@@ -253,17 +218,8 @@ func newBurst(t *testing.T, delta, ackFirst bool) *burst {
 // connection: pushed at once if the core is free, parked otherwise.
 func (b *burst) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 	b.t.Helper()
-	keys := change(b.cur)
-	req := &pushcontext.PushRequest{Full: true, ConfigsUpdated: pushcontext.NewConfigSet(keys...), Start: b.now}
-	pc, err := b.h.b.Build(b.pc, req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.pc = pc
-	b.h.worlds[pc.Seq()] = b.cur.clone()
-	out := *req
-	out.Push = pc
-	item := &pushItem{req: &out, seq: pc.Seq(), start: b.now, merged: 1}
+	item := b.h.next(b.pc, b.now, true, change(b.h.world)...)
+	b.pc = item.req.Push
 	if b.c.busy() {
 		b.log = append(b.log, "P(parked)")
 		b.parked = b.parked.Merge(item)
@@ -434,14 +390,14 @@ func (b *burst) check() {
 		b.t.Errorf("completedSeq = %d; want %d (the last push)", b.c.completedSeq, b.pc.Seq())
 	}
 	want := map[TypeURL]map[string]proto.Message{
-		ClusterType:  b.cur[ClusterType],
-		EndpointType: b.cur[EndpointType],
-		ListenerType: b.cur[ListenerType],
+		ClusterType:  b.h.world[ClusterType],
+		EndpointType: b.h.world[EndpointType],
+		ListenerType: b.h.world[ListenerType],
 		RouteType:    {},
 	}
-	for _, l := range b.cur[ListenerType] {
+	for _, l := range b.h.world[ListenerType] {
 		for _, rn := range xdsrefs.OfListener(l.(*listenerv3.Listener)).Routes {
-			want[RouteType][rn] = b.cur[RouteType][rn]
+			want[RouteType][rn] = b.h.world[RouteType][rn]
 		}
 	}
 	for typ, w := range want {

@@ -432,7 +432,7 @@ func (r *coreRun) moveToNewRoute() {
 func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	h := r.h
-	h.snapshots = map[*pushcontext.PushContext]map[TypeURL]map[string]proto.Message{}
+	h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
 	h.put(ClusterType, xdsfixture.Cluster("c0"))
 	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
 	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))

@@ -29,20 +29,31 @@ type fakeHost struct {
 	set   *settings
 	b     *pushcontext.Builder
 	cache *encCache
-	world map[TypeURL]map[string]proto.Message
+	world cfgWorld
 	fail  map[TypeURL]error
 	// changes, for a type whose Generator is a DeltaGenerator, is what its
 	// GenerateDelta returns, once.
 	changes map[TypeURL]*Changes
-	// snapshots, if not nil, keeps the world as each push left it, by
-	// PushContext: generation then reads the world of the snapshot it is
-	// asked for, not the current one.
-	snapshots map[*pushcontext.PushContext]map[TypeURL]map[string]proto.Message
+	// snapshots, if not nil, keeps the world as each push (next) left it,
+	// by PushContext: generation then reads the world of the snapshot it
+	// is asked for, as a Generator must, not the current one.
+	snapshots map[*pushcontext.PushContext]cfgWorld
 	gens      []string // "TYPE push|answer [subscribed names]"
 	nonces    int
 }
 
 var _ coreHost = (*fakeHost)(nil)
+
+// cfgWorld is the configuration, by type and name.
+type cfgWorld map[TypeURL]map[string]proto.Message
+
+func (w cfgWorld) clone() cfgWorld {
+	out := make(cfgWorld, len(w))
+	for t, m := range w {
+		out[t] = maps.Clone(m)
+	}
+	return out
+}
 
 func newFakeHost(t testing.TB, tweak func(*Config)) *fakeHost {
 	t.Helper()
@@ -72,7 +83,7 @@ func newFakeHost(t testing.TB, tweak func(*Config)) *fakeHost {
 	}
 	return &fakeHost{
 		t: t, set: set, b: b, cache: newEncCache(),
-		world:   map[TypeURL]map[string]proto.Message{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}},
+		world:   cfgWorld{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}},
 		fail:    map[TypeURL]error{},
 		changes: map[TypeURL]*Changes{},
 	}
@@ -97,7 +108,11 @@ func (h *fakeHost) generate(_ context.Context, c *core, i int, sub *subscription
 		return nil, err
 	}
 	world := h.world
-	if w, ok := h.snapshots[req.Push]; ok {
+	if h.snapshots != nil {
+		w, ok := h.snapshots[req.Push]
+		if !ok {
+			h.t.Fatalf("no snapshot of the world for PushContext %d", req.Push.Seq())
+		}
 		world = w
 	}
 	var res []Resource
@@ -174,6 +189,24 @@ func (h *fakeHost) build(prev *pushcontext.PushContext, keys ...pushcontext.Conf
 		h.t.Fatal(err)
 	}
 	return pc
+}
+
+// next builds the PushContext that follows prev for a push of keys, keeps
+// a snapshot of the world for it (if snapshots is on), and returns the
+// push, made at now.
+func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool, keys ...pushcontext.ConfigKey) *pushItem {
+	h.t.Helper()
+	req := &pushcontext.PushRequest{Full: full, ConfigsUpdated: pushcontext.NewConfigSet(keys...), Start: now}
+	pc, err := h.b.Build(prev, req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if h.snapshots != nil {
+		h.snapshots[pc] = h.world.clone()
+	}
+	out := *req
+	out.Push = pc
+	return &pushItem{req: &out, seq: pc.Seq(), start: now, merged: 1}
 }
 
 // newCore returns a core of a proxy "p" on a fresh PushContext.
@@ -564,22 +597,9 @@ func (r *coreRun) expect(what string, want ...string) {
 func (r *coreRun) change(full bool, f func(), keys ...pushcontext.ConfigKey) {
 	r.t.Helper()
 	f()
-	req := &pushcontext.PushRequest{Full: full, ConfigsUpdated: pushcontext.NewConfigSet(keys...), Start: r.now}
-	pc, err := r.h.b.Build(r.pc, req)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.pc = pc
-	if r.h.snapshots != nil {
-		w := make(map[TypeURL]map[string]proto.Message, len(r.h.world))
-		for typ, res := range r.h.world {
-			w[typ] = maps.Clone(res)
-		}
-		r.h.snapshots[pc] = w
-	}
-	out := *req
-	out.Push = pc
-	if err := r.c.push(r.ctx(), r.now, &pushItem{req: &out, seq: pc.Seq(), start: r.now, merged: 1}); err != nil {
+	item := r.h.next(r.pc, r.now, full, keys...)
+	r.pc = item.req.Push
+	if err := r.c.push(r.ctx(), r.now, item); err != nil {
 		r.t.Fatal(err)
 	}
 }
