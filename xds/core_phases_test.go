@@ -2,13 +2,14 @@ package xds
 
 import (
 	"errors"
-	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -177,11 +178,12 @@ func (r *coreRun) grpcLike(route string, clusters ...string) {
 	r.subscribe(RouteType, "r0")
 	r.expect("RDS answer", "RDS [r0]"+r.none())
 	r.ack(RouteType)
+	held := strings.Join(slices.Sorted(slices.Values(clusters)), " ")
 	r.subscribe(ClusterType, clusters...)
-	r.take()
+	r.expect("CDS answer", "CDS ["+held+"]"+r.none())
 	r.ack(ClusterType)
 	r.subscribe(EndpointType, clusters...)
-	r.take()
+	r.expect("EDS answer", "EDS ["+held+"]"+r.none())
 	r.ack(EndpointType)
 }
 
@@ -410,23 +412,7 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 func TestCorePushWaitsForARoutesClusters(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	h := r.h
-	h.put(ClusterType, xdsfixture.Cluster("c0"))
-	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
-	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
-	h.put(RouteType, xdsfixture.Route("r0", "c0"))
-	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
-	r.subscribe(ListenerType, "l0")
-	r.expect("LDS answer", "LDS [l0]")
-	r.ack(ListenerType)
-	r.subscribe(RouteType, "r0")
-	r.expect("RDS answer", "RDS [r0]")
-	r.ack(RouteType)
-	r.subscribe(ClusterType, "c0")
-	r.expect("CDS answer", "CDS [c0]")
-	r.ack(ClusterType)
-	r.subscribe(EndpointType, "c0")
-	r.expect("EDS answer", "EDS [c0]")
-	r.ack(EndpointType)
+	r.grpcLike("c0", "c0")
 
 	// r0 moves to a new cluster c1.
 	r.change(true, func() {

@@ -67,13 +67,9 @@ func TestCoreDeltaReconnect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newCoreRun(t, true, nil)
-			h := r.h
-			c0, l0, r0 := xdsfixture.Cluster("c0"), xdsfixture.Listener("l0", "r0"), xdsfixture.Route("r0", "c0")
-			h.put(ClusterType, c0)
-			h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
-			h.put(ListenerType, l0)
-			h.put(RouteType, r0)
-			r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+			r.meshWorld()
+			w := r.h.world
+			c0, l0, r0 := w[ClusterType]["c0"], w[ListenerType]["l0"], w[RouteType]["r0"]
 			reported := func(typ TypeURL, msg proto.Message, kind string) string {
 				switch kind {
 				case "equal":
@@ -433,11 +429,7 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	h := r.h
 	h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
-	h.put(ClusterType, xdsfixture.Cluster("c0"))
-	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
-	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
-	h.put(RouteType, xdsfixture.Route("r0", "c0"))
-	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+	r.meshWorld()
 	old := r.pc.Version()
 
 	// The reconnected client's first requests: the cluster answer fails.

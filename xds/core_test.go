@@ -688,9 +688,9 @@ func ckey(kind, name string) pushcontext.ConfigKey {
 	return pushcontext.ConfigKey{Kind: kind, Name: name}
 }
 
-// mesh puts listener l0 → route r0 → cluster c0 (EDS c0) in the world and
-// has the client (Envoy-like) hold it all.
-func (r *coreRun) mesh() {
+// meshWorld puts listener l0 → route r0 → cluster c0 (EDS c0) in the
+// world and pushes it.
+func (r *coreRun) meshWorld() {
 	r.t.Helper()
 	h := r.h
 	h.put(ClusterType, xdsfixture.Cluster("c0"))
@@ -698,6 +698,12 @@ func (r *coreRun) mesh() {
 	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
 	h.put(RouteType, xdsfixture.Route("r0", "c0"))
 	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+}
+
+// mesh is meshWorld, with the client (Envoy-like) holding it all.
+func (r *coreRun) mesh() {
+	r.t.Helper()
+	r.meshWorld()
 	r.subscribe(ClusterType)
 	r.expect("CDS answer", "CDS [c0]"+r.none())
 	r.ack(ClusterType)
