@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"fmt"
-	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/pushcontext"
 )

@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xdspush/xdspush/internal/xdsfixture"
-	"github.com/xdspush/xdspush/pushcontext"
-
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
+	"github.com/xdspush/xdspush/pushcontext"
 )
 
 // version returns the Delta version of msg as the Server encodes it.

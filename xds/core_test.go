@@ -737,7 +737,7 @@ func (r *coreRun) held(typ TypeURL) []string {
 // a new route naming the new cluster only with the RDS phase.
 func TestCoreSwapOrderAndDeferredAnswer(t *testing.T) {
 	for _, delta := range []bool{false, true} {
-		t.Run(map[bool]string{false: "sotw", true: "delta"}[delta], func(t *testing.T) {
+		t.Run(protocols[delta], func(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
 			h := r.h
