@@ -28,13 +28,7 @@ import (
 // on fake time.
 
 // failureWorld is listener l0 → route r0 → cluster c0 and its endpoints.
-func failureWorld() *world {
-	w := newWorld()
-	w.clusters["c0"], w.endpoints["c0"] = xdsfixture.Cluster("c0"), xdsfixture.CLAPort("c0", 8000)
-	w.routes["r0"] = xdsfixture.Route("r0", "c0")
-	w.listeners["l0"] = xdsfixture.Listener("l0", "r0")
-	return w
-}
+func failureWorld() *world { return baseWorld(1) }
 
 // holdsFailureWorld is what an Envoy-like client of failureWorld holds.
 var holdsFailureWorld = xdstest.HoldsNames(map[xds.TypeURL][]string{
@@ -570,13 +564,8 @@ func TestFailureNilIsEmpty(t *testing.T) {
 func TestFailureNotLoaded(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			h := &host{t: t, w: failureWorld()}
-			srv, err := xds.New(h.config(nil))
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.srv = srv
-			ts := xdstest.NewServerFor(t, srv)
+			h := newHost(t, failureWorld(), nil)
+			srv, ts := h.srv, xdstest.NewServerFor(t, h.srv)
 			c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "early"})
 			synctest.Wait()
 			if code := status.Code(c.Err()); code != codes.Unavailable {
@@ -595,13 +584,8 @@ func TestFailureNotLoaded(t *testing.T) {
 	for _, protocol := range []xdstest.Protocol{xdstest.SotW, xdstest.Delta} {
 		t.Run("connect when ready/"+protocol.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := &host{t: t, w: failureWorld()}
-				srv, err := xds.New(h.config(nil))
-				if err != nil {
-					t.Fatal(err)
-				}
-				h.srv = srv
-				ts := xdstest.NewServerFor(t, srv)
+				h := newHost(t, failureWorld(), nil)
+				srv, ts := h.srv, xdstest.NewServerFor(t, h.srv)
 				connected := make(chan *xdstest.Client)
 				go func() {
 					<-srv.Ready()

@@ -1038,12 +1038,8 @@ func TestFaultRemovalWaitsForAFailedAnswer(t *testing.T) {
 	for _, protocol := range []xdstest.Protocol{xdstest.SotW, xdstest.Delta} {
 		t.Run(protocol.String(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				w := newWorld()
-				w.clusters["c0"], w.endpoints["c0"] = xdsfixture.Cluster("c0"), xdsfixture.CLAPort("c0", 8000)
-				w.routes["r0"] = xdsfixture.Route("r0", "c0")
-				w.listeners["l0"] = xdsfixture.Listener("l0", "r0")
 				var failing atomic.Bool
-				h := startHost(t, w, func(cfg *xds.Config) {
+				h := startHost(t, failureWorld(), func(cfg *xds.Config) {
 					rds := cfg.Generators[xds.RouteType]
 					cfg.Generators[xds.RouteType] = xds.GeneratorFunc(func(ctx context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
 						if failing.Load() && slices.Contains(w.Names, "r1") {
@@ -1088,11 +1084,7 @@ func TestFaultRemovalWaitsForAFailedAnswer(t *testing.T) {
 // never gets its routes, while Sync says it has converged.
 func TestFaultSotWResubscribeAfterUnsubscribe(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		w := newWorld()
-		w.clusters["c0"], w.endpoints["c0"] = xdsfixture.Cluster("c0"), xdsfixture.CLAPort("c0", 8000)
-		w.routes["r0"] = xdsfixture.Route("r0", "c0")
-		w.listeners["l0"] = xdsfixture.Listener("l0", "r0")
-		h := startHost(t, w, nil)
+		h := startHost(t, failureWorld(), nil)
 		c := h.ts.NewClient(t, xdstest.ClientConfig{NodeID: "grpc", Behavior: xdstest.GRPC, Listeners: []string{"l0"}})
 		xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ListenerType: {"l0"}, xds.RouteType: {"r0"}}), c)
 

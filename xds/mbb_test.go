@@ -115,14 +115,24 @@ type host struct {
 // startHost serves w with every type taken from the PushContext.
 func startHost(t testing.TB, w *world, tweak func(*xds.Config)) *host {
 	t.Helper()
+	h := newHost(t, w, tweak)
+	// h.w is the configuration, loaded before serving: NewServerFor then
+	// returns once the first configuration is built (a stream that comes
+	// while it is built is refused with Unavailable).
+	h.srv.Loaded()
+	h.ts = xdstest.NewServerFor(t, h.srv)
+	return h
+}
+
+// newHost is a host of w whose Server is neither loaded nor served.
+func newHost(t testing.TB, w *world, tweak func(*xds.Config)) *host {
+	t.Helper()
 	h := &host{t: t, w: w}
 	srv, err := xds.New(h.config(tweak))
 	if err != nil {
 		t.Fatal(err)
 	}
 	h.srv = srv
-	srv.Loaded() // h.w is the configuration, loaded
-	h.ts = xdstest.NewServerFor(t, srv)
 	return h
 }
 
