@@ -219,7 +219,8 @@ func TestDeltaCDSReconnect(t *testing.T) {
 // reconnecting client asks for EDS first, then CDS, both with
 // initial_resource_versions, then LDS and RDS. CDS sends the changed
 // cluster, and the changed cluster's endpoints follow unasked (the client
-// re-warms it); listeners and routes are answered once it has ACKed them. The deleted cluster and its endpoints are removed, in that
+// re-warms it); listeners and routes are answered once it has ACKed the
+// clusters. The deleted cluster and its endpoints are removed, in that
 // order, once the client has ACKed its answers.
 func TestDeltaReconnectRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

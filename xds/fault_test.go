@@ -1120,14 +1120,12 @@ func TestFaultSotWResubscribeAfterUnsubscribe(t *testing.T) {
 	})
 }
 
-// A gRPC-like SotW client whose listener moves to a new route stops
-// asking for the clusters of the old route as soon as it has the new
-// listener, although (as the Checker models it, and as grpc-go keeps its
-// configuration until the new one is complete) the old listener and route
-// are still in service until the new route arrives. The Server answers
-// the client's CDS request with the clusters it asks for, and the Checker
-// reports the old route's cluster removed while in service, although the
-// configuration still has it.
+// A gRPC-like SotW client whose listener moves to a new route keeps the
+// old listener and route in service until the new route arrives (as
+// grpc-go keeps its configuration until the new one is complete), and so
+// keeps asking for the old route's clusters meanwhile: the Checker must
+// find no cluster removed while in service (xdstest's gRPC model keeps
+// watching them).
 func TestFaultGRPCClientKeepsClustersInService(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld()
