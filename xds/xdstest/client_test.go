@@ -735,3 +735,49 @@ func TestReconnectToClosedServer(t *testing.T) {
 		t.Errorf("Err() = %v after a successful reconnect; want nil", c.Err())
 	}
 }
+
+// While a listener's new routes are on their way, its version in service
+// still serves: an Envoy-like client keeps subscribing to the routes of
+// that version, a gRPC-like one to the clusters they name. Once the new
+// routes arrive, both follow them.
+func TestWarmingListenerKeepsVersionInService(t *testing.T) {
+	tests := []struct {
+		behavior xdstest.Behavior
+		typ      xds.TypeURL // what the version in service keeps subscribed to
+		warming  []string
+		warm     []string
+	}{
+		{xdstest.Envoy, xds.RouteType, []string{"r0", "r1"}, []string{"r1"}},
+		{xdstest.GRPC, xds.ClusterType, []string{"c0"}, []string{"c1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.behavior.String(), func(t *testing.T) {
+			h := newHost().world(2)
+			ts := xdstest.NewServer(t, h.config(t))
+			cfg := xdstest.ClientConfig{NodeID: "c", Behavior: tt.behavior}
+			if tt.behavior == xdstest.GRPC {
+				cfg.Listeners = []string{"l0"}
+			}
+			c := ts.NewClient(t, cfg)
+			xdstest.Await(t, xdstest.HoldsNames(names{xds.RouteType: {"r0"}}), c)
+			subscribed := func(want []string) xdstest.Condition {
+				return func(s *xdstest.State) error {
+					if got, _, _ := s.Subscription(tt.typ); !slices.Equal(got, want) {
+						return fmt.Errorf("%s subscription = %v; want %v", short(tt.typ), got, want)
+					}
+					return nil
+				}
+			}
+
+			// l0 moves to r1, which the configuration does not have yet.
+			h.update(ts, true, func(h *host) { h.listeners["l0"] = xdsfixture.Listener("l0", "r1") }, key(kindListener, "l0"))
+			xdstest.Await(t, xdstest.All(
+				xdstest.HoldsResources(map[xds.TypeURL][]proto.Message{xds.ListenerType: {xdsfixture.Listener("l0", "r1")}}),
+				subscribed(tt.warming)), c)
+
+			h.update(ts, true, func(h *host) { h.routes["r1"] = xdsfixture.Route("r1", "c1") }, key(kindRoute, "r1"))
+			xdstest.Await(t, xdstest.All(xdstest.HoldsNames(names{xds.RouteType: {"r1"}}), subscribed(tt.warm)), c)
+			xdstest.AssertNoDangling(t, c)
+		})
+	}
+}
