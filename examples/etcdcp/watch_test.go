@@ -30,10 +30,11 @@ type gatedWatcher struct {
 	gate     chan struct{} // closed when Watch may proceed
 	brk      chan struct{} // closed to break the current watch
 	replayTo int64         // if not 0, the next watch starts there
+	called   chan struct{} // closed, and replaced, by each Watch
 }
 
 func newGatedWatcher(w clientv3.Watcher) *gatedWatcher {
-	g := &gatedWatcher{Watcher: w, gate: make(chan struct{})}
+	g := &gatedWatcher{Watcher: w, gate: make(chan struct{}), called: make(chan struct{})}
 	close(g.gate)
 	return g
 }
@@ -49,6 +50,8 @@ func (g *gatedWatcher) Watch(ctx context.Context, key string, opts ...clientv3.O
 		opts = append(slices.Clone(opts), clientv3.WithRev(g.replayTo))
 		g.replayTo = 0
 	}
+	close(g.called)
+	g.called = make(chan struct{})
 	g.mu.Unlock()
 	out := make(chan clientv3.WatchResponse)
 	go func() {
@@ -80,6 +83,28 @@ func (g *gatedWatcher) Watch(ctx context.Context, key string, opts ...clientv3.O
 		}
 	}()
 	return out
+}
+
+// waitWatches waits until Watch has been called n times: the Watcher
+// announces a watch before it calls Watch, so a test that breaks the watch
+// it was told of waits for the call first.
+func (g *gatedWatcher) waitWatches(t *testing.T, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	for {
+		g.mu.Lock()
+		calls, called := len(g.froms), g.called
+		g.mu.Unlock()
+		if calls >= n {
+			return
+		}
+		select {
+		case <-called:
+		case <-ctx.Done():
+			t.Fatalf("Watch called %d times; want %d", calls, n)
+		}
+	}
 }
 
 // breakWatch closes the gate (when close is true) and ends the current
@@ -119,6 +144,7 @@ type watchedSource struct {
 	w       *Watcher
 	updates chan UpdateEvent
 	watches chan WatchEvent
+	seen    int // WatchEvents read by nextWatch
 }
 
 // newWatchedSource starts a Watcher of testPrefix on e, stopped when the
@@ -167,13 +193,16 @@ func (ws *watchedSource) nextUpdate(t *testing.T) UpdateEvent {
 	return UpdateEvent{}
 }
 
-// nextWatch returns the next WatchEvent.
+// nextWatch returns the next WatchEvent once the watch it announces has
+// called Watch, so that breakWatch ends that watch.
 func (ws *watchedSource) nextWatch(t *testing.T) WatchEvent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	select {
 	case ev := <-ws.watches:
+		ws.seen++
+		ws.gw.waitWatches(t, ws.seen)
 		return ev
 	case <-ctx.Done():
 		t.Fatal("no watch opened")
