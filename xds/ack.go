@@ -16,7 +16,13 @@ import (
 
 // flight is one response of a type the client has not answered yet.
 type flight struct {
-	nonce string
+	// The response: its nonce, version, the Seq of the PushContext it was
+	// made from and the connection's appliedSeq then (see typeState's
+	// nonceSent and the rest), recorded as acknowledged when the client
+	// accepts it.
+	nonce   string
+	version string
+	seq, p  uint64
 	// For a response that replaced what the client holds (a SotW
 	// full-state response), before and after are the holdings; otherwise
 	// changes lists what it changed, in order, with what was held before.
@@ -29,6 +35,11 @@ func newFlight() *flight {
 	f := &flight{}
 	f.changes = f.inline[:0]
 	return f
+}
+
+// sent records, in f, the response of ts just stamped (see core.stamp).
+func (f *flight) sent(ts *typeState) {
+	f.nonce, f.version, f.seq, f.p = ts.nonceSent, ts.versionSent, ts.seqSent, ts.pSent
 }
 
 // change is one name a response changed: what the client held before
@@ -108,12 +119,27 @@ func (ts *typeState) flightIndex(nonce string) int {
 }
 
 // accepted settles the flights up to the one with nonce (a request that
-// names it without an error) as accepted.
+// names it without an error) as accepted, and records that one as the
+// response the client last accepted.
 func (c *core) accepted(ts *typeState, nonce string) {
 	if k := ts.flightIndex(nonce); k >= 0 {
+		c.acked(ts, ts.flights[k])
 		clear(ts.flights[:k+1])
 		ts.flights = ts.flights[k+1:]
 	}
+}
+
+// acked records f's response as the last the client accepted (Status's
+// AckedVersion and AckedNonce, and what Sync counts as synced): an ACK of
+// it, or a later request that names it or a later response (a stale ACK,
+// or a NACK that says the client kept it). A rejection it follows is no
+// longer the client's last word.
+func (c *core) acked(ts *typeState, f *flight) {
+	if f.nonce == ts.nonceAcked {
+		return
+	}
+	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt, ts.pAcked = f.nonce, f.version, f.seq, c.now, f.p
+	ts.nack = nil
 }
 
 // reject settles the flights before the one with nonce as accepted and
@@ -123,6 +149,9 @@ func (c *core) reject(ts *typeState, nonce string) {
 	k := ts.flightIndex(nonce)
 	if k < 0 {
 		return
+	}
+	if k > 0 {
+		c.acked(ts, ts.flights[k-1])
 	}
 	for j := len(ts.flights) - 1; j >= k; j-- {
 		ts.flights[j].undo(&ts.held)
@@ -159,8 +188,9 @@ func (c *core) reject(ts *typeState, nonce string) {
 
 // ack records that the client ACKed the last response of type ts.
 func (c *core) ack(ts *typeState) {
+	again := ts.nonceAcked == ts.nonceSent
 	c.accepted(ts, ts.nonceSent)
-	if ts.nonceAcked == ts.nonceSent {
+	if again {
 		return
 	}
 	t := c.set.order[ts.idx]

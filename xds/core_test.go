@@ -902,3 +902,58 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 		t.Errorf("NACK still standing after an ACK: %+v", cds.nack)
 	}
 }
+
+// A response answered only by a later request still counts as accepted:
+// when a push overtakes the client's ACK of an answer, that ACK arrives
+// with a stale nonce, and a NACK of the push says the client kept the
+// answer. Either way, the answer is what the client last accepted (Status's
+// AckedVersion), and the NACK that follows stands.
+func TestCoreAcceptedBeforeAnswered(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		delta    bool
+		staleACK bool // the answer's ACK arrives after the push was sent
+	}{
+		{name: "SotW/stale ACK then NACK", staleACK: true},
+		{name: "SotW/NACK only"},
+		{name: "Delta/stale ACK then NACK", delta: true, staleACK: true},
+		{name: "Delta/NACK only", delta: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newCoreRun(t, tc.delta, nil)
+			r.meshWorld()
+			h := r.h
+			r.subscribe(ClusterType)
+			r.expect("CDS answer", "CDS [c0]"+r.none())
+			answer := r.last[ClusterType]
+			r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c1"))
+			push := "CDS [c0 c1]"
+			if tc.delta {
+				push = "CDS [c1] -[]"
+			}
+			r.expect("the push, before the answer's ACK", push)
+			cds := r.c.types[h.set.cdsIdx]
+			accepted := func(when string) {
+				t.Helper()
+				if cds.nonceAcked != answer.nonce || cds.seqAcked != answer.seq || cds.pAcked != answer.p || cds.versionAcked == "" {
+					t.Errorf("%s: acked nonce %q, version %q, seq %d, p %d; want the answer's: %q, seq %d, p %d",
+						when, cds.nonceAcked, cds.versionAcked, cds.seqAcked, cds.pAcked, answer.nonce, answer.seq, answer.p)
+				}
+			}
+			if tc.staleACK {
+				push := r.last[ClusterType]
+				r.last[ClusterType] = answer
+				r.ack(ClusterType)
+				r.last[ClusterType] = push
+				r.expect("nothing for a stale ACK")
+				accepted("after the stale ACK")
+			}
+			r.nack(ClusterType, "c1 is invalid")
+			r.expect("nothing for a NACK")
+			accepted("after the NACK")
+			if cds.nack == nil {
+				t.Error("the NACK does not stand")
+			}
+		})
+	}
+}

@@ -165,9 +165,9 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	ts.held.reset(tr.after)
 	after := ts.held.snapshot()
 	f.before, f.after = &before, &after
-	f.nonce = tr.msg.nonce
-	ts.flights = append(ts.flights, f)
 	m := c.stampNonce(i, tr.msg.nonce, tr.msg.resources, tr.msg.removed, tr.msg.bytes, o)
+	f.sent(ts)
+	ts.flights = append(ts.flights, f)
 	m.resp, m.dresp, m.shared = tr.msg.resp, tr.msg.dresp, tr.msg
 	return m
 }

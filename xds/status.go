@@ -48,8 +48,10 @@ type TypeStatus struct {
 	SentAt      time.Time
 
 	// AckedVersion and AckedNonce identify the last response the client
-	// ACKed. The client holds the state of the last response when
-	// AckedNonce == SentNonce.
+	// accepted: one it ACKed, or one that a later request says it kept (an
+	// ACK that arrives after a newer response was sent, or a NACK of a
+	// newer response). The client holds the state of the last response
+	// when AckedNonce == SentNonce.
 	AckedVersion string
 	AckedNonce   string
 	AckedAt      time.Time
