@@ -129,8 +129,11 @@ type typeState struct {
 	// targets (a DeltaGenerator's) released since changed of it (nil: the
 	// name was removed): what tells a reference the configuration breaks
 	// from one a client still holds on its way to the configuration (see
-	// removable). Read them with lastGet.
+	// removable). Read them with lastGet. lastSub is the subscription
+	// lastTarget was generated for: of a name it does not cover, the
+	// Server does not know whether the configuration has it (see lastKnows).
 	lastTarget  *resSet
+	lastSub     *subscription
 	lastChanges map[string]*encoded
 	// lastPush is the PushContext the last of them was generated from.
 	lastPush *pushcontext.PushContext
@@ -197,6 +200,17 @@ func (ts *typeState) lastGet(name string) *encoded {
 	return ts.lastTarget.get(name)
 }
 
+// lastKnows reports whether what lastGet returns for name tells what the
+// configuration has: the last full generation was for a subscription that
+// covers name, or a partial target since changed it. A target generated
+// before the client subscribed to name did not look for it.
+func (ts *typeState) lastKnows(name string) bool {
+	if _, ok := ts.lastChanges[name]; ok {
+		return true
+	}
+	return ts.lastTarget != nil && ts.lastSub.covers(name)
+}
+
 // generated records tgt, generated from pc and released, as what the
 // configuration has of the type. A partial target changes what was
 // generated before; past a bound (a quarter of the resources, at least
@@ -206,14 +220,14 @@ func (ts *typeState) lastGet(name string) *encoded {
 // nothing reads the others' (see removable).
 func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers bool) {
 	if !tgt.partial {
-		ts.lastTarget, ts.lastChanges, ts.lastPush = tgt.set, nil, pc
+		ts.lastTarget, ts.lastSub, ts.lastChanges, ts.lastPush = tgt.set, tgt.sub, nil, pc
 		return
 	}
 	if ts.lastTarget == nil || !refers {
 		return // nothing to apply the changes to, or no one to read them
 	}
 	if n := len(ts.lastChanges) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
-		ts.lastTarget, ts.lastChanges, ts.lastPush = nil, nil, nil
+		ts.lastTarget, ts.lastSub, ts.lastChanges, ts.lastPush = nil, nil, nil, nil
 		ts.dirty = true
 		return
 	}

@@ -410,3 +410,50 @@ func TestCorePushWaitsForARoutesClusters(t *testing.T) {
 	r.expect("c1's endpoints", "EDS [c1]")
 	r.expectBusy("once the client has them", false)
 }
+
+// A client whose cluster subscription widens (here from c0 to every
+// cluster) while the answer for it fails lacks the clusters it has not been
+// sent, and the cluster type's last generation, for the names before, does
+// not have them: that says nothing of the configuration, which has them. A
+// route naming one is held back for the client to be sent the cluster, not
+// reported as a reference the configuration breaks, and goes out once the
+// cluster does.
+func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	r.grpcLike("c0", "c0")
+	// c1 and r1, a route naming it, are in the configuration; the client
+	// has neither.
+	r.change(true, func() {
+		h.put(ClusterType, xdsfixture.Cluster("c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r1", "c1"))
+	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r1"))
+	r.expect("nothing the client subscribes to changed")
+	// The client asks for every cluster; the CDS generator fails.
+	h.fail[ClusterType] = errors.New("injected")
+	r.resubscribe(ClusterType)
+	r.expect("the CDS answer fails")
+	cds := r.c.types[h.set.cdsIdx]
+	if !cds.sub.wildcard || cds.err == nil {
+		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.sub.wildcard, cds.err)
+	}
+	// It asks for r1, which names c1.
+	r.resubscribe(RouteType, "r0", "r1")
+	r.expect("nothing: r1 is held back, the client lacks c1")
+	rds := r.c.types[h.set.rdsIdx]
+	var re *ReferenceError
+	if !errors.As(rds.err, &re) && rds.retry == nil {
+		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.err)
+	}
+	if re != nil {
+		t.Fatalf("RDS error %v: the configuration has c1; the client has not been sent it yet", rds.err)
+	}
+	// The generator recovers: c1, then the route that names it.
+	delete(h.fail, ClusterType)
+	r.wait(time.Minute)
+	r.expect("the clusters, then the route", "CDS [c0 c1]", "RDS [r1]")
+	if cds.err != nil || rds.err != nil {
+		t.Errorf("errors after the recovery: CDS %v, RDS %v; want none", cds.err, rds.err)
+	}
+}

@@ -538,11 +538,12 @@ func (c *core) danglingCluster(i int, r entry) *ReferenceError {
 			continue
 		}
 		// The client lacks the cluster because it rejected it, or because
-		// it has not been sent yet (it is in the configuration): not the
-		// configuration's fault. Otherwise the configuration names a
-		// cluster it does not have.
+		// it has not been sent yet (it is in the configuration, or the
+		// last generation was for a subscription without it, so that the
+		// Server cannot tell): not the configuration's fault. Otherwise
+		// the configuration names a cluster it does not have.
 		_, rejected := cds.rejected[name]
-		transient := rejected || !c.current(cds) || cds.lastGet(name) != nil
+		transient := rejected || !c.current(cds) || !cds.lastKnows(name) || cds.lastGet(name) != nil
 		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
 	}
 	return nil
