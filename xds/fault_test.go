@@ -699,6 +699,12 @@ func runFault(t *testing.T, p faultParams) {
 				}
 			}
 		}()
+		defer func() {
+			// Also after a Fatal: the run is what reproduces a failure.
+			if t.Failed() {
+				t.Logf("seed %d; the run:\n%s", p.seed, strings.Join(run.log, "\n"))
+			}
+		}()
 		for i := range run.clients {
 			run.clients[i] = run.connect(i)
 		}
@@ -743,9 +749,6 @@ func runFault(t *testing.T, p faultParams) {
 		}
 		for _, c := range run.clients {
 			xdstest.AssertNoDangling(t, c.Client)
-		}
-		if t.Failed() {
-			t.Logf("seed %d; the run:\n%s", p.seed, strings.Join(run.log, "\n"))
 		}
 		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d",
 			p.seed, p.changes, len(run.clients), m.replicas[0].srv.Version(), run.stats, run.syncs,
