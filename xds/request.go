@@ -201,7 +201,8 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		if err := c.checkSubscription(i, names); err != nil {
 			return err
 		}
-		nts := newTypeState(i, c.host.intern(newSubscription(names, wildcard)))
+		sub, order := c.sotwSubscription(names, wildcard, order)
+		nts := newTypeState(i, sub)
 		if ts != nil {
 			c.subBytes -= ts.subBytes
 		}
@@ -248,7 +249,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.wildcard
 	if !same {
-		ts.sub = c.host.intern(newSubscription(names, wildcard))
+		ts.sub, order = c.sotwSubscription(names, wildcard, order)
 		c.setSubBytes(ts, names)
 	}
 	ts.order, ts.star = order, star

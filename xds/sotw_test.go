@@ -79,6 +79,55 @@ func TestParseNames(t *testing.T) {
 	}
 }
 
+// internHost is a fakeHost whose subscriptions are interned, as a
+// Server's are.
+type internHost struct {
+	*fakeHost
+	subs subTable
+}
+
+func (h *internHost) intern(sub *subscription) *subscription { return h.subs.intern(sub) }
+
+// Connections whose SotW requests list the same names in the same order
+// share the subscription and its order, so that what each holds does not
+// grow with the names; another order is kept per connection, and every
+// connection still recognises its own requests.
+func TestSotWSubscriptionSharesOrder(t *testing.T) {
+	h := &internHost{fakeHost: newFakeHost(t, nil)}
+	first := &core{host: h}
+	names, _, order := parseNames([]string{"c2", "c1", "c3"})
+	firstSub, firstOrder := first.sotwSubscription(names, false, order)
+	tests := []struct {
+		name       string
+		raw        []string
+		wantSub    bool // the first connection's subscription
+		wantShared bool // the first connection's order
+	}{
+		{name: "same order", raw: []string{"c2", "c1", "c3"}, wantSub: true, wantShared: true},
+		{name: "another order", raw: []string{"c3", "c2", "c1"}, wantSub: true},
+		{name: "sorted", raw: []string{"c1", "c2", "c3"}, wantSub: true},
+		{name: "other names", raw: []string{"c2", "c1"}},
+		{name: "same order and a star", raw: []string{"c2", "c1", "*", "c3"}, wantSub: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			names, star, order := parseNames(slices.Clone(tt.raw))
+			c := &core{host: h}
+			sub, got := c.sotwSubscription(names, false, order)
+			if (sub == firstSub) != tt.wantSub {
+				t.Errorf("shares the subscription: %t; want %t", sub == firstSub, tt.wantSub)
+			}
+			if shared := len(got) > 0 && &got[0] == &firstOrder[0]; shared != tt.wantShared {
+				t.Errorf("shares the order: %t; want %t", shared, tt.wantShared)
+			}
+			ts := &typeState{sub: sub, star: star, order: got}
+			if !ts.sameNames(tt.raw) {
+				t.Errorf("sameNames(%q) = false; want true", tt.raw)
+			}
+		})
+	}
+}
+
 // nilGenerator returns nil ("nothing to send"), or err.
 type nilGenerator struct{ err error }
 

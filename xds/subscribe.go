@@ -16,6 +16,12 @@ import (
 type subscription struct {
 	names    []string // sorted, unique, without "*"
 	wildcard bool
+	// order is the order of the names in the SotW request that made the
+	// subscription (see typeState.order), nil if none: connections whose
+	// requests list the names in that order share it, so that what each
+	// holds does not grow with the names (a fleet's proxies list them
+	// alike). It takes no part in equality.
+	order []uint32
 }
 
 var (
@@ -31,6 +37,21 @@ func newSubscription(names []string, wildcard bool) *subscription {
 		return wildcardSubscription
 	}
 	return noSubscription
+}
+
+// sotwSubscription returns the interned subscription to names (wildcard
+// as given) of a SotW request whose names came in order (see parseNames),
+// and that order, shared with the subscription when they are the same.
+func (c *core) sotwSubscription(names []string, wildcard bool, order []uint32) (*subscription, []uint32) {
+	s := newSubscription(names, wildcard)
+	if s.names != nil {
+		s.order = order
+	}
+	s = c.host.intern(s)
+	if order != nil && slices.Equal(s.order, order) {
+		order = s.order
+	}
+	return s, order
 }
 
 // covers reports whether the subscription covers name.
