@@ -122,7 +122,27 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	ctx, cancel := context.WithCancel(sctx)
 	defer cancel()
-	defer context.AfterFunc(s.stopCtx, cancel)()
+	c := &conn{
+		s:       s,
+		stream:  stream,
+		dstream: dstream,
+		delta:   dstream != nil,
+		events:  make(chan event, eventsCap),
+		resume:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
+		hookSem: make(chan struct{}, 1),
+		busy:    true,
+		plain:   plainStream(sctx),
+	}
+	defer c.close()
+	// The Server's shutdown cancels the stream's host calls and wakes its
+	// loop. The client's end of the stream reaches the loop as the receive
+	// goroutine's error, or the writer's, so this is the one wake-up the
+	// loop needs for its context.
+	defer context.AfterFunc(s.stopCtx, func() {
+		cancel()
+		c.postEvent(event{kind: evCtxDone})
+	})()
 
 	var peerAddr net.Addr
 	if pr, ok := peer.FromContext(ctx); ok {
@@ -141,22 +161,9 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		}
 	}
 
-	c := &conn{
-		s:       s,
-		stream:  stream,
-		dstream: dstream,
-		delta:   dstream != nil,
-		seq:     s.connSeq.Add(1),
-		events:  make(chan event, eventsCap),
-		resume:  make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		hookSem: make(chan struct{}, 1),
-		busy:    true,
-		plain:   plainStream(sctx),
-	}
+	c.seq = s.connSeq.Add(1)
 	c.st.delta = c.delta
 	c.st.types = make([]typePub, len(s.set.order))
-	defer c.close()
 	s.goStream(c.receive)
 
 	first, err := c.first(ctx)
@@ -248,7 +255,7 @@ const (
 	evKick                  // a push is in the mailbox (see post)
 	evWritten               // the writer finished a batch
 	evQuery                 // run q on the loop (see Server.Dump)
-	evCtxDone               // the stream's context ended
+	evCtxDone               // the Server is shutting down
 )
 
 // eventsCap bounds the mailbox. Requests are decoded ahead of the loop by
@@ -317,15 +324,19 @@ func (c *conn) setPaused(p bool) {
 }
 
 // first waits for the stream's first request, at most
-// Config.FirstRequestTimeout. Nothing else can be in the mailbox yet: the
+// Config.FirstRequestTimeout. Nothing but the receive goroutine's request
+// or error, or the Server's shutdown, can be in the mailbox yet: the
 // connection is not registered.
 func (c *conn) first(ctx context.Context) (inbound, error) {
 	t := c.s.set.clock.NewTimer(c.s.set.firstTimeout)
 	defer t.Stop()
 	select {
 	case ev := <-c.events:
-		if ev.kind == evRecvErr {
+		switch ev.kind {
+		case evRecvErr:
 			return inbound{}, c.recvStatus(ev.err)
+		case evCtxDone:
+			return inbound{}, c.ctxStatus(ctx)
 		}
 		return ev.in, nil
 	case <-t.C():
@@ -393,7 +404,6 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 // loop is the connection's main loop: client requests, pushes, timers and
 // the writer's progress, one at a time.
 func (c *conn) loop(ctx context.Context) error {
-	defer context.AfterFunc(ctx, func() { c.postEvent(event{kind: evCtxDone}) })()
 	for {
 		// Answers to requests queue up behind a blocked write. Past
 		// maxQueuedAnswers, stop reading requests until the writer
