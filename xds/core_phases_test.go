@@ -457,3 +457,41 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 		t.Errorf("errors after the recovery: CDS %v, RDS %v; want none", cds.err, rds.err)
 	}
 }
+
+// A push that moves a gRPC client's listener to a new route, which names a
+// new cluster, is not complete when the client has fetched the route: the
+// client asks for the route's clusters once it reads it, and for their
+// endpoints once it reads those. The push waits for both, as it does when
+// its own phases send the route (sentRoute): otherwise Sync could report
+// the client converged before it has asked for the cluster.
+func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	r.grpcLike("c0", "c0")
+	r.change(true, func() {
+		h.put(ClusterType, xdsfixture.Cluster("c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r1", "c1"))
+		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
+	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+	r.expect("the listener", "LDS [l0]")
+	r.ack(ListenerType)
+	r.resubscribe(RouteType, "r0", "r1")
+	r.expect("the new route", "RDS [r1]")
+	r.ack(RouteType)
+	if r.c.plan == nil {
+		t.Fatal("the push is complete before the client has asked for c1, which its new route names")
+	}
+	r.resubscribe(ClusterType, "c0", "c1")
+	r.expect("c1", "CDS [c0 c1]")
+	r.ack(ClusterType)
+	if r.c.plan == nil {
+		t.Fatal("the push is complete before the client has asked for c1's endpoints")
+	}
+	r.resubscribe(EndpointType, "c0", "c1")
+	r.expect("c1's endpoints", "EDS [c1]")
+	r.ack(EndpointType)
+	if r.c.plan != nil {
+		t.Fatalf("the push is still open once the client has everything: phases %d", len(r.c.plan.phases))
+	}
+}

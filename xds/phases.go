@@ -246,10 +246,11 @@ func (c *core) sentListener(pl *plan, r entry) {
 	c.need(pl, c.set.rdsIdx, c.set.children(c.set.ldsIdx, r.enc))
 }
 
-// sentRoute records a route an RDS phase sent, to a client that subscribes
-// to clusters by name (a gRPC client): the next phases, and the push's
-// end, wait until it has fetched the clusters the route names, which it
-// asks for once it reads the route.
+// sentRoute records a route an RDS phase sent, or an answer sent while the
+// push waited for it, to a client that subscribes to clusters by name (a
+// gRPC client): the next phases, and the push's end, wait until it has
+// fetched the clusters the route names, which it asks for once it reads
+// the route.
 func (c *core) sentRoute(pl *plan, r entry) {
 	if cds := c.set.cdsIdx; cds >= 0 && c.types[cds] != nil && !c.types[cds].sub.wildcard {
 		c.need(pl, cds, c.set.refsOf(c.set.rdsIdx, r.enc).clusters)

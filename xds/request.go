@@ -576,15 +576,21 @@ func (c *core) answer(i int, a *answer) error {
 		warm = &warmSet{}
 		o.changed = func(r entry) { warm.addCluster(r.enc) }
 	}
-	if pl := c.plan; pl != nil && i == set.cdsIdx && pl.t[i].refs {
+	if pl := c.plan; pl != nil && (i == set.cdsIdx || i == set.rdsIdx) && pl.t[i].refs {
 		// A push waits for the clusters its routes name: it waits for
-		// their endpoints too.
+		// their endpoints too. It waits for the routes its listeners
+		// name: it waits for the clusters a client that asks for them by
+		// name (a gRPC client) asks for once it reads them, too.
 		prev := o.changed
+		answered := c.answeredCluster
+		if i == set.rdsIdx {
+			answered = c.sentRoute
+		}
 		o.changed = func(r entry) {
 			if prev != nil {
 				prev(r)
 			}
-			c.answeredCluster(pl, r)
+			answered(pl, r)
 		}
 	}
 	c.send(c.release(i, tgt, o))
