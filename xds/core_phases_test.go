@@ -384,6 +384,14 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 	}
 }
 
+// putCluster puts cluster name and its endpoints in the world, for the
+// next change, and returns their keys.
+func (r *coreRun) putCluster(name string) []pushcontext.ConfigKey {
+	r.h.put(ClusterType, xdsfixture.Cluster(name))
+	r.h.put(EndpointType, xdsfixture.CLA(name, "10.0.0.2:80"))
+	return []pushcontext.ConfigKey{ckey(kindCluster, name), ckey(kindEndpoint, name)}
+}
+
 // A client that subscribes to clusters by name (gRPC) asks for the
 // clusters of a route once it reads it, and for their endpoints once it
 // reads them: the push that sent the route completes only once it has
@@ -394,11 +402,8 @@ func TestCorePushWaitsForARoutesClusters(t *testing.T) {
 	r.grpcLike("c0", "c0")
 
 	// r0 moves to a new cluster c1.
-	r.change(true, func() {
-		h.put(ClusterType, xdsfixture.Cluster("c1"))
-		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
-		h.put(RouteType, xdsfixture.Route("r0", "c1"))
-	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+	keys := r.putCluster("c1")
+	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, append(keys, ckey(kindRoute, "r0"))...)
 	r.expect("RDS phase (the client does not ask for c1 yet)", "RDS [r0]")
 	r.ack(RouteType)
 	r.expectBusy("until the client asks for c1", true)
@@ -424,11 +429,8 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.grpcLike("c0", "c0")
 	// c1 and r1, a route naming it, are in the configuration; the client
 	// has neither.
-	r.change(true, func() {
-		h.put(ClusterType, xdsfixture.Cluster("c1"))
-		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
-		h.put(RouteType, xdsfixture.Route("r1", "c1"))
-	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r1"))
+	keys := r.putCluster("c1")
+	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r1", "c1")) }, append(keys, ckey(kindRoute, "r1"))...)
 	r.expect("nothing the client subscribes to changed")
 	// The client asks for every cluster; the CDS generator fails.
 	h.fail[ClusterType] = errors.New("injected")
@@ -468,12 +470,11 @@ func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	h := r.h
 	r.grpcLike("c0", "c0")
+	keys := r.putCluster("c1")
 	r.change(true, func() {
-		h.put(ClusterType, xdsfixture.Cluster("c1"))
-		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
 		h.put(RouteType, xdsfixture.Route("r1", "c1"))
 		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
-	}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+	}, append(keys, ckey(kindRoute, "r1"), ckey(kindListener, "l0"))...)
 	r.expect("the listener", "LDS [l0]")
 	r.ack(ListenerType)
 	r.resubscribe(RouteType, "r0", "r1")
