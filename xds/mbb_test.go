@@ -1029,3 +1029,68 @@ func TestMakeBeforeBreakReconnectRandom(t *testing.T) {
 		t.Logf("%d changes, %d hops, %d clients", changes, hops, clients)
 	})
 }
+
+// A response is in Status (sent, not yet ACKed) before it can reach the
+// client: a client, or a test, that acts on what it received finds the
+// Server counting it, and Sync and WaitForVersion wait for its ACK. Each
+// OnSend hook, which runs once the response is written, reads Status.
+func TestStatusCountsAResponseBeforeItIsWritten(t *testing.T) {
+	var srv atomic.Pointer[xds.Server]
+	var mu sync.Mutex
+	var missing []string
+	h := startHost(t, baseWorld(1), func(cfg *xds.Config) {
+		cfg.Hooks.OnSend = func(ev xds.SendEvent) {
+			s := srv.Load()
+			if s == nil {
+				return
+			}
+			for _, cs := range s.Status() {
+				if cs.ConnID != ev.ConnID {
+					continue
+				}
+				for _, ts := range cs.Types {
+					if ts.Type == ev.Type && ts.SentNonce != "" {
+						return
+					}
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			missing = append(missing, ev.ConnID+" "+ev.Type.Short()+" "+ev.Nonce)
+		}
+	})
+	srv.Store(h.srv)
+	// Status read in a loop contends with the connections publishing
+	// theirs, which widens any window between a write and its status.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				h.srv.Status()
+			}
+		}
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+	}()
+	for i := range 50 {
+		protocol := xdstest.SotW
+		if i%2 == 1 {
+			protocol = xdstest.Delta
+		}
+		h.ts.NewClient(t, xdstest.ClientConfig{NodeID: fmt.Sprintf("envoy-%d", i), Protocol: protocol})
+	}
+	if _, err := h.srv.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(missing) > 0 {
+		t.Errorf("%d responses written before Status counted them, for example %s", len(missing), missing[0])
+	}
+}

@@ -467,8 +467,13 @@ func (c *conn) loop(ctx context.Context) error {
 
 // after takes what the core queued, re-admits parked pushes if the
 // connection is idle, re-arms the timer and publishes the status.
+//
+// The status is published before the writer starts: once a response can
+// reach the client, Status, Sync and WaitForVersion count it as unanswered.
+// A client that acts on what it received (a test that then asks for the
+// status) would otherwise find the Server reporting the state before it.
 func (c *conn) after() {
-	c.send(c.core.takeOut())
+	c.outbox = append(c.outbox, c.core.takeOut()...)
 	c.resetTimer()
 	if c.writing || len(c.outbox) > 0 || c.core.busy() {
 		c.setBusy()
@@ -476,6 +481,7 @@ func (c *conn) after() {
 		c.unpark()
 	}
 	c.publishStatus(false)
+	c.startWriter()
 }
 
 // onTimer runs the core's timers: phase timeouts, retries.
@@ -598,9 +604,8 @@ func (c *conn) setBusy() {
 	c.mu.Unlock()
 }
 
-// send queues responses for writing, starting the writer if it is idle.
-func (c *conn) send(msgs []*outMsg) {
-	c.outbox = append(c.outbox, msgs...)
+// startWriter starts the writer on the responses queued, if it is idle.
+func (c *conn) startWriter() {
 	if c.writing || len(c.outbox) == 0 {
 		return
 	}
