@@ -69,7 +69,12 @@
 //     endpoints) and what a reference held back meanwhile, unless one of
 //     the client's NACKs stands; WaitForVersion does the same for a
 //     PushContext version. Connections report their progress as
-//     it happens; neither polls.
+//     it happens; neither polls. One case is not waited for: a SotW client
+//     that unsubscribes from every name of a by-name type (an empty list)
+//     is taken to have stopped using the type, as the protocol cannot tell
+//     it from one that will ask again. A gRPC client whose route moves to
+//     clusters it does not hold yet drops every endpoint name in between,
+//     so Sync can return before it has asked for the new endpoints.
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK);
 //     request.go documents each step next to its code.
