@@ -16,13 +16,8 @@ import (
 
 // flight is one response of a type the client has not answered yet.
 type flight struct {
-	// The response: its nonce, version, the Seq of the PushContext it was
-	// made from and the connection's appliedSeq then (see typeState's
-	// nonceSent and the rest), recorded as acknowledged when the client
-	// accepts it.
-	nonce   string
-	version string
-	seq, p  uint64
+	// The response, recorded as acknowledged when the client accepts it.
+	response
 	// For a response that replaced what the client holds (a SotW
 	// full-state response), before and after are the holdings; otherwise
 	// changes lists what it changed, in order, with what was held before.
@@ -37,9 +32,18 @@ func newFlight() *flight {
 	return f
 }
 
-// sent records, in f, the response of ts just stamped (see core.stamp).
-func (f *flight) sent(ts *typeState) {
-	f.nonce, f.version, f.seq, f.p = ts.nonceSent, ts.versionSent, ts.seqSent, ts.pSent
+// response identifies a response of a type: its nonce, version, the Seq of
+// the PushContext it was made from and the connection's appliedSeq then
+// (see typeState's nonceSent and the rest).
+type response struct {
+	nonce   string
+	version string
+	seq, p  uint64
+}
+
+// lastSent returns the last response of ts stamped (see core.stamp).
+func (ts *typeState) lastSent() response {
+	return response{ts.nonceSent, ts.versionSent, ts.seqSent, ts.pSent}
 }
 
 // change is one name a response changed: what the client held before
@@ -123,22 +127,22 @@ func (ts *typeState) flightIndex(nonce string) int {
 // response the client last accepted.
 func (c *core) accepted(ts *typeState, nonce string) {
 	if k := ts.flightIndex(nonce); k >= 0 {
-		c.acked(ts, ts.flights[k])
+		c.acked(ts, ts.flights[k].response)
 		clear(ts.flights[:k+1])
 		ts.flights = ts.flights[k+1:]
 	}
 }
 
-// acked records f's response as the last the client accepted (Status's
+// acked records r as the last response the client accepted (Status's
 // AckedVersion and AckedNonce, and what Sync counts as synced): an ACK of
 // it, or a later request that names it or a later response (a stale ACK,
 // or a NACK that says the client kept it). A rejection it follows is no
 // longer the client's last word.
-func (c *core) acked(ts *typeState, f *flight) {
-	if f.nonce == ts.nonceAcked {
+func (c *core) acked(ts *typeState, r response) {
+	if r.nonce == ts.nonceAcked {
 		return
 	}
-	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt, ts.pAcked = f.nonce, f.version, f.seq, c.now, f.p
+	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt, ts.pAcked = r.nonce, r.version, r.seq, c.now, r.p
 	ts.nack = nil
 }
 
@@ -151,7 +155,7 @@ func (c *core) reject(ts *typeState, nonce string) {
 		return
 	}
 	if k > 0 {
-		c.acked(ts, ts.flights[k-1])
+		c.acked(ts, ts.flights[k-1].response)
 	}
 	for j := len(ts.flights) - 1; j >= k; j-- {
 		ts.flights[j].undo(&ts.held)
@@ -194,9 +198,7 @@ func (c *core) ack(ts *typeState) {
 		return
 	}
 	t := c.set.order[ts.idx]
-	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt = ts.nonceSent, ts.versionSent, ts.seqSent, c.now
-	ts.pAcked = ts.pSent
-	ts.nack = nil
+	c.acked(ts, ts.lastSent()) // done already if the response was a flight
 	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Nonce: ts.nonceSent,
 		Took: c.now.Sub(ts.sentAt)})
 	if !ts.startSent.IsZero() {

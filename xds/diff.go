@@ -472,7 +472,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		}
 		m = c.sotwMsg(i, anys, size, o)
 	}
-	f.sent(ts)
+	f.response = ts.lastSent()
 	ts.flights = append(ts.flights, f)
 	if same {
 		c.record(k, i, m, &d, tgt.shared)
@@ -524,7 +524,7 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	default:
 		return nil // SotW by-name: the client drops them with their parents
 	}
-	f.sent(ts)
+	f.response = ts.lastSent()
 	ts.flights = append(ts.flights, f)
 	return m
 }

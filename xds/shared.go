@@ -166,7 +166,7 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	after := ts.held.snapshot()
 	f.before, f.after = &before, &after
 	m := c.stampNonce(i, tr.msg.nonce, tr.msg.resources, tr.msg.removed, tr.msg.bytes, o)
-	f.sent(ts)
+	f.response = ts.lastSent()
 	ts.flights = append(ts.flights, f)
 	m.resp, m.dresp, m.shared = tr.msg.resp, tr.msg.dresp, tr.msg
 	return m
