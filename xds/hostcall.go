@@ -29,11 +29,33 @@ var errHostStopped = errors.New("xds: server stopped during a host call")
 // returned) and until the Server stops (errHostStopped). A caller that
 // makes many calls passes a timer of its own to reuse (t may be nil).
 func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, t *Timer, timeoutErr error, f func(ctx context.Context) error) error {
-	done := make(chan error, 1)
+	_, err := guarded(s, ctx, name, timeout, t, timeoutErr, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, f(ctx)
+	})
+	return err
+}
+
+// guarded is guard for a host call with a result. The result comes back
+// with the call's error, on the one channel the caller waits on: a call
+// guarded abandons (its timeout, the Server stopping) may still return
+// later, and its result is then dropped, never read, so that the caller
+// does not race with it.
+func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Duration, t *Timer, timeoutErr error, f func(ctx context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
 	s.hostCalls.Add(1)
 	go func() {
 		defer s.hostCalls.Done()
-		done <- s.recovered(name, func() error { return f(ctx) })
+		var r result
+		r.err = s.recovered(name, func() error {
+			var err error
+			r.v, err = f(ctx)
+			return err
+		})
+		done <- r
 	}()
 	var expired <-chan time.Time
 	if timeout > 0 {
@@ -49,35 +71,16 @@ func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, 
 		defer (*t).Stop()
 		expired = (*t).C()
 	}
+	var zero T
 	select {
-	case err := <-done:
-		return err
+	case r := <-done:
+		return r.v, r.err
 	case <-expired:
 		s.abandoned.Add(1)
-		return timeoutErr
+		return zero, timeoutErr
 	case <-s.stopCtx.Done():
 		s.abandoned.Add(1)
-		return errHostStopped
-	}
-}
-
-// guarded is guard for a host call with a result: the result is returned
-// only if the call returned before guard did. A call guard abandons (its
-// timeout, the Server stopping) may still return later; its result is then
-// dropped, never read, so that the caller does not race with it.
-func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Duration, t *Timer, timeoutErr error, f func(ctx context.Context) (T, error)) (T, error) {
-	out := make(chan T, 1)
-	err := s.guard(ctx, name, timeout, t, timeoutErr, func(ctx context.Context) error {
-		v, err := f(ctx)
-		out <- v
-		return err
-	})
-	select {
-	case v := <-out:
-		return v, err
-	default:
-		var zero T
-		return zero, err
+		return zero, errHostStopped
 	}
 }
 
