@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -129,8 +130,8 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 	w := &Watcher{
 		dir:    filepath.Clean(cfg.Dir),
 		src:    cfg.Source,
-		after:  cmpOr(cfg.After, defaultWatchAfter),
-		max:    cmpOr(cfg.Max, defaultWatchMax),
+		after:  cmp.Or(cfg.After, defaultWatchAfter),
+		max:    cmp.Or(cfg.Max, defaultWatchMax),
 		onPush: cfg.OnPush,
 		hooks:  cfg.Hooks,
 		logger: cfg.Logger,
@@ -142,14 +143,6 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
 	return w, nil
-}
-
-// cmpOr returns d, or def if d is zero.
-func cmpOr(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 // Run watches the directory until ctx ends, then returns ctx.Err(). It sets
