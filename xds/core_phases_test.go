@@ -384,12 +384,15 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 	}
 }
 
-// putCluster puts cluster name and its endpoints in the world, for the
-// next change, and returns their keys.
-func (r *coreRun) putCluster(name string) []pushcontext.ConfigKey {
-	r.h.put(ClusterType, xdsfixture.Cluster(name))
-	r.h.put(EndpointType, xdsfixture.CLA(name, "10.0.0.2:80"))
-	return []pushcontext.ConfigKey{ckey(kindCluster, name), ckey(kindEndpoint, name)}
+// pushNewCluster pushes a change that puts cluster name and its endpoints
+// in the world, and what f changes (keys).
+func (r *coreRun) pushNewCluster(name string, f func(), keys ...pushcontext.ConfigKey) {
+	r.t.Helper()
+	r.change(true, func() {
+		r.h.put(ClusterType, xdsfixture.Cluster(name))
+		r.h.put(EndpointType, xdsfixture.CLA(name, "10.0.0.2:80"))
+		f()
+	}, append(keys, ckey(kindCluster, name), ckey(kindEndpoint, name))...)
 }
 
 // A client that subscribes to clusters by name (gRPC) asks for the
@@ -402,8 +405,7 @@ func TestCorePushWaitsForARoutesClusters(t *testing.T) {
 	r.grpcLike("c0", "c0")
 
 	// r0 moves to a new cluster c1.
-	keys := r.putCluster("c1")
-	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, append(keys, ckey(kindRoute, "r0"))...)
+	r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
 	r.expect("RDS phase (the client does not ask for c1 yet)", "RDS [r0]")
 	r.ack(RouteType)
 	r.expectBusy("until the client asks for c1", true)
@@ -429,8 +431,7 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.grpcLike("c0", "c0")
 	// c1 and r1, a route naming it, are in the configuration; the client
 	// has neither.
-	keys := r.putCluster("c1")
-	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r1", "c1")) }, append(keys, ckey(kindRoute, "r1"))...)
+	r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r1", "c1")) }, ckey(kindRoute, "r1"))
 	r.expect("nothing the client subscribes to changed")
 	// The client asks for every cluster; the CDS generator fails.
 	h.fail[ClusterType] = errors.New("injected")
@@ -470,11 +471,10 @@ func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	h := r.h
 	r.grpcLike("c0", "c0")
-	keys := r.putCluster("c1")
-	r.change(true, func() {
+	r.pushNewCluster("c1", func() {
 		h.put(RouteType, xdsfixture.Route("r1", "c1"))
 		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
-	}, append(keys, ckey(kindRoute, "r1"), ckey(kindListener, "l0"))...)
+	}, ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
 	r.expect("the listener", "LDS [l0]")
 	r.ack(ListenerType)
 	r.resubscribe(RouteType, "r0", "r1")

@@ -405,16 +405,13 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 func (r *coreRun) moveToNewRoute() {
 	r.t.Helper()
 	h := r.h
-	r.change(true, func() {
-		h.put(ClusterType, xdsfixture.Cluster("c1"))
-		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+	r.pushNewCluster("c1", func() {
 		h.put(RouteType, xdsfixture.Route("r1", "c1"))
 		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
 		delete(h.world[RouteType], "r0")
 		delete(h.world[ClusterType], "c0")
 		delete(h.world[EndpointType], "c0")
-	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
-		ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+	}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
 }
 
 // A SotW client that reconnects holds what the old stream sent it, which
