@@ -437,14 +437,14 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	h.fail[ClusterType] = errors.New("injected")
 	r.resubscribe(ClusterType)
 	r.expect("the CDS answer fails")
-	cds := r.c.types[h.set.cdsIdx]
+	cds := r.typeState(ClusterType)
 	if !cds.sub.wildcard || cds.err == nil {
 		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.sub.wildcard, cds.err)
 	}
 	// It asks for r1, which names c1.
 	r.resubscribe(RouteType, "r0", "r1")
 	r.expect("nothing: r1 is held back, the client lacks c1")
-	rds := r.c.types[h.set.rdsIdx]
+	rds := r.typeState(RouteType)
 	var re *ReferenceError
 	if !errors.As(rds.err, &re) && rds.retry == nil {
 		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.err)
