@@ -433,9 +433,9 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	// has neither.
 	r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r1", "c1")) }, ckey(kindRoute, "r1"))
 	r.expect("nothing the client subscribes to changed")
-	// The client asks for every cluster; the CDS generator fails.
+	// The client asks for every cluster ("*"); the CDS generator fails.
 	h.fail[ClusterType] = errors.New("injected")
-	r.resubscribe(ClusterType)
+	r.resubscribe(ClusterType, "*")
 	r.expect("the CDS answer fails")
 	cds := r.typeState(ClusterType)
 	if !cds.sub.wildcard || cds.err == nil {

@@ -75,9 +75,15 @@
 //     it from one that will ask again. A gRPC client whose route moves to
 //     clusters it does not hold yet drops every endpoint name in between,
 //     so Sync can return before it has asked for the new endpoints.
+//   - Wildcard. A SotW request with an empty list of a full-state type
+//     (CDS, LDS) is the legacy wildcard only while the client has named no
+//     resource of the type on the stream, "*" included; after that it
+//     unsubscribes from every resource of the type (the xDS protocol;
+//     istiod reads every empty list of those types as wildcard).
 //   - Protocol state machines. Each request is handled as istiod handles it
-//     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK);
-//     request.go documents each step next to its code.
+//     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK),
+//     but for that wildcard rule; request.go documents each step next to
+//     its code.
 //
 // # Failures
 //

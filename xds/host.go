@@ -147,8 +147,10 @@ type Watch struct {
 	// subscription may share it): read it, do not keep or modify it.
 	Names []string
 	// Wildcard is true when the client asked for every resource of a
-	// full-state type (SotW: an empty name list or "*"; Delta: "*", or an
-	// empty first subscription).
+	// full-state type (SotW: "*", or an empty name list while it has named
+	// no resource of the type on the stream; Delta: "*", or an empty first
+	// subscription). A SotW client that has named some and sends an empty
+	// list subscribes to nothing: Names is empty and Wildcard false.
 	Wildcard bool
 }
 

@@ -190,7 +190,12 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		}
 		return nil
 	}
-	wildcard := full && (len(names) == 0 || star)
+	// An empty list of a full-state type is the legacy wildcard only while
+	// the client has never named a resource of the type on the stream (not
+	// even "*"); after that it unsubscribes from everything (the xDS
+	// protocol). A gRPC client whose routes name no cluster any more sends
+	// one, and holds no cluster after it.
+	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.sub.wildcard && !ts.star))
 
 	// 3. Initial request (empty nonce), a reconnect to this server (a
 	// nonce, but no watch on this stream), or a request after nothing was

@@ -8,6 +8,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -210,6 +211,66 @@ func TestSotWInitialFullStateWithNothing(t *testing.T) {
 					t.Errorf("after the ACK: %v; want nothing", typesOf(got))
 				}
 			})
+		})
+	}
+}
+
+// A SotW request with an empty list of a full-state type (CDS, LDS) is the
+// legacy wildcard only while the client has named no resource of the type
+// on the stream, "*" included: after that it unsubscribes from everything
+// (as a gRPC client does when its routes no longer name a cluster). The
+// client is then sent, and held to hold, nothing of the type, even when a
+// push adds to it.
+func TestSotWEmptyListOfAFullStateType(t *testing.T) {
+	tests := []struct {
+		name     string
+		requests [][]string // the first subscribes, each later one ACKs the last response
+		want     []string   // responses, over all requests
+		wildcard bool       // at the end
+		held     []string
+	}{
+		{name: "first request: wildcard", requests: [][]string{{}},
+			want: []string{"CDS [c0 c1]"}, wildcard: true, held: []string{"c0", "c1"}},
+		{name: "empty again: still wildcard", requests: [][]string{{}, {}},
+			want: []string{"CDS [c0 c1]"}, wildcard: true, held: []string{"c0", "c1"}},
+		{name: "names, then empty: nothing", requests: [][]string{{"c0"}, {}},
+			want: []string{"CDS [c0]", "CDS []"}},
+		{name: "star, then empty: nothing", requests: [][]string{{"*"}, {}},
+			want: []string{"CDS [c0 c1]", "CDS []"}},
+		{name: "wildcard, names, then empty: nothing", requests: [][]string{{}, {"c1"}, {}},
+			want: []string{"CDS [c0 c1]", "CDS [c1]", "CDS []"}},
+		{name: "nothing, then names", requests: [][]string{{"c0"}, {}, {"c1"}},
+			want: []string{"CDS [c0]", "CDS []", "CDS [c1]"}, held: []string{"c1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCoreRun(t, false, nil)
+			h := r.h
+			r.meshWorld()
+			r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c1"))
+			var got []string
+			for k, names := range tt.requests {
+				if k == 0 {
+					r.subscribe(ClusterType, names...)
+				} else {
+					r.resubscribe(ClusterType, names...)
+				}
+				got = append(got, r.take()...)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("responses %q; want %q", got, tt.want)
+			}
+			if w := r.typeState(ClusterType).sub.wildcard; w != tt.wildcard {
+				t.Errorf("wildcard = %v; want %v", w, tt.wildcard)
+			}
+			r.expectHeld("after the requests", ClusterType, tt.held...)
+			if tt.wildcard || len(tt.held) > 0 {
+				return
+			}
+			r.ack(ClusterType)
+			r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c2")) }, ckey(kindCluster, "c2"))
+			r.expect("a push adding a cluster")
+			r.expectHeld("after the push", ClusterType)
 		})
 	}
 }
