@@ -39,6 +39,13 @@ type core struct {
 	prevScope pushcontext.Scope
 	initSeq   uint64 // Seq of the PushContext of the last InitProxy
 
+	// dropped marks, by type index (nil until one is marked), the by-name
+	// types a SotW client has unsubscribed from entirely on this stream.
+	// They are not watched, but the client uses them: it subscribes again
+	// once a cluster or listener it holds fetches a name of them, and a
+	// push waits for that as for any subscription (see unwatchedAwaited).
+	dropped []bool
+
 	// genFrom holds, by type index, the PushContext the type was last
 	// generated from by a push: a type is regenerated when an index of its
 	// kinds was rebuilt since (see affected).

@@ -418,6 +418,30 @@ func TestCorePushWaitsForARoutesClusters(t *testing.T) {
 	r.expectBusy("once the client has them", false)
 }
 
+// A gRPC client whose route moves to a cluster it does not hold drops the
+// old cluster, and with it every endpoint name (a SotW EDS request with an
+// empty list), before it is sent the new one; it asks for the new
+// cluster's endpoints once it reads the cluster. The push waits for that,
+// as for a client that still subscribes to some endpoints.
+func TestCorePushWaitsForEndpointsAfterTheClientDroppedThemAll(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	r.grpcLike("c0", "c0")
+	r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
+	r.expect("RDS phase", "RDS [r0]")
+	r.ack(RouteType)
+	r.resubscribe(ClusterType, "c1")
+	r.expect("c1", "CDS [c1]")
+	r.resubscribe(EndpointType)
+	r.expect("no answer to dropping every endpoint name")
+	r.expectBusy("the client holds c1, and will ask for its endpoints", true)
+	r.ack(ClusterType)
+	r.expectBusy("until the client has asked for c1's endpoints", true)
+	r.subscribe(EndpointType, "c1")
+	r.expect("c1's endpoints", "EDS [c1]")
+	r.expectBusy("once the client has them", false)
+}
+
 // A client whose cluster subscription widens (here from c0 to every
 // cluster) while the answer for it fails lacks the clusters it has not been
 // sent, and the cluster type's last generation, for the names before, does

@@ -69,12 +69,12 @@
 //     endpoints) and what a reference held back meanwhile, unless one of
 //     the client's NACKs stands; WaitForVersion does the same for a
 //     PushContext version. Connections report their progress as
-//     it happens; neither polls. One case is not waited for: a SotW client
-//     that unsubscribes from every name of a by-name type (an empty list)
-//     is taken to have stopped using the type, as the protocol cannot tell
-//     it from one that will ask again. A gRPC client whose route moves to
-//     clusters it does not hold yet drops every endpoint name in between,
-//     so Sync can return before it has asked for the new endpoints.
+//     it happens; neither polls. A client that has never subscribed to a
+//     type on the stream is not waited for on it (it may take that type
+//     from elsewhere); one that unsubscribed from every name of it (a SotW
+//     empty list, as a gRPC client sends for endpoints while its route
+//     moves to clusters it does not hold yet) is: it asks again once it
+//     reads a cluster or listener that fetches a name of the type.
 //   - Wildcard. A SotW request with an empty list of a full-state type
 //     (CDS, LDS) is the legacy wildcard only while the client has named no
 //     resource of the type on the stream, "*" included; after that it

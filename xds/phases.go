@@ -160,7 +160,16 @@ func (c *core) advance(force bool) {
 // for it, without waiting for ACKs (convergence reads those).
 func (c *core) fetchedAll(pl *plan) bool {
 	for i := range pl.t {
-		if pl.t[i].refs && c.types[i] != nil && !c.dropFetched(pl, i) {
+		if !pl.t[i].refs {
+			continue
+		}
+		if c.types[i] == nil {
+			if c.unwatchedAwaited(pl, i) && len(pl.t[i].need) > 0 {
+				return false
+			}
+			continue
+		}
+		if !c.dropFetched(pl, i) {
 			return false
 		}
 	}
@@ -199,14 +208,13 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 // needHeld adds to the plan's needs what the clusters and listeners the
 // client holds fetch, some possibly still warming from an earlier push.
 // During a push, a client without any subscription of the child type is not
-// waited for; a reconnecting client (a reconnect plan) is, as it may not
-// have re-subscribed yet.
+// waited for, unless unwatchedAwaited says it will subscribe.
 func (c *core) needHeld(pl *plan) {
 	set := c.set
 	for _, pc := range [][2]int{{set.cdsIdx, set.edsIdx}, {set.ldsIdx, set.rdsIdx}} {
 		parent, child := pc[0], pc[1]
 		if parent < 0 || child < 0 || c.types[parent] == nil || pl.t[child].gaveUp ||
-			(c.types[child] == nil && !pl.reconnect) {
+			(c.types[child] == nil && !c.unwatchedAwaited(pl, child)) {
 			continue
 		}
 		cts := c.types[child]
@@ -267,6 +275,18 @@ func (c *core) need(pl *plan, i int, names []string) {
 	pl.t[i].need = append(pl.t[i].need, names...)
 }
 
+// unwatchedAwaited reports whether pl waits for the client to subscribe to
+// type i, which it does not watch, when what it holds fetches names of it:
+// a reconnecting client (a reconnect plan) may not have re-subscribed yet,
+// and a SotW client that unsubscribed from every name of the type (see
+// core.dropped) uses it and subscribes again once it reads a cluster or
+// listener that fetches one, as a gRPC client whose route moves to
+// clusters it does not hold does with endpoints. A client that has never
+// subscribed to the type on the stream may take it from elsewhere.
+func (c *core) unwatchedAwaited(pl *plan, i int) bool {
+	return pl.reconnect || c.dropped != nil && c.dropped[i]
+}
+
 // dropFetched drops from pl's needs of type i the names the client has
 // fetched (it keeps what a resource it holds fetches), and reports whether
 // none is left.
@@ -284,7 +304,8 @@ func (c *core) dropFetched(pl *plan, i int) bool {
 // clusters and listeners it was sent fetch over ADS (endpoints, routes) and
 // has ACKed its last response of those types: what it was sent is warm.
 // During a push, a client without any subscription of such a type is not
-// waited for. A reconnect plan also waits for rootsReady.
+// waited for, unless unwatchedAwaited says it will subscribe. A reconnect
+// plan also waits for rootsReady.
 //
 // The upsert of a leaf type (endpoints, secrets: resources that name
 // nothing) waits for the subscriptions only, not for ACKs: what it sends
@@ -311,8 +332,8 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 			continue
 		}
 		if ts == nil {
-			if pl.reconnect && len(names) > 0 {
-				return false // not re-subscribed yet (see needHeld)
+			if c.unwatchedAwaited(pl, i) && len(names) > 0 {
+				return false // not (re-)subscribed yet
 			}
 			continue
 		}
@@ -368,7 +389,7 @@ func (c *core) excuse(pl *plan) []TypeURL {
 		}
 	}
 	for i, ts := range c.types {
-		if ts == nil && pl.reconnect && pl.t[i].refs && len(pl.t[i].need) > 0 {
+		if ts == nil && c.unwatchedAwaited(pl, i) && pl.t[i].refs && len(pl.t[i].need) > 0 {
 			out = append(out, c.set.order[i])
 			pl.t[i].need = nil
 			pl.t[i].gaveUp = true

@@ -187,6 +187,10 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 				slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])))
 			c.subBytes -= ts.subBytes
 			c.types[i] = nil
+			if c.dropped == nil {
+				c.dropped = make([]bool, len(c.types))
+			}
+			c.dropped[i] = true
 		}
 		return nil
 	}
@@ -222,6 +226,9 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 			}
 		}
 		c.types[i] = nts
+		if c.dropped != nil {
+			c.dropped[i] = false
+		}
 		if i == set.cdsIdx && set.edsIdx >= 0 && c.types[set.edsIdx] != nil {
 			// The client re-warms its clusters and waits for their
 			// endpoints: answer its next EDS request even if unchanged.
