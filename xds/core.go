@@ -403,6 +403,15 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		c.failed, c.pushRetryAt = item, at
 		return nil
 	}
+	dirty := slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
+	if item.seq <= c.appliedSeq && !dirty {
+		// The connection stands on the push's snapshot already: it
+		// registered between the snapshot's publication and its fan-out,
+		// and was initialised from it, so every answer it was sent is at
+		// least that new. Forced or not, the push brings nothing.
+		c.applied(item.seq, true)
+		return nil
+	}
 	req := item.req
 	pc := req.Push
 	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
@@ -420,7 +429,6 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	}
 	c.proxy.Push = pc
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
-	dirty := slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
 	if !ok {
 		c.explained(req, pc, nil)
 		if !dirty {

@@ -957,3 +957,32 @@ func TestCoreAcceptedBeforeAnswered(t *testing.T) {
 		})
 	}
 }
+
+// A connection can register between the publication of a snapshot and its
+// fan-out: it is initialised from the snapshot and then handed the push
+// made of it. Everything it was answered is at least that new, so the
+// push, Forced or not, generates nothing; unless a type is to be
+// regenerated anyway (dirty), which it then does.
+func TestCorePushOfTheSnapshotItStandsOn(t *testing.T) {
+	for _, dirty := range []bool{false, true} {
+		t.Run(fmt.Sprintf("dirty=%v", dirty), func(t *testing.T) {
+			r := newCoreRun(t, false, nil)
+			r.mesh()
+			if dirty {
+				r.typeState(ClusterType).dirty = true
+			}
+			r.h.gens = nil
+			item := &pushItem{req: &pushcontext.PushRequest{Full: true, Forced: true, Push: r.pc}, seq: r.pc.Seq(), start: r.now, merged: 1}
+			if err := r.c.push(r.ctx(), r.now, item); err != nil {
+				t.Fatal(err)
+			}
+			r.expect("the push of the snapshot the connection stands on")
+			if got := len(r.h.gens) > 0; got != dirty {
+				t.Errorf("generations %q; want some: %v", r.h.gens, dirty)
+			}
+			if r.c.appliedSeq < item.seq || r.c.completedSeq < item.seq {
+				t.Errorf("applied %d, completed %d; want both at least %d", r.c.appliedSeq, r.c.completedSeq, item.seq)
+			}
+		})
+	}
+}

@@ -201,8 +201,10 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	// would stay on the older snapshot it was initialised with until some
 	// later change. Registered first, this connection either receives the
 	// PushContext from register (it was published before) or has the push
-	// queued (it was published after); pushes that arrive before
-	// initialisation ends are parked (busy) and re-queued by unpark.
+	// queued (it was published after), or both, when it registers between
+	// a publication and its fan-out: core.push then skips the push it
+	// stands on already. Pushes that arrive before initialisation ends are
+	// parked (busy) and re-queued by unpark.
 	pc, err := s.register(c)
 	if err != nil {
 		return err
