@@ -395,19 +395,23 @@ func (r *coreRun) pushNewCluster(name string, f func(), keys ...pushcontext.Conf
 	}, append(keys, ckey(kindCluster, name), ckey(kindEndpoint, name))...)
 }
 
+// routeToNewCluster has a gRPC-like client, on route r0 to cluster c0, be
+// sent r0 moved to a new cluster c1, and ACK it.
+func (r *coreRun) routeToNewCluster() {
+	r.t.Helper()
+	r.grpcLike("c0", "c0")
+	r.pushNewCluster("c1", func() { r.h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
+	r.expect("RDS phase (the client does not ask for c1 yet)", "RDS [r0]")
+	r.ack(RouteType)
+}
+
 // A client that subscribes to clusters by name (gRPC) asks for the
 // clusters of a route once it reads it, and for their endpoints once it
 // reads them: the push that sent the route completes only once it has
 // both.
 func TestCorePushWaitsForARoutesClusters(t *testing.T) {
 	r := newCoreRun(t, false, nil)
-	h := r.h
-	r.grpcLike("c0", "c0")
-
-	// r0 moves to a new cluster c1.
-	r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
-	r.expect("RDS phase (the client does not ask for c1 yet)", "RDS [r0]")
-	r.ack(RouteType)
+	r.routeToNewCluster()
 	r.expectBusy("until the client asks for c1", true)
 	r.resubscribe(ClusterType, "c0", "c1")
 	r.expect("c1", "CDS [c0 c1]")
@@ -425,11 +429,7 @@ func TestCorePushWaitsForARoutesClusters(t *testing.T) {
 // as for a client that still subscribes to some endpoints.
 func TestCorePushWaitsForEndpointsAfterTheClientDroppedThemAll(t *testing.T) {
 	r := newCoreRun(t, false, nil)
-	h := r.h
-	r.grpcLike("c0", "c0")
-	r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
-	r.expect("RDS phase", "RDS [r0]")
-	r.ack(RouteType)
+	r.routeToNewCluster()
 	r.resubscribe(ClusterType, "c1")
 	r.expect("c1", "CDS [c1]")
 	r.resubscribe(EndpointType)
