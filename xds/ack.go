@@ -114,6 +114,26 @@ func (f *flight) upserts() []entry {
 	return out
 }
 
+// holdsWhatever reports whether the client holds name, which held has,
+// whichever of the responses it has not answered yet it accepts or
+// rejects: it held name before them and none of them removes it.
+func (ts *typeState) holdsWhatever(name string) bool {
+	for _, f := range ts.flights {
+		if f.before != nil {
+			if f.before.get(name) == nil || f.after.get(name) == nil {
+				return false
+			}
+			continue
+		}
+		for _, ch := range f.changes {
+			if ch.name == name && (ch.prev == nil || ch.next == nil) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // flightIndex returns the index of the flight with nonce, or -1.
 func (ts *typeState) flightIndex(nonce string) int {
 	if nonce == "" {

@@ -479,7 +479,9 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	// The generator recovers: c1, then the route that names it.
 	delete(h.fail, ClusterType)
 	r.wait(time.Minute)
-	r.expect("the clusters, then the route", "CDS [c0 c1]", "RDS [r1]")
+	r.expect("the clusters", "CDS [c0 c1]")
+	r.ack(ClusterType)
+	r.expect("then, once the client has ACKed them, the route", "RDS [r1]")
 	if cds.err != nil || rds.err != nil {
 		t.Errorf("errors after the recovery: CDS %v, RDS %v; want none", cds.err, rds.err)
 	}

@@ -669,8 +669,12 @@ func (r *coreRun) reply(typ TypeURL, nack string) {
 		return
 	}
 	ts := r.c.types[r.h.set.typeIndex(typ)]
+	names := ts.sub.names
+	if ts.star { // the client repeats its "*"
+		names = append([]string{"*"}, names...)
+	}
 	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.nonce,
-		VersionInfo: m.resp.VersionInfo, ResourceNames: ts.sub.names, ErrorDetail: detail}})
+		VersionInfo: m.resp.VersionInfo, ResourceNames: names, ErrorDetail: detail}})
 }
 
 // wait lets d pass and runs what is due.
@@ -817,6 +821,53 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	r.expect("then the route held back", "RDS [r0]")
 	if rds.err != nil {
 		t.Errorf("RDS error after the fix = %v; want none", rds.err)
+	}
+}
+
+// A client that asks for a route while the answer carrying a cluster the
+// route names is in flight is sent the route once it ACKs that answer: were
+// it to reject the cluster, it would otherwise read a route naming a cluster
+// it does not hold. If it rejects it, the route is held back as on its way
+// (not a failure of the configuration), until the cluster is sent again.
+func TestCoreAnsweredRouteWaitsForItsClustersACK(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		for _, nack := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/nack=%v", protocols[delta], nack), func(t *testing.T) {
+				r := newCoreRun(t, delta, nil)
+				r.meshWorld()
+				r.subscribe(ClusterType)
+				r.expect("CDS answer", "CDS [c0]"+r.none())
+				r.subscribe(ListenerType)
+				r.expect("LDS answer", "LDS [l0]"+r.none())
+				r.subscribe(RouteType, "r0")
+				if delta {
+					r.expect("not while c0 is in flight (Delta answers with nothing)", "RDS [] -[]")
+				} else {
+					r.expect("not while c0 is in flight")
+				}
+				rds := r.typeState(RouteType)
+				if nack {
+					r.nack(ClusterType, "no")
+					r.expect("nothing: the client rejected c0")
+					var re *ReferenceError
+					if !errors.As(rds.err, &re) && rds.retry == nil {
+						t.Fatalf("RDS: no retry of the route held back (error %v)", rds.err)
+					}
+					if re != nil && !re.Rejected {
+						t.Fatalf("RDS error %v: a failure of the configuration; want the route on its way", rds.err)
+					}
+					c0 := xdsfixture.Cluster("c0")
+					c0.LbPolicy = 1
+					r.change(true, func() { r.h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
+					r.expect("c0 again", "CDS [c0]"+r.none())
+				}
+				r.ack(ClusterType)
+				r.expect("the route, once the client has ACKed its cluster", "RDS [r0]"+r.none())
+				if rds.err != nil {
+					t.Errorf("RDS error = %v; want none", rds.err)
+				}
+			})
+		}
 	}
 }
 

@@ -553,7 +553,7 @@ func TestDeltaNACKAndWaitForVersion(t *testing.T) {
 		c.subscribe(EndpointType, "c0", "c1")
 		c.subscribe(ListenerType)
 		c.subscribe(RouteType, "r0")
-		c.ackAll()
+		c.ackUntilQuiet()
 
 		f.update(true, func(s *store) {
 			s.clusters["c1"] = xdsfixture.Cluster("c1")

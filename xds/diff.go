@@ -199,7 +199,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		}
 		differs := !prev.same(r.enc)
 		if differs && checkClusters {
-			if e := c.danglingCluster(i, r); e != nil {
+			if e := c.danglingCluster(i, r, !o.push && set.phaseWait); e != nil {
 				d.refErrs = append(d.refErrs, e)
 				if e.Rejected || !set.sendMissing {
 					keep(r, prev)
@@ -530,20 +530,26 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 }
 
 // danglingCluster returns the error of r, a route or listener, if it names
-// a cluster the client does not hold.
-func (c *core) danglingCluster(i int, r entry) *ReferenceError {
+// a cluster the client does not hold. With settled, a cluster the client
+// holds only once it accepts a response it has not answered yet counts as
+// not held: were it to reject that response, it would read the route
+// first. Answers pass settled (see diff); a push's phases need not, as
+// their gate waits for those answers.
+func (c *core) danglingCluster(i int, r entry, settled bool) *ReferenceError {
 	cds := c.types[c.set.cdsIdx]
 	for _, name := range c.set.refsOf(i, r.enc).clusters {
-		if cds.held.get(name) != nil {
+		held := cds.held.get(name) != nil
+		if held && (!settled || len(cds.flights) == 0 || cds.holdsWhatever(name)) {
 			continue
 		}
-		// The client lacks the cluster because it rejected it, or because
-		// it has not been sent yet (it is in the configuration, or the
-		// last generation was for a subscription without it, so that the
-		// Server cannot tell): not the configuration's fault. Otherwise
-		// the configuration names a cluster it does not have.
+		// The client lacks the cluster because it has not accepted it
+		// yet, because it rejected it, or because it has not been sent
+		// yet (it is in the configuration, or the last generation was for
+		// a subscription without it, so that the Server cannot tell): not
+		// the configuration's fault. Otherwise the configuration names a
+		// cluster it does not have.
 		_, rejected := cds.rejected[name]
-		transient := rejected || !c.current(cds) || !cds.lastKnows(name) || cds.lastGet(name) != nil
+		transient := held || rejected || !c.current(cds) || !cds.lastKnows(name) || cds.lastGet(name) != nil
 		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
 	}
 	return nil

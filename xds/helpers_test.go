@@ -609,7 +609,7 @@ func (c *client) subscribeAll(clusters int) map[TypeURL][]string {
 	c.request(EndpointType, eds...)
 	c.request(ListenerType)
 	c.request(RouteType, "r0")
-	c.ackAll(subs)
+	c.ackUntilQuiet(subs) // routes come once the clusters they name are ACKed
 	return subs
 }
 
