@@ -95,6 +95,17 @@ func (t *tracker) pushed(gens [numLanes]uint64, seq uint64) {
 	t.wake()
 }
 
+// built records that a build succeeded: an earlier build's failure no
+// longer stands. It is called before the PushContext is published, so that
+// no client can hold what the build made while Sync still reports the
+// failure; pushed then counts the push.
+func (t *tracker) built() {
+	t.mu.Lock()
+	t.buildFail = nil
+	t.wake()
+	t.mu.Unlock()
+}
+
 func (t *tracker) buildFailed(f *Failure) {
 	t.mu.Lock()
 	t.buildFail = f

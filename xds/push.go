@@ -211,6 +211,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 	}
 	attempts := s.buildFails + 1
 	s.buildFails = 0
+	s.track.built()
 	s.publish(next)
 
 	out := *req
