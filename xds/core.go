@@ -403,15 +403,16 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		c.failed, c.pushRetryAt = item, at
 		return nil
 	}
-	dirty := slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
-	if item.seq <= c.appliedSeq && !dirty {
+	if item.seq <= c.appliedSeq {
 		// The connection stands on the push's snapshot already: it
 		// registered between the snapshot's publication and its fan-out,
 		// and was initialised from it, so every answer it was sent is at
-		// least that new. Forced or not, the push brings nothing.
+		// least that new. Forced or not, the push brings nothing; a type
+		// an answer left to regenerate (dirty) has its own retry.
 		c.applied(item.seq, true)
 		return nil
 	}
+	dirty := slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
 	req := item.req
 	pc := req.Push
 	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {

@@ -45,10 +45,11 @@
 //     waits for the first listener or cluster answer of a SotW stream: a
 //     reconnected client holds what its old stream sent, which the Server
 //     cannot read, and a full-state answer from the push's snapshot would
-//     drop at once what the configuration removed since. An answer's
-//     listener or route that names a cluster the client holds only through
-//     a response it has not ACKed yet waits for that ACK: were the client
-//     to reject the cluster, it would read the route first. A listener or
+//     drop at once what the configuration removed since. A listener or
+//     route, answered or pushed, that names a cluster the client holds only
+//     through a response it has not answered yet waits for that answer:
+//     were the client to reject the cluster, it would read the route
+//     first. A listener or
 //     route that names a route or cluster the client would not hold is held
 //     back at the version the client has (or not sent), and a removal that
 //     something the client keeps still names is held back, until the

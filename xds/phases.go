@@ -321,7 +321,7 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 		if leaf {
 			break
 		}
-		if ts := c.types[i]; pt.sent && ts != nil && !ts.synced() && pt.excused != ts.nonceSent {
+		if ts := c.types[i]; ts != nil && (pt.sent && !ts.synced() || c.clustersInFlight(pl, i)) && pt.excused != ts.nonceSent {
 			return false
 		}
 	}
@@ -345,6 +345,19 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 		}
 	}
 	return true
+}
+
+// clustersInFlight reports whether type i is the clusters, the head phase
+// of pl is the upsert of listeners or routes, and the client has not
+// answered a cluster response yet (an answer sent during the push): that
+// phase waits for it, as for the push's own, since a route naming one of
+// those clusters must not reach a client that may yet reject it.
+func (c *core) clustersInFlight(pl *plan, i int) bool {
+	if i != c.set.cdsIdx || len(c.types[i].flights) == 0 || len(pl.phases) == 0 || pl.phases[0].removal {
+		return false
+	}
+	j := pl.phases[0].typeIdx
+	return j == c.set.rdsIdx || j == c.set.ldsIdx
 }
 
 // fetched reports whether the client has fetched name, of type i (EDS,
@@ -395,10 +408,11 @@ func (c *core) excuse(pl *plan) []TypeURL {
 			pl.t[i].gaveUp = true
 			continue
 		}
-		if ts == nil || listed[i] || (!pl.t[i].sent && !pl.t[i].refs) {
+		inFlight := ts != nil && c.clustersInFlight(pl, i)
+		if ts == nil || listed[i] || (!pl.t[i].sent && !pl.t[i].refs && !inFlight) {
 			continue
 		}
-		open := ts.synced() || pl.t[i].excused == ts.nonceSent
+		open := ts.synced() && !inFlight || pl.t[i].excused == ts.nonceSent
 		for _, n := range pl.t[i].need {
 			open = open && c.fetched(pl, i, n)
 		}
