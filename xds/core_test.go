@@ -892,6 +892,28 @@ func TestCorePushedRouteWaitsForAnAnsweredCluster(t *testing.T) {
 	r.expect("the route, once the client has ACKed c1", "RDS [r0]")
 }
 
+// A Delta answer tells the client that a name it asks for does not exist
+// (removed_resources), but not of a name it has stopped asking for since:
+// a retried answer is for the subscription of now. A gRPC client drops
+// such a route's watch while the version of its listener in service may
+// still use the route it holds.
+func TestCoreDeltaRetryReportsOnlyNamesStillAskedFor(t *testing.T) {
+	r := newCoreRun(t, true, nil)
+	r.mesh()
+	h := r.h
+	h.fail[RouteType] = errors.New("injected")
+	r.resubscribe(RouteType, "rx")
+	r.expect("the answer fails")
+	r.unsubscribe(RouteType, "rx")
+	r.expect("nothing to answer to an unsubscription")
+	delete(h.fail, RouteType)
+	r.wait(time.Minute)
+	r.expect("the retry: nothing to say of rx, no longer asked for")
+	if rds := r.typeState(RouteType); rds.err != nil || rds.retry != nil {
+		t.Errorf("RDS error %v, retry %v after the retry; want neither", rds.err, rds.retry)
+	}
+}
+
 // A cluster the configuration removes while a route it keeps still names
 // it is not removed from the client: the removal is held back and
 // reported; it goes once the route no longer names the cluster.

@@ -289,6 +289,9 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			asked = sortedKeys(o.force)
 		}
 		for _, n := range asked {
+			if !ts.covers(n) {
+				continue // no longer asked for: nothing to say of it
+			}
 			if !hasEntry(d.kept, n) && ts.held.get(n) == nil {
 				if _, ok := slices.BinarySearch(d.withheld, n); ok {
 					continue // it exists, held back or rejected: not missing
