@@ -81,7 +81,8 @@ func (t *tracker) published(version string, seq uint64) {
 }
 
 // pushed records that the requests of generations gens (per lane) are out
-// in push seq, whose build succeeded.
+// in push seq, whose build succeeded (built has cleared an earlier build's
+// failure).
 func (t *tracker) pushed(gens [numLanes]uint64, seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -91,7 +92,6 @@ func (t *tracker) pushed(gens [numLanes]uint64, seq uint64) {
 			t.laneSeq[l] = seq
 		}
 	}
-	t.buildFail = nil
 	t.wake()
 }
 

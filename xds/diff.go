@@ -542,7 +542,7 @@ func (c *core) danglingCluster(i int, r entry, settled bool) *ReferenceError {
 	cds := c.types[c.set.cdsIdx]
 	for _, name := range c.set.refsOf(i, r.enc).clusters {
 		held := cds.held.get(name) != nil
-		if held && (!settled || len(cds.flights) == 0 || cds.holdsWhatever(name)) {
+		if held && (!settled || cds.holdsWhatever(name)) {
 			continue
 		}
 		// The client lacks the cluster because it has not accepted it
