@@ -196,12 +196,14 @@
 // # Concurrency
 //
 // Server is safe for concurrent use. Each stream is served by gRPC's handler
-// goroutine, which runs its requests, pushes and phases one at a time, plus
-// a receive goroutine, plus a writer goroutine only while responses are
-// being written. Pushes are generated on the handler goroutine while a push
-// slot (Config.Concurrency) is held; Generators and InitProxy for one proxy
-// are never called concurrently, for different proxies they are. Hooks are
-// called synchronously from these goroutines and must not block. When Run's
+// goroutine, which initialises the proxy and then waits for timers and the
+// stream's end, plus a receive goroutine, which runs each request as it
+// reads it, plus a writer goroutine only while responses are being written.
+// A stream's requests, pushes and phases run one at a time, under a lock of
+// the stream's: pushes are generated on the push queue's goroutines while a
+// push slot (Config.Concurrency) is held. Generators and InitProxy for one
+// proxy are never called concurrently, for different proxies they are.
+// Hooks are called synchronously from these goroutines and must not block. When Run's
 // ctx ends, new streams are refused, live ones end with codes.Unavailable,
 // and Run returns after every goroutine it or a stream started has exited,
 // waiting at most Config.GenerateTimeout for a host call that ignores its

@@ -61,7 +61,7 @@ type DumpedResource struct {
 // content last sent for each resource. It is meant for debugging, like
 // Envoy's config_dump seen from the server.
 //
-// The connection's own goroutine takes the dump between two of its steps,
+// The connection's handler goroutine takes the dump between two steps,
 // so Dump waits while it handles a request or generates a push, and until
 // the proxy is initialised; it must not be called from a Hook. It returns
 // an error if no registered
@@ -97,7 +97,7 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 	}
 }
 
-// dump runs on the handler goroutine, which owns the core.
+// dump runs under the step lock (see stream.go), as a step does.
 func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
 	if pc := c.proxy.Push; pc != nil {

@@ -272,21 +272,16 @@ func (s *Server) retryBuilds(ctx context.Context) {
 }
 
 // deliver is the push queue's handler: it hands the push to the connection
-// and waits until the connection has generated it, so that at most
-// Config.Concurrency connections generate at once. It does not wait for the
-// network: a connection that is writing, or still in the phases of an
-// earlier push, parks the push and queues itself again when it is free, so
-// a slow client never holds a slot for the length of a blocked write.
-func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
-	done := c.post(item)
-	if done == nil {
+// and generates it there, as a step on the drainer's goroutine, so that at
+// most Config.Concurrency connections generate at once. It does not wait
+// for the network: a connection that is writing, or still in the phases of
+// an earlier push, parks the push and queues itself again when it is free,
+// so a slow client never holds a slot for the length of a blocked write.
+func (s *Server) deliver(_ context.Context, c *conn, item *pushItem) {
+	if !c.post(item) || !c.lockStep() {
 		return
 	}
-	select {
-	case <-done:
-	case <-c.done:
-	case <-ctx.Done():
-	}
+	c.unlockStep(c.onKick(c.ctx))
 }
 
 // minTime returns the earlier of a and b, ignoring a zero time.

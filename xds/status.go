@@ -101,7 +101,7 @@ type connState struct {
 
 // publishStatus copies the connection's state where Status and the
 // convergence tracker read it, and tells the tracker how far the
-// connection is synced. It runs on the handler goroutine.
+// connection is synced. It runs under the step lock.
 func (c *conn) publishStatus(initialised bool) {
 	core := c.core
 	c.statusMu.Lock()
@@ -153,7 +153,7 @@ func (c *conn) publishStatus(initialised bool) {
 }
 
 // syncedTo computes the highest push the connection is synced to (see
-// convergence.go). It runs on the handler goroutine.
+// convergence.go). It runs under the step lock.
 func (c *conn) syncedTo() uint64 {
 	core := c.core
 	c.statusMu.Lock()

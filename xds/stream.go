@@ -21,11 +21,21 @@ import (
 )
 
 // A stream's runner: the gRPC handler goroutine admits the stream, reads
-// its first request, registers the connection and initialises the proxy,
-// then runs the loop that feeds the core (core.go) its steps — client
-// requests, pushes, timers — and writes what the core queues. One receive
-// goroutine reads requests; a writer goroutine runs only while responses
-// are being written, so that a blocked write never blocks the loop.
+// its first request, registers the connection and initialises the proxy.
+// From then on the core (core.go) is fed its steps by whichever goroutine
+// has the step to take, under the connection's step lock (stepSem): the
+// receive goroutine runs each request it reads, the push queue's drainer
+// runs the push it hands over (deliver), and the writer records the end of
+// each batch it wrote. The handler goroutine, which alone can end the
+// stream (grpc-go ends a stream when its handler returns), waits in loop
+// for what only it handles: the core's timers, a blocked write, the
+// Server's shutdown, a step that failed, the end of the receive goroutine,
+// and Dump's queries. A writer goroutine runs only while responses are
+// being written, so that a blocked write never blocks a step.
+//
+// So a push, the write of its responses and the client's ACK cost no
+// hand-over between goroutines: at 10,000 streams each hand-over is a
+// goroutine that waits its turn behind thousands of runnable ones.
 
 // sotwStream is the part of the generated SotW stream a conn uses.
 type sotwStream interface {
@@ -46,7 +56,7 @@ type deltaStream interface {
 var errStreamGenerateTimeout = status.Error(codes.Unavailable, "xds: generating the configuration timed out; reconnect")
 
 // maxQueuedAnswers bounds the responses waiting behind a write in progress
-// before the connection stops reading requests (see loop).
+// before the connection stops reading requests (see pauseIfBacklogged).
 const maxQueuedAnswers = 32
 
 // conn is one ADS stream.
@@ -62,25 +72,32 @@ type conn struct {
 	// other streams are written as encoded once (see sharedMsg).
 	plain bool
 
-	// Owned by the handler goroutine.
+	// stepSem is the step lock, a channel of capacity 1 so that a step
+	// waiting for it inside a testing/synctest bubble blocks durably: it
+	// protects the core and the fields below it, up to events. The handler
+	// goroutine holds it from the stream's start until loop first waits,
+	// and again from loop's return to the handler's; in between, each step
+	// takes it (see lockStep).
+	stepSem    chan struct{}
+	ctx        context.Context // the stream's context, for steps
+	stopped    bool            // the stream is ending: no step may run
+	failErr    error           // why a step ended the stream (see unlockStep)
 	outbox     []*outMsg
 	writing    bool   // a writer goroutine is running
 	writingP   uint64 // the lowest push stamp of the batch being written (0 when none)
-	timer      Timer  // fires when the core's deadline is due; nil until needed
+	timer      Timer  // fires when the core's deadline is due
 	timerAt    time.Time
-	writeTimer Timer // checks for a blocked write; nil until needed
+	writeTimer Timer  // checks for a blocked write
+	paused     bool   // the receive goroutine is asked to wait
+	made       uint64 // responses the core has made (see receive)
 
-	// events is the loop's mailbox: requests and the end of the receive
-	// goroutine, kicks, the writer's results, queries. One channel, so
-	// that the loop waits with a plain receive (or a select of two or
-	// three cases while a write or a timer is pending) rather than a
-	// select over every source.
-	events      chan event
-	kickPending atomic.Bool   // an evKick is in events or being handled
-	paused      bool          // the receive goroutine is asked to wait (owned by the loop)
-	recvPaused  atomic.Bool   // mirrors paused for the receive goroutine
-	resume      chan struct{} // wakes a paused receive goroutine (cap 1)
-	done        chan struct{} // closed when the stream ends
+	// events is the handler goroutine's mailbox: the first request and
+	// the end of the receive goroutine, a failed step or write, queries,
+	// the Server's shutdown.
+	events     chan event
+	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
+	resume     chan struct{} // wakes a paused receive goroutine (cap 1)
+	done       chan struct{} // closed when the stream ends
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
 	sendType  atomic.Int32 // the type index of the current Send
@@ -93,12 +110,11 @@ type conn struct {
 	hookSem chan struct{}
 	ended   bool // OnDisconnect is due or done; protected by hookSem
 
-	mu       sync.Mutex    // protects the fields below
-	busy     bool          // initialising, writing or in a push's phases: pushes are parked
-	closed   bool          // the stream has ended
-	mail     *pushItem     // push handed over by deliver, not yet generated
-	mailDone chan struct{} // closed once mail has been generated
-	parked   *pushItem     // pushes that arrived while busy
+	mu     sync.Mutex // protects the fields below
+	busy   bool       // initialising, writing or in a push's phases: pushes are parked
+	closed bool       // the stream has ended
+	mail   *pushItem  // push handed over by deliver, not yet generated
+	parked *pushItem  // pushes that arrived while busy
 
 	syncedSeq uint64 // the push this connection is synced to; protected by Server.track.mu
 
@@ -127,13 +143,24 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		stream:  stream,
 		dstream: dstream,
 		delta:   dstream != nil,
+		ctx:     ctx,
 		events:  make(chan event, eventsCap),
 		resume:  make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		hookSem: make(chan struct{}, 1),
+		stepSem: make(chan struct{}, 1),
 		busy:    true,
 		plain:   plainStream(sctx),
 	}
+	// The handler goroutine holds the step lock until loop waits, and
+	// from loop's return on: a step that comes meanwhile (a request read
+	// ahead of the first's, a push, a write's end) waits, and finds the
+	// stream stopped once the handler ends it.
+	c.stepSem <- struct{}{}
+	defer func() {
+		c.stopped = true
+		<-c.stepSem
+	}()
 	defer c.close()
 	// The Server's shutdown cancels the stream's host calls and wakes its
 	// loop. The client's end of the stream reaches the loop as the receive
@@ -164,7 +191,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	c.seq = s.connSeq.Add(1)
 	c.st.delta = c.delta
 	c.st.types = make([]typePub, len(s.set.order))
-	s.goStream(c.receive)
+	s.goStream(func() { c.receive(true) })
 
 	first, err := c.first(ctx)
 	if err != nil {
@@ -226,9 +253,8 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: connected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
 
-	if err := c.handle(ctx, first); err != nil {
-		return err
-	}
+	// The receive goroutine runs the first request as its first step,
+	// once loop releases the step lock; pushes are parked until then.
 	err = c.loop(ctx)
 	if _, ok := status.FromError(err); !ok || isPanic(err) {
 		// A host error (InitProxy at a Full push): the client is told a
@@ -241,28 +267,55 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	return err
 }
 
-// event is one entry of the loop's mailbox.
+// event is one entry of the handler goroutine's mailbox.
 type event struct {
 	kind evKind
 	in   inbound // evRequest
-	err  error   // evRecvErr, evWritten
+	err  error   // evRecvErr, evWriteFailed
 	q    func()  // evQuery
 }
 
 type evKind uint8
 
 const (
-	evRequest evKind = iota // a client request
-	evRecvErr               // the receive goroutine ended
-	evKick                  // a push is in the mailbox (see post)
-	evWritten               // the writer finished a batch
-	evQuery                 // run q on the loop (see Server.Dump)
-	evCtxDone               // the Server is shutting down
+	evRequest     evKind = iota // the stream's first request (see first)
+	evRecvErr                   // the receive goroutine ended
+	evWriteFailed               // a Send failed
+	evStepFailed                // a step ended the stream (see unlockStep)
+	evQuery                     // run q under the step lock (see Server.Dump)
+	evCtxDone                   // the Server is shutting down
 )
 
-// eventsCap bounds the mailbox. Requests are decoded ahead of the loop by
-// at most this many (each at most Config.MaxRequestBytes).
+// eventsCap bounds the mailbox. Each of its senders but Dump posts at most
+// once per stream.
 const eventsCap = 4
+
+// lockStep takes the step lock for a step on the caller's goroutine; it
+// reports false, holding nothing, if the stream has ended or is ending.
+func (c *conn) lockStep() bool {
+	c.stepSem <- struct{}{}
+	if c.stopped {
+		<-c.stepSem
+		return false
+	}
+	return true
+}
+
+// unlockStep ends a step that lockStep began. A step's error ends the
+// stream: no step runs after it, and the handler goroutine, which alone
+// can end the stream, returns it. It reports whether the stream goes on.
+func (c *conn) unlockStep(err error) bool {
+	if err != nil {
+		c.stopped = true
+		c.failErr = err
+	}
+	<-c.stepSem
+	if err != nil {
+		c.postEvent(event{kind: evStepFailed})
+		return false
+	}
+	return true
+}
 
 // postEvent hands ev to the loop; it reports false if the stream has
 // ended.
@@ -275,9 +328,19 @@ func (c *conn) postEvent(ev event) bool {
 	}
 }
 
-// receive is the receive goroutine: it feeds requests to the loop until the
-// stream ends, and waits while the loop asks it to (see setPaused).
-func (c *conn) receive() {
+// receive is the receive goroutine: it runs every request it reads, as a
+// step, until the stream ends, and waits while a step asks it to (see
+// setPaused). first is set for the stream's first receive goroutine, whose
+// first request the handler goroutine reads before it is run.
+//
+// After a step that made responses, it hands reading on to a new receive
+// goroutine and ends. Making responses (diffs, encoding) grows a stack
+// well past the 2 KiB or so that waiting in grpc-go's Recv takes, and the
+// runtime halves a stack only while less than a quarter of it is in use:
+// a receive goroutine that lived on would keep 8 KiB for as long as the
+// stream idles, where a new one starts small. A step that only records an
+// ACK, the common one, keeps its goroutine.
+func (c *conn) receive(first bool) {
 	for {
 		var in inbound
 		var err error
@@ -290,7 +353,20 @@ func (c *conn) receive() {
 			c.postEvent(event{kind: evRecvErr, err: err})
 			return
 		}
-		if !c.postEvent(event{kind: evRequest, in: in}) {
+		// The handler goroutine reads the node of the first request and
+		// initialises the proxy, holding the step lock meanwhile; the
+		// request is then run here, as every later one is.
+		if first && !c.postEvent(event{kind: evRequest, in: in}) {
+			return
+		}
+		first = false
+		if !c.lockStep() {
+			return
+		}
+		made := c.made
+		err = c.handle(c.ctx, in)
+		fresh := c.made != made
+		if !c.unlockStep(err) {
 			return
 		}
 		if c.recvPaused.Load() {
@@ -299,6 +375,10 @@ func (c *conn) receive() {
 			case <-c.done:
 				return
 			}
+		}
+		if fresh {
+			c.s.goStream(func() { c.receive(false) })
+			return
 		}
 	}
 }
@@ -403,68 +483,77 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 	return err
 }
 
-// loop is the connection's main loop: client requests, pushes, timers and
-// the writer's progress, one at a time.
+// loop is the handler goroutine's part once the stream is served: it
+// waits for what only it handles (see the top of this file) and returns
+// the error that ends the stream. It is entered, and returns, holding the
+// step lock; it releases it while it waits.
 func (c *conn) loop(ctx context.Context) error {
+	if c.timer == nil {
+		c.timer = stoppedTimer(c.s.set.clock)
+	}
+	if c.writeTimer == nil {
+		c.writeTimer = stoppedTimer(c.s.set.clock)
+	}
+	// Steps on other goroutines arm and stop both timers; the channels
+	// are watched throughout, and a tick that finds nothing due is
+	// ignored (onTimer, checkWrite).
+	timerC, writeC := c.timer.C(), c.writeTimer.C()
 	for {
-		// Answers to requests queue up behind a blocked write. Past
-		// maxQueuedAnswers, stop reading requests until the writer
-		// progresses: the receive goroutine then waits, and gRPC flow
-		// control slows the client down, so a client that sends requests
-		// but does not read cannot grow the outbox without bound.
-		c.setPaused(c.writing && len(c.outbox) >= maxQueuedAnswers)
-		var timerC, writeC <-chan time.Time
-		if c.timer != nil && !c.timerAt.IsZero() {
-			timerC = c.timer.C()
-		}
-		if c.writing && c.writeTimer != nil {
-			writeC = c.writeTimer.C()
-		}
+		<-c.stepSem
 		var ev event
-		if timerC == nil && writeC == nil {
-			ev = <-c.events
-		} else {
-			select {
-			case ev = <-c.events:
-			case <-timerC:
-				c.timerAt = time.Time{}
-				if err := c.onTimer(ctx); err != nil {
-					return err
-				}
-				continue
-			case <-writeC:
-				if err := c.checkWrite(ctx); err != nil {
-					return err
-				}
-				continue
-			}
+		var tick, writeTick bool
+		select {
+		case ev = <-c.events:
+		case <-timerC:
+			tick = true
+		case <-writeC:
+			writeTick = true
 		}
-		switch ev.kind {
-		case evRequest:
-			if err := c.handle(ctx, ev.in); err != nil {
-				return err
-			}
-		case evRecvErr:
-			return c.recvStatus(ev.err)
-		case evKick:
-			c.kickPending.Store(false)
-			if err := c.onKick(ctx); err != nil {
-				return err
-			}
-		case evWritten:
-			if ev.err != nil {
-				if c.s.stopCtx.Err() != nil {
-					return status.Error(codes.Unavailable, "xds: server is shutting down")
-				}
-				return ev.err
-			}
-			c.onWritten()
-		case evQuery:
-			ev.q()
-		case evCtxDone:
-			return c.ctxStatus(ctx)
+		c.stepSem <- struct{}{}
+		if c.stopped {
+			return c.failErr
+		}
+		var err error
+		switch {
+		case tick:
+			c.timerAt = time.Time{}
+			err = c.onTimer(ctx)
+		case writeTick:
+			err = c.checkWrite(ctx)
+		default:
+			err = c.onEvent(ctx, ev)
+		}
+		if err != nil {
+			c.stopped = true
+			return err
 		}
 	}
+}
+
+// onEvent handles one entry of the mailbox in loop: an error ends the
+// stream.
+func (c *conn) onEvent(ctx context.Context, ev event) error {
+	switch ev.kind {
+	case evRecvErr:
+		return c.recvStatus(ev.err)
+	case evWriteFailed:
+		if c.s.stopCtx.Err() != nil {
+			return status.Error(codes.Unavailable, "xds: server is shutting down")
+		}
+		return ev.err
+	case evCtxDone:
+		return c.ctxStatus(ctx)
+	case evQuery:
+		ev.q()
+	}
+	return nil
+}
+
+// stoppedTimer returns a timer of clock that has not been armed.
+func stoppedTimer(clock Clock) Timer {
+	t := clock.NewTimer(time.Hour)
+	t.Stop()
+	return t
 }
 
 // after takes what the core queued, re-admits parked pushes if the
@@ -475,7 +564,17 @@ func (c *conn) loop(ctx context.Context) error {
 // A client that acts on what it received (a test that then asks for the
 // status) would otherwise find the Server reporting the state before it.
 func (c *conn) after() {
-	c.outbox = append(c.outbox, c.core.takeOut()...)
+	if batch := c.settle(); batch != nil {
+		c.s.goStream(func() { c.write(batch) })
+	}
+}
+
+// settle is after without starting the writer: it returns the batch to
+// write, if a writer is to start on it (see nextBatch).
+func (c *conn) settle() []*outMsg {
+	out := c.core.takeOut()
+	c.made += uint64(len(out))
+	c.outbox = append(c.outbox, out...)
 	c.resetTimer()
 	if c.writing || len(c.outbox) > 0 || c.core.busy() {
 		c.setBusy()
@@ -483,7 +582,18 @@ func (c *conn) after() {
 		c.unpark()
 	}
 	c.publishStatus(false)
-	c.startWriter()
+	batch := c.nextBatch()
+	c.pauseIfBacklogged()
+	return batch
+}
+
+// pauseIfBacklogged stops the receive goroutine reading requests while
+// answers queue up behind a blocked write, past maxQueuedAnswers, and lets
+// it read again once the writer progresses: gRPC flow control then slows
+// the client down, so a client that sends requests but does not read
+// cannot grow the outbox without bound.
+func (c *conn) pauseIfBacklogged() {
+	c.setPaused(c.writing && len(c.outbox) >= maxQueuedAnswers)
 }
 
 // onTimer runs the core's timers: phase timeouts, retries.
@@ -520,48 +630,35 @@ func (c *conn) resetTimer() {
 	c.timer.Reset(d)
 }
 
-// post hands a push to the connection. It returns a channel that is closed
-// once the connection has generated its responses, or nil if the request was
-// parked (the connection is initialising or writing; it will queue itself
-// again when it is free) or dropped (the connection has ended).
-func (c *conn) post(item *pushItem) <-chan struct{} {
+// post hands a push to the connection for deliver to generate. It reports
+// false if the push was parked (the connection is initialising, writing or
+// in a push's phases; it will queue itself again when it is free) or
+// dropped (the connection has ended).
+func (c *conn) post(item *pushItem) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.closed {
-		c.mu.Unlock()
-		return nil
+		return false
 	}
 	if c.busy {
 		c.parked = c.parked.Merge(item)
-		c.mu.Unlock()
-		return nil
+		return false
 	}
 	c.mail = c.mail.Merge(item)
-	if c.mailDone == nil {
-		c.mailDone = make(chan struct{})
-	}
-	done := c.mailDone
-	c.mu.Unlock()
-	if c.kickPending.CompareAndSwap(false, true) {
-		c.postEvent(event{kind: evKick})
-	}
-	return done
+	return true
 }
 
-// onKick generates the responses for the push in the mailbox.
+// onKick generates the responses for the push in the mailbox, as a step.
 func (c *conn) onKick(ctx context.Context) error {
 	c.mu.Lock()
-	item, done := c.mail, c.mailDone
-	c.mail, c.mailDone = nil, nil
+	item := c.mail
+	c.mail = nil
 	if item != nil && c.core.busy() {
 		// A push is still in its phases: this one waits for the end.
 		c.parked = c.parked.Merge(item)
 		item = nil
 	}
 	c.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	defer close(done)
 	if item == nil {
 		return nil
 	}
@@ -592,24 +689,25 @@ func (c *conn) unpark() {
 
 // setBusy makes pushes park until the connection is idle again (see
 // unpark). A push already handed over and not yet generated is parked too,
-// releasing deliver, so that it waits for the write or the phases to end
-// instead of holding a push slot.
+// so that its deliver, waiting for the step lock, finds nothing to do and
+// does not make it wait for the write or the phases to end under a push
+// slot.
 func (c *conn) setBusy() {
 	c.mu.Lock()
 	c.busy = true
 	if c.mail != nil {
 		c.parked = c.parked.Merge(c.mail)
 		c.mail = nil
-		close(c.mailDone)
-		c.mailDone = nil
 	}
 	c.mu.Unlock()
 }
 
-// startWriter starts the writer on the responses queued, if it is idle.
-func (c *conn) startWriter() {
+// nextBatch takes the responses queued for the writer, if none is running,
+// and arms the check for a blocked write. It returns nil if there is
+// nothing to write or a writer is running.
+func (c *conn) nextBatch() []*outMsg {
 	if c.writing || len(c.outbox) == 0 {
-		return
+		return nil
 	}
 	batch := c.outbox
 	c.outbox = nil
@@ -628,23 +726,28 @@ func (c *conn) startWriter() {
 		c.writeTimer.Stop()
 		c.writeTimer.Reset(c.s.set.writeTimeout)
 	}
-	c.s.goStream(func() { c.write(batch) })
+	return batch
 }
 
-// onWritten handles the end of a successful write batch.
-func (c *conn) onWritten() {
+// onWritten records the end of a successful write batch, as a step on the
+// writer goroutine, and returns the next batch for it to write, if any.
+func (c *conn) onWritten() []*outMsg {
 	c.writing = false
 	c.writingP = 0
 	c.writeTimer.Stop()
 	c.statusMu.Lock()
 	c.st.writingSeq = 0
 	c.statusMu.Unlock()
-	c.after()
+	return c.settle()
 }
 
 // checkWrite ends the stream if a Send has been blocked for
-// Config.WriteTimeout, and otherwise re-arms the check.
+// Config.WriteTimeout, and otherwise re-arms the check while a batch is
+// being written.
 func (c *conn) checkWrite(ctx context.Context) error {
+	if !c.writing {
+		return nil // a tick from before the batch ended
+	}
 	timeout := c.s.set.writeTimeout
 	wait := timeout
 	if at := c.sendStart.Load(); at != 0 {
@@ -663,9 +766,25 @@ func (c *conn) checkWrite(ctx context.Context) error {
 	return nil
 }
 
-// write runs on the writer goroutine: it sends batch in order and reports
-// the result on writeDone.
+// write is the writer goroutine: it sends batch in order, then records
+// its end as a step and goes on with the responses queued meanwhile, until
+// there are none. A failed Send ends the stream.
 func (c *conn) write(batch []*outMsg) {
+	for batch != nil {
+		if err := c.send(batch); err != nil {
+			c.postEvent(event{kind: evWriteFailed, err: err})
+			return
+		}
+		if !c.lockStep() {
+			return
+		}
+		batch = c.onWritten()
+		c.unlockStep(nil)
+	}
+}
+
+// send sends batch in order, on the writer goroutine.
+func (c *conn) send(batch []*outMsg) error {
 	clock := c.s.set.clock
 	var err error
 	for i, m := range batch {
@@ -709,7 +828,7 @@ func (c *conn) write(batch []*outMsg) {
 		}
 		batch[i] = nil
 	}
-	c.postEvent(event{kind: evWritten, err: err})
+	return err
 }
 
 // serverStream returns the stream, SotW or Delta.
