@@ -101,7 +101,7 @@ func BenchmarkEnqueueParallel(b *testing.B) {
 }
 
 // BenchmarkDrain measures Drain throughput with a handler that returns at
-// once: the cost per request of a slot, a goroutine, Dequeue and MarkDone.
+// once: the cost per request of a worker waking, Dequeue and MarkDone.
 func BenchmarkDrain(b *testing.B) {
 	const keys = 1000
 	q := New[int, count]()

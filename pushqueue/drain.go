@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,13 +29,12 @@ type DrainConfig struct {
 	Hooks Hooks
 }
 
-// Hooks are optional callbacks Drain invokes synchronously from its handler
-// goroutines. They must be fast, must not block and must be safe for
-// concurrent use. A nil field is skipped. Every hook call has returned by the
-// time Drain returns.
+// Hooks are optional callbacks Drain invokes synchronously from its workers.
+// They must be fast, must not block and must be safe for concurrent use. A nil
+// field is skipped. Every hook call has returned by the time Drain returns.
 type Hooks struct {
 	// OnHandled is called after a handler has returned and its key has been
-	// marked done, before the handler's slot is released.
+	// marked done, before its worker dequeues again.
 	OnHandled func(HandledEvent)
 	// OnTimeout is called when a handler is still running at its Timeout,
 	// right after its ctx has been cancelled. It fires only when
@@ -85,14 +85,15 @@ func DefaultConcurrency() int {
 // invalid config or a nil handle is reported as an error before anything is
 // dequeued.
 //
-// Drain takes a slot before it dequeues, so while every slot is busy requests
-// stay pending and keep merging. Each handler runs on its own goroutine with a
-// ctx derived from ctx, cancelled after DrainConfig.Timeout if that is
-// positive. A handler must return once its ctx is done: Drain cannot preempt
-// it. A handler that is slow on one key holds one slot and keeps that key
-// processing (new requests for it merge into a single follow-up); the other
-// slots keep serving other keys. Timeout bounds how long such a handler can
-// hold its slot.
+// Drain runs Concurrency workers (slots), goroutines that each dequeue only
+// when they are free, so while every worker is busy requests stay pending and
+// keep merging. Each handler runs on a worker with a ctx derived from ctx,
+// cancelled after DrainConfig.Timeout if that is positive. A handler must
+// return once its ctx is done: Drain cannot preempt it. A handler that is
+// slow on one key holds one worker and keeps that key processing (new
+// requests for it merge into a single follow-up); the other workers keep
+// serving other keys. Timeout bounds how long such a handler can hold its
+// worker.
 //
 // A handler that panics crashes the program, as any goroutine would. Several
 // Drain calls may run on one queue at once; Concurrency bounds each of them
@@ -121,36 +122,38 @@ func (q *Queue[K, R]) Drain(ctx context.Context, cfg DrainConfig, handle func(ct
 	if n == 0 {
 		n = DefaultConcurrency()
 	}
-	slots := make(chan struct{}, n)
-	var wg sync.WaitGroup // tracks the handler goroutines; waited for on every return
+	// n workers, each dequeuing only when it is free: while every worker
+	// is busy, requests stay pending and keep merging. A worker lives as
+	// long as Drain, so the stack a handler grows is grown once per
+	// worker, not once per request.
+	var wg sync.WaitGroup
+	var shutDown atomic.Bool // a worker found the queue shut down and drained
 	d.logger.DebugContext(ctx, "pushqueue: drain started", "concurrency", n, "timeout", cfg.Timeout)
-	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", ctx.Err())
-			return ctx.Err()
-		}
-		key, req, meta, err := q.dequeue(ctx, true)
-		if err != nil {
-			<-slots
-			wg.Wait()
-			d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", err)
-			if errors.Is(err, ErrShutDown) {
-				return nil
-			}
-			return err
-		}
+	for range n {
 		wg.Go(func() {
-			defer func() { <-slots }()
-			d.run(ctx, key, req, meta)
+			for {
+				key, req, meta, err := q.dequeue(ctx, true)
+				if err != nil {
+					if errors.Is(err, ErrShutDown) {
+						shutDown.Store(true)
+					}
+					return
+				}
+				d.run(ctx, key, req, meta)
+			}
 		})
 	}
+	wg.Wait()
+	if shutDown.Load() {
+		d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", ErrShutDown)
+		return nil
+	}
+	d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", ctx.Err())
+	return ctx.Err()
 }
 
-// drainer holds what one Drain call's handler goroutines share. Every field is
-// written before the first goroutine starts and only read afterwards.
+// drainer holds what one Drain call's workers share. Every field is written
+// before the first worker starts and only read afterwards.
 type drainer[K comparable, R Mergeable[R]] struct {
 	q       *Queue[K, R]
 	timeout time.Duration
