@@ -94,8 +94,9 @@ type coreHost interface {
 	// phase gates of clients in the same state.
 	wouldSend(k transKey) (sends, known bool)
 	knownSends(k transKey, sends bool)
-	// initProxy calls Config.InitProxy.
-	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
+	// initProxy calls Config.InitProxy, bounded by t (reused, as for
+	// Server.guard).
+	initProxy(ctx context.Context, t *Timer, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
 	// nonce returns a new nonce for a response of version.
 	nonce(version string) string
 	// rebuilt reports whether an index fed by type i's kinds was rebuilt
@@ -317,7 +318,7 @@ type proxyAt struct {
 // initProxy calls Config.InitProxy against pc and stores its result.
 func (c *core) initProxy(pc *pushcontext.PushContext) error {
 	c.initSeq = pc.Seq()
-	st, err := c.host.initProxy(c.ctx, c.proxy, pc)
+	st, err := c.host.initProxy(c.ctx, &c.guardTimer, c.proxy, pc)
 	if err != nil {
 		return err
 	}

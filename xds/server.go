@@ -391,13 +391,14 @@ func (s *Server) nonce(version string) string {
 	return version + "/" + strconv.FormatUint(s.nonceSeq.Add(1), 10)
 }
 
-// initProxy calls Config.InitProxy through its guard.
-func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+// initProxy calls Config.InitProxy through its guard, with the timer t of
+// the connection's host calls.
+func (s *Server) initProxy(ctx context.Context, t *Timer, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
 	init := s.set.initProxy
 	if init == nil {
 		return ProxyState{}, nil
 	}
-	return guarded(s, ctx, "InitProxy", s.set.genTimeout, nil, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
+	return guarded(s, ctx, "InitProxy", s.set.genTimeout, t, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
 		return init(ctx, p, pc)
 	})
 }

@@ -89,6 +89,7 @@ type conn struct {
 	timerAt    time.Time
 	writeTimer Timer  // checks for a blocked write
 	paused     bool   // the receive goroutine is asked to wait
+	failing    bool   // a type is failing, as last published (publishStatus)
 	made       uint64 // responses the core has made (see receive)
 
 	// events is the handler goroutine's mailbox: the first request and
@@ -564,14 +565,16 @@ func stoppedTimer(clock Clock) Timer {
 // A client that acts on what it received (a test that then asks for the
 // status) would otherwise find the Server reporting the state before it.
 func (c *conn) after() {
-	if batch := c.settle(); batch != nil {
+	if batch := c.settle(true); batch != nil {
 		c.s.goStream(func() { c.write(batch) })
 	}
 }
 
 // settle is after without starting the writer: it returns the batch to
-// write, if a writer is to start on it (see nextBatch).
-func (c *conn) settle() []*outMsg {
+// write, if a writer is to start on it (see nextBatch). stepped is false
+// when the core ran no step since the last settle (the end of a write), so
+// that what publishStatus would copy is as it last did.
+func (c *conn) settle(stepped bool) []*outMsg {
 	out := c.core.takeOut()
 	c.made += uint64(len(out))
 	c.outbox = append(c.outbox, out...)
@@ -581,7 +584,11 @@ func (c *conn) settle() []*outMsg {
 	} else {
 		c.unpark()
 	}
-	c.publishStatus(false)
+	if stepped {
+		c.publishStatus(false)
+	} else {
+		c.publishSynced()
+	}
 	batch := c.nextBatch()
 	c.pauseIfBacklogged()
 	return batch
@@ -738,7 +745,7 @@ func (c *conn) onWritten() []*outMsg {
 	c.statusMu.Lock()
 	c.st.writingSeq = 0
 	c.statusMu.Unlock()
-	return c.settle()
+	return c.settle(false)
 }
 
 // checkWrite ends the stream if a Send has been blocked for
