@@ -104,6 +104,7 @@ func TestHostileSilentStreams(t *testing.T) {
 				}
 			}
 		}, false)
+		synctest.Wait() // the Server's own goroutines (its push queue's workers) have started
 		base := runtime.NumGoroutine()
 		cc := f.dialConn()
 		ctx, cancel := context.WithCancel(context.Background())

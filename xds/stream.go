@@ -154,9 +154,9 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		plain:   plainStream(sctx),
 	}
 	// The handler goroutine holds the step lock until loop waits, and
-	// from loop's return on: a step that comes meanwhile (a request read
-	// ahead of the first's, a push, a write's end) waits, and finds the
-	// stream stopped once the handler ends it.
+	// from loop's return on: a step that comes meanwhile (the first
+	// request, a write's end) waits, and finds the stream stopped once
+	// the handler ends it; pushes are parked until the first step.
 	c.stepSem <- struct{}{}
 	defer func() {
 		c.stopped = true
