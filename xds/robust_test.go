@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -105,6 +106,67 @@ func TestBadInput(t *testing.T) {
 }
 
 func nodeOf(id string) *corev3Node { return &corev3Node{Id: id} }
+
+// A client that closes its side of the stream (CloseSend, as a client does
+// that is done with its server) ends it, over SotW and Delta, whether or
+// not the stream had anything to answer: the handler returns OK, the
+// connection is no longer listed, and OnDisconnect reports no error.
+func TestClientClosesItsSide(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		delta     bool
+		subscribe bool // the first request subscribes to the clusters
+	}{
+		{"SotW", false, true},
+		{"SotW/nothing asked", false, false},
+		{"Delta", true, true},
+		{"Delta/nothing asked", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				f := start(t, st, nil, false)
+				var closeSend func() error
+				var streamErr func() error
+				if tc.delta {
+					c := f.connectDelta("n", nil)
+					req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType)}
+					if tc.subscribe {
+						req = &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), ResourceNamesSubscribe: []string{"*"}}
+					}
+					c.send(req)
+					closeSend, streamErr = c.stream.CloseSend, c.recvErr
+				} else {
+					c := f.connect("n", nil, true)
+					if tc.subscribe {
+						c.request(ClusterType)
+					} else {
+						c.request(EndpointType) // by name, and none named
+					}
+					closeSend, streamErr = c.stream.CloseSend, c.recvErr
+				}
+				settle()
+				if got := len(f.srv.Status()); got != 1 {
+					t.Fatalf("Status() lists %d connections before the close; want 1", got)
+				}
+				if err := closeSend(); err != nil {
+					t.Fatal(err)
+				}
+				if err := streamErr(); err != io.EOF {
+					t.Errorf("the stream ended with %v; want io.EOF (status OK)", err)
+				}
+				settle()
+				if got := f.srv.Status(); len(got) != 0 {
+					t.Errorf("Status() lists %d connections after the client closed its side; want 0", len(got))
+				}
+				if ev := f.eventList(); !slices.Contains(ev, "disconnect n OK") {
+					t.Errorf("events = %v; want a disconnect with no error", ev)
+				}
+			})
+		})
+	}
+}
 
 // A client that disconnects in the middle of a push leaves nothing behind.
 func TestDisconnectMidPush(t *testing.T) {

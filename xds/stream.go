@@ -515,6 +515,7 @@ func (c *conn) loop(ctx context.Context) error {
 			return c.failErr
 		}
 		var err error
+		end := false
 		switch {
 		case tick:
 			c.timerAt = time.Time{}
@@ -522,32 +523,32 @@ func (c *conn) loop(ctx context.Context) error {
 		case writeTick:
 			err = c.checkWrite(ctx)
 		default:
-			err = c.onEvent(ctx, ev)
+			end, err = c.onEvent(ctx, ev)
 		}
-		if err != nil {
+		if end || err != nil {
 			c.stopped = true
 			return err
 		}
 	}
 }
 
-// onEvent handles one entry of the mailbox in loop: an error ends the
-// stream.
-func (c *conn) onEvent(ctx context.Context, ev event) error {
+// onEvent handles one entry of the mailbox in loop. It reports whether the
+// stream ends, and with what error: nil when the client closed its side.
+func (c *conn) onEvent(ctx context.Context, ev event) (end bool, err error) {
 	switch ev.kind {
 	case evRecvErr:
-		return c.recvStatus(ev.err)
+		return true, c.recvStatus(ev.err)
 	case evWriteFailed:
 		if c.s.stopCtx.Err() != nil {
-			return status.Error(codes.Unavailable, "xds: server is shutting down")
+			return true, status.Error(codes.Unavailable, "xds: server is shutting down")
 		}
-		return ev.err
+		return true, ev.err
 	case evCtxDone:
-		return c.ctxStatus(ctx)
+		return true, c.ctxStatus(ctx)
 	case evQuery:
 		ev.q()
 	}
-	return nil
+	return false, nil
 }
 
 // stoppedTimer returns a timer of clock that has not been armed.
