@@ -146,7 +146,7 @@ func (t *tracker) remove(c *conn) {
 func (t *tracker) set(c *conn, seq uint64, failing bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	changed := false
+	changed := t.moveLocked(c, seq)
 	if _, was := t.failing[c]; was != failing {
 		changed = true
 		if failing {
@@ -155,21 +155,39 @@ func (t *tracker) set(c *conn, seq uint64, failing bool) {
 			delete(t.failing, c)
 		}
 	}
-	if seq != c.syncedSeq {
-		old := c.syncedSeq
-		c.syncedSeq = seq
-		t.hist[seq]++
-		if seq < t.min {
-			t.min = seq
-			changed = true
-		}
-		if t.drop(old) {
-			changed = true
-		}
-	}
 	if changed {
 		t.wake()
 	}
+}
+
+// setSynced records that c is now synced to seq, its failing types as
+// last set.
+func (t *tracker) setSynced(c *conn, seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.moveLocked(c, seq) {
+		t.wake()
+	}
+}
+
+// moveLocked moves c to seq in the histogram and reports whether the
+// lowest value changed. t.mu must be held.
+func (t *tracker) moveLocked(c *conn, seq uint64) bool {
+	if seq == c.syncedSeq {
+		return false
+	}
+	old := c.syncedSeq
+	c.syncedSeq = seq
+	t.hist[seq]++
+	changed := false
+	if seq < t.min {
+		t.min = seq
+		changed = true
+	}
+	if t.drop(old) {
+		changed = true
+	}
+	return changed
 }
 
 // drop removes one connection at value v from the histogram and, if v was

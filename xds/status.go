@@ -149,15 +149,15 @@ func (c *conn) publishStatus(initialised bool) {
 		}
 	}
 	c.statusMu.Unlock()
-	c.failing = failing
-	c.publishSynced()
+	c.s.track.set(c, c.syncedTo(), failing)
 }
 
 // publishSynced tells the tracker how far the connection is synced, after
 // a change of the connection's writes alone (see onWritten): the core's
-// state, which publishStatus copies, is as last published.
+// state, which publishStatus copies, and so whether a type is failing, is
+// as last published.
 func (c *conn) publishSynced() {
-	c.s.track.set(c, c.syncedTo(), c.failing)
+	c.s.track.setSynced(c, c.syncedTo())
 }
 
 // syncedTo computes the highest push the connection is synced to (see

@@ -85,11 +85,10 @@ type conn struct {
 	outbox     []*outMsg
 	writing    bool   // a writer goroutine is running
 	writingP   uint64 // the lowest push stamp of the batch being written (0 when none)
-	timer      Timer  // fires when the core's deadline is due
+	timer      Timer  // fires when the core's deadline is due (made by loop)
 	timerAt    time.Time
-	writeTimer Timer  // checks for a blocked write
+	writeTimer Timer  // checks for a blocked write (made by loop)
 	paused     bool   // the receive goroutine is asked to wait
-	failing    bool   // a type is failing, as last published (publishStatus)
 	made       uint64 // responses the core has made (see receive)
 
 	// events is the handler goroutine's mailbox: the first request and
@@ -254,9 +253,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: connected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
 
-	// The receive goroutine runs the first request as its first step,
-	// once loop releases the step lock; pushes are parked until then.
-	err = c.loop(ctx)
+	err = c.loop(ctx) // the receive goroutine then runs the first request
 	if _, ok := status.FromError(err); !ok || isPanic(err) {
 		// A host error (InitProxy at a Full push): the client is told a
 		// correlation id, the detail goes to the log and OnDisconnect.
@@ -489,15 +486,11 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 // the error that ends the stream. It is entered, and returns, holding the
 // step lock; it releases it while it waits.
 func (c *conn) loop(ctx context.Context) error {
-	if c.timer == nil {
-		c.timer = stoppedTimer(c.s.set.clock)
-	}
-	if c.writeTimer == nil {
-		c.writeTimer = stoppedTimer(c.s.set.clock)
-	}
-	// Steps on other goroutines arm and stop both timers; the channels
-	// are watched throughout, and a tick that finds nothing due is
-	// ignored (onTimer, checkWrite).
+	// Both timers are made here, before any step can run, and steps on
+	// other goroutines arm and stop them; the channels are watched
+	// throughout, and a tick that finds nothing due is ignored (onTimer,
+	// checkWrite).
+	c.timer, c.writeTimer = stoppedTimer(c.s.set.clock), stoppedTimer(c.s.set.clock)
 	timerC, writeC := c.timer.C(), c.writeTimer.C()
 	for {
 		<-c.stepSem
@@ -526,8 +519,7 @@ func (c *conn) loop(ctx context.Context) error {
 			end, err = c.onEvent(ctx, ev)
 		}
 		if end || err != nil {
-			c.stopped = true
-			return err
+			return err // serve stops the stream, still holding the lock
 		}
 	}
 }
@@ -623,19 +615,10 @@ func (c *conn) resetTimer() {
 		return
 	}
 	c.timerAt = at
-	if at.IsZero() {
-		if c.timer != nil {
-			c.timer.Stop()
-		}
-		return
-	}
-	d := max(at.Sub(c.s.set.clock.Now()), 0)
-	if c.timer == nil {
-		c.timer = c.s.set.clock.NewTimer(d)
-		return
-	}
 	c.timer.Stop()
-	c.timer.Reset(d)
+	if !at.IsZero() {
+		c.timer.Reset(max(at.Sub(c.s.set.clock.Now()), 0))
+	}
 }
 
 // post hands a push to the connection for deliver to generate. It reports
@@ -728,12 +711,8 @@ func (c *conn) nextBatch() []*outMsg {
 	c.statusMu.Lock()
 	c.st.writingSeq = low
 	c.statusMu.Unlock()
-	if c.writeTimer == nil {
-		c.writeTimer = c.s.set.clock.NewTimer(c.s.set.writeTimeout)
-	} else {
-		c.writeTimer.Stop()
-		c.writeTimer.Reset(c.s.set.writeTimeout)
-	}
+	c.writeTimer.Stop()
+	c.writeTimer.Reset(c.s.set.writeTimeout)
 	return batch
 }
 
