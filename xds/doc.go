@@ -196,9 +196,11 @@
 // # Concurrency
 //
 // Server is safe for concurrent use. Each stream is served by gRPC's handler
-// goroutine, which initialises the proxy and then waits for timers and the
-// stream's end, plus a receive goroutine, which runs each request as it
-// reads it, plus a writer goroutine only while responses are being written.
+// goroutine, which waits for timers and the stream's end, plus a receive
+// goroutine, which runs each request as it reads it, plus a writer goroutine
+// only while responses are being written; while a stream opens, a goroutine
+// of its own authenticates the client and initialises the proxy, so that
+// its stack does not stay with the handler for the stream's life.
 // A stream's requests, pushes and phases run one at a time, under a lock of
 // the stream's: pushes are generated on the push queue's goroutines while a
 // push slot (Config.Concurrency) is held. Generators and InitProxy for one

@@ -65,7 +65,7 @@ func run() error {
 	rounds := flag.Int("rounds", 3, "changes of each kind (each to another service); the figures pool them")
 	services := flag.Int("services", 0, "services in the mesh (0: 100)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
-	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")
+	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof) and its live heap once the clients have converged (SERVER-PROTOCOL-heap.pprof, .txt)")
 	timeout := flag.Duration("timeout", 0, "bound of each phase (0: 60s + 10ms per client)")
 	runs := flag.Int("runs", 10, "burst: runs per server and protocol")
 	changes := flag.Int("changes", 20, "burst: changes per run")

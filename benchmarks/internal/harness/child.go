@@ -119,6 +119,10 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *profDir != "" {
+		// Sample the heap finely enough to apportion a few KiB per client.
+		runtime.MemProfileRate = 4 << 10
+	}
 	srv, err := servers.New(*name, servers.Config{
 		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints, NoDebounce: *noDebounce,
 		NewStreamRate: *streamRate, NewStreamWait: *streamWait,
@@ -150,7 +154,11 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	return serve(in, out, func(req request) (any, error) {
 		switch req.Op {
 		case "usage":
-			return readUsage(true)
+			u, err := readUsage(true)
+			if err == nil && req.Name != "" {
+				err = prof.heap(req.Name)
+			}
+			return u, err
 		case "cpu":
 			return readUsage(false)
 		case "change":
@@ -375,6 +383,32 @@ func (p *profiler) start(name string) error {
 		return err
 	}
 	p.f = f
+	return nil
+}
+
+// heap writes, if dir is set, the live heap as name.pprof and the
+// runtime's memory statistics as name.txt.
+func (p *profiler) heap(name string) error {
+	if p.dir == "" {
+		return nil
+	}
+	for _, debug := range []int{0, 1} {
+		file := filepath.Join(p.dir, name+".pprof")
+		if debug == 1 {
+			file = filepath.Join(p.dir, name+".txt")
+		}
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		err = pprof.Lookup("heap").WriteTo(f, debug)
+		if e := f.Close(); err == nil {
+			err = e
+		}
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

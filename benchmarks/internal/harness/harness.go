@@ -49,7 +49,10 @@ type Config struct {
 	// mesh.DefaultServices and mesh.DefaultEndpoints.
 	Services, Endpoints int
 	// CPUProfile, if set, is a directory where each server child writes a
-	// CPU profile per change: SERVER-PROTOCOL-CHANGE.pprof.
+	// CPU profile per change, SERVER-PROTOCOL-CHANGE.pprof, and, when it
+	// measures its resident set once every client has converged, its live
+	// heap (SERVER-PROTOCOL-heap.pprof, sampled every 4 KiB) and memory
+	// statistics (SERVER-PROTOCOL-heap.txt).
 	CPUProfile string
 	// Quiet is how long no client may receive anything for the server to
 	// count as done with a change. Zero means the fleet's default (500ms).
@@ -368,7 +371,7 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 		return res, nil
 	}
 	var after usage
-	if err := srv.call(request{Op: "usage"}, &after); err != nil {
+	if err := srv.call(request{Op: "usage", Name: name + "-" + protocol + "-heap"}, &after); err != nil {
 		return res, err
 	}
 	res.RSSPerClient = float64(after.RSS-base.RSS) / float64(cfg.Clients)
