@@ -355,8 +355,8 @@ func (s *Server) standingNACKs() []NACK {
 	for _, c := range s.connections() {
 		c.statusMu.Lock()
 		for _, ts := range c.st.types {
-			if ts.watched && ts.NACK != nil && ts.NACK.Nonce == ts.SentNonce {
-				out = append(out, *ts.NACK)
+			if ts.watched && ts.nack != nil && ts.nack.Nonce == ts.sentNonce {
+				out = append(out, *ts.nack)
 			}
 		}
 		c.statusMu.Unlock()

@@ -117,7 +117,6 @@ type typeState struct {
 	// otherwise it holds, for each name sent, its index in the names
 	// (starIndex for "*"). star reports a "*" among them.
 	order []uint32
-	star  bool
 
 	// held is what the client holds, assuming it accepts every response
 	// sent (held, or reported in Delta's initial_resource_versions, and
@@ -151,29 +150,31 @@ type typeState struct {
 	// (make-before-break).
 	removing map[string]struct{}
 
-	// alwaysRespond forces a full answer to the next request with the
-	// current nonce: set on EDS when CDS is requested anew, because the
-	// client re-warms its clusters and waits for their endpoints.
-	alwaysRespond bool
 	// holds counts the responses in a row that held something back for a
 	// reference the client is on its way to resolve (see retryType).
 	holds int
-	// resumed marks a Delta subscription whose first request reported
-	// what the client holds (a client reconnecting with its state).
-	resumed bool
-	// dirty asks the next push to regenerate the type in full (a NACK
-	// stopped its phase, a push failed, something was held back).
-	dirty bool
+	// The flags and the count below are kept together, in one word.
+	//
+	// star: see order. alwaysRespond forces a full answer to the next
+	// request with the current nonce: set on EDS when CDS is requested
+	// anew, because the client re-warms its clusters and waits for their
+	// endpoints. resumed marks a Delta subscription whose first request
+	// reported what the client holds (a client reconnecting with its
+	// state). dirty asks the next push to regenerate the type in full (a
+	// NACK stopped its phase, a push failed, something was held back).
+	// timeouts counts the phases sent after a timeout without this type's
+	// ACK.
+	star, alwaysRespond, resumed, dirty bool
+	timeouts                            int32
 	// deferred is an answer waiting for the current push's phases up to
 	// the type (answers do not overtake them); retry is an answer whose
 	// generation failed, tried again at retryAt.
 	deferred *answer
 	retry    *answer
 	retryAt  time.Time
-	fails    int   // consecutive failures of the type (pushes and answers)
-	err      error // the last failure, until the type succeeds
-	errStage string
-	errAt    time.Time
+	// fault is the type's run of failures (pushes and answers), from the
+	// first until the type succeeds again; nil while it succeeds.
+	fault *typeFault
 
 	nonceSent   string
 	versionSent string
@@ -188,8 +189,46 @@ type typeState struct {
 	ackedAt      time.Time
 	pAcked       uint64
 
-	nack     *NACK // last NACK since the last ACK
-	timeouts int   // phases sent after a timeout without this type's ACK
+	nack *NACK // last NACK since the last ACK
+}
+
+// typeFault is a run of failures of one type in a row. A failure replaces
+// the typeFault rather than change it, so that the status published (see
+// typePub) shares it.
+type typeFault struct {
+	err   error // the last failure
+	stage string
+	since time.Time // the first failure
+	fails int
+}
+
+// fail records a failure of the type at now, one more in a row if count
+// (not when the failure is recorded again).
+func (ts *typeState) fail(err error, stage string, now time.Time, count bool) {
+	f := &typeFault{err: err, stage: stage, since: now}
+	if old := ts.fault; old != nil {
+		f.since, f.fails = old.since, old.fails
+	}
+	if count {
+		f.fails++
+	}
+	ts.fault = f
+}
+
+// failure returns the type's last failure, nil while it succeeds.
+func (ts *typeState) failure() error {
+	if ts.fault == nil {
+		return nil
+	}
+	return ts.fault.err
+}
+
+// fails returns the type's failures in a row.
+func (ts *typeState) fails() int {
+	if ts.fault == nil {
+		return 0
+	}
+	return ts.fault.fails
 }
 
 func newTypeState(i int, sub *subscription) *typeState {
@@ -264,7 +303,7 @@ func (c *core) awaitsHeldBack(ts *typeState) bool {
 	if ts.retry == nil {
 		return false
 	}
-	if ts.err != nil {
+	if ts.fault != nil {
 		return true
 	}
 	for _, o := range c.types {
@@ -594,34 +633,30 @@ func (c *core) affected(i int, req *pushcontext.PushRequest) bool {
 // typeFailed records a failure of type ts at the current step. A failed
 // answer (not push) is retried by tick.
 func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
-	ts.fails++
-	if ts.err == nil {
-		ts.errAt = c.now
-	}
-	ts.err, ts.errStage = err, stage
+	ts.fail(err, stage, c.now, true)
 	ts.dirty = true
 	var retryIn time.Duration
 	if err != ErrGenerateTimeout {
-		retryIn = c.set.backoffFor(ts.fails, c.seed+uint64(ts.idx))
+		retryIn = c.set.backoffFor(ts.fails(), c.seed+uint64(ts.idx))
 	}
 	t := c.set.order[ts.idx]
 	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: generate failed",
 		slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID), slog.String("type_url", string(t)),
-		slog.Bool("push", push), slog.Int("attempt", ts.fails), slog.Duration("retry_in", retryIn), slog.Any("err", err))
+		slog.Bool("push", push), slog.Int("attempt", ts.fails()), slog.Duration("retry_in", retryIn), slog.Any("err", err))
 	if pe, ok := err.(*PanicError); ok {
 		c.set.logger.LogAttrs(c.ctx, slog.LevelError, "xds: host code panicked",
 			slog.String("func", pe.Func), slog.String("proxy", c.proxy.ID), slog.String("type_url", string(t)),
 			slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
 	}
 	callHook(c.set, c.set.hooks.OnGenerateError, GenerateErrorEvent{
-		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Push: push, Err: err, Attempt: ts.fails, RetryIn: retryIn,
+		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn,
 	})
 }
 
 // typeOK records a successful generation of type ts, clearing its
 // failure; a reference held back since is recorded again by release.
 func (c *core) typeOK(ts *typeState) {
-	ts.fails, ts.err, ts.errStage = 0, nil, ""
+	ts.fault = nil
 }
 
 // retryType asks tick to regenerate type ts after a backoff, as an answer
@@ -631,5 +666,5 @@ func (c *core) typeOK(ts *typeState) {
 // its next ACK retries at once, see retryHeldBack).
 func (c *core) retryType(ts *typeState) {
 	ts.retry = ts.retry.merge(&answer{})
-	ts.retryAt = c.now.Add(c.set.backoffFor(max(ts.fails, ts.holds, 1), c.seed+uint64(ts.idx)))
+	ts.retryAt = c.now.Add(c.set.backoffFor(max(ts.fails(), ts.holds, 1), c.seed+uint64(ts.idx)))
 }

@@ -195,8 +195,8 @@ type burst struct {
 func (b *burst) failing() string {
 	var out []string
 	for i, ts := range b.c.types {
-		if ts != nil && ts.err != nil {
-			out = append(out, fmt.Sprintf("%s: %v", b.h.set.order[i].Short(), ts.err))
+		if ts != nil && ts.failure() != nil {
+			out = append(out, fmt.Sprintf("%s: %v", b.h.set.order[i].Short(), ts.failure()))
 		}
 	}
 	return strings.Join(out, "; ")
@@ -382,8 +382,8 @@ func (b *burst) check() {
 		b.t.Errorf("phase timeouts: %+v; events: %q", b.timeouts, b.log)
 	}
 	for i, ts := range b.c.types {
-		if ts != nil && ts.err != nil {
-			b.t.Errorf("%s failing: %v", b.h.set.order[i].Short(), ts.err)
+		if ts != nil && ts.failure() != nil {
+			b.t.Errorf("%s failing: %v", b.h.set.order[i].Short(), ts.failure())
 		}
 	}
 	if b.c.completedSeq != b.pc.Seq() {

@@ -336,8 +336,8 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 			r.expectBusy("after the push", false)
 			r.expectHeld("still subscribed by name", tt.typ, before...)
 			ts := r.typeState(tt.typ)
-			if ts.err != nil {
-				t.Errorf("%s error = %v; want none (the client is on its way, not the configuration at fault)", tt.typ.Short(), ts.err)
+			if ts.failure() != nil {
+				t.Errorf("%s error = %v; want none (the client is on its way, not the configuration at fault)", tt.typ.Short(), ts.failure())
 			}
 			// The client unsubscribes.
 			if tt.delta {
@@ -377,7 +377,7 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 			}
 			r.expectHeld("at the end", ClusterType, "c0")
 			var re *ReferenceError
-			if err := r.typeState(ClusterType).err; errors.As(err, &re) {
+			if err := r.typeState(ClusterType).failure(); errors.As(err, &re) {
 				t.Errorf("CDS error = %v; want none", err)
 			}
 		})
@@ -462,19 +462,19 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.resubscribe(ClusterType, "*")
 	r.expect("the CDS answer fails")
 	cds := r.typeState(ClusterType)
-	if !cds.sub.wildcard || cds.err == nil {
-		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.sub.wildcard, cds.err)
+	if !cds.sub.wildcard || cds.failure() == nil {
+		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.sub.wildcard, cds.failure())
 	}
 	// It asks for r1, which names c1.
 	r.resubscribe(RouteType, "r0", "r1")
 	r.expect("nothing: r1 is held back, the client lacks c1")
 	rds := r.typeState(RouteType)
 	var re *ReferenceError
-	if !errors.As(rds.err, &re) && rds.retry == nil {
-		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.err)
+	if !errors.As(rds.failure(), &re) && rds.retry == nil {
+		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
 	}
 	if re != nil {
-		t.Fatalf("RDS error %v: the configuration has c1; the client has not been sent it yet", rds.err)
+		t.Fatalf("RDS error %v: the configuration has c1; the client has not been sent it yet", rds.failure())
 	}
 	// The generator recovers: c1, then the route that names it.
 	delete(h.fail, ClusterType)
@@ -482,8 +482,8 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.expect("the clusters", "CDS [c0 c1]")
 	r.ack(ClusterType)
 	r.expect("then, once the client has ACKed them, the route", "RDS [r1]")
-	if cds.err != nil || rds.err != nil {
-		t.Errorf("errors after the recovery: CDS %v, RDS %v; want none", cds.err, rds.err)
+	if cds.failure() != nil || rds.failure() != nil {
+		t.Errorf("errors after the recovery: CDS %v, RDS %v; want none", cds.failure(), rds.failure())
 	}
 }
 

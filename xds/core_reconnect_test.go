@@ -148,8 +148,8 @@ func TestCoreDeltaReconnectNACKHoldsRoutesBack(t *testing.T) {
 	r.nack(ClusterType, "c1 is invalid")
 	r.expect("LDS and RDS after the NACK; r0 → c1 held back", "LDS [] -[]", "RDS [] -[]")
 	rds := r.typeState(RouteType)
-	if rds.err != nil {
-		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.err)
+	if rds.failure() != nil {
+		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.failure())
 	}
 	if e := rds.held.get("r0"); !e.unknown() {
 		t.Errorf("r0 held = %v; want the version the client reported", e)
@@ -277,8 +277,8 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 			r.expectBusy("after the removal phases", false)
 			r.expectHeld("clusters", ClusterType, "c0", "c1")
 			cds := r.typeState(ClusterType)
-			if cds.retry == nil || cds.err != nil {
-				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.retry, cds.err)
+			if cds.retry == nil || cds.failure() != nil {
+				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.retry, cds.failure())
 			}
 			if !r.c.awaitsHeldBack(cds) {
 				t.Error("convergence does not wait for the held-back removal; want it to (the client is on its way)")
@@ -382,8 +382,8 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	}
 	cds := r.typeState(ClusterType)
 	r.expectHeld("clusters", ClusterType, "c0", "c1")
-	if cds.retry == nil || cds.err != nil || r.c.awaitsHeldBack(cds) {
-		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry not awaited (the NACK stands), no failure", cds.retry, cds.err, r.c.awaitsHeldBack(cds))
+	if cds.retry == nil || cds.failure() != nil || r.c.awaitsHeldBack(cds) {
+		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry not awaited (the NACK stands), no failure", cds.retry, cds.failure(), r.c.awaitsHeldBack(cds))
 	}
 	var gaps []time.Duration
 	for start := r.now; r.now.Sub(start) < 3*DefaultPhaseTimeout; {

@@ -803,8 +803,8 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	r.expect("route naming cx")
 	rds := r.c.types[h.set.rdsIdx]
 	var re *ReferenceError
-	if !errors.As(rds.err, &re) || re.To != "cx" || re.Rejected || rds.errStage != "reference" {
-		t.Fatalf("RDS error = %v (%s); want a ReferenceError to cx, not rejected", rds.err, rds.errStage)
+	if rds.fault == nil || !errors.As(rds.fault.err, &re) || re.To != "cx" || re.Rejected || rds.fault.stage != "reference" {
+		t.Fatalf("RDS failure = %+v; want a ReferenceError to cx, not rejected", rds.fault)
 	}
 	if r.c.plan != nil {
 		t.Fatal("the push is still in its phases")
@@ -819,8 +819,8 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	r.expect("its endpoints", "EDS [cx]")
 	r.ack(EndpointType)
 	r.expect("then the route held back", "RDS [r0]")
-	if rds.err != nil {
-		t.Errorf("RDS error after the fix = %v; want none", rds.err)
+	if rds.failure() != nil {
+		t.Errorf("RDS error after the fix = %v; want none", rds.failure())
 	}
 }
 
@@ -850,11 +850,11 @@ func TestCoreAnsweredRouteWaitsForItsClustersACK(t *testing.T) {
 					r.nack(ClusterType, "no")
 					r.expect("nothing: the client rejected c0")
 					var re *ReferenceError
-					if !errors.As(rds.err, &re) && rds.retry == nil {
-						t.Fatalf("RDS: no retry of the route held back (error %v)", rds.err)
+					if !errors.As(rds.failure(), &re) && rds.retry == nil {
+						t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
 					}
 					if re != nil && !re.Rejected {
-						t.Fatalf("RDS error %v: a failure of the configuration; want the route on its way", rds.err)
+						t.Fatalf("RDS error %v: a failure of the configuration; want the route on its way", rds.failure())
 					}
 					c0 := xdsfixture.Cluster("c0")
 					c0.LbPolicy = 1
@@ -863,8 +863,8 @@ func TestCoreAnsweredRouteWaitsForItsClustersACK(t *testing.T) {
 				}
 				r.ack(ClusterType)
 				r.expect("the route, once the client has ACKed its cluster", "RDS [r0]"+r.none())
-				if rds.err != nil {
-					t.Errorf("RDS error = %v; want none", rds.err)
+				if rds.failure() != nil {
+					t.Errorf("RDS error = %v; want none", rds.failure())
 				}
 			})
 		}
@@ -909,8 +909,8 @@ func TestCoreDeltaRetryReportsOnlyNamesStillAskedFor(t *testing.T) {
 	delete(h.fail, RouteType)
 	r.wait(time.Minute)
 	r.expect("the retry: nothing to say of rx, no longer asked for")
-	if rds := r.typeState(RouteType); rds.err != nil || rds.retry != nil {
-		t.Errorf("RDS error %v, retry %v after the retry; want neither", rds.err, rds.retry)
+	if rds := r.typeState(RouteType); rds.failure() != nil || rds.retry != nil {
+		t.Errorf("RDS error %v, retry %v after the retry; want neither", rds.failure(), rds.retry)
 	}
 }
 
@@ -925,8 +925,8 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 	r.expect("removal held back")
 	cds := r.c.types[h.set.cdsIdx]
 	var re *ReferenceError
-	if !errors.As(cds.err, &re) || !re.Removal || re.From != "r0" || re.Rejected {
-		t.Fatalf("CDS error = %v; want the removal of c0 held back by r0", cds.err)
+	if !errors.As(cds.failure(), &re) || !re.Removal || re.From != "r0" || re.Rejected {
+		t.Fatalf("CDS error = %v; want the removal of c0 held back by r0", cds.failure())
 	}
 	if got := r.held(ClusterType); !slices.Equal(got, []string{"c0"}) {
 		t.Fatalf("held clusters = %v; want [c0]", got)
@@ -944,8 +944,8 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 	r.expect("the route", "RDS [r0] -[]")
 	r.ack(RouteType)
 	r.expect("c0 goes at last", "CDS [] -[c0]")
-	if cds.err != nil {
-		t.Errorf("CDS error after the fix = %v; want none", cds.err)
+	if cds.failure() != nil {
+		t.Errorf("CDS error after the fix = %v; want none", cds.failure())
 	}
 }
 
@@ -977,8 +977,8 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r.expect("endpoints only", "EDS [c0]")
 	r.ack(EndpointType)
 	r.expect("nothing else")
-	if rds := r.c.types[h.set.rdsIdx]; rds.err != nil {
-		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.err)
+	if rds := r.c.types[h.set.rdsIdx]; rds.failure() != nil {
+		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.failure())
 	}
 	if cds.nack == nil {
 		t.Fatal("the NACK no longer stands")

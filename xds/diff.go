@@ -712,13 +712,8 @@ func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 		}
 		if !e.Rejected && !c.set.sendMissing && !failed {
 			failed = true
-			if ts.errStage != "reference" || ts.err == nil || ts.err.Error() != e.Error() {
-				ts.fails++
-			}
-			if ts.err == nil {
-				ts.errAt = c.now
-			}
-			ts.err, ts.errStage = e, "reference"
+			f := ts.fault
+			ts.fail(e, "reference", c.now, f == nil || f.stage != "reference" || f.err.Error() != e.Error())
 		}
 	}
 	if !heldBack {

@@ -379,7 +379,7 @@ func (c *core) fetched(pl *plan, i int, name string) bool {
 	if ts.held.get(name) != nil {
 		return true
 	}
-	return ts.err == nil && ts.retry == nil && ts.deferred == nil
+	return ts.fault == nil && ts.retry == nil && ts.deferred == nil
 }
 
 // excuse lists the types that keep the gate closed, counts the timeout

@@ -78,10 +78,38 @@ type TypeStatus struct {
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// typePub is what a connection publishes for one type.
+// typePub is what a connection publishes for one type: its TypeStatus,
+// kept in fewer bytes (a connection has one per type of the Server), the
+// type's failures shared with the core.
 type typePub struct {
-	watched bool
-	TypeStatus
+	sentVersion, sentNonce   string
+	ackedVersion, ackedNonce string
+	sentAt, ackedAt          time.Time
+	nack                     *NACK
+	fault                    *typeFault
+	names, timeouts          int32
+	watched, wildcard        bool
+}
+
+// status returns p as the TypeStatus of type t.
+func (p *typePub) status(t TypeURL) TypeStatus {
+	ts := TypeStatus{
+		Type:          t,
+		Names:         int(p.names),
+		Wildcard:      p.wildcard,
+		SentVersion:   p.sentVersion,
+		SentNonce:     p.sentNonce,
+		SentAt:        p.sentAt,
+		AckedVersion:  p.ackedVersion,
+		AckedNonce:    p.ackedNonce,
+		AckedAt:       p.ackedAt,
+		NACK:          p.nack,
+		PhaseTimeouts: int(p.timeouts),
+	}
+	if f := p.fault; f != nil {
+		ts.Error, ts.ErrorStage, ts.ErrorSince, ts.Failures = f.err, f.stage, f.since, f.fails
+	}
+	return ts
 }
 
 // connState is what a connection publishes for Status, Sync and
@@ -125,28 +153,20 @@ func (c *conn) publishStatus(initialised bool) {
 			continue
 		}
 		*p = typePub{
-			watched: true,
-			TypeStatus: TypeStatus{
-				Type:          c.s.set.order[i],
-				Names:         len(ts.sub.names),
-				Wildcard:      ts.sub.wildcard,
-				SentVersion:   ts.versionSent,
-				SentNonce:     ts.nonceSent,
-				SentAt:        ts.sentAt,
-				AckedVersion:  ts.versionAcked,
-				AckedNonce:    ts.nonceAcked,
-				AckedAt:       ts.ackedAt,
-				NACK:          ts.nack,
-				PhaseTimeouts: ts.timeouts,
-				Error:         ts.err,
-				ErrorStage:    ts.errStage,
-				Failures:      ts.fails,
-			},
+			sentVersion:  ts.versionSent,
+			sentNonce:    ts.nonceSent,
+			ackedVersion: ts.versionAcked,
+			ackedNonce:   ts.nonceAcked,
+			sentAt:       ts.sentAt,
+			ackedAt:      ts.ackedAt,
+			nack:         ts.nack,
+			fault:        ts.fault,
+			names:        int32(len(ts.sub.names)),
+			timeouts:     ts.timeouts,
+			watched:      true,
+			wildcard:     ts.sub.wildcard,
 		}
-		if ts.err != nil {
-			p.ErrorSince = ts.errAt
-			failing = true
-		}
+		failing = failing || ts.fault != nil
 	}
 	c.statusMu.Unlock()
 	c.s.track.set(c, c.syncedTo(), failing)
@@ -215,10 +235,10 @@ func (c *conn) failures() []Failure {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	var out []Failure
-	for _, p := range c.st.types {
-		if p.watched && p.Error != nil {
-			out = append(out, Failure{Stage: p.ErrorStage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
-				Type: p.Type, Err: p.Error, Attempts: p.Failures})
+	for i, p := range c.st.types {
+		if f := p.fault; p.watched && f != nil {
+			out = append(out, Failure{Stage: f.stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
+				Type: c.s.set.order[i], Err: f.err, Attempts: f.fails})
 		}
 	}
 	return out
@@ -242,9 +262,9 @@ func (c *conn) status() ConnStatus {
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
 	}
-	for _, p := range c.st.types {
-		if p.watched {
-			cs.Types = append(cs.Types, p.TypeStatus)
+	for i := range c.st.types {
+		if p := &c.st.types[i]; p.watched {
+			cs.Types = append(cs.Types, p.status(c.s.set.order[i]))
 		}
 	}
 	return cs
