@@ -62,10 +62,6 @@ type core struct {
 	appliedSeq   uint64
 	completedSeq uint64
 
-	// guardTimer bounds the host calls made for this connection, reused
-	// (see Server.guard).
-	guardTimer Timer
-
 	// A push whose generation failed waits here, merged with later ones,
 	// until pushRetryAt; the runner then queues it again.
 	failed      *pushItem
@@ -96,7 +92,7 @@ type coreHost interface {
 	knownSends(k transKey, sends bool)
 	// initProxy calls Config.InitProxy, bounded by t (reused, as for
 	// Server.guard).
-	initProxy(ctx context.Context, t *Timer, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
+	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
 	// nonce returns a new nonce for a response of version.
 	nonce(version string) string
 	// rebuilt reports whether an index fed by type i's kinds was rebuilt
@@ -357,7 +353,7 @@ type proxyAt struct {
 // initProxy calls Config.InitProxy against pc and stores its result.
 func (c *core) initProxy(pc *pushcontext.PushContext) error {
 	c.initSeq = pc.Seq()
-	st, err := c.host.initProxy(c.ctx, &c.guardTimer, c.proxy, pc)
+	st, err := c.host.initProxy(c.ctx, c.proxy, pc)
 	if err != nil {
 		return err
 	}

@@ -164,7 +164,7 @@ func (h *fakeHost) share(transKey, *transition)     {}
 func (h *fakeHost) wouldSend(transKey) (bool, bool) { return false, false }
 func (h *fakeHost) knownSends(transKey, bool)       {}
 
-func (h *fakeHost) initProxy(context.Context, *Timer, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
+func (h *fakeHost) initProxy(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
 	return ProxyState{}, nil
 }
 

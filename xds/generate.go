@@ -189,7 +189,7 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
 	start := s.set.clock.Now()
-	res, err := guarded(s, ctx, "Generate", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
+	res, err := guarded(s, ctx, "Generate", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
 		return s.set.generators[i].Generate(ctx, c.proxy, w, req)
 	})
 	if h := s.set.hooks.OnGenerate; h != nil {
@@ -224,7 +224,7 @@ func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGene
 		ok bool
 	}
 	start := s.set.clock.Now()
-	d, err := guarded(s, ctx, "GenerateDelta", s.set.genTimeout, &c.guardTimer, ErrGenerateTimeout, func(ctx context.Context) (delta, error) {
+	d, err := guarded(s, ctx, "GenerateDelta", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) (delta, error) {
 		ch, ok, err := dg.GenerateDelta(ctx, c.proxy, w, req)
 		return delta{ch, ok}, err
 	})

@@ -26,10 +26,9 @@ var errHostStopped = errors.New("xds: server stopped during a host call")
 
 // guard runs f, the host function name, on its own goroutine, with ctx,
 // and waits for it at most timeout (zero: no limit; timeoutErr is then
-// returned) and until the Server stops (errHostStopped). A caller that
-// makes many calls passes a timer of its own to reuse (t may be nil).
-func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, t *Timer, timeoutErr error, f func(ctx context.Context) error) error {
-	_, err := guarded(s, ctx, name, timeout, t, timeoutErr, func(ctx context.Context) (struct{}, error) {
+// returned) and until the Server stops (errHostStopped).
+func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, timeoutErr error, f func(ctx context.Context) error) error {
+	_, err := guarded(s, ctx, name, timeout, timeoutErr, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, f(ctx)
 	})
 	return err
@@ -40,7 +39,7 @@ func (s *Server) guard(ctx context.Context, name string, timeout time.Duration, 
 // guarded abandons (its timeout, the Server stopping) may still return
 // later, and its result is then dropped, never read, so that the caller
 // does not race with it.
-func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Duration, t *Timer, timeoutErr error, f func(ctx context.Context) (T, error)) (T, error) {
+func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Duration, timeoutErr error, f func(ctx context.Context) (T, error)) (T, error) {
 	type result struct {
 		v   T
 		err error
@@ -58,30 +57,49 @@ func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Du
 		done <- r
 	}()
 	var expired <-chan time.Time
+	var t Timer
+	var start time.Time
 	if timeout > 0 {
-		if t == nil {
-			var own Timer
-			t = &own
-		}
-		if *t == nil {
-			*t = s.set.clock.NewTimer(timeout)
-		} else {
-			(*t).Reset(timeout)
-		}
-		defer (*t).Stop()
-		expired = (*t).C()
+		start = s.set.clock.Now()
+		t = s.guardTimer(timeout)
+		defer s.putGuardTimer(t)
+		expired = t.C()
 	}
 	var zero T
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-expired:
-		s.abandoned.Add(1)
-		return zero, timeoutErr
-	case <-s.stopCtx.Done():
-		s.abandoned.Add(1)
-		return zero, errHostStopped
+	for {
+		select {
+		case r := <-done:
+			return r.v, r.err
+		case <-expired:
+			if waited := s.set.clock.Now().Sub(start); waited < timeout {
+				t.Reset(timeout - waited) // early, or a stale tick of a Clock's timer
+				continue
+			}
+			s.abandoned.Add(1)
+			return zero, timeoutErr
+		case <-s.stopCtx.Done():
+			s.abandoned.Add(1)
+			return zero, errHostStopped
+		}
 	}
+}
+
+// guardTimer returns a timer set for d, from the Server's pool of the
+// guards' timers: a connection makes host calls at every push, and
+// keeping a timer of its own for them would cost memory for as long as
+// it stays connected.
+func (s *Server) guardTimer(d time.Duration) Timer {
+	if t, ok := s.guardTimers.Get().(Timer); ok {
+		t.Reset(d)
+		return t
+	}
+	return s.set.clock.NewTimer(d)
+}
+
+// putGuardTimer stops t and returns it to the pool.
+func (s *Server) putGuardTimer(t Timer) {
+	t.Stop()
+	s.guardTimers.Put(t)
 }
 
 // recovered runs f, turning a panic into a *PanicError logged at Error.

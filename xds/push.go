@@ -197,7 +197,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 		req = &cp
 	}
 	start := s.set.clock.Now()
-	next, err := guarded(s, ctx, "Build", 0, nil, nil, func(context.Context) (*pushcontext.PushContext, error) {
+	next, err := guarded(s, ctx, "Build", 0, nil, func(context.Context) (*pushcontext.PushContext, error) {
 		next, err := s.set.builder.Build(prev, req)
 		if err == nil && next == nil {
 			err = errors.New("builder returned a nil PushContext")

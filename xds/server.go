@@ -75,8 +75,11 @@ type Server struct {
 
 	hostCalls sync.WaitGroup // host calls running on goroutines of their own (hostcall.go)
 	abandoned atomic.Int64   // host calls given up on (timeout, shutdown)
-	connSeq   atomic.Uint64  // connection IDs
-	nonceSeq  atomic.Uint64  // nonces
+	// guardTimers holds the stopped timers of host-call guards, for reuse
+	// (see guardTimer).
+	guardTimers sync.Pool
+	connSeq     atomic.Uint64 // connection IDs
+	nonceSeq    atomic.Uint64 // nonces
 
 	updMu     sync.Mutex       // serialises ConfigUpdate's numbering and its Add, and protects the fields below
 	updGen    uint64           // ConfigUpdate requests numbered so far
@@ -393,12 +396,12 @@ func (s *Server) nonce(version string) string {
 
 // initProxy calls Config.InitProxy through its guard, with the timer t of
 // the connection's host calls.
-func (s *Server) initProxy(ctx context.Context, t *Timer, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
 	init := s.set.initProxy
 	if init == nil {
 		return ProxyState{}, nil
 	}
-	return guarded(s, ctx, "InitProxy", s.set.genTimeout, t, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
+	return guarded(s, ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
 		return init(ctx, p, pc)
 	})
 }

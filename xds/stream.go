@@ -78,18 +78,22 @@ type conn struct {
 	// goroutine holds it from the stream's start until loop first waits,
 	// and again from loop's return to the handler's; in between, each step
 	// takes it (see lockStep).
-	stepSem    chan struct{}
-	ctx        context.Context // the stream's context, for steps
-	stopped    bool            // the stream is ending: no step may run
-	failErr    error           // why a step ended the stream (see unlockStep)
-	outbox     []*outMsg
-	writing    bool   // a writer goroutine is running
-	writingP   uint64 // the lowest push stamp of the batch being written (0 when none)
-	timer      Timer  // fires when the core's deadline is due (made by loop)
-	timerAt    time.Time
-	writeTimer Timer  // checks for a blocked write (made by loop)
-	paused     bool   // the receive goroutine is asked to wait
-	made       uint64 // responses the core has made (see receive)
+	stepSem  chan struct{}
+	ctx      context.Context // the stream's context, for steps
+	stopped  bool            // the stream is ending: no step may run
+	failErr  error           // why a step ended the stream (see unlockStep)
+	outbox   []*outMsg
+	writing  bool   // a writer goroutine is running
+	writingP uint64 // the lowest push stamp of the batch being written (0 when none)
+	// timer (made by loop) fires at the earlier of timerAt, the core's
+	// next deadline, and writeAt, when a write in progress is checked for
+	// being blocked (see arm); armedAt is when it is armed for, zero when
+	// it is not.
+	timer            Timer
+	timerAt, writeAt time.Time
+	armedAt          time.Time
+	paused           bool   // the receive goroutine is asked to wait
+	made             uint64 // responses the core has made (see receive)
 
 	// events is the handler goroutine's mailbox: the first request and
 	// the end of the receive goroutine, a failed step or write, queries,
@@ -221,7 +225,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
 		var err error
-		identity, err = guarded(s, ctx, "Authenticate", s.set.genTimeout, nil, errors.New("timed out"), auth)
+		identity, err = guarded(s, ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), auth)
 		if err != nil {
 			toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
 			return false, s.refused(ctx, peerAddr, nil, toClient, detail)
@@ -251,7 +255,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	}
 	c.proxy = p
 	if authz := s.set.authorize; authz != nil {
-		err := s.guard(ctx, "Authorize", s.set.genTimeout, nil, errors.New("timed out"), func(ctx context.Context) error {
+		err := s.guard(ctx, "Authorize", s.set.genTimeout, errors.New("timed out"), func(ctx context.Context) error {
 			return authz(ctx, p)
 		})
 		if err != nil {
@@ -532,22 +536,19 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 // the error that ends the stream. It is entered, and returns, holding the
 // step lock; it releases it while it waits.
 func (c *conn) loop(ctx context.Context) error {
-	// Both timers are made here, before any step can run, and steps on
-	// other goroutines arm and stop them; the channels are watched
-	// throughout, and a tick that finds nothing due is ignored (onTimer,
-	// checkWrite).
-	c.timer, c.writeTimer = stoppedTimer(c.s.set.clock), stoppedTimer(c.s.set.clock)
-	timerC, writeC := c.timer.C(), c.writeTimer.C()
+	// The timer is made here, before any step can run, and steps on
+	// other goroutines arm and stop it; its channel is watched throughout,
+	// and a tick that finds nothing due re-arms it (onTick).
+	c.timer = stoppedTimer(c.s.set.clock)
+	timerC := c.timer.C()
 	for {
 		<-c.stepSem
 		var ev event
-		var tick, writeTick bool
+		tick := false
 		select {
 		case ev = <-c.events:
 		case <-timerC:
 			tick = true
-		case <-writeC:
-			writeTick = true
 		}
 		c.stepSem <- struct{}{}
 		if c.stopped {
@@ -555,13 +556,9 @@ func (c *conn) loop(ctx context.Context) error {
 		}
 		var err error
 		end := false
-		switch {
-		case tick:
-			c.timerAt = time.Time{}
-			err = c.onTimer(ctx)
-		case writeTick:
-			err = c.checkWrite(ctx)
-		default:
+		if tick {
+			err = c.onTick(ctx)
+		} else {
 			end, err = c.onEvent(ctx, ev)
 		}
 		if end || err != nil {
@@ -642,6 +639,24 @@ func (c *conn) pauseIfBacklogged() {
 	c.setPaused(c.writing && len(c.outbox) >= maxQueuedAnswers)
 }
 
+// onTick runs what is due when the timer fires: the check of a blocked
+// write, the core's timers.
+func (c *conn) onTick(ctx context.Context) error {
+	c.armedAt = time.Time{}
+	now := c.s.set.clock.Now()
+	if !c.writeAt.IsZero() && !now.Before(c.writeAt) {
+		if err := c.checkWrite(ctx); err != nil {
+			return err
+		}
+	}
+	if !c.timerAt.IsZero() && !now.Before(c.timerAt) {
+		c.timerAt = time.Time{}
+		return c.onTimer(ctx)
+	}
+	c.arm() // early, or for the other of the two
+	return nil
+}
+
 // onTimer runs the core's timers: phase timeouts, retries.
 func (c *conn) onTimer(ctx context.Context) error {
 	retryPush, err := c.core.tick(ctx, c.s.set.clock.Now())
@@ -656,11 +671,21 @@ func (c *conn) onTimer(ctx context.Context) error {
 
 // resetTimer arms the timer for the core's next deadline.
 func (c *conn) resetTimer() {
-	at := c.core.deadline()
-	if at.Equal(c.timerAt) {
+	c.timerAt = c.core.deadline()
+	c.arm()
+}
+
+// arm sets the timer for the earlier of timerAt and writeAt, if it is not
+// set for it already.
+func (c *conn) arm() {
+	at := c.timerAt
+	if w := c.writeAt; !w.IsZero() && (at.IsZero() || w.Before(at)) {
+		at = w
+	}
+	if at.Equal(c.armedAt) {
 		return
 	}
-	c.timerAt = at
+	c.armedAt = at
 	c.timer.Stop()
 	if !at.IsZero() {
 		c.timer.Reset(max(at.Sub(c.s.set.clock.Now()), 0))
@@ -757,8 +782,8 @@ func (c *conn) nextBatch() []*outMsg {
 	c.statusMu.Lock()
 	c.st.writingSeq = low
 	c.statusMu.Unlock()
-	c.writeTimer.Stop()
-	c.writeTimer.Reset(c.s.set.writeTimeout)
+	c.writeAt = c.s.set.clock.Now().Add(c.s.set.writeTimeout)
+	c.arm()
 	return batch
 }
 
@@ -767,7 +792,7 @@ func (c *conn) nextBatch() []*outMsg {
 func (c *conn) onWritten() []*outMsg {
 	c.writing = false
 	c.writingP = 0
-	c.writeTimer.Stop()
+	c.writeAt = time.Time{} // settle re-arms the timer
 	c.statusMu.Lock()
 	c.st.writingSeq = 0
 	c.statusMu.Unlock()
@@ -778,8 +803,9 @@ func (c *conn) onWritten() []*outMsg {
 // Config.WriteTimeout, and otherwise re-arms the check while a batch is
 // being written.
 func (c *conn) checkWrite(ctx context.Context) error {
+	c.writeAt = time.Time{}
 	if !c.writing {
-		return nil // a tick from before the batch ended
+		return nil
 	}
 	timeout := c.s.set.writeTimeout
 	wait := timeout
@@ -795,7 +821,8 @@ func (c *conn) checkWrite(ctx context.Context) error {
 		}
 		wait = timeout - blocked
 	}
-	c.writeTimer.Reset(wait)
+	c.writeAt = c.s.set.clock.Now().Add(wait)
+	c.arm()
 	return nil
 }
 
@@ -893,9 +920,6 @@ func (c *conn) close() {
 	c.mu.Unlock()
 	if c.timer != nil {
 		c.timer.Stop()
-	}
-	if c.writeTimer != nil {
-		c.writeTimer.Stop()
 	}
 	close(c.done)
 }
