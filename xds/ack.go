@@ -148,9 +148,21 @@ func (ts *typeState) flightIndex(nonce string) int {
 func (c *core) accepted(ts *typeState, nonce string) {
 	if k := ts.flightIndex(nonce); k >= 0 {
 		c.acked(ts, ts.flights[k].response)
-		clear(ts.flights[:k+1])
-		ts.flights = ts.flights[k+1:]
+		ts.settle(k + 1)
 	}
+}
+
+// settle drops the first n flights. A connection whose flights are all
+// settled, as an idle one's are, keeps no array for them: a small
+// allocation that outlives the garbage around it would keep a span of
+// the heap in use.
+func (ts *typeState) settle(n int) {
+	if n == len(ts.flights) {
+		ts.flights = nil
+		return
+	}
+	clear(ts.flights[:n])
+	ts.flights = ts.flights[n:]
 }
 
 // acked records r as the last response the client accepted (Status's
@@ -184,8 +196,7 @@ func (c *core) reject(ts *typeState, nonce string) {
 	for _, f := range ts.flights[k+1:] {
 		f.redo(&ts.held)
 	}
-	clear(ts.flights[:k+1])
-	ts.flights = ts.flights[k+1:]
+	ts.settle(k + 1)
 	for _, e := range bad.upserts() {
 		if ts.rejected == nil {
 			ts.rejected = make(map[string]*encoded)

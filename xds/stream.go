@@ -100,7 +100,7 @@ type conn struct {
 	// the Server's shutdown.
 	events     chan event
 	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
-	resume     chan struct{} // wakes a paused receive goroutine (cap 1)
+	resume     chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
 	done       chan struct{} // closed when the stream ends
 
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
@@ -165,13 +165,19 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		c.postEvent(event{kind: evCtxDone})
 	})()
 
-	var registered bool
+	var res struct {
+		registered bool
+		err        error
+	}
 	opened := make(chan struct{})
 	go func() {
 		defer close(opened)
-		registered, err = s.open(c)
+		res.registered, res.err = s.open(c)
 	}()
 	<-opened
+	// Copied out, so that what the opening goroutine shared is garbage
+	// now, not kept for the stream's life.
+	registered, err := res.registered, res.err
 	if registered {
 		defer s.unregister(c)
 	}
@@ -199,7 +205,6 @@ func (s *Server) newConn(stream sotwStream, dstream deltaStream) (*conn, context
 		delta:   dstream != nil,
 		ctx:     ctx,
 		events:  make(chan event, eventsCap),
-		resume:  make(chan struct{}, 1),
 		done:    make(chan struct{}),
 		hookSem: make(chan struct{}, 1),
 		stepSem: make(chan struct{}, 1),
@@ -439,6 +444,11 @@ func (c *conn) setPaused(p bool) {
 	}
 	c.paused = p
 	if p {
+		if c.resume == nil {
+			// Made before recvPaused is set, which the receive goroutine
+			// reads before it waits on resume.
+			c.resume = make(chan struct{}, 1)
+		}
 		select {
 		case <-c.resume: // a stale token would let one more request through
 		default:
