@@ -144,7 +144,16 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	defer s.streams.Done()
 
-	c, cancel := s.newConn(stream, dstream)
+	// The rate limit's wait comes first, before the stream holds anything
+	// of its own: in a storm thousands of streams wait, and what they
+	// held, freed when they are refused, would leave the heap fragmented
+	// around what the admitted streams keep.
+	sctx := streamContext(stream, dstream)
+	if err := s.admitRate(sctx); err != nil {
+		return s.refused(sctx, peerAddr(sctx), nil, err, err)
+	}
+
+	c, cancel := s.newConn(sctx, stream, dstream)
 	defer cancel()
 	// The handler goroutine holds the step lock until loop waits, and
 	// from loop's return on: a step that comes meanwhile (the first
@@ -188,15 +197,26 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	return s.closed(c, c.loop(c.ctx)) // the receive goroutine runs the first request
 }
 
-// newConn returns the connection of a new stream, with the context of its
-// host calls and that context's cancel.
-func (s *Server) newConn(stream sotwStream, dstream deltaStream) (*conn, context.CancelFunc) {
-	var sctx context.Context
+// streamContext returns the context of the stream, SotW or Delta.
+func streamContext(stream sotwStream, dstream deltaStream) context.Context {
 	if dstream != nil {
-		sctx = dstream.Context()
-	} else {
-		sctx = stream.Context()
+		return dstream.Context()
 	}
+	return stream.Context()
+}
+
+// peerAddr returns the address of the client of the stream with context
+// sctx, or nil.
+func peerAddr(sctx context.Context) net.Addr {
+	if pr, ok := peer.FromContext(sctx); ok {
+		return pr.Addr
+	}
+	return nil
+}
+
+// newConn returns the connection of a new stream whose context is sctx,
+// with the context of its host calls and that context's cancel.
+func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaStream) (*conn, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(sctx)
 	return &conn{
 		s:       s,
@@ -213,20 +233,14 @@ func (s *Server) newConn(stream sotwStream, dstream deltaStream) (*conn, context
 	}, cancel
 }
 
-// open takes a new stream from admission to its first step: the rate
-// limit, authentication, the first request, authorization, registration
-// for pushes and the proxy's initialisation. It reports whether c was
+// open takes a new stream from admission to its first step:
+// authentication, the first request, authorization, registration for
+// pushes and the proxy's initialisation. It reports whether c was
 // registered (serve unregisters it), and the error that refuses the
 // stream.
 func (s *Server) open(c *conn) (registered bool, err error) {
 	ctx := c.ctx
-	var peerAddr net.Addr
-	if pr, ok := peer.FromContext(ctx); ok {
-		peerAddr = pr.Addr
-	}
-	if err := s.admitRate(ctx); err != nil {
-		return false, s.refused(ctx, peerAddr, nil, err, err)
-	}
+	peerAddr := peerAddr(ctx)
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
 		var err error
@@ -487,7 +501,8 @@ func (c *conn) first(ctx context.Context) (inbound, error) {
 }
 
 // admitRate waits for the new-stream rate limiter (Config.NewStreamRate),
-// at most Config.NewStreamWait.
+// at most Config.NewStreamWait, while the stream (ctx) lasts and the Server
+// runs.
 func (s *Server) admitRate(ctx context.Context) error {
 	if s.limiter == nil {
 		return nil
@@ -499,11 +514,21 @@ func (s *Server) admitRate(ctx context.Context) error {
 		r.CancelAt(now)
 		return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
 	}
-	if d > 0 && !sleepCtx(s.set.clock, d, ctx.Done()) {
+	if d <= 0 {
+		return nil
+	}
+	t := s.set.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return nil
+	case <-ctx.Done():
 		r.CancelAt(s.set.clock.Now())
 		return status.FromContextError(ctx.Err()).Err()
+	case <-s.stopCtx.Done():
+		r.CancelAt(s.set.clock.Now())
+		return status.Error(codes.Unavailable, "xds: server is shutting down")
 	}
-	return nil
 }
 
 // refused reports a stream refused before it was served and returns what
