@@ -217,7 +217,8 @@ type Config struct {
 	// refused, since a refused client (Envoy, gRPC) backs off for up to 30s
 	// and a storm then lasts several times longer than its admissions
 	// (the benchmarks module's reconnect storm). A waiting stream holds its
-	// gRPC handler goroutine and nothing else. Zero means
+	// gRPC handler goroutine, the goroutine that opens it and the
+	// connection's first state, a few KiB in all. Zero means
 	// DefaultNewStreamWait (10s): below the 15s after which Envoy's
 	// initial_fetch_timeout and gRPC's resource-not-found timer give up on
 	// a first response, and so NewStreamWait × NewStreamRate streams (4,000

@@ -71,6 +71,7 @@ type Server struct {
 	mu      sync.Mutex         // protects the fields below
 	state   int                // stateNew … stateStopped
 	conns   map[*conn]struct{} // registered connections, initialised or not
+	live    map[*conn]struct{} // every stream past admission, until it ends (see enlist)
 	streams sync.WaitGroup     // stream handlers and the goroutines they start; Add only under mu while running
 
 	hostCalls sync.WaitGroup // host calls running on goroutines of their own (hostcall.go)
@@ -98,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 		cache:      newEncCache(),
 		codec:      newInternCodec(),
 		conns:      make(map[*conn]struct{}),
+		live:       make(map[*conn]struct{}),
 		loadedCh:   make(chan struct{}),
 		ready:      make(chan struct{}),
 		retryBuild: make(chan time.Duration, 1),
@@ -256,8 +258,29 @@ func (s *Server) awaitHostCalls() {
 func (s *Server) shutdown() {
 	s.mu.Lock()
 	s.state = stateStopped
+	live := make([]*conn, 0, len(s.live))
+	for c := range s.live {
+		live = append(live, c)
+	}
 	s.mu.Unlock()
 	s.stop()
+	// Every live stream's host calls are cancelled first, then its loop
+	// is woken: a mailbox that Dump's queries filled must not hold up the
+	// others' cancellation.
+	for _, c := range live {
+		c.cancel()
+	}
+	for _, c := range live {
+		select {
+		case c.events <- event{kind: evCtxDone}:
+		default:
+			s.streams.Add(1) // Wait only follows; these live streams hold it above zero
+			go func() {
+				defer s.streams.Done()
+				c.postEvent(event{kind: evCtxDone})
+			}()
+		}
+	}
 	s.queue.ShutDown()
 	s.track.stop()
 	s.streams.Wait()
@@ -362,6 +385,25 @@ func (s *Server) register(c *conn) (*pushcontext.PushContext, error) {
 	s.conns[c] = struct{}{}
 	s.track.add(c)
 	return s.current.Load(), nil
+}
+
+// enlist adds c, a stream past admission, to the streams that shutdown
+// wakes; it reports false, adding nothing, if the Server is shutting down.
+func (s *Server) enlist(c *conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == stateStopped {
+		return false
+	}
+	s.live[c] = struct{}{}
+	return true
+}
+
+// delist removes c from the streams that shutdown wakes.
+func (s *Server) delist(c *conn) {
+	s.mu.Lock()
+	delete(s.live, c)
+	s.mu.Unlock()
 }
 
 func (s *Server) unregister(c *conn) {
