@@ -526,12 +526,13 @@ func (s *Server) admitRate(ctx context.Context) error {
 	case <-t.C():
 		return nil
 	case <-ctx.Done():
-		r.CancelAt(s.set.clock.Now())
-		return status.FromContextError(ctx.Err()).Err()
 	case <-s.stopCtx.Done():
-		r.CancelAt(s.set.clock.Now())
+	}
+	r.CancelAt(s.set.clock.Now())
+	if s.stopCtx.Err() != nil {
 		return status.Error(codes.Unavailable, "xds: server is shutting down")
 	}
+	return status.FromContextError(ctx.Err()).Err()
 }
 
 // refused reports a stream refused before it was served and returns what
