@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -446,12 +447,93 @@ func TestNewStreamWait(t *testing.T) {
 	}
 }
 
-// When Run's ctx ends, streams are closed with Unavailable.
+// When Run's ctx ends, streams are closed with Unavailable, whatever stage
+// they are in: synced, waiting for their first request, or waiting for
+// admission; Run then returns, every goroutine of theirs gone.
 func TestShutdownClosesStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Config)
+		// open opens the stream to shut down, c, on cc.
+		open func(f *fixture, cc *grpc.ClientConn) *client
+	}{
+		{"synced", nil, func(f *fixture, cc *grpc.ClientConn) *client {
+			c := f.connect("n", cc, true)
+			c.request(ClusterType)
+			c.recv()
+			return c
+		}},
+		{"no first request yet", nil, func(f *fixture, cc *grpc.ClientConn) *client {
+			c := f.connect("n", cc, true)
+			synctest.Wait()
+			return c
+		}},
+		{"waiting for admission", func(cfg *Config) {
+			// One stream per 100s, waited for up to 200s: the second
+			// waits.
+			cfg.NewStreamRate, cfg.NewStreamBurst, cfg.NewStreamWait = 0.01, 1, 200*time.Second
+		}, func(f *fixture, cc *grpc.ClientConn) *client {
+			a := f.connect("a", cc, true)
+			a.request(ClusterType)
+			a.recv()
+			c := f.connect("n", cc, true)
+			c.request(ClusterType)
+			synctest.Wait()
+			return c
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				cfg, _ := newConfig(t, st)
+				if tc.tweak != nil {
+					tc.tweak(&cfg)
+				}
+				srv, err := New(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f := &fixture{t: t, store: st, srv: srv, gs: grpc.NewServer(), lis: bufconnListen()}
+				srv.Register(f.gs)
+				go f.gs.Serve(f.lis)
+				defer f.gs.Stop()
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- srv.Run(ctx) }()
+				srv.Loaded()
+				synctest.Wait()
+				c := tc.open(f, f.dialConn())
+				cancel()
+				if err := c.recvErr(); status.Code(err) != codes.Unavailable {
+					t.Errorf("stream ended with %v; want Unavailable", err)
+				}
+				if err := <-done; err != nil {
+					t.Errorf("Run() = %v; want nil", err)
+				}
+				if err := srv.Run(context.Background()); err == nil {
+					t.Error("second Run() = nil; want an error")
+				}
+			})
+		})
+	}
+}
+
+// A stream whose mailbox is full when the Server shuts down (Dump's
+// queries, behind an ACK's step that a Hook holds up) is still woken once
+// the step ends, and ends with Unavailable; so does Run.
+func TestShutdownWithFullMailbox(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := newStore()
 		world(st, 1)
 		cfg, _ := newConfig(t, st)
+		var hold atomic.Bool
+		release := make(chan struct{})
+		cfg.Hooks.OnACK = func(ACKEvent) {
+			if hold.Load() {
+				<-release
+			}
+		}
 		srv, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -466,17 +548,36 @@ func TestShutdownClosesStreams(t *testing.T) {
 		srv.Loaded()
 		synctest.Wait()
 		c := f.connect("n", nil, true)
-		c.request(ClusterType)
-		c.recv()
+		subs := c.subscribeAll(1)
+		synctest.Wait()
+		connID := srv.Status()[0].ConnID
+
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.9.9.9:80") }, key(kindEndpoint, "c0"))
+		settle()
+		rs := c.pending()
+		if len(rs) != 1 {
+			t.Fatalf("%d responses to the change; want 1", len(rs))
+		}
+		hold.Store(true)
+		c.ack(rs[0], subs[EndpointType]...)
+		synctest.Wait() // the ACK's step waits in OnACK
+		var dumps sync.WaitGroup
+		// The loop takes one query and waits for the step lock with it;
+		// eventsCap more fill the mailbox.
+		for range eventsCap + 1 {
+			dumps.Go(func() { _, _ = srv.Dump(context.Background(), connID) })
+		}
+		synctest.Wait()
 		cancel()
+		synctest.Wait() // the shutdown has woken what it can
+		close(release)
+
 		if err := c.recvErr(); status.Code(err) != codes.Unavailable {
 			t.Errorf("stream ended with %v; want Unavailable", err)
 		}
+		dumps.Wait()
 		if err := <-done; err != nil {
 			t.Errorf("Run() = %v; want nil", err)
-		}
-		if err := srv.Run(context.Background()); err == nil {
-			t.Error("second Run() = nil; want an error")
 		}
 	})
 }
