@@ -72,7 +72,7 @@ type Server struct {
 	state   int                // stateNew … stateStopped
 	conns   map[*conn]struct{} // registered connections, initialised or not
 	live    map[*conn]struct{} // every stream past admission, until it ends (see enlist)
-	streams sync.WaitGroup     // stream handlers and the goroutines they start; Add only under mu while running
+	streams sync.WaitGroup     // stream handlers and the goroutines they start; Add under mu while running, or by shutdown before its Wait
 
 	hostCalls sync.WaitGroup // host calls running on goroutines of their own (hostcall.go)
 	abandoned atomic.Int64   // host calls given up on (timeout, shutdown)
@@ -274,7 +274,7 @@ func (s *Server) shutdown() {
 		select {
 		case c.events <- event{kind: evCtxDone}:
 		default:
-			s.streams.Add(1) // Wait only follows; these live streams hold it above zero
+			s.streams.Add(1) // before the Wait below: valid even if every stream has ended meanwhile
 			go func() {
 				defer s.streams.Done()
 				c.postEvent(event{kind: evCtxDone})
