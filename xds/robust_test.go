@@ -447,6 +447,36 @@ func TestNewStreamWait(t *testing.T) {
 	}
 }
 
+// startStoppable starts a Server on a one-cluster world, tweaked by tweak
+// (if not nil), running until stop: stop ends Run's context and returns
+// where Run's result comes.
+func startStoppable(t *testing.T, tweak func(*Config)) (f *fixture, stop func() <-chan error) {
+	t.Helper()
+	st := newStore()
+	world(st, 1)
+	cfg, _ := newConfig(t, st)
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f = &fixture{t: t, store: st, srv: srv, gs: grpc.NewServer(), lis: bufconnListen()}
+	srv.Register(f.gs)
+	go f.gs.Serve(f.lis)
+	t.Cleanup(f.gs.Stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	srv.Loaded()
+	synctest.Wait()
+	return f, func() <-chan error {
+		cancel()
+		return done
+	}
+}
+
 // When Run's ctx ends, streams are closed with Unavailable, whatever stage
 // they are in: synced, waiting for their first request, or waiting for
 // admission; Run then returns, every goroutine of theirs gone.
@@ -484,34 +514,16 @@ func TestShutdownClosesStreams(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				st := newStore()
-				world(st, 1)
-				cfg, _ := newConfig(t, st)
-				if tc.tweak != nil {
-					tc.tweak(&cfg)
-				}
-				srv, err := New(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				f := &fixture{t: t, store: st, srv: srv, gs: grpc.NewServer(), lis: bufconnListen()}
-				srv.Register(f.gs)
-				go f.gs.Serve(f.lis)
-				defer f.gs.Stop()
-				ctx, cancel := context.WithCancel(context.Background())
-				done := make(chan error, 1)
-				go func() { done <- srv.Run(ctx) }()
-				srv.Loaded()
-				synctest.Wait()
+				f, stop := startStoppable(t, tc.tweak)
 				c := tc.open(f, f.dialConn())
-				cancel()
+				done := stop()
 				if err := c.recvErr(); status.Code(err) != codes.Unavailable {
 					t.Errorf("stream ended with %v; want Unavailable", err)
 				}
 				if err := <-done; err != nil {
 					t.Errorf("Run() = %v; want nil", err)
 				}
-				if err := srv.Run(context.Background()); err == nil {
+				if err := f.srv.Run(context.Background()); err == nil {
 					t.Error("second Run() = nil; want an error")
 				}
 			})
@@ -524,29 +536,16 @@ func TestShutdownClosesStreams(t *testing.T) {
 // the step ends, and ends with Unavailable; so does Run.
 func TestShutdownWithFullMailbox(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 1)
-		cfg, _ := newConfig(t, st)
 		var hold atomic.Bool
 		release := make(chan struct{})
-		cfg.Hooks.OnACK = func(ACKEvent) {
-			if hold.Load() {
-				<-release
+		f, stop := startStoppable(t, func(cfg *Config) {
+			cfg.Hooks.OnACK = func(ACKEvent) {
+				if hold.Load() {
+					<-release
+				}
 			}
-		}
-		srv, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := &fixture{t: t, store: st, srv: srv, gs: grpc.NewServer(), lis: bufconnListen()}
-		srv.Register(f.gs)
-		go f.gs.Serve(f.lis)
-		defer f.gs.Stop()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- srv.Run(ctx) }()
-		srv.Loaded()
-		synctest.Wait()
+		})
+		srv := f.srv
 		c := f.connect("n", nil, true)
 		subs := c.subscribeAll(1)
 		synctest.Wait()
@@ -568,7 +567,7 @@ func TestShutdownWithFullMailbox(t *testing.T) {
 			dumps.Go(func() { _, _ = srv.Dump(context.Background(), connID) })
 		}
 		synctest.Wait()
-		cancel()
+		done := stop()
 		synctest.Wait() // the shutdown has woken what it can
 		close(release)
 
