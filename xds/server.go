@@ -302,7 +302,7 @@ func (s *Server) admit() error {
 		s.streams.Add(1)
 		return nil
 	case stateStopped:
-		return status.Error(codes.Unavailable, "xds: server is shutting down")
+		return errShuttingDown
 	}
 	if !s.isLoaded() {
 		return status.Error(codes.Unavailable, "xds: server is not ready: its configuration is not loaded yet")
@@ -380,7 +380,7 @@ func (s *Server) register(c *conn) (*pushcontext.PushContext, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.state != stateRunning {
-		return nil, status.Error(codes.Unavailable, "xds: server is shutting down")
+		return nil, errShuttingDown
 	}
 	s.conns[c] = struct{}{}
 	s.track.add(c)

@@ -20,9 +20,10 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// A stream's runner: the gRPC handler goroutine admits the stream, reads
-// its first request, registers the connection and initialises the proxy.
-// From then on the core (core.go) is fed its steps by whichever goroutine
+// A stream's runner: the gRPC handler goroutine admits the stream, and a
+// goroutine of its own opens it (see serve): it waits for the rate limit,
+// takes the first request, registers the connection and initialises the
+// proxy. From then on the core (core.go) is fed its steps by whichever goroutine
 // has the step to take, under the connection's step lock (stepSem): the
 // receive goroutine runs each request it reads, the push queue's drainer
 // runs the push it hands over (deliver), and the writer records the end of
@@ -50,6 +51,9 @@ type deltaStream interface {
 	Send(*discoveryv3.DeltaDiscoveryResponse) error
 	Recv() (*discoveryv3.DeltaDiscoveryRequest, error)
 }
+
+// errShuttingDown ends or refuses a stream once Run's ctx has ended.
+var errShuttingDown = status.Error(codes.Unavailable, "xds: server is shutting down")
 
 // errStreamGenerateTimeout ends a stream whose Generator overran
 // Config.GenerateTimeout.
@@ -96,9 +100,10 @@ type conn struct {
 	paused           bool   // the receive goroutine is asked to wait
 	made             uint64 // responses the core has made (see receive)
 
-	// events is the handler goroutine's mailbox: the first request and
-	// the end of the receive goroutine, a failed step or write, queries,
-	// the Server's shutdown.
+	// events is the stream's mailbox, read by the opening until the first
+	// request and then by loop: the first request and the end of the
+	// receive goroutine, a failed step or write, queries, the Server's
+	// shutdown.
 	events     chan event
 	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
 	resume     chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
@@ -164,7 +169,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	// context.AfterFunc per stream: that would keep three small objects
 	// for the stream's life.)
 	if !s.enlist(c) {
-		return status.Error(codes.Unavailable, "xds: server is shutting down")
+		return errShuttingDown
 	}
 	defer s.delist(c)
 
@@ -337,7 +342,7 @@ func (s *Server) disconnected(c *conn, err *error) {
 	callHook(s.set, s.set.hooks.OnDisconnect, DisconnectEvent{Proxy: c.proxy, Err: *err})
 }
 
-// event is one entry of the handler goroutine's mailbox.
+// event is one entry of the stream's mailbox.
 type event struct {
 	kind evKind
 	in   inbound // evRequest
@@ -401,7 +406,7 @@ func (c *conn) postEvent(ev event) bool {
 // receive is the receive goroutine: it runs every request it reads, as a
 // step, until the stream ends, and waits while a step asks it to (see
 // setPaused). first is set for the stream's first receive goroutine, whose
-// first request the handler goroutine reads before it is run.
+// first request the stream's opening reads before it is run.
 //
 // After a step that made responses, it hands reading on to a new receive
 // goroutine and ends. Making responses (diffs, encoding) grows a stack
@@ -423,8 +428,8 @@ func (c *conn) receive(first bool) {
 			c.postEvent(event{kind: evRecvErr, err: err})
 			return
 		}
-		// The handler goroutine reads the node of the first request and
-		// initialises the proxy, holding the step lock meanwhile; the
+		// The opening reads the node of the first request and initialises
+		// the proxy while the handler goroutine holds the step lock; the
 		// request is then run here, as every later one is.
 		if first && !c.postEvent(event{kind: evRequest, in: in}) {
 			return
@@ -493,13 +498,13 @@ func (c *conn) first(ctx context.Context) (inbound, error) {
 		case evRecvErr:
 			return inbound{}, c.recvStatus(ev.err)
 		case evCtxDone:
-			return inbound{}, c.ctxStatus(ctx)
+			return inbound{}, c.s.ctxStatus(ctx)
 		}
 		return ev.in, nil
 	case <-t.C():
 		return inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", c.s.set.firstTimeout)
 	case <-ctx.Done():
-		return inbound{}, c.ctxStatus(ctx)
+		return inbound{}, c.s.ctxStatus(ctx)
 	}
 }
 
@@ -529,10 +534,7 @@ func (s *Server) admitRate(ctx context.Context) error {
 	case <-s.stopCtx.Done():
 	}
 	r.CancelAt(s.set.clock.Now())
-	if s.stopCtx.Err() != nil {
-		return status.Error(codes.Unavailable, "xds: server is shutting down")
-	}
-	return status.FromContextError(ctx.Err()).Err()
+	return s.ctxStatus(ctx)
 }
 
 // refused reports a stream refused before it was served and returns what
@@ -549,15 +551,16 @@ func (c *conn) recvStatus(err error) error {
 		return nil // the client closed its side
 	}
 	if c.s.stopCtx.Err() != nil {
-		return status.Error(codes.Unavailable, "xds: server is shutting down")
+		return errShuttingDown
 	}
 	return err
 }
 
-// ctxStatus is the handler's result once its context has ended.
-func (c *conn) ctxStatus(ctx context.Context) error {
-	if c.s.stopCtx.Err() != nil {
-		return status.Error(codes.Unavailable, "xds: server is shutting down")
+// ctxStatus is a stream's result once ctx, its context, has ended:
+// errShuttingDown if that is because the Server stops.
+func (s *Server) ctxStatus(ctx context.Context) error {
+	if s.stopCtx.Err() != nil {
+		return errShuttingDown
 	}
 	return status.FromContextError(ctx.Err()).Err()
 }
@@ -614,11 +617,11 @@ func (c *conn) onEvent(ctx context.Context, ev event) (end bool, err error) {
 		return true, c.recvStatus(ev.err)
 	case evWriteFailed:
 		if c.s.stopCtx.Err() != nil {
-			return true, status.Error(codes.Unavailable, "xds: server is shutting down")
+			return true, errShuttingDown
 		}
 		return true, ev.err
 	case evCtxDone:
-		return true, c.ctxStatus(ctx)
+		return true, c.s.ctxStatus(ctx)
 	case evQuery:
 		ev.q()
 	}
