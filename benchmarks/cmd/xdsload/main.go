@@ -65,7 +65,8 @@ func run() error {
 	rounds := flag.Int("rounds", 3, "changes of each kind (each to another service); the figures pool them")
 	services := flag.Int("services", 0, "services in the mesh (0: 100)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
-	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof) and its live heap once the clients have converged (SERVER-PROTOCOL-heap.pprof, .txt)")
+	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")
+	heapprofile := flag.String("heapprofile", "", "directory where each server writes its live heap once the clients have converged (SERVER-PROTOCOL-heap.pprof, .txt); it samples the heap finely, which costs CPU, so the run's CPU figures are not comparable")
 	timeout := flag.Duration("timeout", 0, "bound of each phase (0: 60s + 10ms per client)")
 	runs := flag.Int("runs", 10, "burst: runs per server and protocol")
 	changes := flag.Int("changes", 20, "burst: changes per run")
@@ -83,8 +84,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	if *cpuprofile != "" {
-		if err := os.MkdirAll(*cpuprofile, 0o755); err != nil {
+	for _, dir := range []string{*cpuprofile, *heapprofile} {
+		if dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
 	}
@@ -98,6 +102,7 @@ func run() error {
 		Services:      *services,
 		Endpoints:     *endpoints,
 		CPUProfile:    *cpuprofile,
+		HeapProfile:   *heapprofile,
 		Timeout:       *timeout,
 		Backoff:       fleet.Backoff{Base: *backoffBase, Max: *backoffMax},
 		NewStreamRate: *streamRate,

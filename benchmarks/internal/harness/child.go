@@ -113,13 +113,14 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	services := fs.Int("services", mesh.DefaultServices, "services")
 	endpoints := fs.Int("endpoints", mesh.DefaultEndpoints, "endpoints per service")
 	profDir := fs.String("cpuprofile", "", "directory of CPU profiles")
+	heapDir := fs.String("heapprofile", "", "directory of heap profiles")
 	noDebounce := fs.Bool("nodebounce", false, "xdspush bypasses its debounce window for every change")
 	streamRate := fs.Float64("stream-rate", 0, "xdspush's new streams admitted per second (0: the library's default)")
 	streamWait := fs.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission (0: the library's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *profDir != "" {
+	if *heapDir != "" {
 		// Sample the heap finely enough to apportion a few KiB per client.
 		runtime.MemProfileRate = 4 << 10
 	}
@@ -143,7 +144,7 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	if err := json.NewEncoder(out).Encode(map[string]string{"addr": lis.Addr().String()}); err != nil {
 		return err
 	}
-	prof := &profiler{dir: *profDir}
+	prof := &profiler{dir: *profDir, heapDir: *heapDir}
 	defer prof.stop()
 	var w *watch // between "watch" and "unwatch"
 	defer func() {
@@ -364,10 +365,12 @@ func burst(srv servers.Server, changes []mesh.Change, interval time.Duration) (h
 	return out, nil
 }
 
-// profiler writes CPU profiles into dir, if set: one per start/stop.
+// profiler writes CPU profiles into dir, if set: one per start/stop; and
+// heap profiles into heapDir, if set (see heap).
 type profiler struct {
-	dir string
-	f   *os.File
+	dir     string // CPU profiles
+	heapDir string // heap profiles (see heap)
+	f       *os.File
 }
 
 func (p *profiler) start(name string) error {
@@ -386,22 +389,21 @@ func (p *profiler) start(name string) error {
 	return nil
 }
 
-// heap writes, if dir is set, the live heap as name.pprof and the
+// heap writes, if heapDir is set, the live heap as name.pprof and the
 // runtime's memory statistics as name.txt.
 func (p *profiler) heap(name string) error {
-	if p.dir == "" {
+	if p.heapDir == "" {
 		return nil
 	}
-	for _, debug := range []int{0, 1} {
-		file := filepath.Join(p.dir, name+".pprof")
-		if debug == 1 {
-			file = filepath.Join(p.dir, name+".txt")
-		}
-		f, err := os.Create(file)
+	for _, out := range []struct {
+		ext   string
+		debug int
+	}{{".pprof", 0}, {".txt", 1}} {
+		f, err := os.Create(filepath.Join(p.heapDir, name+out.ext))
 		if err != nil {
 			return err
 		}
-		err = pprof.Lookup("heap").WriteTo(f, debug)
+		err = pprof.Lookup("heap").WriteTo(f, out.debug)
 		if e := f.Close(); err == nil {
 			err = e
 		}

@@ -49,11 +49,14 @@ type Config struct {
 	// mesh.DefaultServices and mesh.DefaultEndpoints.
 	Services, Endpoints int
 	// CPUProfile, if set, is a directory where each server child writes a
-	// CPU profile per change, SERVER-PROTOCOL-CHANGE.pprof, and, when it
-	// measures its resident set once every client has converged, its live
-	// heap (SERVER-PROTOCOL-heap.pprof, sampled every 4 KiB) and memory
-	// statistics (SERVER-PROTOCOL-heap.txt).
+	// CPU profile per change: SERVER-PROTOCOL-CHANGE.pprof.
 	CPUProfile string
+	// HeapProfile, if set, is a directory where each server child writes,
+	// when it measures its resident set once every client has converged,
+	// its live heap (SERVER-PROTOCOL-heap.pprof, sampled every 4 KiB) and
+	// memory statistics (SERVER-PROTOCOL-heap.txt). Sampling that finely
+	// costs CPU: the run's CPU figures are not comparable with others'.
+	HeapProfile string
 	// Quiet is how long no client may receive anything for the server to
 	// count as done with a change. Zero means the fleet's default (500ms).
 	Quiet time.Duration
@@ -326,6 +329,9 @@ func runOne(cfg Config, name, protocol string) (res Result, err error) {
 	srvArgs := append(serverArgs(cfg, name), "-nodebounce")
 	if cfg.CPUProfile != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
+	}
+	if cfg.HeapProfile != "" {
+		srvArgs = append(srvArgs, "-heapprofile", cfg.HeapProfile)
 	}
 	srv, err := start(cfg, name, srvArgs...)
 	if err != nil {
