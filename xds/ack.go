@@ -174,7 +174,7 @@ func (c *core) acked(ts *typeState, r response) {
 	if r.nonce == ts.nonceAcked {
 		return
 	}
-	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt, ts.pAcked = r.nonce, r.version, r.seq, c.now, r.p
+	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt, ts.pAcked = r.nonce, r.version, r.seq, c.set.instant(c.now), r.p
 	ts.nack = nil
 }
 
@@ -231,10 +231,10 @@ func (c *core) ack(ts *typeState) {
 	t := c.set.order[ts.idx]
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
 	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Nonce: ts.nonceSent,
-		Took: c.now.Sub(ts.sentAt)})
-	if !ts.startSent.IsZero() {
+		Took: c.now.Sub(c.set.time(ts.sentAt))})
+	if ts.startSent != 0 {
 		callHook(c.set, c.set.hooks.OnConvergence, ConvergenceEvent{
-			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Took: c.now.Sub(ts.startSent),
+			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Took: c.now.Sub(c.set.time(ts.startSent)),
 		})
 	}
 }

@@ -50,3 +50,40 @@ func sleepCtx(clock Clock, d time.Duration, done <-chan struct{}) bool {
 		return false
 	}
 }
+
+// instant is a time of the Server's Clock in 8 bytes instead of time.Time's
+// 24: its distance from the settings' epoch, the Server's creation, with
+// zero kept for no time. Per-type and per-connection state keep their
+// times as instants (a connection holds a dozen of them).
+//
+// The distance is monotonic when the Clock's times carry a monotonic
+// reading (real time): settings.time gives back a time whose wall clock
+// is the epoch's plus that distance, which differs from the original's
+// only if the system's wall clock was stepped since. A Clock's times
+// without one (fake clocks) come back exactly. Times further than 292
+// years from the epoch do not fit.
+type instant int64
+
+// instant returns t as an instant; the zero time is the zero instant.
+func (s *settings) instant(t time.Time) instant {
+	if t.IsZero() {
+		return 0
+	}
+	d := t.Sub(s.epoch)
+	if d >= 0 {
+		d++ // zero is no time
+	}
+	return instant(d)
+}
+
+// time returns the time i was made from; the zero instant is the zero
+// time.
+func (s *settings) time(i instant) time.Time {
+	switch {
+	case i > 0:
+		return s.epoch.Add(time.Duration(i - 1))
+	case i < 0:
+		return s.epoch.Add(time.Duration(i))
+	}
+	return time.Time{}
+}

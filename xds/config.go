@@ -317,6 +317,7 @@ type settings struct {
 	deferred     []bool // by type index: removals wait for the end of the push
 	removalOrder []int  // deferred type indexes, in the order of their removal phases
 	clock        Clock
+	epoch        time.Time // the clock's time at New; see instant
 	logger       *slog.Logger
 	hooks        Hooks
 }
@@ -430,6 +431,7 @@ func (cfg *Config) settings() (*settings, error) {
 	if s.clock == nil {
 		s.clock = realClock{}
 	}
+	s.epoch = s.clock.Now()
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}

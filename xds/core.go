@@ -167,7 +167,7 @@ type typeState struct {
 	// generation failed, tried again at retryAt.
 	deferred *answer
 	retry    *answer
-	retryAt  time.Time
+	retryAt  instant
 	// fault is the type's run of failures (pushes and answers), from the
 	// first until the type succeeds again; nil while it succeeds.
 	fault *typeFault
@@ -175,14 +175,14 @@ type typeState struct {
 	nonceSent   string
 	versionSent string
 	seqSent     uint64
-	sentAt      time.Time
-	startSent   time.Time // Start of the push that produced the last response; zero for answers
-	pSent       uint64    // the connection's appliedSeq when the last response was made
+	sentAt      instant
+	startSent   instant // Start of the push that produced the last response; zero for answers
+	pSent       uint64  // the connection's appliedSeq when the last response was made
 
 	nonceAcked   string
 	versionAcked string
 	seqAcked     uint64
-	ackedAt      time.Time
+	ackedAt      instant
 	pAcked       uint64
 
 	nack *NACK // last NACK since the last ACK
@@ -388,7 +388,7 @@ func (c *core) deadline() time.Time {
 	}
 	for _, ts := range c.types {
 		if ts != nil && ts.retry != nil {
-			earlier(ts.retryAt)
+			earlier(c.set.time(ts.retryAt))
 		}
 	}
 	return at
@@ -403,7 +403,7 @@ func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err err
 		c.phaseTimedOut()
 	}
 	for _, ts := range c.types {
-		if ts != nil && ts.retry != nil && !now.Before(ts.retryAt) {
+		if ts != nil && ts.retry != nil && !now.Before(c.set.time(ts.retryAt)) {
 			a := ts.retry
 			ts.retry = nil
 			if err := c.answer(ts.idx, a); err != nil {
@@ -572,8 +572,8 @@ func (c *core) firstAnswerRetry() time.Time {
 	}
 	for i, ts := range c.types {
 		if ts != nil && c.set.fullState[i] && ts.nonceSent == "" && ts.retry != nil &&
-			(at.IsZero() || ts.retryAt.Before(at)) {
-			at = ts.retryAt
+			(at.IsZero() || c.set.time(ts.retryAt).Before(at)) {
+			at = c.set.time(ts.retryAt)
 		}
 	}
 	return at
@@ -662,5 +662,5 @@ func (c *core) typeOK(ts *typeState) {
 // its next ACK retries at once, see retryHeldBack).
 func (c *core) retryType(ts *typeState) {
 	ts.retry = ts.retry.merge(&answer{})
-	ts.retryAt = c.now.Add(c.set.backoffFor(max(ts.fails(), ts.holds, 1), c.seed+uint64(ts.idx)))
+	ts.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(max(ts.fails(), ts.holds, 1), c.seed+uint64(ts.idx))))
 }

@@ -576,7 +576,7 @@ func (c *core) answer(i int, a *answer) error {
 			return errStreamGenerateTimeout
 		}
 		ts.retry = ts.retry.merge(a)
-		ts.retryAt = c.now.Add(c.set.backoffFor(ts.fails(), c.seed+uint64(i)))
+		ts.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(ts.fails(), c.seed+uint64(i))))
 		return nil
 	}
 	c.typeOK(ts)
@@ -628,7 +628,7 @@ func (c *core) answer(i int, a *answer) error {
 			}
 			ets := c.types[e]
 			ets.retry = ets.retry.merge(ea)
-			ets.retryAt = c.now.Add(c.set.backoffFor(ets.fails(), c.seed+uint64(e)))
+			ets.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(ets.fails(), c.seed+uint64(e))))
 			return nil
 		}
 		eo := relOpts{force: ea.force, restrict: ea.restrict, pc: c.proxy.Push, warm: warm}

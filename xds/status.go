@@ -84,7 +84,7 @@ func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 type typePub struct {
 	sentVersion, sentNonce   string
 	ackedVersion, ackedNonce string
-	sentAt, ackedAt          time.Time
+	sentAt, ackedAt          instant
 	nack                     *NACK
 	fault                    *typeFault
 	names, timeouts          int32
@@ -92,17 +92,17 @@ type typePub struct {
 }
 
 // status returns p as the TypeStatus of type t.
-func (p *typePub) status(t TypeURL) TypeStatus {
+func (p *typePub) status(set *settings, t TypeURL) TypeStatus {
 	ts := TypeStatus{
 		Type:          t,
 		Names:         int(p.names),
 		Wildcard:      p.wildcard,
 		SentVersion:   p.sentVersion,
 		SentNonce:     p.sentNonce,
-		SentAt:        p.sentAt,
+		SentAt:        set.time(p.sentAt),
 		AckedVersion:  p.ackedVersion,
 		AckedNonce:    p.ackedNonce,
-		AckedAt:       p.ackedAt,
+		AckedAt:       set.time(p.ackedAt),
 		NACK:          p.nack,
 		PhaseTimeouts: int(p.timeouts),
 	}
@@ -264,7 +264,7 @@ func (c *conn) status() ConnStatus {
 	}
 	for i := range c.st.types {
 		if p := &c.st.types[i]; p.watched {
-			cs.Types = append(cs.Types, p.status(c.s.set.order[i]))
+			cs.Types = append(cs.Types, p.status(c.s.set, c.s.set.order[i]))
 		}
 	}
 	return cs

@@ -95,8 +95,8 @@ type conn struct {
 	// being blocked (see arm); armedAt is when it is armed for, zero when
 	// it is not.
 	timer            Timer
-	timerAt, writeAt time.Time
-	armedAt          time.Time
+	timerAt, writeAt instant
+	armedAt          instant
 	paused           bool   // the receive goroutine is asked to wait
 	made             uint64 // responses the core has made (see receive)
 
@@ -116,7 +116,8 @@ type conn struct {
 	// blocking inside a testing/synctest bubble blocks durably) orders the
 	// writer's OnSend calls before OnDisconnect: the writer can outlive the
 	// handler by as long as its blocked Send takes to return, and a write
-	// that completes after the stream ended is not reported.
+	// that completes after the stream ended is not reported. It is made
+	// only when Hooks.OnSend is set.
 	hookSem chan struct{}
 	ended   bool // OnDisconnect is due or done; protected by hookSem
 
@@ -216,6 +217,10 @@ func peerAddr(sctx context.Context) net.Addr {
 // newConn returns the connection of a new stream whose context is sctx.
 func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaStream) *conn {
 	ctx, cancel := context.WithCancel(sctx)
+	var hookSem chan struct{}
+	if s.set.hooks.OnSend != nil {
+		hookSem = make(chan struct{}, 1)
+	}
 	return &conn{
 		s:       s,
 		stream:  stream,
@@ -225,7 +230,7 @@ func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaS
 		cancel:  cancel,
 		events:  make(chan event, eventsCap),
 		done:    make(chan struct{}),
-		hookSem: make(chan struct{}, 1),
+		hookSem: hookSem,
 		stepSem: make(chan struct{}, 1),
 		busy:    true,
 		plain:   plainStream(sctx),
@@ -336,9 +341,11 @@ func (s *Server) closed(c *conn, err error) error {
 // disconnected calls OnDisconnect with the stream's result, once no write
 // that completes later can call OnSend (see conn.hookSem).
 func (s *Server) disconnected(c *conn, err *error) {
-	c.hookSem <- struct{}{}
-	c.ended = true
-	<-c.hookSem
+	if c.hookSem != nil {
+		c.hookSem <- struct{}{}
+		c.ended = true
+		<-c.hookSem
+	}
 	callHook(s.set, s.set.hooks.OnDisconnect, DisconnectEvent{Proxy: c.proxy, Err: *err})
 }
 
@@ -684,15 +691,15 @@ func (c *conn) pauseIfBacklogged() {
 // onTick runs what is due when the timer fires: the check of a blocked
 // write, the core's timers.
 func (c *conn) onTick(ctx context.Context) error {
-	c.armedAt = time.Time{}
-	now := c.s.set.clock.Now()
-	if !c.writeAt.IsZero() && !now.Before(c.writeAt) {
+	c.armedAt = 0
+	now := c.s.set.instant(c.s.set.clock.Now())
+	if c.writeAt != 0 && now >= c.writeAt {
 		if err := c.checkWrite(ctx); err != nil {
 			return err
 		}
 	}
-	if !c.timerAt.IsZero() && !now.Before(c.timerAt) {
-		c.timerAt = time.Time{}
+	if c.timerAt != 0 && now >= c.timerAt {
+		c.timerAt = 0
 		return c.onTimer(ctx)
 	}
 	c.arm() // early, or for the other of the two
@@ -713,7 +720,7 @@ func (c *conn) onTimer(ctx context.Context) error {
 
 // resetTimer arms the timer for the core's next deadline.
 func (c *conn) resetTimer() {
-	c.timerAt = c.core.deadline()
+	c.timerAt = c.s.set.instant(c.core.deadline())
 	c.arm()
 }
 
@@ -721,16 +728,16 @@ func (c *conn) resetTimer() {
 // set for it already.
 func (c *conn) arm() {
 	at := c.timerAt
-	if w := c.writeAt; !w.IsZero() && (at.IsZero() || w.Before(at)) {
+	if w := c.writeAt; w != 0 && (at == 0 || w < at) {
 		at = w
 	}
-	if at.Equal(c.armedAt) {
+	if at == c.armedAt {
 		return
 	}
 	c.armedAt = at
 	c.timer.Stop()
-	if !at.IsZero() {
-		c.timer.Reset(max(at.Sub(c.s.set.clock.Now()), 0))
+	if at != 0 {
+		c.timer.Reset(max(c.s.set.time(at).Sub(c.s.set.clock.Now()), 0))
 	}
 }
 
@@ -824,7 +831,7 @@ func (c *conn) nextBatch() []*outMsg {
 	c.statusMu.Lock()
 	c.st.writingSeq = low
 	c.statusMu.Unlock()
-	c.writeAt = c.s.set.clock.Now().Add(c.s.set.writeTimeout)
+	c.writeAt = c.s.set.instant(c.s.set.clock.Now().Add(c.s.set.writeTimeout))
 	c.arm()
 	return batch
 }
@@ -834,7 +841,7 @@ func (c *conn) nextBatch() []*outMsg {
 func (c *conn) onWritten() []*outMsg {
 	c.writing = false
 	c.writingP = 0
-	c.writeAt = time.Time{} // settle re-arms the timer
+	c.writeAt = 0 // settle re-arms the timer
 	c.statusMu.Lock()
 	c.st.writingSeq = 0
 	c.statusMu.Unlock()
@@ -845,7 +852,7 @@ func (c *conn) onWritten() []*outMsg {
 // Config.WriteTimeout, and otherwise re-arms the check while a batch is
 // being written.
 func (c *conn) checkWrite(ctx context.Context) error {
-	c.writeAt = time.Time{}
+	c.writeAt = 0
 	if !c.writing {
 		return nil
 	}
@@ -863,7 +870,7 @@ func (c *conn) checkWrite(ctx context.Context) error {
 		}
 		wait = timeout - blocked
 	}
-	c.writeAt = c.s.set.clock.Now().Add(wait)
+	c.writeAt = c.s.set.instant(c.s.set.clock.Now().Add(wait))
 	c.arm()
 	return nil
 }
