@@ -134,8 +134,9 @@
 // stream's subscriptions (MaxSubscriptionBytes), bytes per request
 // (MaxRequestBytes) and streams per connection (MaxStreamsPerConnection),
 // both enforced by gRPC through ServerOptions; the wait for a first request
-// (FirstRequestTimeout); new streams per second (NewStreamRate, a stream
-// waiting up to NewStreamWait before it is refused); a blocked
+// (FirstRequestTimeout); streams opening at once (MaxOpeningStreams) and
+// new streams per second (NewStreamRate), a stream waiting up to
+// NewStreamWait for each before it is refused; a blocked
 // write (WriteTimeout, then DeadlineExceeded); a client that sends without
 // reading (once 32 answers wait behind a blocked write, its requests are no
 // longer read). Bad input ends that stream with InvalidArgument; requests

@@ -479,7 +479,8 @@ func startStoppable(t *testing.T, tweak func(*Config)) (f *fixture, stop func() 
 
 // When Run's ctx ends, streams are closed with Unavailable, whatever stage
 // they are in: synced, waiting for their first request, or waiting for
-// admission; Run then returns, every goroutine of theirs gone.
+// admission (the rate limit or an opening); Run then returns, every
+// goroutine of theirs gone.
 func TestShutdownClosesStreams(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -506,6 +507,26 @@ func TestShutdownClosesStreams(t *testing.T) {
 			a := f.connect("a", cc, true)
 			a.request(ClusterType)
 			a.recv()
+			c := f.connect("n", cc, true)
+			c.request(ClusterType)
+			synctest.Wait()
+			return c
+		}},
+		{"waiting for an opening", func(cfg *Config) {
+			// One opening, held by a's initialisation until the shutdown.
+			cfg.MaxOpeningStreams, cfg.NewStreamWait = 1, 200*time.Second
+			inner := cfg.InitProxy
+			cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+				if p.ID == "a" {
+					<-ctx.Done()
+					return ProxyState{}, ctx.Err()
+				}
+				return inner(ctx, p, pc)
+			}
+		}, func(f *fixture, cc *grpc.ClientConn) *client {
+			a := f.connect("a", cc, true)
+			a.request(ClusterType)
+			synctest.Wait()
 			c := f.connect("n", cc, true)
 			c.request(ClusterType)
 			synctest.Wait()

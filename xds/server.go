@@ -49,11 +49,15 @@ type Server struct {
 	subs    subTable
 	trans   transitionCache
 	codec   *internCodec  // of CodecOption
-	limiter *rate.Limiter // nil: no limit on new streams
-	track   tracker       // convergence: Sync and WaitForVersion
+	limiter *rate.Limiter // nil: no rate limit on new streams
+	// openings holds a token for each stream opening (see
+	// Config.MaxOpeningStreams); nil when there is no bound.
+	openings chan struct{}
+	track    tracker // convergence: Sync and WaitForVersion
 
-	// stopCtx is cancelled when Run stops; every stream's context derives
-	// from it, so host callbacks and blocked loops end with the Server.
+	// stopCtx is cancelled when Run stops: the Server's own goroutines,
+	// host calls and admission waits end with it, and shutdown cancels
+	// each live stream's context (see enlist).
 	stopCtx context.Context
 	stop    context.CancelFunc
 
@@ -108,6 +112,9 @@ func New(cfg Config) (*Server, error) {
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if !math.IsInf(set.streamRate, 1) {
 		s.limiter = rate.NewLimiter(rate.Limit(set.streamRate), set.streamBurst)
+	}
+	if set.opening > 0 {
+		s.openings = make(chan struct{}, set.opening)
 	}
 	var bypass func(*update) bool
 	if set.debounce.Bypass != nil {

@@ -106,6 +106,7 @@ type conn struct {
 	// shutdown.
 	events     chan event
 	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
+	opening    atomic.Bool   // the stream holds one of the Server's openings
 	resume     chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
 	done       chan struct{} // closed when the stream ends
 
@@ -153,6 +154,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 
 	c := s.newConn(streamContext(stream, dstream), stream, dstream)
 	defer c.cancel()
+	defer c.leaveOpening() // if the stream ends before its first answer
 	// The handler goroutine holds the step lock until loop waits, and
 	// from loop's return on: a step that comes meanwhile (the first
 	// request, a write's end) waits, and finds the stream stopped once
@@ -238,12 +240,13 @@ func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaS
 }
 
 // open takes a new stream from admission to its first step: the rate
-// limit, authentication, the first request, authorization, registration
-// for pushes and the proxy's initialisation. It reports whether c was
-// registered (serve unregisters it), and the error that refuses the
-// stream.
+// limit, authentication, the first request, the wait for an opening,
+// authorization, registration for pushes and the proxy's initialisation.
+// It reports whether c was registered (serve unregisters it), and the
+// error that refuses the stream. The opening is held on until the first
+// request has been answered (see receive).
 //
-// The rate limit's wait is here, on the opening's goroutine, although a
+// The admission's waits are here, on the opening's goroutine, although a
 // waiting stream then holds its connection: waited for on the handler
 // goroutine, before the connection is made, it grew that goroutine's
 // stack for the stream's life (0.9 KiB more per client at 10,000
@@ -256,8 +259,12 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	}
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
+		if err := c.enterOpening(ctx); err != nil {
+			return false, s.refused(ctx, peerAddr, nil, err, err)
+		}
 		var err error
 		identity, err = guarded(s, ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), auth)
+		c.leaveOpening() // the first request may take its time
 		if err != nil {
 			toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
 			return false, s.refused(ctx, peerAddr, nil, toClient, detail)
@@ -270,6 +277,11 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	s.goStream(func() { c.receive(true) })
 
 	first, err := c.first(ctx)
+	if err == nil {
+		// Held until the first request's answer is handed to gRPC (see
+		// receive), or the stream ends.
+		err = c.enterOpening(ctx)
+	}
 	if err != nil {
 		return false, s.refused(ctx, peerAddr, nil, err, err)
 	}
@@ -441,6 +453,7 @@ func (c *conn) receive(first bool) {
 		if first && !c.postEvent(event{kind: evRequest, in: in}) {
 			return
 		}
+		opening := first
 		first = false
 		if !c.lockStep() {
 			return
@@ -448,7 +461,11 @@ func (c *conn) receive(first bool) {
 		made := c.made
 		err = c.handle(c.ctx, in)
 		fresh := c.made != made
-		if !c.unlockStep(err) {
+		ok := c.unlockStep(err)
+		if opening {
+			c.leaveOpening() // the stream is open
+		}
+		if !ok {
 			return
 		}
 		if c.recvPaused.Load() {
@@ -550,6 +567,49 @@ func (s *Server) refused(ctx context.Context, peerAddr net.Addr, p *Proxy, toCli
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stream refused", slog.Any("err", detail))
 	callHook(s.set, s.set.hooks.OnRefused, RefusedEvent{Peer: peerAddr, Proxy: p, Code: status.Code(toClient), Err: detail})
 	return toClient
+}
+
+// enterOpening waits for one of the Server's openings (see
+// Config.MaxOpeningStreams), at most Config.NewStreamWait, while the stream
+// (ctx) lasts and the Server runs. Streams wait in arrival order.
+func (c *conn) enterOpening(ctx context.Context) error {
+	s := c.s
+	if s.openings == nil {
+		return nil
+	}
+	select {
+	case s.openings <- struct{}{}:
+		c.opening.Store(true)
+		return nil
+	default:
+	}
+	wait := s.set.streamWait
+	start := s.set.clock.Now()
+	t := s.set.clock.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case s.openings <- struct{}{}:
+			c.opening.Store(true)
+			return nil
+		case <-t.C():
+			if waited := s.set.clock.Now().Sub(start); waited < wait {
+				t.Reset(wait - waited) // early, or a stale tick of a Clock's timer
+				continue
+			}
+			return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
+		case <-ctx.Done():
+		case <-s.stopCtx.Done():
+		}
+		return s.ctxStatus(ctx)
+	}
+}
+
+// leaveOpening gives back the stream's opening, if it holds one.
+func (c *conn) leaveOpening() {
+	if c.opening.CompareAndSwap(true, false) {
+		<-c.s.openings
+	}
 }
 
 // recvStatus turns the receive goroutine's error into the handler's result.

@@ -75,7 +75,8 @@ func run() error {
 	backoffBase := flag.Duration("backoff-base", fleet.DefaultBackoffBase, "bound of the wait before a client's first retry of a failed stream (doubling with each retry in a row)")
 	backoffMax := flag.Duration("backoff-max", fleet.DefaultBackoffMax, "cap of the bound of a client's retry wait")
 	streamWait := flag.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission before they are refused (0: the library's default, xds.DefaultNewStreamWait)")
-	streamRate := flag.Float64("stream-rate", 0, "xdspush's new-stream admission, streams per second (0: the library's default, xds.DefaultNewStreamRate)")
+	streamRate := flag.Float64("stream-rate", 0, "xdspush's new-stream rate limit, streams per second (0: none, the library's default)")
+	openings := flag.Int("openings", 0, "xdspush's bound of the streams opening at once (0: the library's default, xds.DefaultMaxOpeningStreams; -1: none)")
 	asJSON := flag.Bool("json", false, "write the results as JSON rather than markdown")
 	flag.Parse()
 	serversSet := false
@@ -106,6 +107,7 @@ func run() error {
 		Timeout:       *timeout,
 		Backoff:       fleet.Backoff{Base: *backoffBase, Max: *backoffMax},
 		NewStreamRate: *streamRate,
+		Openings:      *openings,
 		NewStreamWait: *streamWait,
 		Executable:    exe,
 		Stderr:        os.Stderr,

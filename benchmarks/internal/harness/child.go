@@ -115,7 +115,8 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	profDir := fs.String("cpuprofile", "", "directory of CPU profiles")
 	heapDir := fs.String("heapprofile", "", "directory of heap profiles")
 	noDebounce := fs.Bool("nodebounce", false, "xdspush bypasses its debounce window for every change")
-	streamRate := fs.Float64("stream-rate", 0, "xdspush's new streams admitted per second (0: the library's default)")
+	streamRate := fs.Float64("stream-rate", 0, "xdspush's new streams admitted per second (0: no limit, the library's default)")
+	openings := fs.Int("openings", 0, "xdspush's bound of the streams opening at once (0: the library's default; -1: none)")
 	streamWait := fs.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission (0: the library's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -126,7 +127,7 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	}
 	srv, err := servers.New(*name, servers.Config{
 		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints, NoDebounce: *noDebounce,
-		NewStreamRate: *streamRate, NewStreamWait: *streamWait,
+		NewStreamRate: *streamRate, Openings: *openings, NewStreamWait: *streamWait,
 	})
 	if err != nil {
 		return err

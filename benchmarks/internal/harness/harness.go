@@ -39,9 +39,13 @@ type Config struct {
 	// admission refusing it). Zero fields mean the fleet's defaults,
 	// Envoy's bounds.
 	Backoff fleet.Backoff
-	// NewStreamRate is xdspush's new-stream admission rate (see
-	// servers.Config.NewStreamRate). Zero means the library's default.
+	// NewStreamRate is xdspush's new-stream rate limit (see
+	// servers.Config.NewStreamRate). Zero means none, the library's
+	// default.
 	NewStreamRate float64
+	// Openings is xdspush's bound of the streams opening at once (see
+	// servers.Config.Openings). Zero means the library's default.
+	Openings int
 	// NewStreamWait is xdspush's new-stream admission wait (see
 	// servers.Config.NewStreamWait). Zero means the library's default.
 	NewStreamWait time.Duration
@@ -240,6 +244,7 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 func serverArgs(cfg Config, name string) []string {
 	return append([]string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients),
 		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64),
+		"-openings", strconv.Itoa(cfg.Openings),
 		"-stream-wait", cfg.NewStreamWait.String()}, meshArgs(cfg)...)
 }
 

@@ -235,7 +235,7 @@ func reportStorms(w io.Writer, rs []Result) {
 		"CPU: the server's CPU time from just before the storm until the servers fell quiet; CPU/wall: that over its wall time, in cores; peak: the most in any one second. "+
 		"goroutines, RSS: the server's just before the storm → the most during it (RSS as the kernel counts it, sampled every 100ms). "+
 		"refused: streams refused with ResourceExhausted during the initial convergence / the storm; retried: streams opened again after one failed (storm). "+
-		"admitted/s: the most streams the server admitted in any one-second window of the storm (by its OnConnect hook), and its limit (burst + one second's rate). "+
+		"admitted/s: the most streams the server admitted in any one-second window of the storm (by its OnConnect hook), and its limits (a rate limit: burst + one second's rate; the streams it opens at once). "+
 		"violations: dangling references the clients' ordering checkers counted over the run. "+
 		"×floor: ratio to the floor's figure, same protocol.\n\n",
 		r0.Clients, r0.Services, r0.Backoff.Base, r0.Backoff.Max)
@@ -250,9 +250,16 @@ func reportStorms(w io.Writer, rs []Result) {
 		ft, fc := stormVsFloor(rs, &r)
 		admitted := "–"
 		if a := s.Admission; a != nil {
-			limit := "none"
+			var limits []string
 			if l := a.Limit(); l > 0 {
-				limit = fmt.Sprintf("%d = %d + %g/s", l, a.Burst, a.Rate)
+				limits = append(limits, fmt.Sprintf("%d = %d + %g/s", l, a.Burst, a.Rate))
+			}
+			if a.Openings > 0 {
+				limits = append(limits, fmt.Sprintf("%d opening at once", a.Openings))
+			}
+			limit := "none"
+			if len(limits) > 0 {
+				limit = strings.Join(limits, ", ")
 			}
 			admitted = fmt.Sprintf("%d (%s)", a.MaxPerSecond, limit)
 		}

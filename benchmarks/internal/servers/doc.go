@@ -2,7 +2,8 @@
 // each serving the mesh over ADS (SotW and Delta) on a listener:
 //
 //   - "xdspush": an xds.Server wired as a host would (xdspushhost.go),
-//     its new-stream admission as by default or at Config.NewStreamRate;
+//     its new-stream admission as by default or as Config.Openings and
+//     Config.NewStreamRate set it;
 //     "xdspush-unlimited", run only when named, the same with admission
 //     off;
 //   - "floor": a minimal server that marshals each response once and writes

@@ -3,7 +3,6 @@ package servers
 import (
 	"context"
 	"fmt"
-	"math"
 	"net"
 	"slices"
 	"time"
@@ -15,8 +14,9 @@ import (
 var Names = []string{"xdspush", "floor", "gcp", "gcp-pertype"}
 
 // Variants are servers run only when named: "xdspush-unlimited" is
-// xdspush with its new-stream admission off (xds.Config.NewStreamRate
-// +Inf), to compare a storm with and without it.
+// xdspush with its new-stream admission off (no rate limit, and no bound
+// on the streams opening at once), to compare a storm with and without
+// it.
 var Variants = []string{"xdspush-unlimited"}
 
 // Config configures a server.
@@ -37,10 +37,14 @@ type Config struct {
 	NoDebounce bool
 	// NewStreamRate is xdspush's xds.Config.NewStreamRate: the new
 	// streams it admits per second, with a second's worth as the burst.
-	// Zero means the library's default (xds.DefaultNewStreamRate());
-	// math.Inf(1) admits every stream at once, as "xdspush-unlimited"
-	// does. The other servers admit every stream.
+	// Zero means none, the library's default. The other servers admit
+	// every stream.
 	NewStreamRate float64
+	// Openings is xdspush's xds.Config.MaxOpeningStreams: how many new
+	// streams it opens at once. Zero means the library's default
+	// (xds.DefaultMaxOpeningStreams()), negative none, as
+	// "xdspush-unlimited" has.
+	Openings int
 	// NewStreamWait is xdspush's xds.Config.NewStreamWait: how long a new
 	// stream waits for admission before it is refused. Zero means the
 	// library's default (xds.DefaultNewStreamWait).
@@ -68,10 +72,12 @@ type Stats struct {
 // Admission is what a server's new-stream admission did over a span (see
 // AdmissionReporter).
 type Admission struct {
-	// Rate and Burst are the admission's limit: new streams per second,
-	// and the bucket's size. Rate 0 means no limit.
+	// Rate and Burst are the admission's rate limit: new streams per
+	// second, and the bucket's size. Rate 0 means no limit.
 	Rate  float64 `json:"rate"`
 	Burst int     `json:"burst"`
+	// Openings bounds the streams opening at once; 0 means no bound.
+	Openings int `json:"openings"`
 	// Admitted counts the streams served: the proxies initialised
 	// (xds.Hooks.OnConnect).
 	Admitted int64 `json:"admitted"`
@@ -149,7 +155,7 @@ func New(name string, cfg Config) (Server, error) {
 	case "xdspush":
 		return newXDSPush(cfg)
 	case "xdspush-unlimited":
-		cfg.NewStreamRate = math.Inf(1)
+		cfg.NewStreamRate, cfg.Openings = 0, -1
 		return newXDSPush(cfg)
 	case "floor":
 		return newFloor(cfg), nil

@@ -75,8 +75,9 @@ type xdspushHost struct {
 
 	holds, failures, timeouts atomic.Int64 // from the Server's hooks
 
-	rate  float64 // the Server's new-stream admission (0: none)
-	burst int
+	rate     float64 // the Server's new-stream rate limit (0: none)
+	burst    int
+	openings int // the Server's bound of the streams opening at once (0: none)
 
 	admMu    sync.Mutex // protects connects and refused
 	connects []int64    // unix ns of each OnConnect since ResetAdmission
@@ -87,13 +88,14 @@ type xdspushHost struct {
 // valid is xds.New's to refuse.
 func newXDSPush(cfg Config) (*xdspushHost, error) {
 	h := &xdspushHost{m: mesh.New(cfg.Services, cfg.Endpoints), refused: make(map[codes.Code]int64)}
-	// The rate the Server admits at, its default if zero, and the burst
-	// it is given (Admission reports both): a second's worth, as is the
-	// library's default.
-	if !math.IsInf(cfg.NewStreamRate, 1) {
-		h.rate = cmp.Or(cfg.NewStreamRate, xds.DefaultNewStreamRate())
+	// The Server's admission, as Admission reports it: the rate limit,
+	// with the burst it is given (a second's worth, as is the library's
+	// default), and the bound of the streams opening at once.
+	if r := cfg.NewStreamRate; r > 0 && !math.IsInf(r, 1) {
+		h.rate = r
 		h.burst = max(1, int(h.rate))
 	}
+	h.openings = max(cmp.Or(cfg.Openings, xds.DefaultMaxOpeningStreams()), 0)
 	h.store.Store(h.m.Snapshot())
 
 	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{})
@@ -140,10 +142,11 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
-		Debounce:       deb,
-		NewStreamRate:  cfg.NewStreamRate,
-		NewStreamBurst: h.burst,
-		NewStreamWait:  cfg.NewStreamWait,
+		Debounce:          deb,
+		NewStreamRate:     cfg.NewStreamRate,
+		MaxOpeningStreams: cfg.Openings,
+		NewStreamBurst:    h.burst,
+		NewStreamWait:     cfg.NewStreamWait,
 		Hooks: xds.Hooks{
 			OnConnect: func(xds.ConnectEvent) {
 				t := time.Now().UnixNano()
@@ -292,7 +295,7 @@ func (h *xdspushHost) ResetAdmission() {
 func (h *xdspushHost) Admission() Admission {
 	h.admMu.Lock()
 	ts := slices.Clone(h.connects)
-	a := Admission{Rate: h.rate, Burst: h.burst, Admitted: int64(len(ts))}
+	a := Admission{Rate: h.rate, Burst: h.burst, Openings: h.openings, Admitted: int64(len(ts))}
 	for c, n := range h.refused {
 		if a.Refused == nil {
 			a.Refused = make(map[string]int64)

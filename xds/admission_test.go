@@ -1,0 +1,190 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// slowInit wraps cfg's InitProxy so that each call takes a second of fake
+// time, and returns a function that reports the most calls that ran at
+// once.
+func slowInit(cfg *Config) (most func() int) {
+	var mu sync.Mutex
+	running, peak := 0, 0
+	inner := cfg.InitProxy
+	cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+		mu.Lock()
+		running++
+		peak = max(peak, running)
+		mu.Unlock()
+		time.Sleep(time.Second)
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return inner(ctx, p, pc)
+	}
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return peak
+	}
+}
+
+// TestMaxOpeningStreams: streams opened at once are opened at most
+// MaxOpeningStreams at a time, in arrival order, each as soon as an
+// earlier one has been answered; a stream that would wait longer than
+// NewStreamWait is refused with ResourceExhausted. Each opening takes a
+// second (InitProxy).
+func TestMaxOpeningStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		openings int
+		wait     time.Duration
+		streams  int
+		refused  int
+		most     int           // openings at once
+		last     time.Duration // when the last stream admitted is answered
+	}{
+		{"one at a time", 1, 0, 6, 0, 1, 6 * time.Second},
+		{"three at a time", 3, 0, 9, 0, 3, 3 * time.Second},
+		// Admitted at 0s, 1s and 2s; the others would wait past 2.5s.
+		{"refused past the wait", 1, 2500 * time.Millisecond, 6, 3, 1, 3 * time.Second},
+		{"no bound", -1, 0, 6, 0, 6, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				var most func() int
+				f := start(t, st, func(cfg *Config) {
+					cfg.MaxOpeningStreams, cfg.NewStreamWait = tc.openings, tc.wait
+					most = slowInit(cfg)
+				}, false)
+				cc := f.dialConn()
+				begin := time.Now()
+				var mu sync.Mutex
+				var last time.Duration
+				refused := 0
+				var wg sync.WaitGroup
+				for i := range tc.streams {
+					c := f.connect(fmt.Sprintf("p%d", i), cc, false)
+					synctest.Wait() // arrival order
+					wg.Go(func() {
+						_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: nodeOf(c.node.Id), TypeUrl: string(ClusterType)})
+						_, err := c.stream.Recv()
+						mu.Lock()
+						defer mu.Unlock()
+						switch {
+						case status.Code(err) == codes.ResourceExhausted:
+							refused++
+						case err != nil:
+							t.Errorf("stream %d: %v", i, err)
+						default:
+							last = max(last, time.Since(begin))
+						}
+					})
+					synctest.Wait()
+				}
+				wg.Wait()
+				if refused != tc.refused {
+					t.Errorf("%d streams refused; want %d", refused, tc.refused)
+				}
+				if got := most(); got != tc.most {
+					t.Errorf("%d streams were opening at once; want %d", got, tc.most)
+				}
+				if last != tc.last {
+					t.Errorf("the last stream admitted was answered after %v; want %v", last, tc.last)
+				}
+			})
+		})
+	}
+}
+
+// TestOpeningGivenBack: with one opening, a stream that holds it up
+// without costing the Server anything, or whose opening fails, does not
+// keep the next stream from opening at once.
+func TestOpeningGivenBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Config)
+		// hold opens the stream that could hold the opening, on f.
+		hold func(t *testing.T, f *fixture)
+	}{
+		{"no first request", nil, func(t *testing.T, f *fixture) {
+			f.connect("silent", nil, true)
+			synctest.Wait()
+		}},
+		{"no first request after authentication", func(cfg *Config) {
+			cfg.Authenticate = func(context.Context) (any, error) { return "someone", nil }
+		}, func(t *testing.T, f *fixture) {
+			f.connect("silent", nil, true)
+			synctest.Wait()
+		}},
+		{"the proxy's initialisation fails", func(cfg *Config) {
+			inner := cfg.InitProxy
+			cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+				if p.ID == "failing" {
+					return ProxyState{}, errors.New("no such proxy")
+				}
+				return inner(ctx, p, pc)
+			}
+		}, func(t *testing.T, f *fixture) {
+			c := f.connect("failing", nil, true)
+			c.request(ClusterType)
+			if err := c.recvErr(); status.Code(err) != codes.Internal {
+				t.Fatalf("the failing stream ended with %v; want Internal", err)
+			}
+		}},
+		{"the client leaves while it opens", func(cfg *Config) {
+			inner := cfg.InitProxy
+			cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+				if p.ID == "leaving" {
+					<-ctx.Done()
+					return ProxyState{}, ctx.Err()
+				}
+				return inner(ctx, p, pc)
+			}
+		}, func(t *testing.T, f *fixture) {
+			c := f.connect("leaving", nil, true)
+			c.request(ClusterType)
+			synctest.Wait() // in InitProxy
+			c.close()
+			synctest.Wait()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				f := start(t, st, func(cfg *Config) {
+					cfg.MaxOpeningStreams = 1
+					cfg.NewStreamWait = time.Second
+					if tc.tweak != nil {
+						tc.tweak(cfg)
+					}
+				}, false)
+				tc.hold(t, f)
+				begin := time.Now()
+				c := f.connect("next", nil, true)
+				c.request(ClusterType)
+				if r := c.recv(); TypeURL(r.TypeUrl) != ClusterType {
+					t.Fatalf("the next stream got %s; want its clusters", r.TypeUrl)
+				}
+				if waited := time.Since(begin); waited != 0 {
+					t.Errorf("the next stream waited %v for an opening; want none", waited)
+				}
+			})
+		})
+	}
+}
