@@ -200,9 +200,10 @@ type Config struct {
 	// so that a reconnect storm (every proxy of a replica that went away,
 	// at once) is served as fast as the Server gets through it, and never
 	// with more openings competing for the CPUs than there are CPUs. A
-	// stream is opening from the arrival of its first request until its
-	// answer has been handed to gRPC: the authorization, the proxy's
-	// initialisation and the first answer. A stream waits for an opening
+	// stream is opening from the arrival of its first request until that
+	// request is answered (the answer queued to be written): the
+	// authorization, the proxy's initialisation and the first answer's
+	// generation and encoding. A stream waits for an opening
 	// in arrival order, at most NewStreamWait, and is then refused with
 	// codes.ResourceExhausted (clients retry with backoff). Authenticate,
 	// if set, runs under an opening of its own before the stream waits
@@ -213,9 +214,9 @@ type Config struct {
 	// Openings are admitted as fast as they end, where a fixed rate
 	// (NewStreamRate) admits streams one by one, each woken on its own: in
 	// the benchmarks module's reconnect storm of 10,000 clients on two
-	// CPUs, two openings at once took 8s and 0.6 ms of CPU per stream, as
-	// fast as the floor server; a rate of 400 streams per second took 25s
-	// and 1.3 ms per stream.
+	// CPUs, two openings at once took 5–8.5s and 0.4–0.6 ms of CPU per
+	// stream; a rate of 400 streams per second took 25s and 1.3 ms per
+	// stream.
 	MaxOpeningStreams int
 	// NewStreamRate, if set, also limits how many new streams per second
 	// are admitted (golang.org/x/time/rate), before anything else: for a

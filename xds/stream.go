@@ -278,8 +278,8 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 
 	first, err := c.first(ctx)
 	if err == nil {
-		// Held until the first request's answer is handed to gRPC (see
-		// receive), or the stream ends.
+		// Held until the first request is answered (see receive), or the
+		// stream ends.
 		err = c.enterOpening(ctx)
 	}
 	if err != nil {
