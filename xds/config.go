@@ -203,13 +203,17 @@ type Config struct {
 	// stream is opening from the arrival of its first request until that
 	// request is answered (the answer queued to be written): the
 	// authorization, the proxy's initialisation and the first answer's
-	// generation and encoding. A stream waits for an opening
-	// in arrival order, at most NewStreamWait, and is then refused with
+	// generation and encoding. A stream waits for an opening in arrival
+	// order, at most NewStreamWait, and is then refused with
 	// codes.ResourceExhausted (clients retry with backoff). Authenticate,
 	// if set, runs under an opening of its own before the stream waits
-	// for its first request; a stream that has not sent one holds none.
-	// Zero means DefaultMaxOpeningStreams(), the number of CPUs; a
-	// negative value sets no bound.
+	// for its first request; a stream that has not sent one holds none,
+	// and once it has, the opening's work is the Server's and the host's:
+	// a client cannot hold an opening up. The host can: an InitProxy or
+	// Authenticate that waits on I/O (a remote service, a store) holds
+	// its opening meanwhile, up to GenerateTimeout, and such a host sets a
+	// larger bound. Zero means DefaultMaxOpeningStreams(), the number of
+	// CPUs; a negative value sets no bound.
 	//
 	// Openings are admitted as fast as they end, where a fixed rate
 	// (NewStreamRate) admits streams one by one, each woken on its own: in
