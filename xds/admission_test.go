@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -187,4 +188,108 @@ func TestOpeningGivenBack(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestLeaveWhileWaiting: a client that leaves while its stream waits for
+// admission, or while it is authenticated, ends the stream at once, and
+// the host's Authenticate sees its ctx end.
+func TestLeaveWhileWaiting(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tweak func(cfg *Config, authGone chan<- struct{})
+		// hold holds admission up for the stream that then leaves.
+		hold func(f *fixture)
+		want codes.Code // what OnRefused reports
+	}{
+		{"waiting for the rate limit", func(cfg *Config, _ chan<- struct{}) {
+			cfg.NewStreamRate, cfg.NewStreamBurst, cfg.NewStreamWait = 0.01, 1, 200*time.Second
+		}, func(f *fixture) {
+			a := f.connect("a", nil, true)
+			a.request(ClusterType)
+			a.recv()
+		}, codes.Canceled},
+		{"waiting for an opening to authenticate", func(cfg *Config, _ chan<- struct{}) {
+			cfg.MaxOpeningStreams, cfg.NewStreamWait = 1, 200*time.Second
+			var calls atomic.Int32
+			cfg.Authenticate = func(ctx context.Context) (any, error) {
+				if calls.Add(1) == 1 {
+					<-ctx.Done() // holds the only opening until the test ends
+				}
+				return nil, nil
+			}
+		}, func(f *fixture) {
+			f.connect("a", nil, true)
+		}, codes.Canceled},
+		{"authenticating", func(cfg *Config, authGone chan<- struct{}) {
+			cfg.Authenticate = func(ctx context.Context) (any, error) {
+				<-ctx.Done()
+				close(authGone)
+				return nil, ctx.Err()
+			}
+		}, func(*fixture) {}, codes.Unauthenticated}, // Authenticate's error
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 1)
+				authGone := make(chan struct{})
+				refused := make(chan codes.Code, 10)
+				f := start(t, st, func(cfg *Config) {
+					tc.tweak(cfg, authGone)
+					cfg.Hooks.OnRefused = func(ev RefusedEvent) { refused <- ev.Code }
+				}, false)
+				tc.hold(f)
+				synctest.Wait()
+				c := f.connect("leaving", nil, true)
+				synctest.Wait() // waiting
+				begin := time.Now()
+				c.close()
+				synctest.Wait()
+				select {
+				case code := <-refused:
+					if code != tc.want {
+						t.Errorf("the stream was refused with %v; want %v", code, tc.want)
+					}
+				default:
+					t.Fatal("the stream did not end when its client left")
+				}
+				if waited := time.Since(begin); waited != 0 {
+					t.Errorf("the stream ended %v after its client left; want at once", waited)
+				}
+				if tc.name == "authenticating" {
+					select {
+					case <-authGone:
+					default:
+						t.Error("Authenticate's ctx did not end when the client left")
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestFirstStepFailsWithFullMailbox: a first request that fails its step
+// (the opening runs it) ends the stream with its error even when Dump's
+// queries have filled the mailbox while the proxy was being initialised.
+func TestFirstStepFailsWithFullMailbox(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 1)
+		st.initStarted, st.initRelease = make(chan string), make(chan struct{})
+		f := start(t, st, nil, false)
+		c := f.connect("n", nil, true)
+		c.send(&discoveryv3.DiscoveryRequest{}) // no type URL: the step fails
+		<-st.initStarted
+		connID := f.srv.Status()[0].ConnID
+		var dumps sync.WaitGroup
+		for range eventsCap + 1 {
+			dumps.Go(func() { _, _ = f.srv.Dump(context.Background(), connID) })
+		}
+		synctest.Wait()
+		close(st.initRelease)
+		if err := c.recvErr(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("stream ended with %v; want InvalidArgument", err)
+		}
+		dumps.Wait()
+	})
 }

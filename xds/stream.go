@@ -21,10 +21,11 @@ import (
 )
 
 // A stream's runner: the gRPC handler goroutine admits the stream, and a
-// goroutine of its own opens it (see serve): it waits for the rate limit,
-// takes the first request, registers the connection and initialises the
-// proxy. From then on the core (core.go) is fed its steps by whichever goroutine
-// has the step to take, under the connection's step lock (stepSem): the
+// goroutine of its own opens it (see serve): it waits for admission,
+// takes the first request, registers the connection, initialises the
+// proxy and runs the first request. From then on the core (core.go) is
+// fed its steps by whichever goroutine has the step to take, under the
+// connection's step lock (stepSem): the
 // receive goroutine runs each request it reads, the push queue's drainer
 // runs the push it hands over (deliver), and the writer records the end of
 // each batch it wrote. The handler goroutine, which alone can end the
@@ -196,7 +197,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 		return err
 	}
 	defer s.disconnected(c, &err)
-	return s.closed(c, c.loop(c.ctx)) // the receive goroutine runs the first request
+	return s.closed(c, c.loop(c.ctx))
 }
 
 // streamContext returns the context of the stream, SotW or Delta.
@@ -218,7 +219,15 @@ func peerAddr(sctx context.Context) net.Addr {
 
 // newConn returns the connection of a new stream whose context is sctx.
 func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaStream) *conn {
-	ctx, cancel := context.WithCancel(sctx)
+	// The stream's context has gRPC's values (peer, metadata) but not its
+	// cancellation: derived from gRPC's, it would add itself to a map of
+	// that context's children, 0.25 KiB for the stream's life. The
+	// client's end of the stream reaches it instead through the receive
+	// goroutine, which cancels it when Recv fails, and, before that
+	// goroutine runs, through the opening's waits (see open). A deadline
+	// the client set on its stream is not the context's either: gRPC ends
+	// the stream at that deadline, and so Recv.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(sctx))
 	var hookSem chan struct{}
 	if s.set.hooks.OnSend != nil {
 		hookSem = make(chan struct{}, 1)
@@ -241,10 +250,9 @@ func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaS
 
 // open takes a new stream from admission to its first step: the rate
 // limit, authentication, the first request, the wait for an opening,
-// authorization, registration for pushes and the proxy's initialisation.
-// It reports whether c was registered (serve unregisters it), and the
-// error that refuses the stream. The opening is held on until the first
-// request has been answered (see receive).
+// authorization, registration for pushes, the proxy's initialisation and
+// the first request's step. It reports whether c was registered (serve
+// unregisters it), and the error that refuses the stream.
 //
 // The admission's waits are here, on the opening's goroutine, although a
 // waiting stream then holds its connection: waited for on the handler
@@ -253,17 +261,32 @@ func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaS
 // clients, in the benchmarks module's load benchmark).
 func (s *Server) open(c *conn) (registered bool, err error) {
 	ctx := c.ctx
+	// Until the receive goroutine runs, the client's end of the stream is
+	// gRPC's context's end (see newConn).
+	gone := streamContext(c.stream, c.dstream).Done()
 	peerAddr := peerAddr(ctx)
-	if err := s.admitRate(ctx); err != nil {
+	if err := s.admitRate(ctx, gone); err != nil {
 		return false, s.refused(ctx, peerAddr, nil, err, err)
 	}
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
-		if err := c.enterOpening(ctx); err != nil {
+		if err := c.enterOpening(ctx, gone); err != nil {
 			return false, s.refused(ctx, peerAddr, nil, err, err)
 		}
+		// Authenticate's ctx ends if the client leaves. This goroutine
+		// lives as long as the call, of which at most MaxOpeningStreams
+		// run at once.
+		called := make(chan struct{})
+		go func() {
+			select {
+			case <-gone:
+				c.cancel()
+			case <-called:
+			}
+		}()
 		var err error
 		identity, err = guarded(s, ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), auth)
+		close(called)
 		c.leaveOpening() // the first request may take its time
 		if err != nil {
 			toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
@@ -278,9 +301,9 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 
 	first, err := c.first(ctx)
 	if err == nil {
-		// Held until the first request is answered (see receive), or the
-		// stream ends.
-		err = c.enterOpening(ctx)
+		// Held until the first request is answered (below), or the stream
+		// ends.
+		err = c.enterOpening(ctx, nil)
 	}
 	if err != nil {
 		return false, s.refused(ctx, peerAddr, nil, err, err)
@@ -333,6 +356,19 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	callHook(s.set, s.set.hooks.OnConnect, ConnectEvent{Proxy: p})
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: connected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
+
+	// The first request is the stream's first step, run here under the
+	// handler goroutine's step lock: a step's stack growth goes with this
+	// goroutine, and the receive goroutine reads on. A failure ends the
+	// stream as a later step's would (see unlockStep), but with no event
+	// to post (the mailbox may be full of queries until loop runs): loop
+	// finds the stream stopped as it starts.
+	c.timer = stoppedTimer(s.set.clock)
+	if err := c.handle(ctx, first); err != nil {
+		c.stopped = true
+		c.failErr = err
+	}
+	c.leaveOpening()
 	return true, nil
 }
 
@@ -424,8 +460,8 @@ func (c *conn) postEvent(ev event) bool {
 
 // receive is the receive goroutine: it runs every request it reads, as a
 // step, until the stream ends, and waits while a step asks it to (see
-// setPaused). first is set for the stream's first receive goroutine, whose
-// first request the stream's opening reads before it is run.
+// setPaused). first is set for the stream's first receive goroutine, which
+// hands its first request to the stream's opening to run.
 //
 // After a step that made responses, it hands reading on to a new receive
 // goroutine and ends. Making responses (diffs, encoding) grows a stack
@@ -444,28 +480,28 @@ func (c *conn) receive(first bool) {
 			in.sotw, err = c.stream.Recv()
 		}
 		if err != nil {
+			c.cancel() // the stream is over, and so are its host calls (see newConn)
 			c.postEvent(event{kind: evRecvErr, err: err})
 			return
 		}
-		// The opening reads the node of the first request and initialises
-		// the proxy while the handler goroutine holds the step lock; the
-		// request is then run here, as every later one is.
-		if first && !c.postEvent(event{kind: evRequest, in: in}) {
-			return
+		// The opening reads the node of the first request, initialises
+		// the proxy and runs the request, while the handler goroutine
+		// holds the step lock; this goroutine reads on meanwhile, so that
+		// it sees the client leave.
+		if first {
+			if !c.postEvent(event{kind: evRequest, in: in}) {
+				return
+			}
+			first = false
+			continue
 		}
-		opening := first
-		first = false
 		if !c.lockStep() {
 			return
 		}
 		made := c.made
 		err = c.handle(c.ctx, in)
 		fresh := c.made != made
-		ok := c.unlockStep(err)
-		if opening {
-			c.leaveOpening() // the stream is open
-		}
-		if !ok {
+		if !c.unlockStep(err) {
 			return
 		}
 		if c.recvPaused.Load() {
@@ -533,9 +569,9 @@ func (c *conn) first(ctx context.Context) (inbound, error) {
 }
 
 // admitRate waits for the new-stream rate limiter (Config.NewStreamRate),
-// at most Config.NewStreamWait, while the stream (ctx) lasts and the Server
-// runs.
-func (s *Server) admitRate(ctx context.Context) error {
+// at most Config.NewStreamWait, while the stream lasts (ctx, and gRPC's
+// context, whose Done is gone) and the Server runs.
+func (s *Server) admitRate(ctx context.Context, gone <-chan struct{}) error {
 	if s.limiter == nil {
 		return nil
 	}
@@ -554,12 +590,18 @@ func (s *Server) admitRate(ctx context.Context) error {
 	select {
 	case <-t.C():
 		return nil
+	case <-gone:
+		r.CancelAt(s.set.clock.Now())
+		return errGone
 	case <-ctx.Done():
 	case <-s.stopCtx.Done():
 	}
 	r.CancelAt(s.set.clock.Now())
 	return s.ctxStatus(ctx)
 }
+
+// errGone ends a stream whose client left while it waited for admission.
+var errGone = status.Error(codes.Canceled, "xds: the client ended the stream while it waited for admission")
 
 // refused reports a stream refused before it was served and returns what
 // the client is told.
@@ -571,8 +613,10 @@ func (s *Server) refused(ctx context.Context, peerAddr net.Addr, p *Proxy, toCli
 
 // enterOpening waits for one of the Server's openings (see
 // Config.MaxOpeningStreams), at most Config.NewStreamWait, while the stream
-// (ctx) lasts and the Server runs. Streams wait in arrival order.
-func (c *conn) enterOpening(ctx context.Context) error {
+// lasts (ctx, and gRPC's context, whose Done is gone; nil once the receive
+// goroutine watches it) and the Server runs. Streams wait in arrival
+// order.
+func (c *conn) enterOpening(ctx context.Context, gone <-chan struct{}) error {
 	s := c.s
 	if s.openings == nil {
 		return nil
@@ -598,6 +642,8 @@ func (c *conn) enterOpening(ctx context.Context) error {
 				continue
 			}
 			return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
+		case <-gone:
+			return errGone
 		case <-ctx.Done():
 		case <-s.stopCtx.Done():
 		}
@@ -645,11 +691,13 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 // the error that ends the stream. It is entered, and returns, holding the
 // step lock; it releases it while it waits.
 func (c *conn) loop(ctx context.Context) error {
-	// The timer is made here, before any step can run, and steps on
-	// other goroutines arm and stop it; its channel is watched throughout,
-	// and a tick that finds nothing due re-arms it (onTick).
-	c.timer = stoppedTimer(c.s.set.clock)
+	// The timer is made by the opening, before the first step, and steps
+	// on other goroutines arm and stop it; its channel is watched
+	// throughout, and a tick that finds nothing due re-arms it (onTick).
 	timerC := c.timer.C()
+	if c.stopped {
+		return c.failErr // the first step failed (see open)
+	}
 	for {
 		<-c.stepSem
 		var ev event
