@@ -42,6 +42,44 @@ func slowInit(cfg *Config) (most func() int) {
 	}
 }
 
+// holdInit wraps cfg's InitProxy so that proxy id's initialisation lasts
+// until its ctx ends (the stream's end, or the Server's).
+func holdInit(cfg *Config, id string) {
+	inner := cfg.InitProxy
+	cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+		if p.ID == id {
+			<-ctx.Done()
+			return ProxyState{}, ctx.Err()
+		}
+		return inner(ctx, p, pc)
+	}
+}
+
+// outcomes tallies streams opened at once: how many were refused with
+// ResourceExhausted, and how long after start the last answered one was.
+type outcomes struct {
+	start   time.Time
+	mu      sync.Mutex
+	refused int
+	last    time.Duration
+}
+
+// open sends c's first request, for clusters, and records what answers it.
+func (o *outcomes) open(t *testing.T, c *client) {
+	_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: nodeOf(c.node.Id), TypeUrl: string(ClusterType)})
+	_, err := c.stream.Recv()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case status.Code(err) == codes.ResourceExhausted:
+		o.refused++
+	case err != nil:
+		t.Errorf("stream %s: %v", c.node.Id, err)
+	default:
+		o.last = max(o.last, time.Since(o.start))
+	}
+}
+
 // TestMaxOpeningStreams: streams opened at once are opened at most
 // MaxOpeningStreams at a time, in arrival order, each as soon as an
 // earlier one has been answered; a stream that would wait longer than
@@ -73,39 +111,23 @@ func TestMaxOpeningStreams(t *testing.T) {
 					most = slowInit(cfg)
 				}, false)
 				cc := f.dialConn()
-				begin := time.Now()
-				var mu sync.Mutex
-				var last time.Duration
-				refused := 0
+				o := &outcomes{start: time.Now()}
 				var wg sync.WaitGroup
 				for i := range tc.streams {
 					c := f.connect(fmt.Sprintf("p%d", i), cc, false)
 					synctest.Wait() // arrival order
-					wg.Go(func() {
-						_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: nodeOf(c.node.Id), TypeUrl: string(ClusterType)})
-						_, err := c.stream.Recv()
-						mu.Lock()
-						defer mu.Unlock()
-						switch {
-						case status.Code(err) == codes.ResourceExhausted:
-							refused++
-						case err != nil:
-							t.Errorf("stream %d: %v", i, err)
-						default:
-							last = max(last, time.Since(begin))
-						}
-					})
+					wg.Go(func() { o.open(t, c) })
 					synctest.Wait()
 				}
 				wg.Wait()
-				if refused != tc.refused {
-					t.Errorf("%d streams refused; want %d", refused, tc.refused)
+				if o.refused != tc.refused {
+					t.Errorf("%d streams refused; want %d", o.refused, tc.refused)
 				}
 				if got := most(); got != tc.most {
 					t.Errorf("%d streams were opening at once; want %d", got, tc.most)
 				}
-				if last != tc.last {
-					t.Errorf("the last stream admitted was answered after %v; want %v", last, tc.last)
+				if o.last != tc.last {
+					t.Errorf("the last stream admitted was answered after %v; want %v", o.last, tc.last)
 				}
 			})
 		})
@@ -147,16 +169,7 @@ func TestOpeningGivenBack(t *testing.T) {
 				t.Fatalf("the failing stream ended with %v; want Internal", err)
 			}
 		}},
-		{"the client leaves while it opens", func(cfg *Config) {
-			inner := cfg.InitProxy
-			cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
-				if p.ID == "leaving" {
-					<-ctx.Done()
-					return ProxyState{}, ctx.Err()
-				}
-				return inner(ctx, p, pc)
-			}
-		}, func(t *testing.T, f *fixture) {
+		{"the client leaves while it opens", func(cfg *Config) { holdInit(cfg, "leaving") }, func(t *testing.T, f *fixture) {
 			c := f.connect("leaving", nil, true)
 			c.request(ClusterType)
 			synctest.Wait() // in InitProxy

@@ -412,30 +412,13 @@ func TestNewStreamWait(t *testing.T) {
 					cfg.MaxStreamsPerConnection = 100
 				}, false)
 				cc := f.dialConn()
-				start := time.Now()
-				var mu sync.Mutex
-				var last time.Duration
-				refused := 0
+				o := &outcomes{start: time.Now()}
 				var wg sync.WaitGroup
 				for i := range 30 {
-					wg.Go(func() {
-						id := fmt.Sprintf("p%d", i)
-						c := f.connect(id, cc, false)
-						_ = c.stream.Send(&discoveryv3.DiscoveryRequest{Node: nodeOf(id), TypeUrl: string(ClusterType)})
-						_, err := c.stream.Recv()
-						mu.Lock()
-						defer mu.Unlock()
-						switch {
-						case status.Code(err) == codes.ResourceExhausted:
-							refused++
-						case err != nil:
-							t.Errorf("stream %d: %v", i, err)
-						default:
-							last = max(last, time.Since(start))
-						}
-					})
+					wg.Go(func() { o.open(t, f.connect(fmt.Sprintf("p%d", i), cc, false)) })
 				}
 				wg.Wait()
+				refused, last := o.refused, o.last
 				if refused != tc.refused {
 					t.Errorf("%d streams refused; want %d", refused, tc.refused)
 				}
@@ -515,14 +498,7 @@ func TestShutdownClosesStreams(t *testing.T) {
 		{"waiting for an opening", func(cfg *Config) {
 			// One opening, held by a's initialisation until the shutdown.
 			cfg.MaxOpeningStreams, cfg.NewStreamWait = 1, 200*time.Second
-			inner := cfg.InitProxy
-			cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
-				if p.ID == "a" {
-					<-ctx.Done()
-					return ProxyState{}, ctx.Err()
-				}
-				return inner(ctx, p, pc)
-			}
+			holdInit(cfg, "a")
 		}, func(f *fixture, cc *grpc.ClientConn) *client {
 			a := f.connect("a", cc, true)
 			a.request(ClusterType)
