@@ -91,10 +91,10 @@ type conn struct {
 	outbox   []*outMsg
 	writing  bool   // a writer goroutine is running
 	writingP uint64 // the lowest push stamp of the batch being written (0 when none)
-	// timer (made by loop) fires at the earlier of timerAt, the core's
-	// next deadline, and writeAt, when a write in progress is checked for
-	// being blocked (see arm); armedAt is when it is armed for, zero when
-	// it is not.
+	// timer (made by the opening, before the first step) fires at the
+	// earlier of timerAt, the core's next deadline, and writeAt, when a
+	// write in progress is checked for being blocked (see arm); armedAt is
+	// when it is armed for, zero when it is not.
 	timer            Timer
 	timerAt, writeAt instant
 	armedAt          instant
@@ -224,7 +224,10 @@ func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaS
 	// that context's children, 0.25 KiB for the stream's life. The
 	// client's end of the stream reaches it instead through the receive
 	// goroutine, which cancels it when Recv fails, and, before that
-	// goroutine runs, through the opening's waits (see open). A deadline
+	// goroutine runs, through the opening's waits (see open). While that
+	// goroutine runs a request's step, the client's end reaches the
+	// context once the step is done; the host calls of a step are bounded
+	// by GenerateTimeout, and a push's steps run elsewhere. A deadline
 	// the client set on its stream is not the context's either: gRPC ends
 	// the stream at that deadline, and so Recv.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(sctx))
