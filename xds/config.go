@@ -218,9 +218,9 @@ type Config struct {
 	// Openings are admitted as fast as they end, where a fixed rate
 	// (NewStreamRate) admits streams one by one, each woken on its own: in
 	// the benchmarks module's reconnect storm of 10,000 clients on two
-	// CPUs, two openings at once took 5–8.5s and 0.4–0.6 ms of CPU per
-	// stream; a rate of 400 streams per second took 25s and 1.3 ms per
-	// stream.
+	// CPUs, two openings at once took 5–10s and 0.4–0.7 ms of CPU per
+	// stream, 0.9–1.9× the floor server's time; a rate of 400 streams per
+	// second took 25s and 1.3 ms per stream.
 	MaxOpeningStreams int
 	// NewStreamRate, if set, also limits how many new streams per second
 	// are admitted (golang.org/x/time/rate), before anything else: for a
