@@ -41,14 +41,31 @@ func (t realTimer) Reset(d time.Duration) bool { return t.t.Reset(d) }
 // sleepCtx waits for d on clock, or until done is closed; it reports
 // whether d passed.
 func sleepCtx(clock Clock, d time.Duration, done <-chan struct{}) bool {
+	start := clock.Now()
 	t := clock.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C():
-		return true
-	case <-done:
+	for {
+		select {
+		case <-t.C():
+			if due(clock, t, start, d) {
+				return true
+			}
+		case <-done:
+			return false
+		}
+	}
+}
+
+// due reports, on a tick of t, whether d has passed since start, when the
+// wait began. If it has not (an early tick, or a stale one after a Stop or
+// Reset), it re-arms t for what is left, and the caller waits on: every
+// timed wait of the Server goes through it, as Timer's contract says.
+func due(clock Clock, t Timer, start time.Time, d time.Duration) bool {
+	if waited := clock.Now().Sub(start); waited < d {
+		t.Reset(d - waited)
 		return false
 	}
+	return true
 }
 
 // instant is a time of the Server's Clock in 8 bytes instead of time.Time's

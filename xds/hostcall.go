@@ -71,8 +71,7 @@ func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Du
 		case r := <-done:
 			return r.v, r.err
 		case <-expired:
-			if waited := s.set.clock.Now().Sub(start); waited < timeout {
-				t.Reset(timeout - waited) // early, or a stale tick of a Clock's timer
+			if !due(s.set.clock, t, start, timeout) {
 				continue
 			}
 			s.abandoned.Add(1)

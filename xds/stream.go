@@ -553,21 +553,27 @@ func (c *conn) setPaused(p bool) {
 // or error, or the Server's shutdown, can be in the mailbox yet: the
 // connection is not registered.
 func (c *conn) first(ctx context.Context) (inbound, error) {
-	t := c.s.set.clock.NewTimer(c.s.set.firstTimeout)
+	clock, wait := c.s.set.clock, c.s.set.firstTimeout
+	start := clock.Now()
+	t := clock.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case ev := <-c.events:
-		switch ev.kind {
-		case evRecvErr:
-			return inbound{}, c.recvStatus(ev.err)
-		case evCtxDone:
+	for {
+		select {
+		case ev := <-c.events:
+			switch ev.kind {
+			case evRecvErr:
+				return inbound{}, c.recvStatus(ev.err)
+			case evCtxDone:
+				return inbound{}, c.s.ctxStatus(ctx)
+			}
+			return ev.in, nil
+		case <-t.C():
+			if due(clock, t, start, wait) {
+				return inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", wait)
+			}
+		case <-ctx.Done():
 			return inbound{}, c.s.ctxStatus(ctx)
 		}
-		return ev.in, nil
-	case <-t.C():
-		return inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", c.s.set.firstTimeout)
-	case <-ctx.Done():
-		return inbound{}, c.s.ctxStatus(ctx)
 	}
 }
 
@@ -590,17 +596,22 @@ func (s *Server) admitRate(ctx context.Context, gone <-chan struct{}) error {
 	}
 	t := s.set.clock.NewTimer(d)
 	defer t.Stop()
-	select {
-	case <-t.C():
-		return nil
-	case <-gone:
+	for {
+		select {
+		case <-t.C():
+			if due(s.set.clock, t, now, d) {
+				return nil
+			}
+			continue
+		case <-gone:
+			r.CancelAt(s.set.clock.Now())
+			return errGone
+		case <-ctx.Done():
+		case <-s.stopCtx.Done():
+		}
 		r.CancelAt(s.set.clock.Now())
-		return errGone
-	case <-ctx.Done():
-	case <-s.stopCtx.Done():
+		return s.ctxStatus(ctx)
 	}
-	r.CancelAt(s.set.clock.Now())
-	return s.ctxStatus(ctx)
 }
 
 // errGone ends a stream whose client left while it waited for admission.
@@ -640,8 +651,7 @@ func (c *conn) enterOpening(ctx context.Context, gone <-chan struct{}) error {
 			c.opening.Store(true)
 			return nil
 		case <-t.C():
-			if waited := s.set.clock.Now().Sub(start); waited < wait {
-				t.Reset(wait - waited) // early, or a stale tick of a Clock's timer
+			if !due(s.set.clock, t, start, wait) {
 				continue
 			}
 			return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
