@@ -107,7 +107,6 @@ type conn struct {
 	// shutdown.
 	events     chan event
 	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
-	opening    atomic.Bool   // the stream holds one of the Server's openings
 	resume     chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
 	done       chan struct{} // closed when the stream ends
 
@@ -155,7 +154,6 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 
 	c := s.newConn(streamContext(stream, dstream), stream, dstream)
 	defer c.cancel()
-	defer c.leaveOpening() // if the stream ends before its first answer
 	// The handler goroutine holds the step lock until loop waits, and
 	// from loop's return on: a step that comes meanwhile (the first
 	// request, a write's end) waits, and finds the stream stopped once
@@ -273,7 +271,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	}
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
-		if err := c.enterOpening(ctx, gone); err != nil {
+		if err := s.enterOpening(ctx, gone); err != nil {
 			return false, s.refused(ctx, peerAddr, nil, err, err)
 		}
 		// Authenticate's ctx ends if the client leaves. This goroutine
@@ -290,7 +288,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		var err error
 		identity, err = guarded(s, ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), auth)
 		close(called)
-		c.leaveOpening() // the first request may take its time
+		s.leaveOpening() // the first request may take its time
 		if err != nil {
 			toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
 			return false, s.refused(ctx, peerAddr, nil, toClient, detail)
@@ -304,13 +302,12 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 
 	first, err := c.first(ctx)
 	if err == nil {
-		// Held until the first request is answered (below), or the stream
-		// ends.
-		err = c.enterOpening(ctx, nil)
+		err = s.enterOpening(ctx, nil)
 	}
 	if err != nil {
 		return false, s.refused(ctx, peerAddr, nil, err, err)
 	}
+	defer s.leaveOpening() // once the first request is answered, or the opening fails
 	node := first.node()
 	if node.GetId() == "" {
 		err := status.Error(codes.InvalidArgument, "xds: the first request has no node id")
@@ -371,7 +368,6 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		c.stopped = true
 		c.failErr = err
 	}
-	c.leaveOpening()
 	return true, nil
 }
 
@@ -630,14 +626,12 @@ func (s *Server) refused(ctx context.Context, peerAddr net.Addr, p *Proxy, toCli
 // lasts (ctx, and gRPC's context, whose Done is gone; nil once the receive
 // goroutine watches it) and the Server runs. Streams wait in arrival
 // order.
-func (c *conn) enterOpening(ctx context.Context, gone <-chan struct{}) error {
-	s := c.s
+func (s *Server) enterOpening(ctx context.Context, gone <-chan struct{}) error {
 	if s.openings == nil {
 		return nil
 	}
 	select {
 	case s.openings <- struct{}{}:
-		c.opening.Store(true)
 		return nil
 	default:
 	}
@@ -648,7 +642,6 @@ func (c *conn) enterOpening(ctx context.Context, gone <-chan struct{}) error {
 	for {
 		select {
 		case s.openings <- struct{}{}:
-			c.opening.Store(true)
 			return nil
 		case <-t.C():
 			if !due(s.set.clock, t, start, wait) {
@@ -664,10 +657,10 @@ func (c *conn) enterOpening(ctx context.Context, gone <-chan struct{}) error {
 	}
 }
 
-// leaveOpening gives back the stream's opening, if it holds one.
-func (c *conn) leaveOpening() {
-	if c.opening.CompareAndSwap(true, false) {
-		<-c.s.openings
+// leaveOpening gives back an opening that enterOpening gave.
+func (s *Server) leaveOpening() {
+	if s.openings != nil {
+		<-s.openings
 	}
 }
 
