@@ -90,8 +90,7 @@ type coreHost interface {
 	// phase gates of clients in the same state.
 	wouldSend(k transKey) (sends, known bool)
 	knownSends(k transKey, sends bool)
-	// initProxy calls Config.InitProxy, bounded by t (reused, as for
-	// Server.guard).
+	// initProxy calls Config.InitProxy, bounded by Config.GenerateTimeout.
 	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
 	// nonce returns a new nonce for a response of version.
 	nonce(version string) string
@@ -571,9 +570,11 @@ func (c *core) firstAnswerRetry() time.Time {
 		return at // what a Delta client holds, it reports
 	}
 	for i, ts := range c.types {
-		if ts != nil && c.set.fullState[i] && ts.nonceSent == "" && ts.retry != nil &&
-			(at.IsZero() || c.set.time(ts.retryAt).Before(at)) {
-			at = c.set.time(ts.retryAt)
+		if ts == nil || !c.set.fullState[i] || ts.nonceSent != "" || ts.retry == nil {
+			continue
+		}
+		if r := c.set.time(ts.retryAt); at.IsZero() || r.Before(at) {
+			at = r
 		}
 	}
 	return at

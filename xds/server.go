@@ -443,8 +443,7 @@ func (s *Server) nonce(version string) string {
 	return version + "/" + strconv.FormatUint(s.nonceSeq.Add(1), 10)
 }
 
-// initProxy calls Config.InitProxy through its guard, with the timer t of
-// the connection's host calls.
+// initProxy calls Config.InitProxy through its guard.
 func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
 	init := s.set.initProxy
 	if init == nil {

@@ -152,7 +152,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	defer s.streams.Done()
 
-	c := s.newConn(streamContext(stream, dstream), stream, dstream)
+	c := s.newConn(stream, dstream)
 	defer c.cancel()
 	// The handler goroutine holds the step lock until loop waits, and
 	// from loop's return on: a step that comes meanwhile (the first
@@ -215,8 +215,9 @@ func peerAddr(sctx context.Context) net.Addr {
 	return nil
 }
 
-// newConn returns the connection of a new stream whose context is sctx.
-func (s *Server) newConn(sctx context.Context, stream sotwStream, dstream deltaStream) *conn {
+// newConn returns the connection of a new stream.
+func (s *Server) newConn(stream sotwStream, dstream deltaStream) *conn {
+	sctx := streamContext(stream, dstream)
 	// The stream's context has gRPC's values (peer, metadata) but not its
 	// cancellation: derived from gRPC's, it would add itself to a map of
 	// that context's children, 0.25 KiB for the stream's life. The
