@@ -174,8 +174,11 @@ func (c *core) acked(ts *typeState, r response) {
 	if r.nonce == ts.nonceAcked {
 		return
 	}
-	ts.nonceAcked, ts.versionAcked, ts.seqAcked, ts.ackedAt, ts.pAcked = r.nonce, r.version, r.seq, c.set.instant(c.now), r.p
+	c.pub.Lock()
+	ts.nonceAcked, ts.versionAcked, ts.ackedAt = r.nonce, r.version, c.set.instant(c.now)
 	ts.nack = nil
+	c.pub.Unlock()
+	ts.seqAcked, ts.pAcked = r.seq, r.p
 }
 
 // reject settles the flights before the one with nonce as accepted and
@@ -262,7 +265,9 @@ func (c *core) nack(i int, nonce, version, msg string) {
 	}
 	if ts != nil {
 		c.reject(ts, nonce)
+		c.pub.Lock()
 		ts.nack = &n
+		c.pub.Unlock()
 	}
 	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: NACK",
 		slog.String("proxy", n.ProxyID), slog.String("type_url", string(t)),

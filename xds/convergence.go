@@ -354,8 +354,8 @@ func (s *Server) standingNACKs() []NACK {
 	var out []NACK
 	for _, c := range s.connections() {
 		c.statusMu.Lock()
-		for _, ts := range c.st.types {
-			if ts.watched && ts.nack != nil && ts.nack.Nonce == ts.sentNonce {
+		for _, ts := range c.core.types {
+			if ts != nil && ts.nack != nil && ts.nack.Nonce == ts.nonceSent {
 				out = append(out, *ts.nack)
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -31,10 +32,14 @@ type core struct {
 	set   *settings
 	host  coreHost
 	proxy *Proxy
+	// pub is the connection's status lock: Status reads types, and what
+	// each typeState publishes, under it (see typeState), so a step holds
+	// it while it changes them.
+	pub   *sync.Mutex
 	delta bool
 	seed  uint64 // per-connection jitter seed (the connection number)
 
-	types     []*typeState // by type index; nil when the type is not watched
+	types     []*typeState // by type index; nil when the type is not watched; see pub
 	subBytes  int          // bytes of the names subscribed to, over all types
 	prevScope pushcontext.Scope
 	initSeq   uint64 // Seq of the PushContext of the last InitProxy
@@ -100,6 +105,11 @@ type coreHost interface {
 }
 
 // typeState is a connection's state for one type.
+//
+// Status reads some of it, under the connection's status lock (core.pub):
+// sub, the sent and acknowledged fields below, nack, fault and timeouts.
+// A step changes those holding that lock too, so that Status needs no
+// copy of them and never waits for a step; the rest is the step's alone.
 type typeState struct {
 	idx      int
 	sub      *subscription
@@ -197,17 +207,19 @@ type typeFault struct {
 	fails int
 }
 
-// fail records a failure of the type at now, one more in a row if count
-// (not when the failure is recorded again).
-func (ts *typeState) fail(err error, stage string, now time.Time, count bool) {
-	f := &typeFault{err: err, stage: stage, since: now}
+// fail records a failure of type ts at the current step, one more in a
+// row if count (not when the failure is recorded again).
+func (c *core) fail(ts *typeState, err error, stage string, count bool) {
+	f := &typeFault{err: err, stage: stage, since: c.now}
 	if old := ts.fault; old != nil {
 		f.since, f.fails = old.since, old.fails
 	}
 	if count {
 		f.fails++
 	}
+	c.pub.Lock()
 	ts.fault = f
+	c.pub.Unlock()
 }
 
 // failure returns the type's last failure, nil while it succeeds.
@@ -309,14 +321,22 @@ func (c *core) awaitsHeldBack(ts *typeState) bool {
 	return true
 }
 
+// setType makes ts the state of type i (nil: the type is not watched).
+func (c *core) setType(i int, ts *typeState) {
+	c.pub.Lock()
+	c.types[i] = ts
+	c.pub.Unlock()
+}
+
 // covers reports whether the type's subscription covers name.
 func (ts *typeState) covers(name string) bool { return ts.sub.covers(name) }
 
-func newCore(set *settings, host coreHost, p *Proxy, delta bool, seed uint64) *core {
+func newCore(set *settings, host coreHost, pub *sync.Mutex, p *Proxy, delta bool, seed uint64) *core {
 	n := len(set.order)
 	return &core{
 		set:     set,
 		host:    host,
+		pub:     pub,
 		proxy:   p,
 		delta:   delta,
 		seed:    seed,
@@ -630,7 +650,7 @@ func (c *core) affected(i int, req *pushcontext.PushRequest) bool {
 // typeFailed records a failure of type ts at the current step. A failed
 // answer (not push) is retried by tick.
 func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
-	ts.fail(err, stage, c.now, true)
+	c.fail(ts, err, stage, true)
 	ts.dirty = true
 	var retryIn time.Duration
 	if err != ErrGenerateTimeout {
@@ -653,7 +673,11 @@ func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
 // typeOK records a successful generation of type ts, clearing its
 // failure; a reference held back since is recorded again by release.
 func (c *core) typeOK(ts *typeState) {
-	ts.fault = nil
+	if ts.fault != nil {
+		c.pub.Lock()
+		ts.fault = nil
+		c.pub.Unlock()
+	}
 }
 
 // retryType asks tick to regenerate type ts after a backoff, as an answer

@@ -713,7 +713,7 @@ func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 		if !e.Rejected && !c.set.sendMissing && !failed {
 			failed = true
 			f := ts.fault
-			ts.fail(e, "reference", c.now, f == nil || f.stage != "reference" || f.err.Error() != e.Error())
+			c.fail(ts, e, "reference", f == nil || f.stage != "reference" || f.err.Error() != e.Error())
 		}
 	}
 	if !heldBack {

@@ -396,7 +396,7 @@ func (c *core) excuse(pl *plan) []TypeURL {
 			out = append(out, c.set.order[j])
 			listed[j] = true
 			if ts := c.types[j]; ts != nil {
-				ts.timeouts++
+				c.timedOut(ts)
 			}
 			pl.t[j].gaveUp = true
 		}
@@ -418,7 +418,7 @@ func (c *core) excuse(pl *plan) []TypeURL {
 		}
 		if !open {
 			out = append(out, c.set.order[i])
-			ts.timeouts++
+			c.timedOut(ts)
 			pl.t[i].excused = ts.nonceSent
 			if len(pl.t[i].need) > 0 {
 				pl.t[i].need = nil
@@ -427,6 +427,13 @@ func (c *core) excuse(pl *plan) []TypeURL {
 		}
 	}
 	return out
+}
+
+// timedOut counts a phase sent after its timeout without type ts's ACK.
+func (c *core) timedOut(ts *typeState) {
+	c.pub.Lock()
+	ts.timeouts++
+	c.pub.Unlock()
 }
 
 // phaseTimedOut releases the head phase, which has waited for

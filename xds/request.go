@@ -186,7 +186,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 			set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: unsubscribed",
 				slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])))
 			c.subBytes -= ts.subBytes
-			c.types[i] = nil
+			c.setType(i, nil)
 			if c.dropped == nil {
 				c.dropped = make([]bool, len(c.types))
 			}
@@ -225,7 +225,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 				nts.held, nts.removing = ts.held, ts.removing
 			}
 		}
-		c.types[i] = nts
+		c.setType(i, nts)
 		if c.dropped != nil {
 			c.dropped[i] = false
 		}
@@ -446,7 +446,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	first := ts == nil
 	if first {
 		ts = newTypeState(i, noSubscription)
-		c.types[i] = ts
+		c.setType(i, ts)
 	}
 	sub, subStar := normalizeNames(req.ResourceNamesSubscribe)
 	unsub, unsubStar := normalizeNames(req.ResourceNamesUnsubscribe)
@@ -491,7 +491,10 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		if err := c.checkSubscription(i, names); err != nil {
 			return nil, err
 		}
-		ts.sub = c.host.intern(newSubscription(names, wildcard))
+		sub := c.host.intern(newSubscription(names, wildcard))
+		c.pub.Lock()
+		ts.sub = sub
+		c.pub.Unlock()
 		c.setSubBytes(ts, names)
 	}
 

@@ -42,9 +42,10 @@ func (c *core) stamp(i int, resources, removed, size int, o relOpts) *outMsg {
 func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *outMsg {
 	ts := c.types[i]
 	version := o.pc.Version()
-	ts.nonceSent, ts.versionSent, ts.seqSent, ts.sentAt = nonce, version, o.pc.Seq(), c.set.instant(c.now)
-	ts.pSent = c.appliedSeq
-	ts.startSent = c.set.instant(o.start)
+	c.pub.Lock()
+	ts.nonceSent, ts.versionSent, ts.sentAt = nonce, version, c.set.instant(c.now)
+	c.pub.Unlock()
+	ts.seqSent, ts.pSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
 	if c.set.logger.Enabled(c.ctx, slog.LevelDebug) {
 		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: response",
 			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),

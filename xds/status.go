@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"slices"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -78,38 +79,27 @@ type TypeStatus struct {
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// typePub is what a connection publishes for one type: its TypeStatus,
-// kept in fewer bytes (a connection has one per type of the Server), the
-// type's failures shared with the core.
-type typePub struct {
-	sentVersion, sentNonce   string
-	ackedVersion, ackedNonce string
-	sentAt, ackedAt          instant
-	nack                     *NACK
-	fault                    *typeFault
-	names, timeouts          int32
-	watched, wildcard        bool
-}
-
-// status returns p as the TypeStatus of type t.
-func (p *typePub) status(set *settings, t TypeURL) TypeStatus {
-	ts := TypeStatus{
+// status returns the TypeStatus of ts, of type t. The caller holds the
+// connection's status lock, under which the core changes what it reads
+// (see typeState).
+func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
+	st := TypeStatus{
 		Type:          t,
-		Names:         int(p.names),
-		Wildcard:      p.wildcard,
-		SentVersion:   p.sentVersion,
-		SentNonce:     p.sentNonce,
-		SentAt:        set.time(p.sentAt),
-		AckedVersion:  p.ackedVersion,
-		AckedNonce:    p.ackedNonce,
-		AckedAt:       set.time(p.ackedAt),
-		NACK:          p.nack,
-		PhaseTimeouts: int(p.timeouts),
+		Names:         len(ts.sub.names),
+		Wildcard:      ts.sub.wildcard,
+		SentVersion:   ts.versionSent,
+		SentNonce:     ts.nonceSent,
+		SentAt:        set.time(ts.sentAt),
+		AckedVersion:  ts.versionAcked,
+		AckedNonce:    ts.nonceAcked,
+		AckedAt:       set.time(ts.ackedAt),
+		NACK:          ts.nack,
+		PhaseTimeouts: int(ts.timeouts),
 	}
-	if f := p.fault; f != nil {
-		ts.Error, ts.ErrorStage, ts.ErrorSince, ts.Failures = f.err, f.stage, f.since, f.fails
+	if f := ts.fault; f != nil {
+		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = f.err, f.stage, f.since, f.fails
 	}
-	return ts
+	return st
 }
 
 // connState is what a connection publishes for Status, Sync and
@@ -121,7 +111,6 @@ type connState struct {
 	initialised bool
 	version     string
 	view        string
-	types       []typePub
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
 	writingSeq uint64
@@ -129,7 +118,8 @@ type connState struct {
 
 // publishStatus copies the connection's state where Status and the
 // convergence tracker read it, and tells the tracker how far the
-// connection is synced. It runs under the step lock.
+// connection is synced. It runs under the step lock. What Status reads of
+// each type the core keeps itself, under the same lock (see typeState).
 func (c *conn) publishStatus(initialised bool) {
 	core := c.core
 	c.statusMu.Lock()
@@ -145,30 +135,8 @@ func (c *conn) publishStatus(initialised bool) {
 	if core.plan != nil {
 		st.pending = len(core.plan.phases)
 	}
-	failing := false
-	for i, ts := range core.types {
-		p := &st.types[i]
-		if ts == nil {
-			*p = typePub{}
-			continue
-		}
-		*p = typePub{
-			sentVersion:  ts.versionSent,
-			sentNonce:    ts.nonceSent,
-			ackedVersion: ts.versionAcked,
-			ackedNonce:   ts.nonceAcked,
-			sentAt:       ts.sentAt,
-			ackedAt:      ts.ackedAt,
-			nack:         ts.nack,
-			fault:        ts.fault,
-			names:        int32(len(ts.sub.names)),
-			timeouts:     ts.timeouts,
-			watched:      true,
-			wildcard:     ts.sub.wildcard,
-		}
-		failing = failing || ts.fault != nil
-	}
 	c.statusMu.Unlock()
+	failing := slices.ContainsFunc(core.types, func(ts *typeState) bool { return ts != nil && ts.fault != nil })
 	c.s.track.set(c, c.syncedTo(), failing)
 }
 
@@ -235,8 +203,9 @@ func (c *conn) failures() []Failure {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	var out []Failure
-	for i, p := range c.st.types {
-		if f := p.fault; p.watched && f != nil {
+	for i, ts := range c.core.types {
+		if ts != nil && ts.fault != nil {
+			f := ts.fault
 			out = append(out, Failure{Stage: f.stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
 				Type: c.s.set.order[i], Err: f.err, Attempts: f.fails})
 		}
@@ -262,9 +231,9 @@ func (c *conn) status() ConnStatus {
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
 	}
-	for i := range c.st.types {
-		if p := &c.st.types[i]; p.watched {
-			cs.Types = append(cs.Types, p.status(c.s.set, c.s.set.order[i]))
+	for i, ts := range c.core.types {
+		if ts != nil {
+			cs.Types = append(cs.Types, ts.status(c.s.set, c.s.set.order[i]))
 		}
 	}
 	return cs

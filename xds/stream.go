@@ -298,7 +298,6 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 
 	c.seq = s.connSeq.Add(1)
 	c.st.delta = c.delta
-	c.st.types = make([]typePub, len(s.set.order))
 	s.goStream(func() { c.receive(true) })
 
 	first, err := c.first(ctx)
@@ -331,7 +330,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 			return false, s.refused(ctx, peerAddr, p, toClient, detail)
 		}
 	}
-	c.core = newCore(s.set, s, p, c.delta, c.seq)
+	c.core = newCore(s.set, s, &c.statusMu, p, c.delta, c.seq)
 	c.st.connectedAt = s.set.clock.Now()
 
 	// Register for pushes BEFORE initialising the proxy. If we registered
