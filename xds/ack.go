@@ -3,6 +3,7 @@ package xds
 import (
 	"log/slog"
 	"slices"
+	"strings"
 )
 
 // What the client holds (typeState.held) is kept as if it accepted every
@@ -32,18 +33,28 @@ func newFlight() *flight {
 	return f
 }
 
-// response identifies a response of a type: its nonce, version, the Seq of
-// the PushContext it was made from and the connection's appliedSeq then
-// (see typeState's nonceSent and the rest).
+// response identifies a response of a type: its nonce (which gives its
+// version, see versionOf), the Seq of the PushContext it was made from and
+// the connection's appliedSeq then (see typeState's nonceSent and the
+// rest).
 type response struct {
-	nonce   string
-	version string
-	seq, p  uint64
+	nonce  string
+	seq, p uint64
 }
 
 // lastSent returns the last response of ts stamped (see core.stamp).
 func (ts *typeState) lastSent() response {
-	return response{ts.nonceSent, ts.versionSent, ts.seqSent, ts.pSent}
+	return response{ts.nonceSent, ts.seqSent, ts.pSent}
+}
+
+// versionOf returns the version of the response with nonce, "" for none: a
+// nonce is the version, a slash and a number (see Server.nonce), and the
+// number has no slash.
+func versionOf(nonce string) string {
+	if i := strings.LastIndexByte(nonce, '/'); i >= 0 {
+		return nonce[:i]
+	}
+	return ""
 }
 
 // change is one name a response changed: what the client held before
@@ -175,7 +186,7 @@ func (c *core) acked(ts *typeState, r response) {
 		return
 	}
 	c.pub.Lock()
-	ts.nonceAcked, ts.versionAcked, ts.ackedAt = r.nonce, r.version, c.set.instant(c.now)
+	ts.nonceAcked, ts.ackedAt = r.nonce, c.set.instant(c.now)
 	ts.nack = nil
 	c.pub.Unlock()
 	ts.seqAcked, ts.pAcked = r.seq, r.p
@@ -233,11 +244,11 @@ func (c *core) ack(ts *typeState) {
 	}
 	t := c.set.order[ts.idx]
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Nonce: ts.nonceSent,
+	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
 		Took: c.now.Sub(c.set.time(ts.sentAt))})
 	if ts.startSent != 0 {
 		callHook(c.set, c.set.hooks.OnConvergence, ConvergenceEvent{
-			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: ts.versionSent, Took: c.now.Sub(c.set.time(ts.startSent)),
+			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Took: c.now.Sub(c.set.time(ts.startSent)),
 		})
 	}
 }
@@ -261,7 +272,7 @@ func (c *core) nack(i int, nonce, version, msg string) {
 	}
 	matched := ts != nil && nonce != "" && nonce == ts.nonceSent
 	if matched {
-		n.Version = ts.versionSent
+		n.Version = versionOf(ts.nonceSent)
 	}
 	if ts != nil {
 		c.reject(ts, nonce)

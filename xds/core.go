@@ -181,18 +181,20 @@ type typeState struct {
 	// first until the type succeeds again; nil while it succeeds.
 	fault *typeFault
 
-	nonceSent   string
-	versionSent string
-	seqSent     uint64
-	sentAt      instant
-	startSent   instant // Start of the push that produced the last response; zero for answers
-	pSent       uint64  // the connection's appliedSeq when the last response was made
+	// The last response sent and the last the client accepted: their
+	// nonces, which give their versions (versionOf), the Seq of the
+	// PushContext each was made from, when, and the connection's
+	// appliedSeq when each was made.
+	nonceSent string
+	seqSent   uint64
+	sentAt    instant
+	startSent instant // Start of the push that produced the last response; zero for answers
+	pSent     uint64
 
-	nonceAcked   string
-	versionAcked string
-	seqAcked     uint64
-	ackedAt      instant
-	pAcked       uint64
+	nonceAcked string
+	seqAcked   uint64
+	ackedAt    instant
+	pAcked     uint64
 
 	nack *NACK // last NACK since the last ACK
 }

@@ -41,15 +41,14 @@ func (c *core) stamp(i int, resources, removed, size int, o relOpts) *outMsg {
 // stampNonce is stamp with the nonce given.
 func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *outMsg {
 	ts := c.types[i]
-	version := o.pc.Version()
 	c.pub.Lock()
-	ts.nonceSent, ts.versionSent, ts.sentAt = nonce, version, c.set.instant(c.now)
+	ts.nonceSent, ts.sentAt = nonce, c.set.instant(c.now)
 	c.pub.Unlock()
 	ts.seqSent, ts.pSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
 	if c.set.logger.Enabled(c.ctx, slog.LevelDebug) {
 		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: response",
 			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
-			slog.String("version", version), slog.String("nonce", nonce), slog.Bool("delta", c.delta),
+			slog.String("version", o.pc.Version()), slog.String("nonce", nonce), slog.Bool("delta", c.delta),
 			slog.Int("resources", resources), slog.Int("removed", removed), slog.Int("bytes", size),
 			slog.Bool("push", o.push))
 	}
