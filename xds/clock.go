@@ -21,6 +21,21 @@ import (
 // debounce stage.
 type Clock = debounce.Clock
 
+// AfterFuncClock is a Clock that can also call a function once a duration
+// has passed, on a goroutine of its own, as time.AfterFunc does; the Timer
+// it returns may have no channel (C returns nil). Real time is one. With
+// such a Clock, a stream's timer (make-before-break phase deadlines,
+// retries, the check of a blocked write) runs what is due on the
+// goroutine that AfterFunc starts; with any other Clock, the stream's
+// handler goroutine waits on the timer's channel, which costs it the
+// memory of a second wait for as long as the stream lasts.
+type AfterFuncClock interface {
+	Clock
+	// AfterFunc calls f once d has passed, unless the Timer is stopped
+	// first; Reset schedules f again. It must not block.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
 // Timer is a one-shot timer made by Clock.NewTimer (package debounce's
 // Timer). The Server tolerates a timer that fires early or late, or
 // delivers a stale tick after Stop or Reset: it checks what is due
@@ -31,6 +46,9 @@ type realClock struct{}
 
 func (realClock) Now() time.Time                 { return time.Now() }
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
+func (realClock) AfterFunc(d time.Duration, f func()) Timer {
+	return realTimer{time.AfterFunc(d, f)}
+}
 
 type realTimer struct{ t *time.Timer }
 

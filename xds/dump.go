@@ -61,12 +61,11 @@ type DumpedResource struct {
 // content last sent for each resource. It is meant for debugging, like
 // Envoy's config_dump seen from the server.
 //
-// The connection's handler goroutine takes the dump between two steps,
-// so Dump waits while it handles a request or generates a push, and until
-// the proxy is initialised; it must not be called from a Hook. It returns
-// an error if no registered
-// connection has that ID, if the connection ends first, or ctx.Err() if ctx
-// ends first.
+// Dump takes the dump between two of the connection's steps, so it waits
+// while one handles a request or generates a push, and until the proxy is
+// initialised; it must not be called from a Hook. It returns an error if
+// no registered connection has that ID, if the connection ends first, or
+// ctx.Err() if ctx ends first.
 func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 	var c *conn
 	for _, cand := range s.connections() {
@@ -78,23 +77,19 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 	if c == nil {
 		return nil, fmt.Errorf("xds: no connection %q", connID)
 	}
-	res := make(chan *ConnDump, 1)
-	q := func() { res <- c.dump() }
+	// The step lock, taken as lockStep does, but for as long as ctx lasts.
 	select {
-	case c.events <- event{kind: evQuery, q: q}:
+	case c.stepSem <- struct{}{}:
 	case <-c.done:
 		return nil, fmt.Errorf("xds: connection %q ended", connID)
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	select {
-	case d := <-res:
-		return d, nil
-	case <-c.done:
+	defer func() { <-c.stepSem }()
+	if c.stopped {
 		return nil, fmt.Errorf("xds: connection %q ended", connID)
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
+	return c.dump(), nil
 }
 
 // dump runs under the step lock (see stream.go), as a step does.

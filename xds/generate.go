@@ -164,8 +164,14 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 	if !owner {
 		select {
 		case <-call.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		default:
+			// Waited for with ctx only if it is not done yet: ctx.Done
+			// makes a channel that the stream keeps for its life.
+			select {
+			case <-call.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
 		if call.err == nil {
 			return call.tgt, nil

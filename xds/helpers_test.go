@@ -765,3 +765,19 @@ func versions(rs ...*discoveryv3.DeltaDiscoveryResponse) map[string]string {
 	}
 	return out
 }
+
+// pollingClock is real time (fake inside a testing/synctest bubble)
+// through a Clock that cannot call back: a stream's handler goroutine then
+// waits on its timer's channel (see AfterFuncClock).
+type pollingClock struct{}
+
+func (pollingClock) Now() time.Time                 { return time.Now() }
+func (pollingClock) NewTimer(d time.Duration) Timer { return realClock{}.NewTimer(d) }
+
+// streamClocks are the two ways a stream's timer runs what is due: as a
+// step on the goroutine that real time's AfterFunc starts, and on the
+// stream's handler goroutine.
+var streamClocks = []struct {
+	name  string
+	clock Clock
+}{{"clock=real", nil}, {"clock=polling", pollingClock{}}}

@@ -24,6 +24,14 @@ import (
 // stopped.
 var errHostStopped = errors.New("xds: server stopped during a host call")
 
+// stoppedBy reports whether err, a host call's result or why its guard
+// gave up on it, comes of the Server's shutdown: the call was abandoned
+// when the Server stopped, or returned its ctx's error once the shutdown
+// had cancelled that ctx.
+func (s *Server) stoppedBy(err error) bool {
+	return errors.Is(err, errHostStopped) || s.stopCtx.Err() != nil && errors.Is(err, context.Canceled)
+}
+
 // guard runs f, the host function name, on its own goroutine, with ctx,
 // and waits for it at most timeout (zero: no limit; timeoutErr is then
 // returned) and until the Server stops (errHostStopped).

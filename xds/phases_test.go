@@ -117,78 +117,83 @@ func TestPhasesWaitForACKs(t *testing.T) {
 // response it leaves un-ACKed); then the phase is sent, and the timeout is
 // reported (hook and status).
 func TestPhaseTimeout(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const timeout = 3 * time.Second
-		st := newStore()
-		world(st, 2)
-		var events []PhaseTimeoutEvent
-		f := start(t, st, func(cfg *Config) {
-			cfg.Phases.Timeout = timeout
-			cfg.Hooks.OnPhaseTimeout = func(e PhaseTimeoutEvent) { events = append(events, e) }
-		}, false)
-		c := f.connect("n", nil, true)
-		c.subscribeAll(2)
-		renameCluster(f)
-		time.Sleep(100 * time.Millisecond)
-		synctest.Wait()
-		start := f.srv.Status()[0].Types[0].SentAt // the CDS phase
-		if got := sotwSummaries(c.pending()); !slices.Equal(got, []string{"CDS[c0 c1 c9]"}) {
-			t.Fatalf("first phase = %v; want [CDS[c0 c1 c9]]", got)
+	for _, clk := range streamClocks {
+		t.Run(clk.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { testPhaseTimeout(t, clk.clock) }) })
+	}
+}
+
+func testPhaseTimeout(t *testing.T, clock Clock) {
+	const timeout = 3 * time.Second
+	st := newStore()
+	world(st, 2)
+	var events []PhaseTimeoutEvent
+	f := start(t, st, func(cfg *Config) {
+		cfg.Clock = clock
+		cfg.Phases.Timeout = timeout
+		cfg.Hooks.OnPhaseTimeout = func(e PhaseTimeoutEvent) { events = append(events, e) }
+	}, false)
+	c := f.connect("n", nil, true)
+	c.subscribeAll(2)
+	renameCluster(f)
+	time.Sleep(100 * time.Millisecond)
+	synctest.Wait()
+	start := f.srv.Status()[0].Types[0].SentAt // the CDS phase
+	if got := sotwSummaries(c.pending()); !slices.Equal(got, []string{"CDS[c0 c1 c9]"}) {
+		t.Fatalf("first phase = %v; want [CDS[c0 c1 c9]]", got)
+	}
+	if cs := f.srv.Status()[0]; cs.PendingPhases == 0 {
+		t.Errorf("PendingPhases = 0 while the push waits; want more")
+	}
+	// No ACK: the route waits for the timeout.
+	time.Sleep(time.Until(start.Add(timeout - time.Millisecond)))
+	synctest.Wait()
+	if rs := c.pending(); len(rs) != 0 {
+		t.Fatalf("%v sent before the timeout", sotwSummaries(rs))
+	}
+	time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if got := sotwSummaries(c.pending()); !slices.Equal(got, []string{"RDS[r0]"}) {
+		t.Fatalf("after one timeout = %v; want [RDS[r0]]", got)
+	}
+	// The removal waits for the route's ACK, which does not come either.
+	time.Sleep(timeout)
+	synctest.Wait()
+	if got := sotwSummaries(c.pending()); !slices.Equal(got, []string{"CDS[c1 c9]"}) {
+		t.Fatalf("after two timeouts = %v; want [CDS[c1 c9]]", got)
+	}
+	if took := f.srv.Status()[0].Types[0].SentAt.Sub(start); took != 2*timeout {
+		t.Errorf("removal sent %v after the first phase; want %v", took, 2*timeout)
+	}
+	type ev struct {
+		waiting string
+		next    string
+		removal bool
+	}
+	var got []ev
+	for _, e := range events {
+		var w []string
+		for _, t := range e.Waiting {
+			w = append(w, t.Short())
 		}
-		if cs := f.srv.Status()[0]; cs.PendingPhases == 0 {
-			t.Errorf("PendingPhases = 0 while the push waits; want more")
+		got = append(got, ev{joinNames(w), e.Next.Short(), e.Removal})
+		if e.ProxyID != "n" || e.Version != f.srv.Version() || e.Waited != timeout {
+			t.Errorf("event %+v; want proxy n, version %s, waited %v", e, f.srv.Version(), timeout)
 		}
-		// No ACK: the route waits for the timeout.
-		time.Sleep(time.Until(start.Add(timeout - time.Millisecond)))
-		synctest.Wait()
-		if rs := c.pending(); len(rs) != 0 {
-			t.Fatalf("%v sent before the timeout", sotwSummaries(rs))
-		}
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
-		if got := sotwSummaries(c.pending()); !slices.Equal(got, []string{"RDS[r0]"}) {
-			t.Fatalf("after one timeout = %v; want [RDS[r0]]", got)
-		}
-		// The removal waits for the route's ACK, which does not come either.
-		time.Sleep(timeout)
-		synctest.Wait()
-		if got := sotwSummaries(c.pending()); !slices.Equal(got, []string{"CDS[c1 c9]"}) {
-			t.Fatalf("after two timeouts = %v; want [CDS[c1 c9]]", got)
-		}
-		if took := f.srv.Status()[0].Types[0].SentAt.Sub(start); took != 2*timeout {
-			t.Errorf("removal sent %v after the first phase; want %v", took, 2*timeout)
-		}
-		type ev struct {
-			waiting string
-			next    string
-			removal bool
-		}
-		var got []ev
-		for _, e := range events {
-			var w []string
-			for _, t := range e.Waiting {
-				w = append(w, t.Short())
-			}
-			got = append(got, ev{joinNames(w), e.Next.Short(), e.Removal})
-			if e.ProxyID != "n" || e.Version != f.srv.Version() || e.Waited != timeout {
-				t.Errorf("event %+v; want proxy n, version %s, waited %v", e, f.srv.Version(), timeout)
-			}
-		}
-		if want := []ev{{"CDS EDS", "RDS", false}, {"RDS", "CDS", true}}; !slices.Equal(got, want) {
-			t.Errorf("timeout events = %+v; want %+v", got, want)
-		}
-		cs := f.srv.Status()[0]
-		timeouts := map[string]int{}
-		for _, ts := range cs.Types {
-			timeouts[ts.Type.Short()] = ts.PhaseTimeouts
-		}
-		if want := map[string]int{"CDS": 1, "EDS": 1, "LDS": 0, "RDS": 1}; !mapsEqual(timeouts, want) {
-			t.Errorf("PhaseTimeouts = %v; want %v", timeouts, want)
-		}
-		if cs.PendingPhases != 0 {
-			t.Errorf("PendingPhases = %d; want 0", cs.PendingPhases)
-		}
-	})
+	}
+	if want := []ev{{"CDS EDS", "RDS", false}, {"RDS", "CDS", true}}; !slices.Equal(got, want) {
+		t.Errorf("timeout events = %+v; want %+v", got, want)
+	}
+	cs := f.srv.Status()[0]
+	timeouts := map[string]int{}
+	for _, ts := range cs.Types {
+		timeouts[ts.Type.Short()] = ts.PhaseTimeouts
+	}
+	if want := map[string]int{"CDS": 1, "EDS": 1, "LDS": 0, "RDS": 1}; !mapsEqual(timeouts, want) {
+		t.Errorf("PhaseTimeouts = %v; want %v", timeouts, want)
+	}
+	if cs.PendingPhases != 0 {
+		t.Errorf("PendingPhases = %d; want 0", cs.PendingPhases)
+	}
 }
 
 func mapsEqual(a, b map[string]int) bool {

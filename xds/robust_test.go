@@ -286,70 +286,75 @@ func countPrefix(list []string, prefix string) int {
 // single push slot; its pushes coalesce; after WriteTimeout its stream is
 // closed with DeadlineExceeded.
 func TestSlowClient(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const writeTimeout = 30 * time.Second
-		st := newStore()
-		world(st, 1)
-		var mu sync.Mutex
-		var timeouts []WriteTimeoutEvent
-		f := start(t, st, func(cfg *Config) {
-			cfg.Hooks.OnWriteTimeout = func(ev WriteTimeoutEvent) {
-				mu.Lock()
-				defer mu.Unlock()
-				timeouts = append(timeouts, ev)
-			}
-			cfg.Concurrency = 1
-			cfg.WriteTimeout = writeTimeout
-			// This test is about writes; the fast client does not subscribe
-			// to the endpoints of the clusters it is sent, which a
-			// make-before-break push would wait for.
-			cfg.Phases.NoWait = true
-		}, false)
-		cc := f.dialConn(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
-		slow := f.connect("slow", cc, false)
-		fast := f.connect("fast", f.dialConn(), true)
-		fastSubs := fast.subscribeAll(1)
-		slow.request(ClusterType)
-		if r, err := slow.stream.Recv(); err != nil || len(r.Resources) != 1 {
-			t.Fatalf("slow client: %v, %v", r, err)
+	for _, clk := range streamClocks {
+		t.Run(clk.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { testSlowClient(t, clk.clock) }) })
+	}
+}
+
+func testSlowClient(t *testing.T, clock Clock) {
+	const writeTimeout = 30 * time.Second
+	st := newStore()
+	world(st, 1)
+	var mu sync.Mutex
+	var timeouts []WriteTimeoutEvent
+	f := start(t, st, func(cfg *Config) {
+		cfg.Hooks.OnWriteTimeout = func(ev WriteTimeoutEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			timeouts = append(timeouts, ev)
 		}
-		// From now on slow reads nothing. Make big clusters.
-		for round := range 3 {
-			start := time.Now()
-			f.update(true, func(s *store) {
-				for i := range 8 {
-					name := fmt.Sprintf("big%d", i)
-					s.clusters[name] = xdsfixture.Cluster(name)
-					s.clusters[name].AltStatName = strings.Repeat(fmt.Sprint(round), 100<<10)
-				}
-			}, key(kindCluster, "big"))
-			time.Sleep(time.Second)
-			synctest.Wait()
-			rs := fast.ackAll(fastSubs)
-			if len(rs) == 0 || TypeURL(rs[0].TypeUrl) != ClusterType || len(rs[0].Resources) != 9 {
-				t.Fatalf("round %d: fast client got %v; want a CDS push of 9 clusters", round, typesOf(rs))
+		cfg.Clock = clock
+		cfg.Concurrency = 1
+		cfg.WriteTimeout = writeTimeout
+		// This test is about writes; the fast client does not subscribe
+		// to the endpoints of the clusters it is sent, which a
+		// make-before-break push would wait for.
+		cfg.Phases.NoWait = true
+	}, false)
+	cc := f.dialConn(grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10))
+	slow := f.connect("slow", cc, false)
+	fast := f.connect("fast", f.dialConn(), true)
+	fastSubs := fast.subscribeAll(1)
+	slow.request(ClusterType)
+	if r, err := slow.stream.Recv(); err != nil || len(r.Resources) != 1 {
+		t.Fatalf("slow client: %v, %v", r, err)
+	}
+	// From now on slow reads nothing. Make big clusters.
+	for round := range 3 {
+		start := time.Now()
+		f.update(true, func(s *store) {
+			for i := range 8 {
+				name := fmt.Sprintf("big%d", i)
+				s.clusters[name] = xdsfixture.Cluster(name)
+				s.clusters[name].AltStatName = strings.Repeat(fmt.Sprint(round), 100<<10)
 			}
-			if took := time.Since(start); took > 2*time.Second {
-				t.Errorf("round %d: fast client served after %v", round, took)
-			}
-		}
-		if st := f.srv.Status(); len(st) != 2 {
-			t.Fatalf("%d connections; want both still connected before the timeout", len(st))
-		}
-		time.Sleep(writeTimeout)
+		}, key(kindCluster, "big"))
+		time.Sleep(time.Second)
 		synctest.Wait()
-		if ev := f.eventList(); !slices.Contains(ev, "disconnect slow DeadlineExceeded") {
-			t.Fatalf("events = %v; want slow disconnected with DeadlineExceeded", ev)
+		rs := fast.ackAll(fastSubs)
+		if len(rs) == 0 || TypeURL(rs[0].TypeUrl) != ClusterType || len(rs[0].Resources) != 9 {
+			t.Fatalf("round %d: fast client got %v; want a CDS push of 9 clusters", round, typesOf(rs))
 		}
-		mu.Lock()
-		if len(timeouts) != 1 || timeouts[0].ProxyID != "slow" || timeouts[0].Type != ClusterType || timeouts[0].Waited < writeTimeout {
-			t.Errorf("OnWriteTimeout events = %+v; want one for slow's CDS, after %v", timeouts, writeTimeout)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("round %d: fast client served after %v", round, took)
 		}
-		mu.Unlock()
-		if st := f.srv.Status(); len(st) != 1 || st[0].ProxyID != "fast" {
-			t.Errorf("Status() = %+v; want only fast", st)
-		}
-	})
+	}
+	if st := f.srv.Status(); len(st) != 2 {
+		t.Fatalf("%d connections; want both still connected before the timeout", len(st))
+	}
+	time.Sleep(writeTimeout)
+	synctest.Wait()
+	if ev := f.eventList(); !slices.Contains(ev, "disconnect slow DeadlineExceeded") {
+		t.Fatalf("events = %v; want slow disconnected with DeadlineExceeded", ev)
+	}
+	mu.Lock()
+	if len(timeouts) != 1 || timeouts[0].ProxyID != "slow" || timeouts[0].Type != ClusterType || timeouts[0].Waited < writeTimeout {
+		t.Errorf("OnWriteTimeout events = %+v; want one for slow's CDS, after %v", timeouts, writeTimeout)
+	}
+	mu.Unlock()
+	if st := f.srv.Status(); len(st) != 1 || st[0].ProxyID != "fast" {
+		t.Errorf("Status() = %+v; want only fast", st)
+	}
 }
 
 func TestAuthenticate(t *testing.T) {
@@ -461,9 +466,11 @@ func startStoppable(t *testing.T, tweak func(*Config)) (f *fixture, stop func() 
 }
 
 // When Run's ctx ends, streams are closed with Unavailable, whatever stage
-// they are in: synced, waiting for their first request, or waiting for
-// admission (the rate limit or an opening); Run then returns, every
-// goroutine of theirs gone.
+// they are in: synced, waiting for their first request, waiting for
+// admission (the rate limit or an opening), or in InitProxy, at their
+// opening or at a Full push, whether InitProxy returns its ctx's error or
+// ignores its ctx (and is abandoned); Run then returns, every goroutine of
+// theirs gone.
 func TestShutdownClosesStreams(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -508,6 +515,32 @@ func TestShutdownClosesStreams(t *testing.T) {
 			synctest.Wait()
 			return c
 		}},
+		{"in InitProxy, which returns its ctx's error", func(cfg *Config) {
+			holdInit(cfg, "n")
+		}, func(f *fixture, cc *grpc.ClientConn) *client {
+			c := f.connect("n", cc, true)
+			c.request(ClusterType)
+			synctest.Wait()
+			return c
+		}},
+		{"in InitProxy, which ignores its ctx", func(cfg *Config) {
+			stallInit(cfg, "n", 1)
+		}, func(f *fixture, cc *grpc.ClientConn) *client {
+			c := f.connect("n", cc, true)
+			c.request(ClusterType)
+			synctest.Wait()
+			return c
+		}},
+		{"in InitProxy at a Full push", func(cfg *Config) {
+			stallInit(cfg, "n", 2)
+		}, func(f *fixture, cc *grpc.ClientConn) *client {
+			c := f.connect("n", cc, true)
+			c.request(ClusterType)
+			c.recv()
+			f.update(true, func(s *store) { s.clusters["c0"] = xdsfixture.Cluster("c0") }, key(kindCluster, "c0"))
+			synctest.Wait()
+			return c
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -523,58 +556,55 @@ func TestShutdownClosesStreams(t *testing.T) {
 				if err := f.srv.Run(context.Background()); err == nil {
 					t.Error("second Run() = nil; want an error")
 				}
+				time.Sleep(time.Hour) // an InitProxy that the shutdown abandoned (stallInit) returns
 			})
 		})
 	}
 }
 
-// A stream whose mailbox is full when the Server shuts down (Dump's
-// queries, behind an ACK's step that a Hook holds up) is still woken once
-// the step ends, and ends with Unavailable; so does Run.
+// stallInit makes InitProxy for proxy id, from its call'th call on, ignore
+// its ctx and take an hour.
+func stallInit(cfg *Config, id string, call int) {
+	inner := cfg.InitProxy
+	var calls atomic.Int64
+	cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+		if p.ID == id && calls.Add(1) >= int64(call) {
+			time.Sleep(time.Hour)
+		}
+		return inner(ctx, p, pc)
+	}
+}
+
+// A stream whose mailbox is full when the Server shuts down (its client
+// closed its side while the stream's InitProxy, which ignores its ctx,
+// runs) ends with Unavailable: the guard abandons InitProxy, and the
+// stream does not wait for its mailbox to be read. The other streams end
+// with Unavailable too, and Run returns.
 func TestShutdownWithFullMailbox(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		var hold atomic.Bool
-		release := make(chan struct{})
-		f, stop := startStoppable(t, func(cfg *Config) {
-			cfg.Hooks.OnACK = func(ACKEvent) {
-				if hold.Load() {
-					<-release
-				}
-			}
-		})
-		srv := f.srv
-		c := f.connect("n", nil, true)
-		subs := c.subscribeAll(1)
-		synctest.Wait()
-		connID := srv.Status()[0].ConnID
+		f, stop := startStoppable(t, func(cfg *Config) { stallInit(cfg, "held", 1) })
+		cc := f.dialConn()
+		synced := f.connect("synced", cc, true)
+		synced.request(ClusterType)
+		synced.recv()
+		held := f.connect("held", cc, true)
+		held.request(ClusterType)
+		synctest.Wait() // held's opening waits in InitProxy
+		if err := held.stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // the receive goroutine's end fills held's mailbox
 
-		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.9.9.9:80") }, key(kindEndpoint, "c0"))
-		settle()
-		rs := c.pending()
-		if len(rs) != 1 {
-			t.Fatalf("%d responses to the change; want 1", len(rs))
-		}
-		hold.Store(true)
-		c.ack(rs[0], subs[EndpointType]...)
-		synctest.Wait() // the ACK's step waits in OnACK
-		var dumps sync.WaitGroup
-		// The loop takes one query and waits for the step lock with it;
-		// eventsCap more fill the mailbox.
-		for range eventsCap + 1 {
-			dumps.Go(func() { _, _ = srv.Dump(context.Background(), connID) })
-		}
-		synctest.Wait()
 		done := stop()
-		synctest.Wait() // the shutdown has woken what it can
-		close(release)
-
-		if err := c.recvErr(); status.Code(err) != codes.Unavailable {
-			t.Errorf("stream ended with %v; want Unavailable", err)
+		for _, c := range []*client{synced, held} {
+			if err := c.recvErr(); status.Code(err) != codes.Unavailable {
+				t.Errorf("%s: stream ended with %v; want Unavailable", c.node.Id, err)
+			}
 		}
-		dumps.Wait()
 		if err := <-done; err != nil {
 			t.Errorf("Run() = %v; want nil", err)
 		}
+		time.Sleep(time.Hour) // the abandoned InitProxy returns
 	})
 }
 

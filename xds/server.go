@@ -271,21 +271,16 @@ func (s *Server) shutdown() {
 	}
 	s.mu.Unlock()
 	s.stop()
-	// Every live stream's host calls are cancelled first, then its loop
-	// is woken: a mailbox that Dump's queries filled must not hold up the
-	// others' cancellation.
+	// Every live stream's host calls are cancelled, and its loop woken.
+	// A mailbox that is full needs no wake-up: a stream registered
+	// before the state above changed has taken its first request from
+	// the mailbox, and anything else there ends the stream (eventsCap);
+	// one not yet registered never will be, and ends in its opening.
 	for _, c := range live {
 		c.cancel()
-	}
-	for _, c := range live {
 		select {
 		case c.events <- event{kind: evCtxDone}:
 		default:
-			s.streams.Add(1) // before the Wait below: valid even if every stream has ended meanwhile
-			go func() {
-				defer s.streams.Done()
-				c.postEvent(event{kind: evCtxDone})
-			}()
 		}
 	}
 	s.queue.ShutDown()

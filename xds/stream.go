@@ -27,13 +27,18 @@ import (
 // fed its steps by whichever goroutine has the step to take, under the
 // connection's step lock (stepSem): the
 // receive goroutine runs each request it reads, the push queue's drainer
-// runs the push it hands over (deliver), and the writer records the end of
-// each batch it wrote. The handler goroutine, which alone can end the
-// stream (grpc-go ends a stream when its handler returns), waits in loop
-// for what only it handles: the core's timers, a blocked write, the
-// Server's shutdown, a step that failed, the end of the receive goroutine,
-// and Dump's queries. A writer goroutine runs only while responses are
-// being written, so that a blocked write never blocks a step.
+// runs the push it hands over (deliver), the writer records the end of
+// each batch it wrote, the stream's timer runs what is due (the core's
+// deadlines, the check of a blocked write) on the goroutine it calls back
+// on (see tick), and Dump reads the connection on its caller's. The
+// handler goroutine, which alone can end the stream (grpc-go ends a
+// stream when its handler returns), waits in loop for the stream's end: a
+// step that failed, a failed write, the end of the receive goroutine, the
+// Server's shutdown. (With a Clock that cannot call back, it also waits
+// for the timer; see AfterFuncClock.) So it runs no step, and its stack
+// stays as small as the stream's opening left it. A writer goroutine runs
+// only while responses are being written, so that a blocked write never
+// blocks a step.
 //
 // So a push, the write of its responses and the client's ACK cost no
 // hand-over between goroutines: at 10,000 streams each hand-over is a
@@ -102,9 +107,9 @@ type conn struct {
 	made             uint64 // responses the core has made (see receive)
 
 	// events is the stream's mailbox, read by the opening until the first
-	// request and then by loop: the first request and the end of the
-	// receive goroutine, a failed step or write, queries, the Server's
-	// shutdown.
+	// request and then by loop: the first request, and what ends the
+	// stream (the end of the receive goroutine, a failed step or write,
+	// the Server's shutdown).
 	events     chan event
 	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
 	resume     chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
@@ -138,56 +143,49 @@ type conn struct {
 // admission to its end.
 //
 // The handler goroutine spends the stream's life parked in loop, and the
-// stream's opening runs on a goroutine of its own (open). The runtime
-// halves a goroutine's stack only while less than a quarter of it is in
-// use, and a handler parked in loop uses over 2 KiB (grpc-go's frames
-// under it among them): a stack that opening grew to 8 KiB, decoding the
-// first request and initialising the proxy, would stay 8 KiB for the
-// stream's life. On a goroutine that ends, that growth is given back:
-// this took BenchmarkIdleConnection's stack-KiB/idle-client (beyond a bare
-// handler's, which parks in Recv) from 4.4 to 0.7.
+// stream's opening runs on a goroutine of its own (opening): it makes the
+// connection, then opens the stream (open). The runtime halves a
+// goroutine's stack only while less than a quarter of it is in use, and a
+// handler parked in loop uses over 2 KiB (grpc-go's frames under it among
+// them): a stack that opening grew to 8 KiB, decoding the first request
+// and initialising the proxy, would stay 8 KiB for the stream's life. On a
+// goroutine that ends, that growth is given back: this took
+// BenchmarkIdleConnection's stack-KiB/idle-client (beyond a bare handler's,
+// which parks in Recv) from 4.4 to 0.7. Even the connection is made
+// there: made on the handler goroutine, near the top of its 4 KiB, it
+// grew that stack to 8 KiB for one stream in thirteen (of 1,000 in
+// BenchmarkIdleConnection's setup).
 func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	if err := s.admit(); err != nil {
 		return err
 	}
 	defer s.streams.Done()
 
-	c := s.newConn(stream, dstream)
+	var res opened
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		res = s.opening(stream, dstream)
+	}()
+	<-done
+	// Copied out, so that what the opening goroutine shared is garbage
+	// now, not kept for the stream's life.
+	c, enlisted, registered, err := res.c, res.enlisted, res.registered, res.err
 	defer c.cancel()
-	// The handler goroutine holds the step lock until loop waits, and
-	// from loop's return on: a step that comes meanwhile (the first
-	// request, a write's end) waits, and finds the stream stopped once
-	// the handler ends it; pushes are parked until the first step.
-	c.stepSem <- struct{}{}
+	// The opening took the step lock for this goroutine, which holds it
+	// until loop waits, and from loop's return on: a step that comes
+	// meanwhile (the first request, a write's end) waits, and finds the
+	// stream stopped once the handler ends it; pushes are parked until
+	// the first step.
 	defer func() {
 		c.stopped = true
 		<-c.stepSem
 	}()
 	defer c.close()
-	// The Server's shutdown cancels the stream's host calls and wakes its
-	// loop. The client's end of the stream reaches the loop as the receive
-	// goroutine's error, or the writer's, so this is the one wake-up the
-	// loop needs for its context. (A registration with the Server, not a
-	// context.AfterFunc per stream: that would keep three small objects
-	// for the stream's life.)
-	if !s.enlist(c) {
+	if !enlisted {
 		return errShuttingDown
 	}
 	defer s.delist(c)
-
-	var res struct {
-		registered bool
-		err        error
-	}
-	opened := make(chan struct{})
-	go func() {
-		defer close(opened)
-		res.registered, res.err = s.open(c)
-	}()
-	<-opened
-	// Copied out, so that what the opening goroutine shared is garbage
-	// now, not kept for the stream's life.
-	registered, err := res.registered, res.err
 	if registered {
 		defer s.unregister(c)
 	}
@@ -196,6 +194,32 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	}
 	defer s.disconnected(c, &err)
 	return s.closed(c, c.loop(c.ctx))
+}
+
+// opened is what a stream's opening hands its handler goroutine.
+type opened struct {
+	c          *conn
+	enlisted   bool  // the Server's shutdown wakes c (false: it is shutting down)
+	registered bool  // c is registered for pushes
+	err        error // why the stream is refused
+}
+
+// opening makes a new stream's connection, takes its step lock for the
+// handler goroutine, and opens it.
+func (s *Server) opening(stream sotwStream, dstream deltaStream) opened {
+	c := s.newConn(stream, dstream)
+	c.stepSem <- struct{}{}
+	// The Server's shutdown cancels the stream's host calls and wakes its
+	// loop. The client's end of the stream reaches the loop as the receive
+	// goroutine's error, or the writer's, so this is the one wake-up the
+	// loop needs for its context. (A registration with the Server, not a
+	// context.AfterFunc per stream: that would keep three small objects
+	// for the stream's life.)
+	if !s.enlist(c) {
+		return opened{c: c}
+	}
+	registered, err := s.open(c)
+	return opened{c: c, enlisted: true, registered: registered, err: err}
 }
 
 // streamContext returns the context of the stream, SotW or Delta.
@@ -272,7 +296,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	}
 	var identity any
 	if auth := s.set.authenticate; auth != nil {
-		if err := s.enterOpening(ctx, gone); err != nil {
+		if err := s.enterOpening(ctx, gone, nil); err != nil {
 			return false, s.refused(ctx, peerAddr, nil, err, err)
 		}
 		// Authenticate's ctx ends if the client leaves. This goroutine
@@ -302,7 +326,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 
 	first, err := c.first(ctx)
 	if err == nil {
-		err = s.enterOpening(ctx, nil)
+		err = s.enterOpening(ctx, nil, c.events)
 	}
 	if err != nil {
 		return false, s.refused(ctx, peerAddr, nil, err, err)
@@ -348,6 +372,9 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		return false, err
 	}
 	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq()); err != nil {
+		if s.stoppedBy(err) {
+			return true, s.refused(ctx, peerAddr, p, errShuttingDown, err)
+		}
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
 		return true, s.refused(ctx, peerAddr, p, toClient, detail)
 	}
@@ -361,9 +388,9 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	// handler goroutine's step lock: a step's stack growth goes with this
 	// goroutine, and the receive goroutine reads on. A failure ends the
 	// stream as a later step's would (see unlockStep), but with no event
-	// to post (the mailbox may be full of queries until loop runs): loop
+	// to post (the receive goroutine may have filled the mailbox): loop
 	// finds the stream stopped as it starts.
-	c.timer = stoppedTimer(s.set.clock)
+	c.timer = c.newTimer()
 	if err := c.handle(ctx, first); err != nil {
 		c.stopped = true
 		c.failErr = err
@@ -374,7 +401,10 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 // closed turns what ended loop into the stream's result, and logs it.
 func (s *Server) closed(c *conn, err error) error {
 	p := c.proxy
-	if _, ok := status.FromError(err); !ok || isPanic(err) {
+	switch _, ok := status.FromError(err); {
+	case s.stoppedBy(err):
+		err = errShuttingDown // InitProxy at a Full push, ended by the shutdown
+	case !ok || isPanic(err):
 		// A host error (InitProxy at a Full push): the client is told a
 		// correlation id, the detail goes to the log and OnDisconnect.
 		_, err = s.hostError(c.ctx, codes.Internal, "initialising the proxy failed", p, err)
@@ -401,7 +431,6 @@ type event struct {
 	kind evKind
 	in   inbound // evRequest
 	err  error   // evRecvErr, evWriteFailed
-	q    func()  // evQuery
 }
 
 type evKind uint8
@@ -411,13 +440,14 @@ const (
 	evRecvErr                   // the receive goroutine ended
 	evWriteFailed               // a Send failed
 	evStepFailed                // a step ended the stream (see unlockStep)
-	evQuery                     // run q under the step lock (see Server.Dump)
 	evCtxDone                   // the Server is shutting down
 )
 
-// eventsCap bounds the mailbox. Each of its senders but Dump posts at most
-// once per stream.
-const eventsCap = 4
+// eventsCap bounds the mailbox. Each of its senders posts at most once per
+// stream, and, but for the first request, only to end the stream: a sender
+// that finds the mailbox full waits for loop to take what is there, or for
+// the stream's end (see postEvent). None waits holding the step lock.
+const eventsCap = 1
 
 // lockStep takes the step lock for a step on the caller's goroutine; it
 // reports false, holding nothing, if the stream has ended or is ending.
@@ -547,7 +577,9 @@ func (c *conn) setPaused(p bool) {
 // first waits for the stream's first request, at most
 // Config.FirstRequestTimeout. Nothing but the receive goroutine's request
 // or error, or the Server's shutdown, can be in the mailbox yet: the
-// connection is not registered.
+// connection is not registered. Each of the two that end ctx meanwhile
+// also posts to the mailbox, so first does not watch ctx: that would make
+// its Done channel, kept for the stream's life.
 func (c *conn) first(ctx context.Context) (inbound, error) {
 	clock, wait := c.s.set.clock, c.s.set.firstTimeout
 	start := clock.Now()
@@ -567,15 +599,14 @@ func (c *conn) first(ctx context.Context) (inbound, error) {
 			if due(clock, t, start, wait) {
 				return inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", wait)
 			}
-		case <-ctx.Done():
-			return inbound{}, c.s.ctxStatus(ctx)
 		}
 	}
 }
 
 // admitRate waits for the new-stream rate limiter (Config.NewStreamRate),
-// at most Config.NewStreamWait, while the stream lasts (ctx, and gRPC's
-// context, whose Done is gone) and the Server runs.
+// at most Config.NewStreamWait, while the stream lasts (gRPC's context,
+// whose Done is gone: nothing but the Server's shutdown ends ctx yet) and
+// the Server runs.
 func (s *Server) admitRate(ctx context.Context, gone <-chan struct{}) error {
 	if s.limiter == nil {
 		return nil
@@ -602,7 +633,6 @@ func (s *Server) admitRate(ctx context.Context, gone <-chan struct{}) error {
 		case <-gone:
 			r.CancelAt(s.set.clock.Now())
 			return errGone
-		case <-ctx.Done():
 		case <-s.stopCtx.Done():
 		}
 		r.CancelAt(s.set.clock.Now())
@@ -623,10 +653,13 @@ func (s *Server) refused(ctx context.Context, peerAddr net.Addr, p *Proxy, toCli
 
 // enterOpening waits for one of the Server's openings (see
 // Config.MaxOpeningStreams), at most Config.NewStreamWait, while the stream
-// lasts (ctx, and gRPC's context, whose Done is gone; nil once the receive
-// goroutine watches it) and the Server runs. Streams wait in arrival
-// order.
-func (s *Server) enterOpening(ctx context.Context, gone <-chan struct{}) error {
+// lasts and the Server runs. Streams wait in arrival order. The client's
+// end of the stream is gRPC's context's end (gone) until the receive
+// goroutine watches it, and then the receive goroutine's end in the
+// stream's mailbox (which enterOpening takes): with those and the
+// Server's shutdown, every end of ctx is watched, so ctx itself is not
+// (its Done would make a channel that the stream keeps for its life).
+func (s *Server) enterOpening(ctx context.Context, gone <-chan struct{}, mailbox <-chan event) error {
 	if s.openings == nil {
 		return nil
 	}
@@ -650,7 +683,10 @@ func (s *Server) enterOpening(ctx context.Context, gone <-chan struct{}) error {
 			return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
 		case <-gone:
 			return errGone
-		case <-ctx.Done():
+		case ev := <-mailbox:
+			if ev.kind == evRecvErr {
+				return errGone
+			}
 		case <-s.stopCtx.Done():
 		}
 		return s.ctxStatus(ctx)
@@ -698,8 +734,9 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 // step lock; it releases it while it waits.
 func (c *conn) loop(ctx context.Context) error {
 	// The timer is made by the opening, before the first step, and steps
-	// on other goroutines arm and stop it; its channel is watched
-	// throughout, and a tick that finds nothing due re-arms it (onTick).
+	// arm and stop it. Its channel is nil when it calls back (see tick);
+	// otherwise it is watched here throughout, and a tick that finds
+	// nothing due re-arms it (onTick).
 	timerC := c.timer.C()
 	if c.stopped {
 		return c.failErr // the first step failed (see open)
@@ -714,39 +751,52 @@ func (c *conn) loop(ctx context.Context) error {
 			tick = true
 		}
 		c.stepSem <- struct{}{}
-		if c.stopped {
-			return c.failErr
+		switch {
+		case c.stopped:
+			return c.failErr // a step failed (evStepFailed)
+		case !tick:
+			return c.endedBy(ctx, ev) // serve stops the stream, still holding the lock
 		}
-		var err error
-		end := false
-		if tick {
-			err = c.onTick(ctx)
-		} else {
-			end, err = c.onEvent(ctx, ev)
-		}
-		if end || err != nil {
-			return err // serve stops the stream, still holding the lock
+		if err := c.onTick(ctx); err != nil {
+			return err
 		}
 	}
 }
 
-// onEvent handles one entry of the mailbox in loop. It reports whether the
-// stream ends, and with what error: nil when the client closed its side.
-func (c *conn) onEvent(ctx context.Context, ev event) (end bool, err error) {
+// endedBy returns the error that ev, taken from the mailbox by loop, ends
+// the stream with: nil when the client closed its side.
+func (c *conn) endedBy(ctx context.Context, ev event) error {
 	switch ev.kind {
 	case evRecvErr:
-		return true, c.recvStatus(ev.err)
+		return c.recvStatus(ev.err)
 	case evWriteFailed:
 		if c.s.stopCtx.Err() != nil {
-			return true, errShuttingDown
+			return errShuttingDown
 		}
-		return true, ev.err
-	case evCtxDone:
-		return true, c.s.ctxStatus(ctx)
-	case evQuery:
-		ev.q()
+		return ev.err
 	}
-	return false, nil
+	return c.s.ctxStatus(ctx) // evCtxDone
+}
+
+// newTimer returns the stream's timer, not armed. With a Clock that calls
+// back (AfterFuncClock), what is due runs on the goroutine it calls back
+// on (tick); otherwise loop waits on the timer's channel.
+func (c *conn) newTimer() Timer {
+	if ac, ok := c.s.set.clock.(AfterFuncClock); ok {
+		t := ac.AfterFunc(time.Hour, c.tick)
+		t.Stop()
+		return t
+	}
+	return stoppedTimer(c.s.set.clock)
+}
+
+// tick runs what is due when a timer that calls back fires, as a step. A
+// tick that comes late, after a step re-armed or stopped the timer, finds
+// nothing due and re-arms it (see onTick).
+func (c *conn) tick() {
+	if c.lockStep() {
+		c.unlockStep(c.onTick(c.ctx))
+	}
 }
 
 // stoppedTimer returns a timer of clock that has not been armed.

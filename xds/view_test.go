@@ -73,16 +73,16 @@ func TestViewsShareGeneration(t *testing.T) {
 			if c.proxy.ID == "loner" {
 				continue
 			}
-			got := make(chan *resSet)
-			c.events <- event{kind: evQuery, q: func() {
-				h := c.core.types[f.srv.set.cdsIdx].held
-				if len(h.over) > 0 {
-					got <- nil
-					return
-				}
-				got <- h.set
-			}}
-			sets[<-got]++
+			if !c.lockStep() {
+				t.Fatalf("%s: the stream ended", c.proxy.ConnID)
+			}
+			h := c.core.types[f.srv.set.cdsIdx].held
+			if len(h.over) > 0 {
+				sets[nil]++
+			} else {
+				sets[h.set]++
+			}
+			c.unlockStep(nil)
 		}
 		if len(sets) != 1 || sets[nil] != 0 {
 			t.Errorf("CDS holdings of the view's proxies: %d distinct sets (%v); want one, shared", len(sets), sets)
