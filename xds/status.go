@@ -105,15 +105,14 @@ func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
 // connState is what a connection publishes for Status, Sync and
 // WaitForVersion.
 type connState struct {
-	connectedAt time.Time
-	delta       bool
+	connectedAt instant
 	pending     int // phases of the current push not released
-	initialised bool
 	version     string
 	view        string
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
-	writingSeq uint64
+	writingSeq  uint64
+	initialised bool
 }
 
 // publishStatus copies the connection's state where Status and the
@@ -221,9 +220,9 @@ func (c *conn) status() ConnStatus {
 		ProxyID:       c.proxy.ID,
 		ConnID:        c.proxy.ConnID,
 		Node:          c.proxy.Node,
-		ConnectedAt:   c.st.connectedAt,
+		ConnectedAt:   c.s.set.time(c.st.connectedAt),
 		Initialised:   c.st.initialised,
-		Delta:         c.st.delta,
+		Delta:         c.delta,
 		Version:       c.st.version,
 		View:          c.st.view,
 		PendingPhases: c.st.pending,
