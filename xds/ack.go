@@ -212,10 +212,11 @@ func (c *core) reject(ts *typeState, nonce string) {
 	}
 	ts.settle(k + 1)
 	for _, e := range bad.upserts() {
-		if ts.rejected == nil {
-			ts.rejected = make(map[string]*encoded)
+		r := ts.rareW()
+		if r.rejected == nil {
+			r.rejected = make(map[string]*encoded)
 		}
-		ts.rejected[e.name] = e.enc
+		r.rejected[e.name] = e.enc
 	}
 	// The client drops what it no longer subscribes to, and holds back
 	// for removal only what it holds.
@@ -228,9 +229,9 @@ func (c *core) reject(ts *typeState, nonce string) {
 	for _, n := range drop {
 		ts.held.del(n)
 	}
-	for n := range ts.removing {
+	for n := range ts.rare().removing {
 		if ts.held.get(n) == nil {
-			delete(ts.removing, n)
+			delete(ts.rare().removing, n)
 		}
 	}
 }

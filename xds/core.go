@@ -132,32 +132,19 @@ type typeState struct {
 	// nor NACKed, oldest first, each able to undo what it did to held: a
 	// NACK reverts held to what the client keeps.
 	flights []*flight
-	// rejected maps the names of resources the client NACKed to the
-	// content it rejected: that content is not sent to it again (a NACK is
-	// terminal), unless it changes or a push is Forced.
-	rejected map[string]*encoded
 	// lastTarget is the resources of the type the proxy's configuration
-	// last had, as last generated in full, and lastChanges what partial
-	// targets (a DeltaGenerator's) released since changed of it (nil: the
-	// name was removed): what tells a reference the configuration breaks
-	// from one a client still holds on its way to the configuration (see
-	// removable). Read them with lastGet. lastSub is the subscription
-	// lastTarget was generated for: of a name it does not cover, the
-	// Server does not know whether the configuration has it (see lastKnows).
-	lastTarget  *resSet
-	lastSub     *subscription
-	lastChanges map[string]*encoded
+	// last had, as last generated in full (the rare part's lastChanges
+	// says what partial targets changed of it since): what tells a
+	// reference the configuration breaks from one a client still holds on
+	// its way to the configuration (see removable). Read them with
+	// lastGet. lastSub is the subscription lastTarget was generated for:
+	// of a name it does not cover, the Server does not know whether the
+	// configuration has it (see lastKnows).
+	lastTarget *resSet
+	lastSub    *subscription
 	// lastPush is the PushContext the last of them was generated from.
 	lastPush *pushcontext.PushContext
-	// removing names the resources of a deferred-removal type that the
-	// client still holds although its configuration no longer has them:
-	// the push's removal phase removes them, after every upsert
-	// (make-before-break).
-	removing map[string]struct{}
 
-	// holds counts the responses in a row that held something back for a
-	// reference the client is on its way to resolve (see retryType).
-	holds int
 	// The flags and the count below are kept together, in one word.
 	//
 	// star: see order. alwaysRespond forces a full answer to the next
@@ -171,12 +158,12 @@ type typeState struct {
 	// ACK.
 	star, alwaysRespond, resumed, dirty bool
 	timeouts                            int32
-	// deferred is an answer waiting for the current push's phases up to
-	// the type (answers do not overtake them); retry is an answer whose
-	// generation failed, tried again at retryAt.
-	deferred *answer
-	retry    *answer
-	retryAt  instant
+
+	// rareRec is what is empty while the client is in step with its
+	// configuration: nil then. Read it with rare, change it through
+	// rareW; a step that empties it drops it (see core.dropRare).
+	rareRec *typeRare
+
 	// fault is the type's run of failures (pushes and answers), from the
 	// first until the type succeeds again; nil while it succeeds.
 	fault *typeFault
@@ -197,6 +184,64 @@ type typeState struct {
 	pAcked     uint64
 
 	nack *NACK // last NACK since the last ACK
+}
+
+// typeRare is the part of a type's state that is empty while the client
+// is in step with its configuration (see typeState.rareRec).
+type typeRare struct {
+	// rejected maps the names of resources the client NACKed to the
+	// content it rejected: that content is not sent to it again (a NACK is
+	// terminal), unless it changes or a push is Forced.
+	rejected map[string]*encoded
+	// lastChanges is what partial targets (a DeltaGenerator's) released
+	// since the type's last full generation (typeState.last) changed of
+	// it; nil: the name was removed.
+	lastChanges map[string]*encoded
+	// removing names the resources of a deferred-removal type that the
+	// client still holds although its configuration no longer has them:
+	// the push's removal phase removes them, after every upsert
+	// (make-before-break).
+	removing map[string]struct{}
+	// deferred is an answer waiting for the current push's phases up to
+	// the type (answers do not overtake them); retry is an answer whose
+	// generation failed, tried again at retryAt.
+	deferred *answer
+	retry    *answer
+	retryAt  instant // while retry is set
+	// holds counts the responses in a row that held something back for a
+	// reference the client is on its way to resolve (see retryType).
+	holds int
+}
+
+// empty reports whether r holds nothing.
+func (r *typeRare) empty() bool {
+	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
+		r.deferred == nil && r.retry == nil && r.holds == 0
+}
+
+// rare returns the rare part of ts's state, zero if it has none. It is a
+// copy: change it through rareW (its maps are ts's own, to delete from).
+func (ts *typeState) rare() typeRare {
+	if ts.rareRec == nil {
+		return typeRare{}
+	}
+	return *ts.rareRec
+}
+
+// forgetChanges drops what partial targets changed since the last full
+// generation.
+func (ts *typeState) forgetChanges() {
+	if ts.rareRec != nil {
+		ts.rareRec.lastChanges = nil
+	}
+}
+
+// rareW returns the rare part of ts's state to change, made if ts has none.
+func (ts *typeState) rareW() *typeRare {
+	if ts.rareRec == nil {
+		ts.rareRec = &typeRare{}
+	}
+	return ts.rareRec
 }
 
 // typeFault is a run of failures of one type in a row. A failure replaces
@@ -247,7 +292,7 @@ func newTypeState(i int, sub *subscription) *typeState {
 // lastGet returns the configuration's resource name of the type as last
 // generated (see lastTarget), or nil.
 func (ts *typeState) lastGet(name string) *encoded {
-	if e, ok := ts.lastChanges[name]; ok {
+	if e, ok := ts.rare().lastChanges[name]; ok {
 		return e
 	}
 	if ts.lastTarget == nil {
@@ -261,7 +306,7 @@ func (ts *typeState) lastGet(name string) *encoded {
 // covers name, or a partial target since changed it. A target generated
 // before the client subscribed to name did not look for it.
 func (ts *typeState) lastKnows(name string) bool {
-	if _, ok := ts.lastChanges[name]; ok {
+	if _, ok := ts.rare().lastChanges[name]; ok {
 		return true
 	}
 	return ts.lastTarget != nil && ts.lastSub.covers(name)
@@ -276,25 +321,28 @@ func (ts *typeState) lastKnows(name string) bool {
 // nothing reads the others' (see removable).
 func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers bool) {
 	if !tgt.partial {
-		ts.lastTarget, ts.lastSub, ts.lastChanges, ts.lastPush = tgt.set, tgt.sub, nil, pc
+		ts.lastTarget, ts.lastSub, ts.lastPush = tgt.set, tgt.sub, pc
+		ts.forgetChanges()
 		return
 	}
 	if ts.lastTarget == nil || !refers {
 		return // nothing to apply the changes to, or no one to read them
 	}
-	if n := len(ts.lastChanges) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
-		ts.lastTarget, ts.lastSub, ts.lastChanges, ts.lastPush = nil, nil, nil, nil
+	if n := len(ts.rare().lastChanges) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
+		ts.lastTarget, ts.lastSub, ts.lastPush = nil, nil, nil
+		ts.forgetChanges()
 		ts.dirty = true
 		return
 	}
-	if ts.lastChanges == nil {
-		ts.lastChanges = make(map[string]*encoded, tgt.set.len()+len(tgt.removed))
+	r := ts.rareW()
+	if r.lastChanges == nil {
+		r.lastChanges = make(map[string]*encoded, tgt.set.len()+len(tgt.removed))
 	}
 	for _, e := range tgt.set.ents {
-		ts.lastChanges[e.name] = e.enc
+		r.lastChanges[e.name] = e.enc
 	}
 	for _, n := range tgt.removed {
-		ts.lastChanges[n] = nil
+		r.lastChanges[n] = nil
 	}
 	ts.lastPush = pc
 }
@@ -309,7 +357,7 @@ func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
 // stands rejected may keep what it rejected, and with it the hold, for
 // good: its NACK is what Sync reports then, rather than wait.
 func (c *core) awaitsHeldBack(ts *typeState) bool {
-	if ts.retry == nil {
+	if ts.rare().retry == nil {
 		return false
 	}
 	if ts.fault != nil {
@@ -390,6 +438,17 @@ func (c *core) takeOut() []*outMsg {
 	return out
 }
 
+// dropRare drops the rare part of each type's state that a step emptied,
+// so that an idle connection keeps none (see typeState.rareRec). The
+// runner calls it after each step.
+func (c *core) dropRare() {
+	for _, ts := range c.types {
+		if ts != nil && ts.rareRec != nil && ts.rareRec.empty() {
+			ts.rareRec = nil
+		}
+	}
+}
+
 // busy reports whether pushes must wait: a push is still in its phases.
 func (c *core) busy() bool { return c.plan != nil }
 
@@ -408,8 +467,8 @@ func (c *core) deadline() time.Time {
 		earlier(c.pushRetryAt)
 	}
 	for _, ts := range c.types {
-		if ts != nil && ts.retry != nil {
-			earlier(c.set.time(ts.retryAt))
+		if ts != nil && ts.rare().retry != nil {
+			earlier(c.set.time(ts.rare().retryAt))
 		}
 	}
 	return at
@@ -424,9 +483,9 @@ func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err err
 		c.phaseTimedOut()
 	}
 	for _, ts := range c.types {
-		if ts != nil && ts.retry != nil && !now.Before(c.set.time(ts.retryAt)) {
-			a := ts.retry
-			ts.retry = nil
+		if ts != nil && ts.rare().retry != nil && !now.Before(c.set.time(ts.rareRec.retryAt)) {
+			a := ts.rareRec.retry
+			ts.rareRec.retry = nil
 			if err := c.answer(ts.idx, a); err != nil {
 				return false, err
 			}
@@ -592,10 +651,10 @@ func (c *core) firstAnswerRetry() time.Time {
 		return at // what a Delta client holds, it reports
 	}
 	for i, ts := range c.types {
-		if ts == nil || !c.set.fullState[i] || ts.nonceSent != "" || ts.retry == nil {
+		if ts == nil || !c.set.fullState[i] || ts.nonceSent != "" || ts.rare().retry == nil {
 			continue
 		}
-		if r := c.set.time(ts.retryAt); at.IsZero() || r.Before(at) {
+		if r := c.set.time(ts.rare().retryAt); at.IsZero() || r.Before(at) {
 			at = r
 		}
 	}
@@ -682,12 +741,21 @@ func (c *core) typeOK(ts *typeState) {
 	}
 }
 
+// retryLater merges a into the answer that tick makes of type ts after a
+// backoff for its failures in a row.
+func (c *core) retryLater(ts *typeState, a *answer) {
+	r := ts.rareW()
+	r.retry = r.retry.merge(a)
+	r.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(ts.fails(), c.seed+uint64(ts.idx))))
+}
+
 // retryType asks tick to regenerate type ts after a backoff, as an answer
 // with nothing forced: what differs is sent. The backoff grows with the
 // failures, and with the responses in a row that held something back (a
 // client that keeps what holds it back is retried less and less often;
 // its next ACK retries at once, see retryHeldBack).
 func (c *core) retryType(ts *typeState) {
-	ts.retry = ts.retry.merge(&answer{})
-	ts.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(max(ts.fails(), ts.holds, 1), c.seed+uint64(ts.idx))))
+	r := ts.rareW()
+	r.retry = r.retry.merge(&answer{})
+	r.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.idx))))
 }

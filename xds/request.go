@@ -137,11 +137,11 @@ func (c *core) retryHeldBack(i int) error {
 		return nil
 	}
 	for j, ts := range c.types {
-		if j == i || ts == nil || ts.retry == nil || ts.fault != nil || c.blocked(j) {
+		if j == i || ts == nil || ts.rare().retry == nil || ts.fault != nil || c.blocked(j) {
 			continue
 		}
-		a := ts.retry
-		ts.retry = nil
+		a := ts.rareRec.retry
+		ts.rareRec.retry = nil
 		if err := c.answer(j, a); err != nil {
 			return err
 		}
@@ -219,10 +219,10 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		nts.order, nts.star = order, star
 		if ts != nil {
 			nts.timeouts = ts.timeouts
-			if len(ts.removing) > 0 {
+			if len(ts.rare().removing) > 0 {
 				// A push is holding removals back: the client still holds
 				// them and the answer keeps them until the push removes them.
-				nts.held, nts.removing = ts.held, ts.removing
+				nts.held, nts.rareW().removing = ts.held, ts.rareRec.removing
 			}
 		}
 		c.setType(i, nts)
@@ -296,7 +296,7 @@ func (c *core) unsubscribed(i int, removed []string) {
 	ts := c.types[i]
 	var held []string
 	for _, n := range removed {
-		delete(ts.removing, n)
+		delete(ts.rare().removing, n)
 		if ts.held.get(n) != nil {
 			held = append(held, n)
 		}
@@ -309,10 +309,11 @@ func (c *core) unsubscribed(i int, removed []string) {
 		ts.held.del(n)
 	}
 	for _, n := range kept {
-		if ts.removing == nil {
-			ts.removing = make(map[string]struct{}, len(kept))
+		r := ts.rareW()
+		if r.removing == nil {
+			r.removing = make(map[string]struct{}, len(kept))
 		}
-		ts.removing[n] = struct{}{}
+		r.removing[n] = struct{}{}
 	}
 }
 
@@ -519,7 +520,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		})
 		for _, n := range drop {
 			ts.held.del(n)
-			delete(ts.removing, n)
+			delete(ts.rare().removing, n)
 		}
 	}
 
@@ -564,7 +565,8 @@ func (c *core) answer(i int, a *answer) error {
 		return nil
 	}
 	if c.blocked(i) {
-		ts.deferred = ts.deferred.merge(a)
+		r := ts.rareW()
+		r.deferred = r.deferred.merge(a)
 		return nil
 	}
 	tgt, err := c.generate(i, false, false, &pushcontext.PushRequest{
@@ -578,8 +580,7 @@ func (c *core) answer(i int, a *answer) error {
 		if err == ErrGenerateTimeout {
 			return errStreamGenerateTimeout
 		}
-		ts.retry = ts.retry.merge(a)
-		ts.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(ts.fails(), c.seed+uint64(i))))
+		c.retryLater(ts, a)
 		return nil
 	}
 	c.typeOK(ts)
@@ -609,7 +610,7 @@ func (c *core) answer(i int, a *answer) error {
 		}
 	}
 	c.send(c.release(i, tgt, o))
-	if a.initial && len(ts.removing) > 0 {
+	if a.initial && len(ts.rare().removing) > 0 {
 		c.planRemoval(i)
 	}
 	// Clusters that were sent re-warm: send their endpoints even if
@@ -629,9 +630,7 @@ func (c *core) answer(i int, a *answer) error {
 			if err == ErrGenerateTimeout {
 				return errStreamGenerateTimeout
 			}
-			ets := c.types[e]
-			ets.retry = ets.retry.merge(ea)
-			ets.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(ets.fails(), c.seed+uint64(e))))
+			c.retryLater(c.types[e], ea)
 			return nil
 		}
 		eo := relOpts{force: ea.force, restrict: ea.restrict, pc: c.proxy.Push, warm: warm}
@@ -672,11 +671,11 @@ func (c *core) blocked(i int) bool {
 // flushDeferred answers the requests that waited for phases now released.
 func (c *core) flushDeferred() error {
 	for i, ts := range c.types {
-		if ts == nil || ts.deferred == nil || c.blocked(i) {
+		if ts == nil || ts.rare().deferred == nil || c.blocked(i) {
 			continue
 		}
-		a := ts.deferred
-		ts.deferred = nil
+		a := ts.rareRec.deferred
+		ts.rareRec.deferred = nil
 		if err := c.answer(i, a); err != nil {
 			return err
 		}

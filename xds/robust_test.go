@@ -243,6 +243,9 @@ func TestNACK(t *testing.T) {
 		if rs := c.pending(); len(rs) != 0 {
 			t.Fatalf("after the NACK = %v; want nothing (the push stops)", typesOf(rs))
 		}
+		if got := rareTypes(t, f); !slices.Contains(got, "CDS") {
+			t.Errorf("types with rare state after the NACK = %v; want CDS among them (what it rejected)", got)
+		}
 		// Unrelated pushes, and a Forced one, do not re-send the rejected
 		// clusters.
 		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
@@ -269,7 +272,32 @@ func TestNACK(t *testing.T) {
 		if cds.NACK != nil || !cds.Synced() || cds.AckedVersion != f.srv.Version() {
 			t.Errorf("CDS status = %+v; want synced at %s without NACK", cds, f.srv.Version())
 		}
+		if got := rareTypes(t, f); len(got) != 0 {
+			t.Errorf("types with rare state once synced = %v; want none", got)
+		}
 	})
+}
+
+// rareTypes returns the types for which f's one connection keeps the rare
+// part of its state (see typeState.rareRec), read between two steps.
+func rareTypes(t *testing.T, f *fixture) []string {
+	t.Helper()
+	conns := f.srv.connections()
+	if len(conns) != 1 {
+		t.Fatalf("%d connections; want 1", len(conns))
+	}
+	c := conns[0]
+	if !c.lockStep() {
+		t.Fatal("the stream ended")
+	}
+	defer c.unlockStep(nil)
+	var out []string
+	for i, ts := range c.core.types {
+		if ts != nil && ts.rareRec != nil {
+			out = append(out, f.srv.set.order[i].Short())
+		}
+	}
+	return out
 }
 
 func countPrefix(list []string, prefix string) int {

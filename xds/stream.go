@@ -826,6 +826,9 @@ func (c *conn) after() {
 // that what publishStatus would copy is as it last did.
 func (c *conn) settle(stepped bool) []*outMsg {
 	out := c.core.takeOut()
+	if stepped {
+		c.core.dropRare()
+	}
 	c.made += uint64(len(out))
 	c.outbox = append(c.outbox, out...)
 	c.resetTimer()
