@@ -229,9 +229,9 @@ func (c *core) reject(ts *typeState, nonce string) {
 	for _, n := range drop {
 		ts.held.del(n)
 	}
-	for n := range ts.rare().removing {
+	for n := range ts.removing() {
 		if ts.held.get(n) == nil {
-			delete(ts.rare().removing, n)
+			delete(ts.removing(), n)
 		}
 	}
 }

@@ -160,8 +160,9 @@ type typeState struct {
 	timeouts                            int32
 
 	// rareRec is what is empty while the client is in step with its
-	// configuration: nil then. Read it with rare, change it through
-	// rareW; a step that empties it drops it (see core.dropRare).
+	// configuration: nil then. Read it with the methods named as its
+	// fields (rejected, retry, ...), change it through rareW; a step that
+	// empties it drops it (see core.dropRare).
 	rareRec *typeRare
 
 	// fault is the type's run of failures (pushes and answers), from the
@@ -219,13 +220,49 @@ func (r *typeRare) empty() bool {
 		r.deferred == nil && r.retry == nil && r.holds == 0
 }
 
-// rare returns the rare part of ts's state, zero if it has none. It is a
-// copy: change it through rareW (its maps are ts's own, to delete from).
-func (ts *typeState) rare() typeRare {
+// The rare part of ts's state, read: each is zero if ts has none. Change
+// it through rareW; the maps returned are ts's own, to delete from.
+
+func (ts *typeState) rejected() map[string]*encoded {
 	if ts.rareRec == nil {
-		return typeRare{}
+		return nil
 	}
-	return *ts.rareRec
+	return ts.rareRec.rejected
+}
+
+func (ts *typeState) lastChanges() map[string]*encoded {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.lastChanges
+}
+
+func (ts *typeState) removing() map[string]struct{} {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.removing
+}
+
+func (ts *typeState) deferred() *answer {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.deferred
+}
+
+func (ts *typeState) retry() *answer {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.retry
+}
+
+func (ts *typeState) holds() int {
+	if ts.rareRec == nil {
+		return 0
+	}
+	return ts.rareRec.holds
 }
 
 // forgetChanges drops what partial targets changed since the last full
@@ -292,7 +329,7 @@ func newTypeState(i int, sub *subscription) *typeState {
 // lastGet returns the configuration's resource name of the type as last
 // generated (see lastTarget), or nil.
 func (ts *typeState) lastGet(name string) *encoded {
-	if e, ok := ts.rare().lastChanges[name]; ok {
+	if e, ok := ts.lastChanges()[name]; ok {
 		return e
 	}
 	if ts.lastTarget == nil {
@@ -306,7 +343,7 @@ func (ts *typeState) lastGet(name string) *encoded {
 // covers name, or a partial target since changed it. A target generated
 // before the client subscribed to name did not look for it.
 func (ts *typeState) lastKnows(name string) bool {
-	if _, ok := ts.rare().lastChanges[name]; ok {
+	if _, ok := ts.lastChanges()[name]; ok {
 		return true
 	}
 	return ts.lastTarget != nil && ts.lastSub.covers(name)
@@ -328,7 +365,7 @@ func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers 
 	if ts.lastTarget == nil || !refers {
 		return // nothing to apply the changes to, or no one to read them
 	}
-	if n := len(ts.rare().lastChanges) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
+	if n := len(ts.lastChanges()) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
 		ts.lastTarget, ts.lastSub, ts.lastPush = nil, nil, nil
 		ts.forgetChanges()
 		ts.dirty = true
@@ -357,7 +394,7 @@ func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
 // stands rejected may keep what it rejected, and with it the hold, for
 // good: its NACK is what Sync reports then, rather than wait.
 func (c *core) awaitsHeldBack(ts *typeState) bool {
-	if ts.rare().retry == nil {
+	if ts.retry() == nil {
 		return false
 	}
 	if ts.fault != nil {
@@ -467,8 +504,8 @@ func (c *core) deadline() time.Time {
 		earlier(c.pushRetryAt)
 	}
 	for _, ts := range c.types {
-		if ts != nil && ts.rare().retry != nil {
-			earlier(c.set.time(ts.rare().retryAt))
+		if ts != nil && ts.retry() != nil {
+			earlier(c.set.time(ts.rareRec.retryAt))
 		}
 	}
 	return at
@@ -483,7 +520,7 @@ func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err err
 		c.phaseTimedOut()
 	}
 	for _, ts := range c.types {
-		if ts != nil && ts.rare().retry != nil && !now.Before(c.set.time(ts.rareRec.retryAt)) {
+		if ts != nil && ts.retry() != nil && !now.Before(c.set.time(ts.rareRec.retryAt)) {
 			a := ts.rareRec.retry
 			ts.rareRec.retry = nil
 			if err := c.answer(ts.idx, a); err != nil {
@@ -651,10 +688,10 @@ func (c *core) firstAnswerRetry() time.Time {
 		return at // what a Delta client holds, it reports
 	}
 	for i, ts := range c.types {
-		if ts == nil || !c.set.fullState[i] || ts.nonceSent != "" || ts.rare().retry == nil {
+		if ts == nil || !c.set.fullState[i] || ts.nonceSent != "" || ts.retry() == nil {
 			continue
 		}
-		if r := c.set.time(ts.rare().retryAt); at.IsZero() || r.Before(at) {
+		if r := c.set.time(ts.rareRec.retryAt); at.IsZero() || r.Before(at) {
 			at = r
 		}
 	}

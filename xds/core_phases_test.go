@@ -227,7 +227,7 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 			r.resubscribe(ClusterType, "c0")
 			r.expect("the narrowing's answer", tt.want...)
 			cds := r.typeState(ClusterType)
-			if _, marked := cds.rare().removing["c1"]; marked != tt.flip {
+			if _, marked := cds.removing()["c1"]; marked != tt.flip {
 				t.Errorf("c1 marked for removal = %v; want %v", marked, tt.flip)
 			}
 			r.ack(ClusterType)
@@ -236,8 +236,8 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 				r.ack(RouteType)
 				r.resubscribe(ClusterType, "c0", "c1")
 				r.expect("c1 subscribed again", tt.wantThen...)
-				if len(cds.rare().removing) > 0 {
-					t.Errorf("removing = %v after the client subscribed again; want none", cds.rare().removing)
+				if len(cds.removing()) > 0 {
+					t.Errorf("removing = %v after the client subscribed again; want none", cds.removing())
 				}
 			case "unname":
 				r.ack(RouteType)
@@ -470,7 +470,7 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.expect("nothing: r1 is held back, the client lacks c1")
 	rds := r.typeState(RouteType)
 	var re *ReferenceError
-	if !errors.As(rds.failure(), &re) && rds.rare().retry == nil {
+	if !errors.As(rds.failure(), &re) && rds.retry() == nil {
 		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
 	}
 	if re != nil {

@@ -277,8 +277,8 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 			r.expectBusy("after the removal phases", false)
 			r.expectHeld("clusters", ClusterType, "c0", "c1")
 			cds := r.typeState(ClusterType)
-			if cds.rare().retry == nil || cds.failure() != nil {
-				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.rare().retry, cds.failure())
+			if cds.retry() == nil || cds.failure() != nil {
+				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.retry(), cds.failure())
 			}
 			if !r.c.awaitsHeldBack(cds) {
 				t.Error("convergence does not wait for the held-back removal; want it to (the client is on its way)")
@@ -295,7 +295,7 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 				r.expect("r1 changed", "RDS [r1] -[]")
 				r.unsubscribe(RouteType, "r0")
 				r.expect("no retry before the RDS ACK")
-				if cds.rare().retry == nil {
+				if cds.retry() == nil {
 					t.Fatal("CDS retry gone before the RDS ACK")
 				}
 				// The route push regenerated the types whose removals were
@@ -315,8 +315,8 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 				r.expect("c0 removed at once", "CDS [c1]")
 			}
 			r.expectHeld("clusters", ClusterType, "c1")
-			if cds.rare().retry != nil {
-				t.Errorf("CDS retry still pending: %+v", cds.rare().retry)
+			if cds.retry() != nil {
+				t.Errorf("CDS retry still pending: %+v", cds.retry())
 			}
 			r.expectBusy("at the end", false)
 		})
@@ -382,8 +382,8 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	}
 	cds := r.typeState(ClusterType)
 	r.expectHeld("clusters", ClusterType, "c0", "c1")
-	if cds.rare().retry == nil || cds.failure() != nil || r.c.awaitsHeldBack(cds) {
-		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry not awaited (the NACK stands), no failure", cds.rare().retry, cds.failure(), r.c.awaitsHeldBack(cds))
+	if cds.retry() == nil || cds.failure() != nil || r.c.awaitsHeldBack(cds) {
+		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry not awaited (the NACK stands), no failure", cds.retry(), cds.failure(), r.c.awaitsHeldBack(cds))
 	}
 	var gaps []time.Duration
 	for start := r.now; r.now.Sub(start) < 3*DefaultPhaseTimeout; {
@@ -396,8 +396,8 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 		r.take()
 	}
 	r.expectHeld("clusters after the retries", ClusterType, "c0", "c1")
-	if cds.rare().retry == nil || r.c.awaitsHeldBack(cds) {
-		t.Errorf("retry %v, awaited %v; want a retry, not awaited", cds.rare().retry, r.c.awaitsHeldBack(cds))
+	if cds.retry() == nil || r.c.awaitsHeldBack(cds) {
+		t.Errorf("retry %v, awaited %v; want a retry, not awaited", cds.retry(), r.c.awaitsHeldBack(cds))
 	}
 	if n := len(gaps); n < 2 || gaps[n-1] <= gaps[0] {
 		t.Errorf("retries %v apart; want them further and further apart", gaps)
@@ -439,7 +439,7 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	}
 	r.expect("listeners answered, clusters failed", "LDS [l0]")
 	cds := r.typeState(ClusterType)
-	if cds.rare().retry == nil {
+	if cds.retry() == nil {
 		t.Fatal("no retry of the failed cluster answer")
 	}
 	r.ack(ListenerType)
@@ -453,7 +453,7 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	if r.c.failed == nil {
 		t.Fatal("the push was dropped; want it kept for after the answer")
 	}
-	if !r.wait(r.c.set.time(cds.rare().retryAt).Sub(r.now)) {
+	if !r.wait(r.c.set.time(cds.rareRec.retryAt).Sub(r.now)) {
 		t.Fatal("the push is not due once the answer is retried")
 	}
 	r.expect("the first answer, from the stream's snapshot", "CDS [c0]")

@@ -851,7 +851,7 @@ func TestCoreAnsweredRouteWaitsForItsClustersACK(t *testing.T) {
 					r.nack(ClusterType, "no")
 					r.expect("nothing: the client rejected c0")
 					var re *ReferenceError
-					if !errors.As(rds.failure(), &re) && rds.rare().retry == nil {
+					if !errors.As(rds.failure(), &re) && rds.retry() == nil {
 						t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
 					}
 					if re != nil && !re.Rejected {
@@ -910,8 +910,8 @@ func TestCoreDeltaRetryReportsOnlyNamesStillAskedFor(t *testing.T) {
 	delete(h.fail, RouteType)
 	r.wait(time.Minute)
 	r.expect("the retry: nothing to say of rx, no longer asked for")
-	if rds := r.typeState(RouteType); rds.failure() != nil || rds.rare().retry != nil {
-		t.Errorf("RDS error %v, retry %v after the retry; want neither", rds.failure(), rds.rare().retry)
+	if rds := r.typeState(RouteType); rds.failure() != nil || rds.retry() != nil {
+		t.Errorf("RDS error %v, retry %v after the retry; want neither", rds.failure(), rds.retry())
 	}
 }
 

@@ -190,7 +190,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			keep(r, prev)
 			continue
 		}
-		if bad, ok := ts.rare().rejected[r.name]; ok {
+		if bad, ok := ts.rejected()[r.name]; ok {
 			if bad.same(r.enc) {
 				keep(r, prev) // rejected content is not sent again
 				continue
@@ -253,7 +253,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	}
 	slices.Sort(gone)
 	if set.deferred[i] && removes && !o.restrict &&
-		(o.push || len(ts.rare().removing) > 0 || (o.initial && set.phaseWait)) {
+		(o.push || len(ts.removing()) > 0 || (o.initial && set.phaseWait)) {
 		// Make-before-break: hold the removals until the push's removal
 		// phase (answers keep holding what a push holds), or, for what a
 		// reconnecting Delta client reported holding, until its removal
@@ -273,13 +273,13 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	d.inHeld = inHeld
 
 	if !tgt.partial && covered && !o.restrict {
-		for n := range ts.rare().rejected {
+		for n := range ts.rejected() {
 			if tgt.set.get(n) == nil {
 				d.unrejected = append(d.unrejected, n)
 			}
 		}
 	}
-	if ts.nack != nil && ts.nack.Nonce == ts.nonceSent && ts.nonceSent != "" && len(ts.rare().rejected) == len(d.unrejected) {
+	if ts.nack != nil && ts.nack.Nonce == ts.nonceSent && ts.nonceSent != "" && len(ts.rejected()) == len(d.unrejected) {
 		d.resync = true
 	}
 
@@ -354,15 +354,15 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
 	c.referencesHeld(ts, d.refErrs)
 	for _, n := range d.unrejected {
-		delete(ts.rare().rejected, n)
+		delete(ts.rejected(), n)
 	}
 	if d.deferring {
 		if d.resetRemoving {
 			// What the client unsubscribed from but a route still names
 			// (see unsubscribed) stays marked; the rest is re-derived.
-			for n := range ts.rare().removing {
+			for n := range ts.removing() {
 				if ts.covers(n) {
-					delete(ts.rare().removing, n)
+					delete(ts.removing(), n)
 				}
 			}
 		}
@@ -376,7 +376,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 	exact := func() {
 		if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() &&
-			ts.held.len() == tgt.set.len() && len(ts.rare().removing) == 0 {
+			ts.held.len() == tgt.set.len() && len(ts.removing()) == 0 {
 			ts.held.reset(tgt.set) // the same content, shared with other clients
 		}
 	}
@@ -392,9 +392,9 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	if full && !c.delta {
 		before := ts.held.snapshot()
 		state := slices.Clone(d.kept) // d's buffer goes back to the pool
-		for n := range ts.rare().removing {
+		for n := range ts.removing() {
 			if !ts.covers(n) && c.unnamed(i, n) {
-				delete(ts.rare().removing, n) // unsubscribed, and no longer named
+				delete(ts.removing(), n) // unsubscribed, and no longer named
 				continue
 			}
 			if e := ts.held.get(n); e != nil {
@@ -405,7 +405,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		exact()
 		after := ts.held.snapshot()
 		f.before, f.after = &before, &after
-	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() && len(ts.rare().removing) == 0 &&
+	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() && len(ts.removing()) == 0 &&
 		ts.held.len()-d.inHeld == len(d.gone) && len(ts.flights) == 0 {
 		// The client will hold exactly the target (typically a push that
 		// regenerated the type): one snapshot rather than one change per
@@ -489,11 +489,11 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 // the client holds still names.
 func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	ts := c.types[i]
-	if ts == nil || len(ts.rare().removing) == 0 {
+	if ts == nil || len(ts.removing()) == 0 {
 		return nil
 	}
 	var gone []string
-	for n := range ts.rare().removing {
+	for n := range ts.removing() {
 		if ts.held.get(n) != nil && ts.covers(n) {
 			gone = append(gone, n)
 		}
@@ -552,7 +552,7 @@ func (c *core) danglingCluster(i int, r entry, settled bool) *ReferenceError {
 		// a subscription without it, so that the Server cannot tell): not
 		// the configuration's fault. Otherwise the configuration names a
 		// cluster it does not have.
-		_, rejected := cds.rare().rejected[name]
+		_, rejected := cds.rejected()[name]
 		transient := held || rejected || !c.current(cds) || !cds.lastKnows(name) || cds.lastGet(name) != nil
 		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
 	}
@@ -725,7 +725,7 @@ func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 	}
 	ts.rareW().holds++
 	ts.dirty = true
-	if c.failed == nil && ts.rare().retry == nil {
+	if c.failed == nil && ts.retry() == nil {
 		// Try again later even if nothing is pushed: what was missing
 		// may arrive with a push that does not concern this type.
 		c.retryType(ts)

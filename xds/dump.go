@@ -110,11 +110,11 @@ func (c *conn) dump() *ConnDump {
 			Resources: make([]DumpedResource, 0, len(ents)),
 		}
 		for _, e := range ents {
-			_, removing := ts.rare().removing[e.name]
+			_, removing := ts.removing()[e.name]
 			td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: removing})
 		}
-		for _, n := range sortedKeys(ts.rare().rejected) {
-			e := ts.rare().rejected[n]
+		for _, n := range sortedKeys(ts.rejected()) {
+			e := ts.rejected()[n]
 			td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.version, Resource: e.any})
 		}
 		d.Types = append(d.Types, td)

@@ -83,7 +83,7 @@ func (c *core) applyChanges(i int, ch Changes) (*target, error) {
 	}
 	ents := make([]entry, 0, ts.held.len()+up.len())
 	for _, e := range ts.held.entries() {
-		_, removing := ts.rare().removing[e.name]
+		_, removing := ts.removing()[e.name]
 		_, deleted := gone[e.name]
 		if !removing && !deleted && up.find(e.name) < 0 {
 			ents = append(ents, e)

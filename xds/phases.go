@@ -132,7 +132,7 @@ func (c *core) advance(force bool) {
 				o.changed = func(r entry) { c.sentRoute(pl, r) }
 			}
 			m = c.release(i, ph.tgt, o)
-			if ts := c.types[i]; ts != nil && len(ts.rare().removing) > 0 {
+			if ts := c.types[i]; ts != nil && len(ts.removing()) > 0 {
 				pl.t[i].armed = true
 			}
 		}
@@ -220,7 +220,7 @@ func (c *core) needHeld(pl *plan) {
 		cts := c.types[child]
 		pts := c.types[parent]
 		pts.held.each(func(name string, e *encoded) {
-			if _, ok := pts.rare().removing[name]; ok {
+			if _, ok := pts.removing()[name]; ok {
 				return // about to be removed: it need not be warm
 			}
 			for _, n := range set.children(parent, e) {
@@ -379,7 +379,7 @@ func (c *core) fetched(pl *plan, i int, name string) bool {
 	if ts.held.get(name) != nil {
 		return true
 	}
-	return ts.fault == nil && ts.rare().retry == nil && ts.rare().deferred == nil
+	return ts.fault == nil && ts.retry() == nil && ts.deferred() == nil
 }
 
 // excuse lists the types that keep the gate closed, counts the timeout

@@ -137,7 +137,7 @@ func (c *core) retryHeldBack(i int) error {
 		return nil
 	}
 	for j, ts := range c.types {
-		if j == i || ts == nil || ts.rare().retry == nil || ts.fault != nil || c.blocked(j) {
+		if j == i || ts == nil || ts.retry() == nil || ts.fault != nil || c.blocked(j) {
 			continue
 		}
 		a := ts.rareRec.retry
@@ -219,7 +219,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		nts.order, nts.star = order, star
 		if ts != nil {
 			nts.timeouts = ts.timeouts
-			if len(ts.rare().removing) > 0 {
+			if len(ts.removing()) > 0 {
 				// A push is holding removals back: the client still holds
 				// them and the answer keeps them until the push removes them.
 				nts.held, nts.rareW().removing = ts.held, ts.rareRec.removing
@@ -296,7 +296,7 @@ func (c *core) unsubscribed(i int, removed []string) {
 	ts := c.types[i]
 	var held []string
 	for _, n := range removed {
-		delete(ts.rare().removing, n)
+		delete(ts.removing(), n)
 		if ts.held.get(n) != nil {
 			held = append(held, n)
 		}
@@ -520,7 +520,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		})
 		for _, n := range drop {
 			ts.held.del(n)
-			delete(ts.rare().removing, n)
+			delete(ts.removing(), n)
 		}
 	}
 
@@ -610,7 +610,7 @@ func (c *core) answer(i int, a *answer) error {
 		}
 	}
 	c.send(c.release(i, tgt, o))
-	if a.initial && len(ts.rare().removing) > 0 {
+	if a.initial && len(ts.removing()) > 0 {
 		c.planRemoval(i)
 	}
 	// Clusters that were sent re-warm: send their endpoints even if
@@ -671,7 +671,7 @@ func (c *core) blocked(i int) bool {
 // flushDeferred answers the requests that waited for phases now released.
 func (c *core) flushDeferred() error {
 	for i, ts := range c.types {
-		if ts == nil || ts.rare().deferred == nil || c.blocked(i) {
+		if ts == nil || ts.deferred() == nil || c.blocked(i) {
 			continue
 		}
 		a := ts.rareRec.deferred
