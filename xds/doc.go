@@ -197,14 +197,18 @@
 // # Concurrency
 //
 // Server is safe for concurrent use. Each stream is served by gRPC's handler
-// goroutine, which waits for timers and the stream's end, plus a receive
-// goroutine, which runs each request as it reads it, plus a writer goroutine
-// only while responses are being written; while a stream opens, a goroutine
-// of its own authenticates the client and initialises the proxy, so that
-// its stack does not stay with the handler for the stream's life.
-// A stream's requests, pushes and phases run one at a time, under a lock of
-// the stream's: pushes are generated on the push queue's goroutines while a
-// push slot (Config.Concurrency) is held. Generators and InitProxy for one
+// goroutine, which waits for the stream's end, plus a receive goroutine,
+// which runs each request as it reads it, plus a writer goroutine only
+// while responses are being written; while a stream opens, a goroutine of
+// its own makes the connection, authenticates the client and initialises
+// the proxy, so that its stack does not stay with the handler for the
+// stream's life. A stream's timer (phase deadlines, retries, the check of
+// a blocked write) runs what is due on the goroutine that time.AfterFunc
+// starts (with a Clock that cannot call back, the handler goroutine waits
+// for it; see AfterFuncClock). A stream's requests, pushes, timers and
+// phases run one at a time, under a lock of the stream's: pushes are
+// generated on the push queue's goroutines while a push slot
+// (Config.Concurrency) is held. Generators and InitProxy for one
 // proxy are never called concurrently, for different proxies they are.
 // Hooks are called synchronously from these goroutines and must not block. When Run's
 // ctx ends, new streams are refused, live ones end with codes.Unavailable,
