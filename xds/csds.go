@@ -105,8 +105,8 @@ const (
 //     with its Node and no configs.
 //
 // Cost. Each matching connection is read with Dump, which waits until the
-// connection's goroutine is between two steps (not handling a request or
-// generating a push); up to 8 connections are dumped at once, and the
+// connection is between two steps (not handling a request or generating a
+// push); up to 8 connections are dumped at once, and the
 // whole request is bounded by its context and by 10 seconds: past that it
 // fails with codes.DeadlineExceeded. Status is read once before the dumps
 // (to select connections) and once after: a type is reported SYNCED only
