@@ -774,10 +774,15 @@ type pollingClock struct{}
 func (pollingClock) Now() time.Time                 { return time.Now() }
 func (pollingClock) NewTimer(d time.Duration) Timer { return realClock{}.NewTimer(d) }
 
-// streamClocks are the two ways a stream's timer runs what is due: as a
-// step on the goroutine that real time's AfterFunc starts, and on the
-// stream's handler goroutine.
-var streamClocks = []struct {
-	name  string
-	clock Clock
-}{{"clock=real", nil}, {"clock=polling", pollingClock{}}}
+// withStreamClocks runs test in a testing/synctest bubble, as a subtest,
+// with each of the two ways a stream's timer runs what is due: as a step
+// on the goroutine that real time's AfterFunc starts (clock=real, a nil
+// Config.Clock), and on the stream's handler goroutine (clock=polling).
+func withStreamClocks(t *testing.T, test func(t *testing.T, clock Clock)) {
+	for _, c := range []struct {
+		name  string
+		clock Clock
+	}{{"clock=real", nil}, {"clock=polling", pollingClock{}}} {
+		t.Run(c.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { test(t, c.clock) }) })
+	}
+}

@@ -116,11 +116,7 @@ func TestPhasesWaitForACKs(t *testing.T) {
 // A client that does not ACK holds each phase for Phases.Timeout (once per
 // response it leaves un-ACKed); then the phase is sent, and the timeout is
 // reported (hook and status).
-func TestPhaseTimeout(t *testing.T) {
-	for _, clk := range streamClocks {
-		t.Run(clk.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { testPhaseTimeout(t, clk.clock) }) })
-	}
-}
+func TestPhaseTimeout(t *testing.T) { withStreamClocks(t, testPhaseTimeout) }
 
 func testPhaseTimeout(t *testing.T, clock Clock) {
 	const timeout = 3 * time.Second

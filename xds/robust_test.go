@@ -313,11 +313,7 @@ func countPrefix(list []string, prefix string) int {
 // A client that stops reading does not delay pushes to others, even with a
 // single push slot; its pushes coalesce; after WriteTimeout its stream is
 // closed with DeadlineExceeded.
-func TestSlowClient(t *testing.T) {
-	for _, clk := range streamClocks {
-		t.Run(clk.name, func(t *testing.T) { synctest.Test(t, func(t *testing.T) { testSlowClient(t, clk.clock) }) })
-	}
-}
+func TestSlowClient(t *testing.T) { withStreamClocks(t, testSlowClient) }
 
 func testSlowClient(t *testing.T, clock Clock) {
 	const writeTimeout = 30 * time.Second
