@@ -195,7 +195,7 @@ type typeRare struct {
 	// terminal), unless it changes or a push is Forced.
 	rejected map[string]*encoded
 	// lastChanges is what partial targets (a DeltaGenerator's) released
-	// since the type's last full generation (typeState.last) changed of
+	// since the type's last full generation (typeState.lastTarget) changed of
 	// it; nil: the name was removed.
 	lastChanges map[string]*encoded
 	// removing names the resources of a deferred-removal type that the

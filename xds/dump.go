@@ -109,12 +109,13 @@ func (c *conn) dump() *ConnDump {
 			Names:     slices.Clone(ts.sub.names),
 			Resources: make([]DumpedResource, 0, len(ents)),
 		}
+		removing, rejected := ts.removing(), ts.rejected()
 		for _, e := range ents {
-			_, removing := ts.removing()[e.name]
+			_, removing := removing[e.name]
 			td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: removing})
 		}
-		for _, n := range sortedKeys(ts.rejected()) {
-			e := ts.rejected()[n]
+		for _, n := range sortedKeys(rejected) {
+			e := rejected[n]
 			td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.version, Resource: e.any})
 		}
 		d.Types = append(d.Types, td)

@@ -107,10 +107,10 @@ type conn struct {
 	writing          bool   // a writer goroutine is running
 	paused           bool   // the receive goroutine is asked to wait
 
-	// events is the stream's mailbox, read by the opening until the first
-	// request and then by loop: the first request, and what ends the
-	// stream (the end of the receive goroutine, a failed step or write,
-	// the Server's shutdown).
+	// events is the stream's mailbox, read by the opening until the
+	// stream is admitted and then by loop: the first request, and what
+	// ends the stream (the end of the receive goroutine, a failed step or
+	// write, the Server's shutdown).
 	events     chan event
 	resume     chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
 	done       chan struct{} // closed when the stream ends
