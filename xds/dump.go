@@ -109,9 +109,9 @@ func (c *conn) dump() *ConnDump {
 			Names:     slices.Clone(ts.sub.names),
 			Resources: make([]DumpedResource, 0, len(ents)),
 		}
-		removing, rejected := ts.removing(), ts.rejected()
+		removals, rejected := ts.removing(), ts.rejected()
 		for _, e := range ents {
-			_, removing := removing[e.name]
+			_, removing := removals[e.name]
 			td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: removing})
 		}
 		for _, n := range sortedKeys(rejected) {
