@@ -258,13 +258,6 @@ func (ts *typeState) retry() *answer {
 	return ts.rareRec.retry
 }
 
-func (ts *typeState) holds() int {
-	if ts.rareRec == nil {
-		return 0
-	}
-	return ts.rareRec.holds
-}
-
 // forgetChanges drops what partial targets changed since the last full
 // generation.
 func (ts *typeState) forgetChanges() {
