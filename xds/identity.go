@@ -79,12 +79,16 @@ func MTLSAuthenticate(ctx context.Context) (any, error) {
 	return id, nil
 }
 
-// hostError turns an error of host code into what the client is told: a
-// gRPC status error the host chose is passed on as is; anything else
-// becomes a generic status of code with a correlation id, and the detail
-// goes to the log (and, through the returned error, to
-// DisconnectEvent.Err and the hooks).
+// hostError turns an error of host code into what the client is told: an
+// error that comes of the Server's shutdown (stoppedBy) is Unavailable,
+// as for every stream the shutdown ends; a gRPC status error the host
+// chose is passed on as is; anything else becomes a generic status of
+// code with a correlation id, and the detail goes to the log (and,
+// through the returned error, to DisconnectEvent.Err and the hooks).
 func (s *Server) hostError(ctx context.Context, code codes.Code, what string, p *Proxy, err error) (toClient, detail error) {
+	if s.stoppedBy(err) {
+		return errShuttingDown, err
+	}
 	if st, ok := status.FromError(err); ok && !isPanic(err) {
 		return st.Err(), err
 	}

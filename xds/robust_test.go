@@ -491,10 +491,10 @@ func startStoppable(t *testing.T, tweak func(*Config)) (f *fixture, stop func() 
 
 // When Run's ctx ends, streams are closed with Unavailable, whatever stage
 // they are in: synced, waiting for their first request, waiting for
-// admission (the rate limit or an opening), or in InitProxy, at their
-// opening or at a Full push, whether InitProxy returns its ctx's error or
-// ignores its ctx (and is abandoned); Run then returns, every goroutine of
-// theirs gone.
+// admission (the rate limit or an opening), in Authenticate, or in
+// InitProxy, at their opening or at a Full push, whether InitProxy
+// returns its ctx's error or ignores its ctx (and is abandoned); Run then
+// returns, every goroutine of theirs gone.
 func TestShutdownClosesStreams(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -536,6 +536,16 @@ func TestShutdownClosesStreams(t *testing.T) {
 			synctest.Wait()
 			c := f.connect("n", cc, true)
 			c.request(ClusterType)
+			synctest.Wait()
+			return c
+		}},
+		{"in Authenticate, which ignores its ctx", func(cfg *Config) {
+			cfg.Authenticate = func(context.Context) (any, error) {
+				time.Sleep(time.Hour)
+				return nil, nil
+			}
+		}, func(f *fixture, cc *grpc.ClientConn) *client {
+			c := f.connect("n", cc, true)
 			synctest.Wait()
 			return c
 		}},

@@ -373,9 +373,6 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		return false, err
 	}
 	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq()); err != nil {
-		if s.stoppedBy(err) {
-			return true, s.refused(ctx, peerAddr, p, errShuttingDown, err)
-		}
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
 		return true, s.refused(ctx, peerAddr, p, toClient, detail)
 	}
