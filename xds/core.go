@@ -258,6 +258,21 @@ func (ts *typeState) retry() *answer {
 	return ts.rareRec.retry
 }
 
+// markRemoving adds names to the removals the type holds back (see
+// typeRare.removing).
+func (ts *typeState) markRemoving(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	r := ts.rareW()
+	if r.removing == nil {
+		r.removing = make(map[string]struct{}, len(names))
+	}
+	for _, n := range names {
+		r.removing[n] = struct{}{}
+	}
+}
+
 // forgetChanges drops what partial targets changed since the last full
 // generation.
 func (ts *typeState) forgetChanges() {

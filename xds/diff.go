@@ -366,13 +366,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 				}
 			}
 		}
-		for _, n := range d.deferGone {
-			r := ts.rareW()
-			if r.removing == nil {
-				r.removing = make(map[string]struct{}, len(d.deferGone))
-			}
-			r.removing[n] = struct{}{}
-		}
+		ts.markRemoving(d.deferGone)
 	}
 	exact := func() {
 		if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() &&

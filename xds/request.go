@@ -308,13 +308,7 @@ func (c *core) unsubscribed(i int, removed []string) {
 	for _, n := range held {
 		ts.held.del(n)
 	}
-	for _, n := range kept {
-		r := ts.rareW()
-		if r.removing == nil {
-			r.removing = make(map[string]struct{}, len(kept))
-		}
-		r.removing[n] = struct{}{}
-	}
+	ts.markRemoving(kept)
 }
 
 // checkNames checks the length of every name of a request of type t.

@@ -143,13 +143,7 @@ func (c *core) transKey(i int, tgt *target, o relOpts) transKey {
 func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	ts := c.types[i]
 	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
-	if len(tr.deferGone) > 0 {
-		r := ts.rareW()
-		r.removing = make(map[string]struct{}, len(tr.deferGone))
-		for _, n := range tr.deferGone {
-			r.removing[n] = struct{}{}
-		}
-	}
+	ts.markRemoving(tr.deferGone) // it held none back (see sameStep)
 	for _, r := range tr.changed {
 		if o.changed != nil {
 			o.changed(r)
