@@ -572,6 +572,7 @@ func TestShutdownClosesStreams(t *testing.T) {
 			c.request(ClusterType)
 			c.recv()
 			f.update(true, func(s *store) { s.clusters["c0"] = xdsfixture.Cluster("c0") }, key(kindCluster, "c0"))
+			time.Sleep(time.Second) // past the debounce window: the push waits in InitProxy
 			synctest.Wait()
 			return c
 		}},

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -399,14 +398,12 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 // closed turns what ended loop into the stream's result, and logs it.
 func (s *Server) closed(c *conn, err error) error {
 	p := c.proxy
-	switch _, ok := status.FromError(err); {
-	case s.stoppedBy(err):
-		err = errShuttingDown // InitProxy at a Full push, ended by the shutdown
-	case !ok || isPanic(err):
-		// A host error (InitProxy at a Full push): the client is told a
-		// correlation id, the detail goes to the log and OnDisconnect.
-		_, err = s.hostError(c.ctx, codes.Internal, "initialising the proxy failed", p, err)
-		err = &hostStreamError{err: err}
+	if _, ok := status.FromError(err); !ok || isPanic(err) {
+		// A host error (InitProxy at a Full push): the client is told what
+		// hostError makes of it (a correlation id, or Unavailable if the
+		// shutdown ended the call), the detail goes to OnDisconnect.
+		toClient, detail := s.hostError(c.ctx, codes.Internal, "initialising the proxy failed", p, err)
+		err = &hostStreamError{err: detail, toClient: toClient}
 	}
 	s.set.logger.LogAttrs(context.Background(), slog.LevelDebug, "xds: disconnected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.Any("err", err))
@@ -1139,19 +1136,11 @@ func (c *conn) close() {
 }
 
 // hostStreamError ends a stream because of host code: OnDisconnect gets
-// the detail, the client a generic status (see Server.hostError).
-type hostStreamError struct{ err error }
+// the detail, the client what Server.hostError made of it.
+type hostStreamError struct{ err, toClient error }
 
 func (e *hostStreamError) Error() string { return e.err.Error() }
 func (e *hostStreamError) Unwrap() error { return e.err }
 
 // GRPCStatus is what the client is told.
-func (e *hostStreamError) GRPCStatus() *status.Status {
-	msg := e.err.Error()
-	if i := strings.Index(msg, " (correlation id "); i >= 0 {
-		if j := strings.Index(msg[i:], ")"); j >= 0 {
-			return status.New(codes.Internal, msg[:i+j+1])
-		}
-	}
-	return status.New(codes.Internal, "xds: internal error")
-}
+func (e *hostStreamError) GRPCStatus() *status.Status { return status.Convert(e.toClient) }
