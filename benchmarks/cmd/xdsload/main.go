@@ -62,7 +62,7 @@ func run() error {
 	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
 	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(append(servers.Names, servers.Variants...), ", ")+" (burst: xdspush unless set)")
 	storm := flag.Bool("storm", true, "add a reconnect storm")
-	rounds := flag.Int("rounds", 3, "changes of each kind (each to another service); the figures pool them")
+	rounds := flag.Int("rounds", harness.DefaultRounds, "changes of each kind (each to another service), every server taking its turn at each; the figures pool them, the ratios to the floor are the median of the rounds'")
 	services := flag.Int("services", 0, "services in the mesh (0: 100)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
 	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")

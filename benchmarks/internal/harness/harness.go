@@ -2,13 +2,16 @@ package harness
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,7 +31,9 @@ type Config struct {
 	// Protocols lists "sotw" and/or "delta". Empty means both.
 	Protocols []string
 	// Rounds is how many changes of each kind are made, one after the
-	// other (each to another service); the figures pool them. Zero means 3.
+	// other (each to another service); the figures pool them, and the
+	// ratios to the floor are the median of the rounds' (see
+	// ChangeResult.Rounds). Zero means DefaultRounds.
 	Rounds int
 	// Storm adds the reconnect storm.
 	Storm bool
@@ -137,6 +142,18 @@ type ChangeResult struct {
 	Responses, Bytes float64
 	// CPU is the server's CPU time for the change, per client.
 	CPU time.Duration
+	// Rounds are the changes one by one. The servers of a run take turns
+	// at each round (see Run), so the ratio of a server's round to the
+	// floor's same round compares them over seconds of the machine's
+	// time, not minutes; Report gives the median of those ratios.
+	Rounds []Round `json:",omitempty"`
+}
+
+// Round is what one change measured.
+type Round struct {
+	Latency Latency
+	// CPU is the server's CPU time for the change, per client.
+	CPU time.Duration
 }
 
 // StormResult is what the reconnect storm measured.
@@ -174,29 +191,322 @@ func (s StormResult) Utilisation() float64 {
 	return float64(s.CPU) / float64(s.Wall)
 }
 
-// Run runs every (server, protocol) of cfg in turn.
+// Run runs every (server, protocol) of cfg. The servers of one protocol
+// run side by side, each with its clients, and take turns: each server's
+// clients converge in turn; then each round of each kind of change is
+// made to every server in turn, so that a server's change and the floor's
+// are seconds apart, not minutes (see ChangeResult.Rounds); then each
+// server's storm runs in turn. While one server works, the others and
+// their clients are stopped (SIGSTOP), connected. Results come by server,
+// then protocol, in cfg's order.
 func Run(cfg Config) ([]Result, error) {
 	cfg, err := cfg.withDefaults(servers.Names)
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Rounds == 0 {
-		cfg.Rounds = 3
+		cfg.Rounds = DefaultRounds
 	}
 	if cfg.StormOnly {
 		cfg.Storm, cfg.Rounds = true, 0
 	}
 	var out []Result
-	for _, s := range cfg.Servers {
-		for _, p := range cfg.Protocols {
-			r, err := runOne(cfg, s, p)
-			if err != nil {
-				return out, fmt.Errorf("%s %s: %w", s, p, err)
-			}
-			out = append(out, r)
+	for _, p := range cfg.Protocols {
+		rs, err := runProtocol(cfg, p)
+		out = append(out, rs...)
+		if err != nil {
+			return byServer(cfg, out), err
 		}
 	}
-	return out, nil
+	return byServer(cfg, out), nil
+}
+
+// DefaultRounds is Config.Rounds' default.
+const DefaultRounds = 5
+
+// byServer orders rs by server, then protocol, in cfg's order.
+func byServer(cfg Config, rs []Result) []Result {
+	slices.SortStableFunc(rs, func(a, b Result) int {
+		return cmp.Or(
+			cmp.Compare(slices.Index(cfg.Servers, a.Server), slices.Index(cfg.Servers, b.Server)),
+			cmp.Compare(slices.Index(cfg.Protocols, a.Protocol), slices.Index(cfg.Protocols, b.Protocol)))
+	})
+	return rs
+}
+
+// runProtocol runs cfg's servers over protocol side by side (see Run).
+func runProtocol(cfg Config, protocol string) (out []Result, err error) {
+	var ss []*session
+	defer func() {
+		for _, s := range ss {
+			if e := s.close(); err == nil && e != nil {
+				err = fmt.Errorf("%s %s: %w", s.res.Server, protocol, e)
+			}
+			out = append(out, s.res)
+		}
+	}()
+	for _, name := range cfg.Servers {
+		s, err := openSession(cfg, name, protocol)
+		if s != nil {
+			ss = append(ss, s)
+		}
+		if err == nil {
+			err = s.pause()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", name, protocol, err)
+		}
+	}
+	// Only the servers whose clients all converged go on.
+	var live []*session
+	for _, s := range ss {
+		if s.res.Init.Missing == 0 {
+			live = append(live, s)
+		}
+	}
+	each := func(f func(s *session) error) error {
+		for _, s := range live {
+			if err := s.turn(func() error { return f(s) }); err != nil {
+				return s.errorf(err)
+			}
+		}
+		return nil
+	}
+	for _, kind := range Kinds {
+		if cfg.Rounds == 0 {
+			break
+		}
+		if err := each(func(s *session) error { return s.beginChanges(kind) }); err != nil {
+			return nil, err
+		}
+		for r := range cfg.Rounds {
+			if err := each(func(s *session) error { return s.change(kind, r) }); err != nil {
+				return nil, err
+			}
+		}
+		if err := each(func(s *session) error { return s.endChanges(kind) }); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Storm {
+		if err := each((*session).storm); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// session is one server child and its clients child, over one protocol,
+// and what they measured so far.
+type session struct {
+	cfg     Config
+	srv, cl *child
+	res     Result
+	// Of the kind of change being made: every client's latency over its
+	// rounds so far, and the totals.
+	lat                   []time.Duration
+	responses, bytes, cpu int64
+	cr                    ChangeResult
+}
+
+// turn runs f with the session's children running, and stops them again
+// afterwards: while one server works, the others' children are stopped.
+func (s *session) turn(f func() error) error {
+	if err := s.resume(); err != nil {
+		return err
+	}
+	if err := f(); err != nil {
+		return err
+	}
+	return s.pause()
+}
+
+func (s *session) pause() error {
+	if err := s.srv.pause(); err != nil {
+		return err
+	}
+	return s.cl.pause()
+}
+
+func (s *session) resume() error {
+	if err := s.srv.resume(); err != nil {
+		return err
+	}
+	return s.cl.resume()
+}
+
+func (s *session) errorf(err error) error {
+	return fmt.Errorf("%s %s: %w", s.res.Server, s.res.Protocol, err)
+}
+
+// close ends the session's children, the clients first.
+func (s *session) close() error {
+	var errs []error
+	if s.cl != nil {
+		// A stopped child would not read the end of its input. (One that
+		// has ended says why in stop.)
+		_ = s.resume()
+		if err := s.cl.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("clients child: %w", err))
+		}
+	}
+	if err := s.srv.stop(); err != nil {
+		errs = append(errs, fmt.Errorf("server child: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// openSession starts server name's child and a clients child over
+// protocol, and waits for every client to converge. It returns the
+// session (nil if the server did not start) even with an error, for
+// close.
+func openSession(cfg Config, name, protocol string) (*session, error) {
+	s := &session{cfg: cfg, res: Result{Server: name, Protocol: protocol, Clients: cfg.Clients, Services: cfg.Services,
+		Rounds: cfg.Rounds, Backoff: cfg.Backoff, Changes: make(map[string]ChangeResult)}}
+	res := &s.res
+	timeout := cfg.Timeout.Seconds()
+	// No debounce window in the latency of a change.
+	srvArgs := append(serverArgs(cfg, name), "-nodebounce")
+	if cfg.CPUProfile != "" {
+		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
+	}
+	if cfg.HeapProfile != "" {
+		srvArgs = append(srvArgs, "-heapprofile", cfg.HeapProfile)
+	}
+	srv, err := start(cfg, name, srvArgs...)
+	if err != nil {
+		return nil, err
+	}
+	s.srv = srv
+	var hello struct{ Addr string }
+	if err := srv.line(&hello); err != nil {
+		return s, err
+	}
+	var base usage
+	if err := srv.call(request{Op: "usage"}, &base); err != nil {
+		return s, err
+	}
+
+	clArgs := clientsArgs(cfg, hello.Addr, protocol)
+	if cfg.CPUProfile != "" {
+		clArgs = append(clArgs, "-cpuprofile", cfg.CPUProfile)
+	}
+	if s.cl, err = start(cfg, "clients", clArgs...); err != nil {
+		return s, err
+	}
+	var conv fleet.Convergence
+	if err := s.cl.call(request{Op: "start", Timeout: timeout}, &conv); err != nil {
+		return s, err
+	}
+	res.Init = since(conv.Start, conv.At)
+	res.InitStreams = conv.Streams
+	res.Errors = append(res.Errors, conv.Errors...)
+	if res.Init.Missing > 0 {
+		res.Errors = append(res.Errors, fmt.Sprintf("%d clients did not converge", res.Init.Missing))
+		res.Violations = conv.Violations
+		return s, nil
+	}
+	var after usage
+	if err := srv.call(request{Op: "usage", Name: name + "-" + protocol + "-heap"}, &after); err != nil {
+		return s, err
+	}
+	res.RSSPerClient = float64(after.RSS-base.RSS) / float64(cfg.Clients)
+	fmt.Fprintf(cfg.Progress, "%s %s: %d clients converged in %v\n", name, protocol, cfg.Clients, res.Init.Max.Round(time.Millisecond))
+	return s, nil
+}
+
+// beginChanges starts the profiles of the changes of kind.
+func (s *session) beginChanges(kind string) error {
+	s.lat, s.responses, s.bytes, s.cpu = nil, 0, 0, 0
+	s.cr = ChangeResult{}
+	prof := s.res.Server + "-" + s.res.Protocol + "-" + kind
+	if err := s.srv.call(request{Op: "profile", Name: prof}, nil); err != nil {
+		return err
+	}
+	return s.cl.call(request{Op: "profile", Name: "clients-" + prof}, nil)
+}
+
+// change makes round r's change of kind and waits until every client has
+// ACKed it and the server has fallen quiet.
+func (s *session) change(kind string, r int) error {
+	srv, cl := s.srv, s.cl
+	c := changeOf(kind, r, s.cfg.Services)
+	if err := cl.call(request{Op: "expect", Change: &c}, nil); err != nil {
+		return err
+	}
+	var u0, u1 usage
+	if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
+		return err
+	}
+	var handed struct {
+		T0 int64 `json:"t0"`
+	}
+	if err := srv.call(request{Op: "change", Change: &c}, &handed); err != nil {
+		return err
+	}
+	var ch fleet.Change
+	if err := cl.call(request{Op: "wait", Timeout: s.cfg.Timeout.Seconds()}, &ch); err != nil {
+		return err
+	}
+	if err := srv.call(request{Op: "cpu"}, &u1); err != nil {
+		return err
+	}
+	var lat []time.Duration
+	missing := 0
+	for _, t := range ch.ACKs {
+		if t == 0 {
+			missing++
+			continue
+		}
+		lat = append(lat, time.Duration(t-handed.T0))
+	}
+	s.lat = append(s.lat, lat...)
+	s.cr.Latency.Missing += missing
+	if missing > 0 {
+		s.res.Errors = append(s.res.Errors, fmt.Sprintf("%s change of service %d: %d clients did not ACK it", kind, c.Service, missing))
+	}
+	s.res.Errors = append(s.res.Errors, ch.Errors...)
+	s.responses += ch.Responses
+	s.bytes += ch.Bytes
+	s.cpu += u1.CPU - u0.CPU
+	round := Round{Latency: summarise(lat), CPU: time.Duration((u1.CPU - u0.CPU) / int64(s.cfg.Clients))}
+	round.Latency.Missing = missing
+	s.cr.Rounds = append(s.cr.Rounds, round)
+	return nil
+}
+
+// endChanges stops the profiles and pools the rounds of kind into the
+// session's result.
+func (s *session) endChanges(kind string) error {
+	if err := s.srv.call(request{Op: "unprofile"}, nil); err != nil {
+		return err
+	}
+	if err := s.cl.call(request{Op: "unprofile"}, nil); err != nil {
+		return err
+	}
+	cr := s.cr
+	missing := cr.Latency.Missing
+	cr.Latency = summarise(s.lat)
+	cr.Latency.Missing = missing
+	n := float64(s.cfg.Clients * len(cr.Rounds))
+	cr.Responses = float64(s.responses) / n
+	cr.Bytes = float64(s.bytes) / n
+	cr.CPU = time.Duration(float64(s.cpu) / n)
+	s.res.Changes[kind] = cr
+	s.lat = nil
+	fmt.Fprintf(s.cfg.Progress, "%s %s: %s change p99 %v\n", s.res.Server, s.res.Protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
+	return nil
+}
+
+// storm runs the session's reconnect storm (see storm).
+func (s *session) storm() error {
+	if err := storm(s.cfg, s.srv, s.cl, &s.res); err != nil {
+		return err
+	}
+	sr := s.res.Storm
+	fmt.Fprintf(s.cfg.Progress, "%s %s: storm converged in %v (%d streams refused, %d retried; server CPU %.2f cores, peak %.2f)\n",
+		s.res.Server, s.res.Protocol, sr.Latency.Max.Round(time.Millisecond), sr.Streams.Refused(), sr.Streams.Retried, sr.Utilisation(), sr.Peak)
+	return nil
 }
 
 // withDefaults validates cfg and fills in its defaults; all are the
@@ -320,95 +630,17 @@ func (c *child) call(req request, v any) error {
 	return json.Unmarshal(rep.Data, v)
 }
 
+// pause stops the child's process (SIGSTOP) and resume continues it
+// (SIGCONT): an idle child's runtime still works now and then (a garbage
+// collection forced every two minutes, the scavenger), and at 10,000
+// clients that costs a whole core for seconds.
+func (c *child) pause() error  { return c.cmd.Process.Signal(syscall.SIGSTOP) }
+func (c *child) resume() error { return c.cmd.Process.Signal(syscall.SIGCONT) }
+
 // stop closes the child's input, which ends it, and waits for it.
 func (c *child) stop() error {
 	c.in.Close()
 	return c.cmd.Wait()
-}
-
-func runOne(cfg Config, name, protocol string) (res Result, err error) {
-	res = Result{Server: name, Protocol: protocol, Clients: cfg.Clients, Services: cfg.Services, Rounds: cfg.Rounds,
-		Backoff: cfg.Backoff, Changes: make(map[string]ChangeResult)}
-	timeout := cfg.Timeout.Seconds()
-	// No debounce window in the latency of a change.
-	srvArgs := append(serverArgs(cfg, name), "-nodebounce")
-	if cfg.CPUProfile != "" {
-		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
-	}
-	if cfg.HeapProfile != "" {
-		srvArgs = append(srvArgs, "-heapprofile", cfg.HeapProfile)
-	}
-	srv, err := start(cfg, name, srvArgs...)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if e := srv.stop(); err == nil && e != nil {
-			err = fmt.Errorf("server child: %w", e)
-		}
-	}()
-	var hello struct{ Addr string }
-	if err := srv.line(&hello); err != nil {
-		return res, err
-	}
-	var base usage
-	if err := srv.call(request{Op: "usage"}, &base); err != nil {
-		return res, err
-	}
-
-	clArgs := clientsArgs(cfg, hello.Addr, protocol)
-	if cfg.CPUProfile != "" {
-		clArgs = append(clArgs, "-cpuprofile", cfg.CPUProfile)
-	}
-	cl, err := start(cfg, "clients", clArgs...)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if e := cl.stop(); err == nil && e != nil {
-			err = fmt.Errorf("clients child: %w", e)
-		}
-	}()
-	var conv fleet.Convergence
-	if err := cl.call(request{Op: "start", Timeout: timeout}, &conv); err != nil {
-		return res, err
-	}
-	res.Init = since(conv.Start, conv.At)
-	res.InitStreams = conv.Streams
-	res.Errors = append(res.Errors, conv.Errors...)
-	if res.Init.Missing > 0 {
-		res.Errors = append(res.Errors, fmt.Sprintf("%d clients did not converge", res.Init.Missing))
-		res.Violations = conv.Violations
-		return res, nil
-	}
-	var after usage
-	if err := srv.call(request{Op: "usage", Name: name + "-" + protocol + "-heap"}, &after); err != nil {
-		return res, err
-	}
-	res.RSSPerClient = float64(after.RSS-base.RSS) / float64(cfg.Clients)
-	fmt.Fprintf(cfg.Progress, "%s %s: %d clients converged in %v\n", name, protocol, cfg.Clients, res.Init.Max.Round(time.Millisecond))
-
-	for _, kind := range Kinds {
-		if cfg.Rounds == 0 {
-			break
-		}
-		cr, errs, err := changes(cfg, srv, cl, name, protocol, kind)
-		if err != nil {
-			return res, err
-		}
-		res.Changes[kind] = cr
-		res.Errors = append(res.Errors, errs...)
-		fmt.Fprintf(cfg.Progress, "%s %s: %s change p99 %v\n", name, protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
-	}
-	if cfg.Storm {
-		if err := storm(cfg, srv, cl, &res); err != nil {
-			return res, err
-		}
-		sr := res.Storm
-		fmt.Fprintf(cfg.Progress, "%s %s: storm converged in %v (%d streams refused, %d retried; server CPU %.2f cores, peak %.2f)\n",
-			name, protocol, sr.Latency.Max.Round(time.Millisecond), sr.Streams.Refused(), sr.Streams.Retried, sr.Utilisation(), sr.Peak)
-	}
-	return res, nil
 }
 
 // storm runs the reconnect storm, with the server child watching its CPU
@@ -460,75 +692,6 @@ func storm(cfg Config, srv, cl *child, res *Result) error {
 	}
 	res.Violations = st.Violations
 	return nil
-}
-
-// changes makes cfg.Rounds changes of kind, one after the other, and pools
-// what they measured.
-func changes(cfg Config, srv, cl *child, name, protocol, kind string) (ChangeResult, []string, error) {
-	var cr ChangeResult
-	prof := name + "-" + protocol + "-" + kind
-	if err := srv.call(request{Op: "profile", Name: prof}, nil); err != nil {
-		return cr, nil, err
-	}
-	if err := cl.call(request{Op: "profile", Name: "clients-" + prof}, nil); err != nil {
-		return cr, nil, err
-	}
-	var lat []time.Duration
-	var errs []string
-	var responses, bytes, cpu int64
-	for r := range cfg.Rounds {
-		c := changeOf(kind, r, cfg.Services)
-		if err := cl.call(request{Op: "expect", Change: &c}, nil); err != nil {
-			return cr, nil, err
-		}
-		var u0, u1 usage
-		if err := srv.call(request{Op: "cpu"}, &u0); err != nil {
-			return cr, nil, err
-		}
-		var handed struct {
-			T0 int64 `json:"t0"`
-		}
-		if err := srv.call(request{Op: "change", Change: &c}, &handed); err != nil {
-			return cr, nil, err
-		}
-		var ch fleet.Change
-		if err := cl.call(request{Op: "wait", Timeout: cfg.Timeout.Seconds()}, &ch); err != nil {
-			return cr, nil, err
-		}
-		if err := srv.call(request{Op: "cpu"}, &u1); err != nil {
-			return cr, nil, err
-		}
-		missing := 0
-		for _, t := range ch.ACKs {
-			if t == 0 {
-				missing++
-				continue
-			}
-			lat = append(lat, time.Duration(t-handed.T0))
-		}
-		cr.Latency.Missing += missing
-		if missing > 0 {
-			errs = append(errs, fmt.Sprintf("%s change of service %d: %d clients did not ACK it", kind, c.Service, missing))
-		}
-		errs = append(errs, ch.Errors...)
-		responses += ch.Responses
-		bytes += ch.Bytes
-		cpu += u1.CPU - u0.CPU
-	}
-	if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
-		return cr, nil, err
-	}
-	if err := cl.call(request{Op: "unprofile"}, nil); err != nil {
-		return cr, nil, err
-	}
-	missing := cr.Latency.Missing
-	cr.Latency = summarise(lat)
-	cr.Latency.Missing = missing
-	n := float64(cfg.Clients * cfg.Rounds)
-	cr.Responses = float64(responses) / n
-	cr.Bytes = float64(bytes) / n
-	cr.CPU = time.Duration(float64(cpu) / n)
-	return cr, errs, nil
 }
 
 // StreamProblems checks the streams of a storm of clients against the

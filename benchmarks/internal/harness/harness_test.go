@@ -53,6 +53,11 @@ func TestRun(t *testing.T) {
 	if got, want := len(rs), 2*len(servers.Names); got != want {
 		t.Fatalf("Run returned %d results; want %d", got, want)
 	}
+	for i, r := range rs {
+		if s, p := servers.Names[i/2], []string{"sotw", "delta"}[i%2]; r.Server != s || r.Protocol != p {
+			t.Errorf("result %d is %s %s; want %s %s (by server, then protocol)", i, r.Server, r.Protocol, s, p)
+		}
+	}
 	for _, r := range rs {
 		name := r.Server + "/" + r.Protocol
 		if r.Init.Missing != 0 {
@@ -69,6 +74,16 @@ func TestRun(t *testing.T) {
 			}
 			if c.Latency.P50 <= 0 || c.Latency.P50 > c.Latency.P99 || c.Latency.P99 > c.Latency.Max {
 				t.Errorf("%s: %s change latency %+v; want 0 < p50 ≤ p99 ≤ max", name, k, c.Latency)
+			}
+			if len(c.Rounds) != 2 {
+				t.Errorf("%s: %s change has %d rounds; want 2", name, k, len(c.Rounds))
+			}
+			var worst time.Duration
+			for _, r := range c.Rounds {
+				worst = max(worst, r.Latency.Max)
+			}
+			if worst != c.Latency.Max {
+				t.Errorf("%s: %s change's rounds reach %v, the pooled latency %v; want the same", name, k, worst, c.Latency.Max)
 			}
 		}
 		if r.Storm == nil || r.Storm.Latency.Missing != 0 {
@@ -272,4 +287,36 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(b []byte) (int, error) {
 	w.t.Log(strings.TrimSuffix(string(b), "\n"))
 	return len(b), nil
+}
+
+// TestVersus checks the ratio Report gives of two changes: the median of
+// their rounds' ratios, or the pooled figures' ratio when the rounds do
+// not pair.
+func TestVersus(t *testing.T) {
+	ms := time.Millisecond
+	change := func(pooled time.Duration, rounds ...time.Duration) ChangeResult {
+		c := ChangeResult{Latency: Latency{Max: pooled}}
+		for _, r := range rounds {
+			c.Rounds = append(c.Rounds, Round{Latency: Latency{Max: r}})
+		}
+		return c
+	}
+	for _, tt := range []struct {
+		name string
+		a, b ChangeResult
+		want string
+	}{
+		{"one round", change(30*ms, 30*ms), change(20*ms, 20*ms), "1.50×"},
+		{"odd rounds: the middle ratio", change(90*ms, 30*ms, 90*ms, 33*ms), change(30*ms, 20*ms, 30*ms, 30*ms), "1.50×"},
+		{"even rounds: the mean of the middle two", change(80*ms, 10*ms, 20*ms, 40*ms, 80*ms), change(10*ms, 10*ms, 10*ms, 10*ms, 10*ms), "3.00×"},
+		{"unpaired rounds: the pooled ratio", change(90*ms, 30*ms, 90*ms), change(30*ms, 30*ms), "3.00×"},
+		{"no rounds: the pooled ratio", change(40 * ms), change(20 * ms), "2.00×"},
+		{"a round without a figure", change(30*ms, 30*ms, 0), change(30*ms, 30*ms, 30*ms), "–"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := versus(tt.a, tt.b, roundMax, pooledMax); got != tt.want {
+				t.Errorf("versus = %s; want %s", got, tt.want)
+			}
+		})
+	}
 }

@@ -89,6 +89,38 @@ func ratio(a, b float64) string {
 	return sig(a/b) + "×"
 }
 
+// versus is a's ratio to b of a figure of their changes: the median of
+// the rounds' ratios, round by round, if both have the same rounds (see
+// ChangeResult.Rounds), and otherwise the ratio of the pooled figures.
+func versus(a, b ChangeResult, round func(Round) float64, pooled func(ChangeResult) float64) string {
+	if len(a.Rounds) == 0 || len(a.Rounds) != len(b.Rounds) {
+		return ratio(pooled(a), pooled(b))
+	}
+	rs := make([]float64, 0, len(a.Rounds))
+	for i := range a.Rounds {
+		x, y := round(a.Rounds[i]), round(b.Rounds[i])
+		if x <= 0 || y <= 0 {
+			return "–"
+		}
+		rs = append(rs, x/y)
+	}
+	slices.Sort(rs)
+	m := rs[len(rs)/2]
+	if len(rs)%2 == 0 {
+		m = (rs[len(rs)/2-1] + m) / 2
+	}
+	return sig(m) + "×"
+}
+
+// The figures of a change that Report compares, of a round and pooled:
+// its latency's max and p99, its CPU.
+func roundMax(r Round) float64         { return float64(r.Latency.Max) }
+func pooledMax(c ChangeResult) float64 { return float64(c.Latency.Max) }
+func roundP99(r Round) float64         { return float64(r.Latency.P99) }
+func pooledP99(c ChangeResult) float64 { return float64(c.Latency.P99) }
+func roundCPU(r Round) float64         { return float64(r.CPU) }
+func pooledCPU(c ChangeResult) float64 { return float64(c.CPU) }
+
 func find(rs []Result, server, protocol string) *Result {
 	for i := range rs {
 		if rs[i].Server == server && rs[i].Protocol == protocol {
@@ -163,11 +195,12 @@ func reportChanges(w io.Writer, rs []Result) {
 	fmt.Fprintf(w, "N = %d clients; mesh of %d services; %d changes of each kind. "+
 		"Latency: change handed to the server → client ACK (p50 / p99 / max over clients and changes). "+
 		"resp, bytes: per client and change (whole encoded responses). CPU: server CPU per client and change. "+
-		"storm: until every client converged again. ×floor: ratio to the floor's figure, same protocol.\n\n",
+		"storm: until every client converged again. ×floor: ratio to the floor's figure, same protocol; "+
+		"for a change, the median over the rounds of the ratio of each round to the floor's same round.\n\n",
 		rs[0].Clients, rs[0].Services, rs[0].Rounds)
 	hdr := []string{"server", "proto", "init", "RSS/client",
-		"endpoint p50 / p99 / max", "×floor p99", "resp", "bytes", "CPU", "×floor CPU",
-		"cluster p50 / p99 / max", "×floor p99", "resp", "bytes", "CPU", "×floor CPU",
+		"endpoint p50 / p99 / max", "×floor max", "resp", "bytes", "CPU", "×floor CPU",
+		"cluster p50 / p99 / max", "×floor max", "resp", "bytes", "CPU", "×floor CPU",
 		"storm", "×floor", "storm CPU", "×floor CPU", "violations"}
 	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
 	for _, r := range rs {
@@ -182,8 +215,8 @@ func reportChanges(w io.Writer, rs []Result) {
 			fr, fc := "–", "–"
 			if floor != nil {
 				f := floor.Changes[k]
-				fr = ratio(float64(c.Latency.P99), float64(f.Latency.P99))
-				fc = ratio(float64(c.CPU), float64(f.CPU))
+				fr = versus(c, f, roundMax, pooledMax)
+				fc = versus(c, f, roundCPU, pooledCPU)
 			}
 			row = append(row, fmt.Sprintf("%s / %s / %s", dur(c.Latency.P50), dur(c.Latency.P99), dur(c.Latency.Max)),
 				fr, sig(c.Responses), size(c.Bytes), dur(c.CPU), fc)
@@ -202,8 +235,8 @@ func reportChanges(w io.Writer, rs []Result) {
 		var row []string
 		for _, k := range []string{mesh.EndpointChange, mesh.ClusterChange} {
 			a, b := x.Changes[k], o.Changes[k]
-			row = append(row, ratio(float64(a.Latency.P99), float64(b.Latency.P99)),
-				ratio(float64(a.CPU), float64(b.CPU)), ratio(a.Bytes, b.Bytes))
+			row = append(row, versus(a, b, roundP99, pooledP99),
+				versus(a, b, roundCPU, pooledCPU), ratio(a.Bytes, b.Bytes))
 		}
 		if x.Storm != nil && o.Storm != nil {
 			row = append(row, ratio(float64(x.Storm.Latency.Max), float64(o.Storm.Latency.Max)),
