@@ -21,7 +21,8 @@
 //
 //	go run ./benchmarks/cmd/xdsload -scenario storm -n 10000
 //
-// -json writes the results as JSON instead of markdown.
+// -json writes the results as JSON instead of markdown; -from FILE writes
+// the results of an earlier run, saved with -json, again.
 //
 // Each server runs in a child process of its own and the clients in
 // another (this program, started again), so the CPU time and memory
@@ -29,6 +30,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -62,7 +64,7 @@ func run() error {
 	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
 	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(append(servers.Names, servers.Variants...), ", ")+" (burst: xdspush unless set)")
 	storm := flag.Bool("storm", true, "add a reconnect storm")
-	rounds := flag.Int("rounds", harness.DefaultRounds, "changes of each kind (each to another service), every server taking its turn at each; the figures pool them, the ratios to the floor are the median of the rounds'")
+	rounds := flag.Int("rounds", harness.DefaultRounds, "changes of each kind (each to another service), the server and the floor taking turns at each; the figures pool them, the ratios to the floor are the median of the rounds'")
 	services := flag.Int("services", 0, "services in the mesh (0: 100)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
 	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")
@@ -78,7 +80,11 @@ func run() error {
 	streamRate := flag.Float64("stream-rate", 0, "xdspush's new-stream rate limit, streams per second (0: none, the library's default)")
 	openings := flag.Int("openings", 0, "xdspush's bound of the streams opening at once (0: the library's default, xds.DefaultMaxOpeningStreams; -1: none)")
 	asJSON := flag.Bool("json", false, "write the results as JSON rather than markdown")
+	from := flag.String("from", "", "run nothing: read the results of an earlier run from this file, written with -json by the same -scenario, and write them (as markdown unless -json)")
 	flag.Parse()
+	if *from != "" {
+		return rewrite(os.Stdout, *from, *scenario, *asJSON)
+	}
 	serversSet := false
 	flag.Visit(func(f *flag.Flag) { serversSet = serversSet || f.Name == "servers" })
 	exe, err := os.Executable()
@@ -117,7 +123,7 @@ func run() error {
 	case "changes", "storm":
 		cfg.StormOnly = *scenario == "storm"
 		rs, err := harness.Run(cfg)
-		if jerr := output(*asJSON, rs, harness.Report); jerr != nil && err == nil {
+		if jerr := output(os.Stdout, *asJSON, rs, harness.Report); jerr != nil && err == nil {
 			err = jerr
 		}
 		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
@@ -135,7 +141,7 @@ func run() error {
 			cfg.Servers = nil // xdspush
 		}
 		rs, err := harness.RunBurst(cfg, harness.Burst{Runs: *runs, Changes: *changes, Interval: *interval, Seed: *seed})
-		if jerr := output(*asJSON, rs, harness.ReportBurst); jerr != nil && err == nil {
+		if jerr := output(os.Stdout, *asJSON, rs, harness.ReportBurst); jerr != nil && err == nil {
 			err = jerr
 		}
 		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
@@ -154,13 +160,44 @@ func run() error {
 	return fmt.Errorf("unknown scenario %q (want changes, burst or storm)", *scenario)
 }
 
-// output writes rs to the standard output, as JSON or with report.
-func output[R any](asJSON bool, rs []R, report func(io.Writer, []R)) error {
+// rewrite writes the results of scenario that file holds (JSON, as -json
+// writes them), as JSON or markdown.
+func rewrite(w io.Writer, file, scenario string, asJSON bool) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	switch scenario {
+	case "changes", "storm":
+		var rs []harness.Result
+		if err := decodeStrict(b, &rs); err != nil {
+			return fmt.Errorf("%s: not the results of -scenario %s: %w", file, scenario, err)
+		}
+		return output(w, asJSON, rs, harness.Report)
+	case "burst":
+		var rs []harness.BurstResult
+		if err := decodeStrict(b, &rs); err != nil {
+			return fmt.Errorf("%s: not the results of -scenario %s: %w", file, scenario, err)
+		}
+		return output(w, asJSON, rs, harness.ReportBurst)
+	}
+	return fmt.Errorf("unknown scenario %q (want changes, burst or storm)", scenario)
+}
+
+// decodeStrict decodes b into v, refusing fields v does not have.
+func decodeStrict(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// output writes rs to w, as JSON or with report.
+func output[R any](w io.Writer, asJSON bool, rs []R, report func(io.Writer, []R)) error {
 	if !asJSON {
-		report(os.Stdout, rs)
+		report(w, rs)
 		return nil
 	}
-	enc := json.NewEncoder(os.Stdout)
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rs)
 }

@@ -108,3 +108,59 @@ func buildXDSLoad(t *testing.T) string {
 	}
 	return bin
 }
+
+// TestRewrite writes the results of an earlier run (-from) again, as
+// markdown or JSON, and refuses a file of another scenario or that is not
+// JSON.
+func TestRewrite(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, v any) string {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	changes := write("changes.json", []harness.Result{{Server: "xdspush", Protocol: "sotw", Clients: 10, Services: 100, Rounds: 1,
+		Changes: map[string]harness.ChangeResult{"endpoint": {Latency: harness.Latency{Max: time.Second}}}}})
+	burst := write("burst.json", []harness.BurstResult{{Server: "xdspush", Protocol: "delta", Clients: 10,
+		Runs: []harness.BurstRun{{Seed: 1}}}})
+	notJSON := filepath.Join(dir, "not.json")
+	if err := os.WriteFile(notJSON, []byte("| server |"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, file, scenario string
+		asJSON               bool
+		want                 string // in the output; empty: an error
+	}{
+		{name: "changes as markdown", file: changes, scenario: "changes", want: "| xdspush | sotw |"},
+		{name: "changes as JSON", file: changes, scenario: "changes", asJSON: true, want: `"Server": "xdspush"`},
+		{name: "burst as markdown", file: burst, scenario: "burst", want: "| xdspush | delta |"},
+		{name: "a burst file read as changes", file: burst, scenario: "changes"},
+		{name: "not JSON", file: notJSON, scenario: "changes"},
+		{name: "no such file", file: filepath.Join(dir, "none.json"), scenario: "changes"},
+		{name: "unknown scenario", file: changes, scenario: "soak"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			err := rewrite(&out, tt.file, tt.scenario, tt.asJSON)
+			if tt.want == "" {
+				if err == nil {
+					t.Fatalf("rewrite succeeded, writing %q; want an error", out.String())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("rewrite: %v", err)
+			}
+			if !strings.Contains(out.String(), tt.want) {
+				t.Errorf("rewrite wrote %q; want it to contain %q", out.String(), tt.want)
+			}
+		})
+	}
+}

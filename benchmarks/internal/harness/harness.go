@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -142,11 +141,13 @@ type ChangeResult struct {
 	Responses, Bytes float64
 	// CPU is the server's CPU time for the change, per client.
 	CPU time.Duration
-	// Rounds are the changes one by one. The servers of a run take turns
-	// at each round (see Run), so the ratio of a server's round to the
-	// floor's same round compares them over seconds of the machine's
-	// time, not minutes; Report gives the median of those ratios.
-	Rounds []Round `json:",omitempty"`
+	// Rounds are the changes one by one, and FloorRounds the floor's made
+	// beside them: a server and the floor take turns at each round (see
+	// Run), so the ratio of a round to the floor's compares the two over
+	// seconds of the machine's time, not minutes. Report gives the median
+	// of those ratios.
+	Rounds      []Round `json:",omitempty"`
+	FloorRounds []Round `json:",omitempty"`
 }
 
 // Round is what one change measured.
@@ -191,14 +192,16 @@ func (s StormResult) Utilisation() float64 {
 	return float64(s.CPU) / float64(s.Wall)
 }
 
-// Run runs every (server, protocol) of cfg. The servers of one protocol
-// run side by side, each with its clients, and take turns: each server's
-// clients converge in turn; then each round of each kind of change is
-// made to every server in turn, so that a server's change and the floor's
-// are seconds apart, not minutes (see ChangeResult.Rounds); then each
-// server's storm runs in turn. While one server works, the others and
-// their clients are stopped (SIGSTOP), connected. Results come by server,
-// then protocol, in cfg's order.
+// Run runs every (server, protocol) of cfg. Over each protocol, each
+// server runs side by side with a floor of its own, if the floor is among
+// cfg's servers, one pair at a time: the floor's clients converge, then
+// the server's; then each round of each kind of change is made to the
+// server and to the floor in turn, so that the two are seconds apart, not
+// minutes (see ChangeResult.FloorRounds); then the server's storm and, the
+// first time, the floor's. While one works, the other and its clients sit
+// idle, connected. The floor's own figures are those of its first pairing.
+// go-control-plane's servers run alone (see Solo); so do all without the
+// floor. Results come by server, then protocol, in cfg's order.
 func Run(cfg Config) ([]Result, error) {
 	cfg, err := cfg.withDefaults(servers.Names)
 	if err != nil {
@@ -234,66 +237,128 @@ func byServer(cfg Config, rs []Result) []Result {
 	return rs
 }
 
-// runProtocol runs cfg's servers over protocol side by side (see Run).
+// Solo lists the servers that Run does not pair with the floor. Their
+// changes flood every client (go-control-plane re-sends whole types: 30
+// KiB per client for an endpoint change over SotW), and at 10,000 clients
+// a floor sitting idle beside them had thousands of its connections
+// aborted by the kernel as timed out, and its next change took up to a
+// minute.
+var Solo = []string{"gcp", "gcp-pertype"}
+
+// runProtocol runs cfg's servers over protocol (see Run).
 func runProtocol(cfg Config, protocol string) (out []Result, err error) {
-	var ss []*session
-	defer func() {
+	var open []*session
+	closeAll := func(ss ...*session) {
 		for _, s := range ss {
 			if e := s.close(); err == nil && e != nil {
-				err = fmt.Errorf("%s %s: %w", s.res.Server, protocol, e)
+				err = s.errorf(e)
 			}
-			out = append(out, s.res)
 		}
-	}()
-	for _, name := range cfg.Servers {
+		open = slices.DeleteFunc(open, func(x *session) bool { return slices.Contains(ss, x) })
+	}
+	defer func() { closeAll(open...) }()
+	start := func(name string) (*session, error) {
 		s, err := openSession(cfg, name, protocol)
 		if s != nil {
-			ss = append(ss, s)
-		}
-		if err == nil {
-			err = s.pause()
+			open = append(open, s)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", name, protocol, err)
 		}
+		return s, nil
 	}
-	// Only the servers whose clients all converged go on.
-	var live []*session
-	for _, s := range ss {
-		if s.res.Init.Missing == 0 {
-			live = append(live, s)
+	// run runs name's session, beside a floor's if withFloor, then its
+	// storm, and the floor's if keep (its result is then out's).
+	run := func(name string, withFloor, keep bool) error {
+		var floor *session
+		if withFloor {
+			var err error
+			if floor, err = start("floor"); err != nil {
+				return err
+			}
+		}
+		s, err := start(name)
+		if err != nil {
+			return err
+		}
+		if err := runChanges(cfg, s, floor); err != nil {
+			return err
+		}
+		for _, x := range []*session{s, floor} {
+			if x == nil || (x == floor && !keep) {
+				continue
+			}
+			if cfg.Storm && x.converged() {
+				if err := x.storm(); err != nil {
+					return x.errorf(err)
+				}
+			}
+			out = append(out, x.res)
+		}
+		if floor != nil {
+			closeAll(floor)
+		}
+		closeAll(s)
+		return nil
+	}
+	wantFloor := slices.Contains(cfg.Servers, "floor")
+	floorDone := false
+	for _, name := range cfg.Servers {
+		if name == "floor" {
+			continue
+		}
+		paired := wantFloor && !slices.Contains(Solo, name)
+		if err := run(name, paired, paired && !floorDone); err != nil {
+			return out, err
+		}
+		floorDone = floorDone || paired
+	}
+	if wantFloor && !floorDone {
+		if err := run("floor", false, false); err != nil {
+			return out, err
 		}
 	}
+	return out, err
+}
+
+// runChanges makes cfg.Rounds changes of each kind to s and, round by
+// round, to the floor if it is not nil. A server whose clients did not all
+// converge at first makes none.
+func runChanges(cfg Config, s, floor *session) error {
+	pair := []*session{s}
+	if floor != nil && floor.converged() {
+		pair = append(pair, floor)
+	}
+	if !s.converged() || cfg.Rounds == 0 {
+		return nil
+	}
 	each := func(f func(s *session) error) error {
-		for _, s := range live {
-			if err := s.turn(func() error { return f(s) }); err != nil {
-				return s.errorf(err)
+		for _, x := range pair {
+			if err := f(x); err != nil {
+				return x.errorf(err)
 			}
 		}
 		return nil
 	}
 	for _, kind := range Kinds {
-		if cfg.Rounds == 0 {
-			break
-		}
-		if err := each(func(s *session) error { return s.beginChanges(kind) }); err != nil {
-			return nil, err
+		if err := each(func(x *session) error { return x.beginChanges(kind) }); err != nil {
+			return err
 		}
 		for r := range cfg.Rounds {
-			if err := each(func(s *session) error { return s.change(kind, r) }); err != nil {
-				return nil, err
+			if err := each(func(x *session) error { return x.change(kind, r) }); err != nil {
+				return err
 			}
 		}
-		if err := each(func(s *session) error { return s.endChanges(kind) }); err != nil {
-			return nil, err
+		if err := each(func(x *session) error { return x.endChanges(kind) }); err != nil {
+			return err
+		}
+		if len(pair) == 2 {
+			c := s.res.Changes[kind]
+			c.FloorRounds = floor.last.Rounds
+			s.res.Changes[kind] = c
 		}
 	}
-	if cfg.Storm {
-		if err := each((*session).storm); err != nil {
-			return nil, err
-		}
-	}
-	return nil, nil
+	return nil
 }
 
 // session is one server child and its clients child, over one protocol,
@@ -307,33 +372,13 @@ type session struct {
 	lat                   []time.Duration
 	responses, bytes, cpu int64
 	cr                    ChangeResult
+	// last is the last kind of change's result, whether or not it is the
+	// session's own (the floor's is that of its first pairing).
+	last ChangeResult
 }
 
-// turn runs f with the session's children running, and stops them again
-// afterwards: while one server works, the others' children are stopped.
-func (s *session) turn(f func() error) error {
-	if err := s.resume(); err != nil {
-		return err
-	}
-	if err := f(); err != nil {
-		return err
-	}
-	return s.pause()
-}
-
-func (s *session) pause() error {
-	if err := s.srv.pause(); err != nil {
-		return err
-	}
-	return s.cl.pause()
-}
-
-func (s *session) resume() error {
-	if err := s.srv.resume(); err != nil {
-		return err
-	}
-	return s.cl.resume()
-}
+// converged reports whether every client converged at first.
+func (s *session) converged() bool { return s.res.Init.Missing == 0 }
 
 func (s *session) errorf(err error) error {
 	return fmt.Errorf("%s %s: %w", s.res.Server, s.res.Protocol, err)
@@ -343,9 +388,6 @@ func (s *session) errorf(err error) error {
 func (s *session) close() error {
 	var errs []error
 	if s.cl != nil {
-		// A stopped child would not read the end of its input. (One that
-		// has ended says why in stop.)
-		_ = s.resume()
 		if err := s.cl.stop(); err != nil {
 			errs = append(errs, fmt.Errorf("clients child: %w", err))
 		}
@@ -492,7 +534,10 @@ func (s *session) endChanges(kind string) error {
 	cr.Responses = float64(s.responses) / n
 	cr.Bytes = float64(s.bytes) / n
 	cr.CPU = time.Duration(float64(s.cpu) / n)
-	s.res.Changes[kind] = cr
+	if _, ok := s.res.Changes[kind]; !ok {
+		s.res.Changes[kind] = cr
+	}
+	s.last = cr
 	s.lat = nil
 	fmt.Fprintf(s.cfg.Progress, "%s %s: %s change p99 %v\n", s.res.Server, s.res.Protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
 	return nil
@@ -629,13 +674,6 @@ func (c *child) call(req request, v any) error {
 	}
 	return json.Unmarshal(rep.Data, v)
 }
-
-// pause stops the child's process (SIGSTOP) and resume continues it
-// (SIGCONT): an idle child's runtime still works now and then (a garbage
-// collection forced every two minutes, the scavenger), and at 10,000
-// clients that costs a whole core for seconds.
-func (c *child) pause() error  { return c.cmd.Process.Signal(syscall.SIGSTOP) }
-func (c *child) resume() error { return c.cmd.Process.Signal(syscall.SIGCONT) }
 
 // stop closes the child's input, which ends it, and waits for it.
 func (c *child) stop() error {

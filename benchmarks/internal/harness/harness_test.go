@@ -78,6 +78,11 @@ func TestRun(t *testing.T) {
 			if len(c.Rounds) != 2 {
 				t.Errorf("%s: %s change has %d rounds; want 2", name, k, len(c.Rounds))
 			}
+			// xdspush made its rounds beside the floor's; the floor and
+			// go-control-plane's servers ran alone (Solo).
+			if want := map[bool]int{true: 2, false: 0}[r.Server == "xdspush"]; len(c.FloorRounds) != want {
+				t.Errorf("%s: %s change has %d floor rounds beside it; want %d", name, k, len(c.FloorRounds), want)
+			}
 			var worst time.Duration
 			for _, r := range c.Rounds {
 				worst = max(worst, r.Latency.Max)
@@ -289,33 +294,93 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// TestVersus checks the ratio Report gives of two changes: the median of
-// their rounds' ratios, or the pooled figures' ratio when the rounds do
-// not pair.
-func TestVersus(t *testing.T) {
+// TestVersusFloor checks the ratio Report gives of a change to the
+// floor's: the median of its rounds' ratios to the floor's made beside
+// them, or the pooled figures' ratio when there are none.
+func TestVersusFloor(t *testing.T) {
 	ms := time.Millisecond
-	change := func(pooled time.Duration, rounds ...time.Duration) ChangeResult {
+	// A change whose pooled max is pooled, of rounds (max), made beside
+	// the floor's rounds floor (max).
+	change := func(pooled time.Duration, rounds, floor []time.Duration) ChangeResult {
 		c := ChangeResult{Latency: Latency{Max: pooled}}
 		for _, r := range rounds {
 			c.Rounds = append(c.Rounds, Round{Latency: Latency{Max: r}})
 		}
+		for _, r := range floor {
+			c.FloorRounds = append(c.FloorRounds, Round{Latency: Latency{Max: r}})
+		}
 		return c
 	}
+	d := func(v ...time.Duration) []time.Duration { return v }
+	floor := ChangeResult{Latency: Latency{Max: 20 * ms}}
 	for _, tt := range []struct {
 		name string
-		a, b ChangeResult
+		c    ChangeResult
 		want string
 	}{
-		{"one round", change(30*ms, 30*ms), change(20*ms, 20*ms), "1.50×"},
-		{"odd rounds: the middle ratio", change(90*ms, 30*ms, 90*ms, 33*ms), change(30*ms, 20*ms, 30*ms, 30*ms), "1.50×"},
-		{"even rounds: the mean of the middle two", change(80*ms, 10*ms, 20*ms, 40*ms, 80*ms), change(10*ms, 10*ms, 10*ms, 10*ms, 10*ms), "3.00×"},
-		{"unpaired rounds: the pooled ratio", change(90*ms, 30*ms, 90*ms), change(30*ms, 30*ms), "3.00×"},
-		{"no rounds: the pooled ratio", change(40 * ms), change(20 * ms), "2.00×"},
-		{"a round without a figure", change(30*ms, 30*ms, 0), change(30*ms, 30*ms, 30*ms), "–"},
+		{"one round", change(30*ms, d(30*ms), d(20*ms)), "1.50×"},
+		{"odd rounds: the middle ratio", change(90*ms, d(30*ms, 90*ms, 33*ms), d(20*ms, 30*ms, 30*ms)), "1.50×"},
+		{"even rounds: the mean of the middle two", change(80*ms, d(10*ms, 20*ms, 40*ms, 80*ms), d(10*ms, 10*ms, 10*ms, 10*ms)), "3.00×"},
+		{"no floor rounds beside: the pooled ratio", change(90*ms, d(30*ms, 90*ms), nil), "4.50×"},
+		{"floor rounds that do not pair: the pooled ratio", change(90*ms, d(30*ms, 90*ms), d(30*ms)), "4.50×"},
+		{"no rounds: the pooled ratio", change(40*ms, nil, nil), "2.00×"},
+		{"a round without a figure", change(30*ms, d(30*ms, 0), d(30*ms, 30*ms)), "–"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := versus(tt.a, tt.b, roundMax, pooledMax); got != tt.want {
-				t.Errorf("versus = %s; want %s", got, tt.want)
+			if got := versusFloor(tt.c, floor, roundMax, pooledMax); got != tt.want {
+				t.Errorf("versusFloor = %s; want %s", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestRunPairs checks which servers Run pairs with a floor of their own:
+// xdspush, when the floor is among the servers; never go-control-plane's
+// (Solo), nor any server when the floor is not asked for; the floor alone
+// when no server pairs with it. Each result is there once, by server.
+func TestRunPairs(t *testing.T) {
+	for _, tt := range []struct {
+		servers []string
+		paired  map[string]bool // by server: made its rounds beside a floor's
+	}{
+		{servers: []string{"xdspush", "floor"}, paired: map[string]bool{"xdspush": true, "floor": false}},
+		{servers: []string{"floor", "xdspush"}, paired: map[string]bool{"xdspush": true, "floor": false}},
+		{servers: []string{"xdspush"}, paired: map[string]bool{"xdspush": false}},
+		{servers: []string{"gcp", "floor"}, paired: map[string]bool{"gcp": false, "floor": false}},
+		{servers: []string{"floor"}, paired: map[string]bool{"floor": false}},
+	} {
+		t.Run(strings.Join(tt.servers, ","), func(t *testing.T) {
+			var stderr strings.Builder
+			rs, err := Run(Config{
+				Clients:    5,
+				Servers:    tt.servers,
+				Protocols:  []string{"delta"},
+				Rounds:     1,
+				Quiet:      50 * time.Millisecond,
+				Timeout:    time.Minute,
+				Executable: os.Args[0],
+				Stderr:     &stderr,
+				Env:        []string{"GORACE=atexit_sleep_ms=0"},
+			})
+			if err != nil {
+				t.Fatalf("Run: %v\nchildren's stderr:\n%s", err, stderr.String())
+			}
+			if len(rs) != len(tt.servers) {
+				t.Fatalf("Run returned %d results; want %d", len(rs), len(tt.servers))
+			}
+			for i, r := range rs {
+				if r.Server != tt.servers[i] {
+					t.Errorf("result %d is %s; want %s", i, r.Server, tt.servers[i])
+				}
+				for _, k := range Kinds {
+					c := r.Changes[k]
+					if len(c.Rounds) != 1 {
+						t.Errorf("%s: %s change has %d rounds; want 1", r.Server, k, len(c.Rounds))
+					}
+					if got := len(c.FloorRounds) == 1; got != tt.paired[r.Server] {
+						t.Errorf("%s: %s change made beside a floor's: %v; want %v", r.Server, k, got, tt.paired[r.Server])
+					}
+				}
 			}
 		})
 	}

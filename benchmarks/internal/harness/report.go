@@ -89,16 +89,17 @@ func ratio(a, b float64) string {
 	return sig(a/b) + "×"
 }
 
-// versus is a's ratio to b of a figure of their changes: the median of
-// the rounds' ratios, round by round, if both have the same rounds (see
-// ChangeResult.Rounds), and otherwise the ratio of the pooled figures.
-func versus(a, b ChangeResult, round func(Round) float64, pooled func(ChangeResult) float64) string {
-	if len(a.Rounds) == 0 || len(a.Rounds) != len(b.Rounds) {
-		return ratio(pooled(a), pooled(b))
+// versusFloor is c's ratio to the floor's change f of a figure: the
+// median of the ratios of c's rounds to the floor's made beside them (see
+// ChangeResult.FloorRounds), or, without those, the ratio of the pooled
+// figures.
+func versusFloor(c, f ChangeResult, round func(Round) float64, pooled func(ChangeResult) float64) string {
+	if len(c.Rounds) == 0 || len(c.Rounds) != len(c.FloorRounds) {
+		return ratio(pooled(c), pooled(f))
 	}
-	rs := make([]float64, 0, len(a.Rounds))
-	for i := range a.Rounds {
-		x, y := round(a.Rounds[i]), round(b.Rounds[i])
+	rs := make([]float64, 0, len(c.Rounds))
+	for i := range c.Rounds {
+		x, y := round(c.Rounds[i]), round(c.FloorRounds[i])
 		if x <= 0 || y <= 0 {
 			return "–"
 		}
@@ -116,7 +117,6 @@ func versus(a, b ChangeResult, round func(Round) float64, pooled func(ChangeResu
 // its latency's max and p99, its CPU.
 func roundMax(r Round) float64         { return float64(r.Latency.Max) }
 func pooledMax(c ChangeResult) float64 { return float64(c.Latency.Max) }
-func roundP99(r Round) float64         { return float64(r.Latency.P99) }
 func pooledP99(c ChangeResult) float64 { return float64(c.Latency.P99) }
 func roundCPU(r Round) float64         { return float64(r.CPU) }
 func pooledCPU(c ChangeResult) float64 { return float64(c.CPU) }
@@ -196,7 +196,7 @@ func reportChanges(w io.Writer, rs []Result) {
 		"Latency: change handed to the server → client ACK (p50 / p99 / max over clients and changes). "+
 		"resp, bytes: per client and change (whole encoded responses). CPU: server CPU per client and change. "+
 		"storm: until every client converged again. ×floor: ratio to the floor's figure, same protocol; "+
-		"for a change, the median over the rounds of the ratio of each round to the floor's same round.\n\n",
+		"for a change, the median over the rounds of the ratio of each round to the floor's made beside it.\n\n",
 		rs[0].Clients, rs[0].Services, rs[0].Rounds)
 	hdr := []string{"server", "proto", "init", "RSS/client",
 		"endpoint p50 / p99 / max", "×floor max", "resp", "bytes", "CPU", "×floor CPU",
@@ -215,8 +215,8 @@ func reportChanges(w io.Writer, rs []Result) {
 			fr, fc := "–", "–"
 			if floor != nil {
 				f := floor.Changes[k]
-				fr = versus(c, f, roundMax, pooledMax)
-				fc = versus(c, f, roundCPU, pooledCPU)
+				fr = versusFloor(c, f, roundMax, pooledMax)
+				fc = versusFloor(c, f, roundCPU, pooledCPU)
 			}
 			row = append(row, fmt.Sprintf("%s / %s / %s", dur(c.Latency.P50), dur(c.Latency.P99), dur(c.Latency.Max)),
 				fr, sig(c.Responses), size(c.Bytes), dur(c.CPU), fc)
@@ -235,8 +235,8 @@ func reportChanges(w io.Writer, rs []Result) {
 		var row []string
 		for _, k := range []string{mesh.EndpointChange, mesh.ClusterChange} {
 			a, b := x.Changes[k], o.Changes[k]
-			row = append(row, versus(a, b, roundP99, pooledP99),
-				versus(a, b, roundCPU, pooledCPU), ratio(a.Bytes, b.Bytes))
+			row = append(row, ratio(pooledP99(a), pooledP99(b)),
+				ratio(pooledCPU(a), pooledCPU(b)), ratio(a.Bytes, b.Bytes))
 		}
 		if x.Storm != nil && o.Storm != nil {
 			row = append(row, ratio(float64(x.Storm.Latency.Max), float64(o.Storm.Latency.Max)),
