@@ -176,21 +176,30 @@ func (d *drainer[K, R]) run(ctx context.Context, key K, req R, meta dequeued) {
 		// stopped, or waited for, before the handler's key is marked done,
 		// so OnTimeout always precedes OnHandled and no hook runs after
 		// Drain returns.
-		fired := make(chan struct{})
-		stop := context.AfterFunc(hctx, func() {
-			defer close(fired)
-			if context.Cause(hctx) != errHandlerTimeout {
-				return // Drain's ctx ended, or the handler returned first
-			}
+		report := func() {
 			timedOut = true
 			d.logger.WarnContext(ctx, "pushqueue: handler exceeded timeout", "key", key, "timeout", d.timeout)
 			if d.hooks.OnTimeout != nil {
 				d.hooks.OnTimeout(TimeoutEvent{Timeout: d.timeout, Waited: waited})
 			}
+		}
+		fired := make(chan struct{})
+		stop := context.AfterFunc(hctx, func() {
+			defer close(fired)
+			if context.Cause(hctx) == errHandlerTimeout { // not Drain's ctx ending
+				report()
+			}
 		})
 		d.handle(hctx, key, req)
-		if !stop() {
+		switch {
+		case !stop():
 			<-fired // timedOut is written before fired is closed
+		case context.Cause(hctx) == errHandlerTimeout:
+			// The deadline passed and the handler returned before the
+			// callback started: a context closes Done before it starts
+			// its AfterFunc callbacks, and a handler waiting on Done can
+			// return in between. It was still running at its deadline.
+			report()
 		}
 		cancel()
 	}

@@ -291,6 +291,49 @@ func TestDrainStuckHandler(t *testing.T) {
 }
 
 // TestDrainTimeout: with one slot and a Timeout, a handler stuck on one key
+// TestDrainTimeoutAtTheDeadline checks that a handler that returns as
+// soon as its deadline ends its ctx is reported as timed out: a context
+// closes Done before it starts its AfterFunc callbacks, so such a handler
+// can return before Drain's timeout callback has started. The window is
+// narrow, hence the many bubbles: with the callback alone reporting the
+// timeout, every run of this test failed with two or more CPUs.
+func TestDrainTimeoutAtTheDeadline(t *testing.T) {
+	for range 50000 {
+		synctest.Test(t, func(t *testing.T) {
+			q := pushqueue.New[string, forced]()
+			var handled []pushqueue.HandledEvent
+			var timeouts int
+			var mu sync.Mutex
+			cfg := pushqueue.DrainConfig{
+				Concurrency: 1,
+				Timeout:     time.Second,
+				Hooks: pushqueue.Hooks{
+					OnHandled: func(e pushqueue.HandledEvent) {
+						mu.Lock()
+						handled = append(handled, e)
+						mu.Unlock()
+					},
+					OnTimeout: func(pushqueue.TimeoutEvent) {
+						mu.Lock()
+						timeouts++
+						mu.Unlock()
+					},
+				},
+			}
+			errc := startDrain(t.Context(), q, cfg, func(ctx context.Context, _ string, _ forced) { <-ctx.Done() })
+			q.Enqueue("k", forced{n: 1})
+			time.Sleep(2 * time.Second)
+			q.ShutDown()
+			if err := <-errc; err != nil {
+				t.Fatalf("Drain() = %v; want nil", err)
+			}
+			if len(handled) != 1 || !handled[0].TimedOut || timeouts != 1 {
+				t.Fatalf("handled %+v, %d timeouts; want one handled request, timed out, and one timeout", handled, timeouts)
+			}
+		})
+	}
+}
+
 // delays the next key by exactly Timeout.
 func TestDrainTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
