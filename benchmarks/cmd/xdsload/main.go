@@ -169,19 +169,20 @@ func rewrite(w io.Writer, file, scenario string, asJSON bool) error {
 	}
 	switch scenario {
 	case "changes", "storm":
-		var rs []harness.Result
-		if err := decodeStrict(b, &rs); err != nil {
-			return fmt.Errorf("%s: not the results of -scenario %s: %w", file, scenario, err)
-		}
-		return output(w, asJSON, rs, harness.Report)
+		return rewriteAs(w, b, file, scenario, asJSON, harness.Report)
 	case "burst":
-		var rs []harness.BurstResult
-		if err := decodeStrict(b, &rs); err != nil {
-			return fmt.Errorf("%s: not the results of -scenario %s: %w", file, scenario, err)
-		}
-		return output(w, asJSON, rs, harness.ReportBurst)
+		return rewriteAs(w, b, file, scenario, asJSON, harness.ReportBurst)
 	}
 	return fmt.Errorf("unknown scenario %q (want changes, burst or storm)", scenario)
+}
+
+// rewriteAs decodes b, file's results of scenario, and writes them.
+func rewriteAs[R any](w io.Writer, b []byte, file, scenario string, asJSON bool, report func(io.Writer, []R)) error {
+	var rs []R
+	if err := decodeStrict(b, &rs); err != nil {
+		return fmt.Errorf("%s: not the results of -scenario %s: %w", file, scenario, err)
+	}
+	return output(w, asJSON, rs, report)
 }
 
 // decodeStrict decodes b into v, refusing fields v does not have.

@@ -354,7 +354,7 @@ func runChanges(cfg Config, s, floor *session) error {
 		}
 		if len(pair) == 2 {
 			c := s.res.Changes[kind]
-			c.FloorRounds = floor.last.Rounds
+			c.FloorRounds = floor.res.Changes[kind].Rounds
 			s.res.Changes[kind] = c
 		}
 	}
@@ -372,9 +372,6 @@ type session struct {
 	lat                   []time.Duration
 	responses, bytes, cpu int64
 	cr                    ChangeResult
-	// last is the last kind of change's result, whether or not it is the
-	// session's own (the floor's is that of its first pairing).
-	last ChangeResult
 }
 
 // converged reports whether every client converged at first.
@@ -534,10 +531,7 @@ func (s *session) endChanges(kind string) error {
 	cr.Responses = float64(s.responses) / n
 	cr.Bytes = float64(s.bytes) / n
 	cr.CPU = time.Duration(float64(s.cpu) / n)
-	if _, ok := s.res.Changes[kind]; !ok {
-		s.res.Changes[kind] = cr
-	}
-	s.last = cr
+	s.res.Changes[kind] = cr
 	s.lat = nil
 	fmt.Fprintf(s.cfg.Progress, "%s %s: %s change p99 %v\n", s.res.Server, s.res.Protocol, kind, cr.Latency.P99.Round(10*time.Microsecond))
 	return nil
