@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // What the client holds (typeState.held) is kept as if it accepted every
@@ -25,12 +26,45 @@ type flight struct {
 	before, after *holding
 	changes       []change
 	inline        [2]change // changes' first storage: most responses change one or two names
+	// held is the storage of before and after (see setHoldings).
+	held [2]holding
 }
 
+// flightPool holds settled flights for the next responses: each response
+// to each client has one until the client answers it.
+var flightPool = sync.Pool{New: func() any { return new(flight) }}
+
+// newFlight returns an empty flight; settle gives it back.
 func newFlight() *flight {
-	f := &flight{}
-	f.changes = f.inline[:0]
+	f := flightPool.Get().(*flight)
+	if f.changes == nil {
+		f.changes = f.inline[:0] // a new flight
+	}
 	return f
+}
+
+// setHoldings records before and after as what the client held before the
+// response and holds after it.
+func (f *flight) setHoldings(before, after holding) {
+	f.held = [2]holding{before, after}
+	f.before, f.after = &f.held[0], &f.held[1]
+}
+
+// free empties f, which nothing refers to any longer, and returns it to
+// flightPool.
+func (f *flight) free() {
+	f.reset()
+	flightPool.Put(f)
+}
+
+// reset empties f; the storage of its changes is kept.
+func (f *flight) reset() {
+	changes := f.changes[:cap(f.changes)]
+	clear(changes)
+	*f = flight{changes: changes[:0]}
+	if cap(changes) <= len(f.inline) {
+		f.changes = f.inline[:0] // changes was f's own inline storage
+	}
 }
 
 // response identifies a response of a type: its nonce (which gives its
@@ -168,6 +202,9 @@ func (c *core) accepted(ts *typeState, nonce string) {
 // allocation that outlives the garbage around it would keep a span of
 // the heap in use.
 func (ts *typeState) settle(n int) {
+	for _, f := range ts.flights[:n] {
+		f.free()
+	}
 	if n == len(ts.flights) {
 		ts.flights = nil
 		return
@@ -206,12 +243,12 @@ func (c *core) reject(ts *typeState, nonce string) {
 	for j := len(ts.flights) - 1; j >= k; j-- {
 		ts.flights[j].undo(&ts.held)
 	}
-	bad := ts.flights[k]
 	for _, f := range ts.flights[k+1:] {
 		f.redo(&ts.held)
 	}
+	bad := ts.flights[k].upserts()
 	ts.settle(k + 1)
-	for _, e := range bad.upserts() {
+	for _, e := range bad {
 		r := ts.rareW()
 		if r.rejected == nil {
 			r.rejected = make(map[string]*encoded)

@@ -641,6 +641,7 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		for _, ph := range pl.phases {
 			c.types[ph.typeIdx].dirty = true
 		}
+		pl.free()
 		c.failed = &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged}
 		c.proxy.Push, c.proxy.Data, c.proxy.Scope, c.proxy.View = before.push, before.data, before.scope, before.view
 		c.prevScope, c.initSeq = before.prevScope, before.initSeq
@@ -666,6 +667,7 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	c.explained(req, pc, generated)
 	c.applied(item.seq, false)
 	if len(pl.phases) == 0 {
+		pl.free()
 		c.completedSeq = max(c.completedSeq, c.appliedSeq)
 		return nil
 	}
@@ -675,6 +677,7 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		}
 	}
 	pl.seq = c.appliedSeq
+	pl.phaseBuf = pl.phases
 	c.plan = pl
 	c.advance(false)
 	return c.flushDeferred()

@@ -398,7 +398,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		ts.held.reset(newSet(state))
 		exact()
 		after := ts.held.snapshot()
-		f.before, f.after = &before, &after
+		f.setHoldings(before, after)
 	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() && len(ts.removing()) == 0 &&
 		ts.held.len()-d.inHeld == len(d.gone) && len(ts.flights) == 0 {
 		// The client will hold exactly the target (typically a push that
@@ -410,7 +410,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		before := ts.held.snapshot()
 		ts.held.reset(tgt.set)
 		after := ts.held.snapshot()
-		f.before, f.after = &before, &after
+		f.setHoldings(before, after)
 	} else {
 		for _, r := range d.kept {
 			if !ts.held.get(r.name).same(r.enc) {

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"log/slog"
+	"sync"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -52,7 +53,18 @@ func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o r
 			slog.Int("resources", resources), slog.Int("removed", removed), slog.Int("bytes", size),
 			slog.Bool("push", o.push))
 	}
-	return &outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, p: c.appliedSeq, seq: o.pc.Seq(), made: c.now}
+	m := outPool.Get().(*outMsg)
+	*m = outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, p: c.appliedSeq, seq: o.pc.Seq(), made: c.now}
+	return m
+}
+
+// outPool holds written responses' outMsgs for the next ones.
+var outPool = sync.Pool{New: func() any { return new(outMsg) }}
+
+// free returns m, written and referred to no longer, to outPool.
+func (m *outMsg) free() {
+	*m = outMsg{}
+	outPool.Put(m)
 }
 
 func (c *core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *outMsg {

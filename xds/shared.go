@@ -159,7 +159,7 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	before := ts.held.snapshot()
 	ts.held.reset(tr.after)
 	after := ts.held.snapshot()
-	f.before, f.after = &before, &after
+	f.setHoldings(before, after)
 	m := c.stampNonce(i, tr.msg.nonce, tr.msg.resources, tr.msg.removed, tr.msg.bytes, o)
 	f.response = ts.lastSent()
 	ts.flights = append(ts.flights, f)

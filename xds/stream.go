@@ -1098,6 +1098,7 @@ func (c *conn) send(batch []*outMsg) error {
 			<-c.hookSem
 		}
 		batch[i] = nil
+		m.free()
 	}
 	return err
 }

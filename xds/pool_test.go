@@ -1,0 +1,133 @@
+package xds
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// TestPlanReset checks that a plan given back to the pool keeps nothing
+// of its push but storage, and starts the next push as a new plan would.
+func TestPlanReset(t *testing.T) {
+	tgt := &target{}
+	for _, tc := range []struct {
+		name string
+		fill func(pl *plan)
+	}{
+		{"push", func(pl *plan) {
+			pl.seq = 7
+			pl.phases = append(pl.phases, phase{typeIdx: 0, tgt: tgt}, phase{typeIdx: 1, tgt: tgt}, phase{typeIdx: 0, removal: true})
+			pl.phaseBuf = pl.phases
+			pl.phases = pl.phases[1:]
+			pl.t[1].need = append(pl.t[1].need, "a", "b")
+			pl.t[1].refs, pl.t[1].sent, pl.t[0].armed, pl.t[0].gaveUp = true, true, true, true
+			pl.t[0].excused = "v1/3"
+			pl.t[2].answered = map[string]struct{}{"x": {}}
+			pl.warm = pl.newWarmSet()
+			pl.warm.names = map[string]struct{}{"c1": {}}
+			pl.heldNeeds, pl.waitSince = true, time.Unix(1, 0)
+		}},
+		{"reconnect", func(pl *plan) {
+			pl.reconnect = true
+			pl.anchors = append(pl.anchors, 0, 2)
+			pl.phases = slices.Insert(pl.phases, 0, phase{typeIdx: 2, removal: true})
+		}},
+		{"phases grew past their storage", func(pl *plan) {
+			pl.phases = append(pl.phases, phase{typeIdx: 0, tgt: tgt})
+			pl.phaseBuf = pl.phases
+			for range 9 {
+				pl.phases = append(pl.phases, phase{typeIdx: 1, tgt: tgt})
+			}
+		}},
+		{"warm set of every cluster", func(pl *plan) {
+			pl.warm = pl.newWarmSet()
+			pl.warm.all = true
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &pushcontext.PushRequest{Full: true}
+			pl := &plan{}
+			pl.start(req, 3)
+			tc.fill(pl)
+			pl.reset()
+
+			for i, ph := range pl.phaseBuf[:cap(pl.phaseBuf)] {
+				if ph != (phase{}) {
+					t.Errorf("phase storage %d kept %+v", i, ph)
+				}
+			}
+			for i, pt := range pl.t[:cap(pl.t)] {
+				if len(pt.need) != 0 || len(pt.answered) != 0 || pt.sent || pt.armed || pt.refs || pt.gaveUp || pt.excused != "" {
+					t.Errorf("type %d kept %+v", i, pt)
+				}
+				for _, n := range pt.need[:cap(pt.need)] {
+					if n != "" {
+						t.Errorf("type %d's need storage kept %q", i, n)
+					}
+				}
+			}
+			if pl.req != nil || pl.seq != 0 || pl.phases != nil || pl.warm != nil || pl.warmBuf.all || len(pl.warmBuf.names) != 0 ||
+				pl.heldNeeds || !pl.waitSince.IsZero() || pl.reconnect || len(pl.anchors) != 0 || len(pl.t) != 0 {
+				t.Errorf("reset plan kept state: %+v", pl)
+			}
+
+			next := &pushcontext.PushRequest{}
+			pl.start(next, 4)
+			if pl.req != next || len(pl.t) != 4 || len(pl.phases) != 0 {
+				t.Fatalf("started plan: req %p (want %p), %d types (want 4), %d phases", pl.req, next, len(pl.t), len(pl.phases))
+			}
+			for i, pt := range pl.t {
+				if pt.sent || pt.armed || pt.refs || len(pt.need) != 0 || len(pt.answered) != 0 {
+					t.Errorf("started plan's type %d: %+v", i, pt)
+				}
+			}
+			if w := pl.newWarmSet(); !w.empty() || w.has("c1") {
+				t.Errorf("a new warm set holds %+v", *w)
+			}
+		})
+	}
+}
+
+// TestFlightReset checks that a flight given back to the pool keeps
+// nothing of its response but the storage of its changes.
+func TestFlightReset(t *testing.T) {
+	e := &encoded{}
+	for _, tc := range []struct {
+		name   string
+		fill   func(f *flight)
+		inline bool // changes is the flight's own storage after the reset
+	}{
+		{"one change", func(f *flight) {
+			f.changes = append(f.changes, change{"a", nil, e})
+		}, true},
+		{"changes past the inline storage", func(f *flight) {
+			for _, n := range []string{"a", "b", "c", "d", "e"} {
+				f.changes = append(f.changes, change{n, e, e})
+			}
+		}, false},
+		{"holdings", func(f *flight) {
+			f.setHoldings(holding{set: emptySet, n: 1}, holding{set: emptySet, over: map[string]*encoded{"a": e}, n: 2})
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &flight{}
+			f.changes = f.inline[:0]
+			f.response = response{nonce: "v/1", seq: 3, p: 2}
+			tc.fill(f)
+			f.reset()
+			if f.response != (response{}) || f.before != nil || f.after != nil || f.held[0].set != nil || f.held[1].set != nil || f.held[1].over != nil || len(f.changes) != 0 {
+				t.Errorf("reset flight kept state: %+v", f)
+			}
+			for i, ch := range f.changes[:cap(f.changes)] {
+				if ch != (change{}) {
+					t.Errorf("change storage %d kept %+v", i, ch)
+				}
+			}
+			if own := cap(f.changes) > 0 && &f.changes[:1][0] == &f.inline[0]; own != tc.inline {
+				t.Errorf("changes in the flight's own storage: %v, want %v", own, tc.inline)
+			}
+		})
+	}
+}
