@@ -85,6 +85,7 @@ func runSkeleton(ctx context.Context, t *testing.T, store *skeletonStore, lis ne
 		InitProxy: func(ctx context.Context, p *xds.Proxy, pc *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{Scope: scopeFor(p.Node)}, nil // what this proxy depends on
 		},
+		ProxyKinds: []string{}, // InitProxy reads no config: a Full push need not call it again
 	})
 	if err != nil {
 		return err

@@ -412,12 +412,20 @@ func (pc *PushContext) RebuiltSince(since *PushContext, kinds ...string) bool {
 	if since == nil || since.builder != pc.builder {
 		return true
 	}
-	if since.seq >= pc.seq {
+	return pc.RebuiltAfter(since.seq, kinds...)
+}
+
+// RebuiltAfter is RebuiltSince for the PushContext of pc's Builder whose
+// Seq is seq, for a consumer that keeps the number rather than the
+// snapshot (which would keep the snapshot's indexes alive). It reports
+// false when seq is not older than pc or kinds is empty.
+func (pc *PushContext) RebuiltAfter(seq uint64, kinds ...string) bool {
+	if pc == nil || len(kinds) == 0 || seq >= pc.seq {
 		return false
 	}
 	defs := pc.builder.defs()
 	for i, sl := range pc.slots {
-		if sl.seq <= since.seq || i >= len(defs) {
+		if sl.seq <= seq || i >= len(defs) {
 			continue
 		}
 		for _, k := range defs[i].kinds {

@@ -643,7 +643,7 @@ func TestBuildContextRequest(t *testing.T) {
 	}
 }
 
-func TestKindsAndRebuiltSince(t *testing.T) {
+func TestKindsAndRebuilt(t *testing.T) {
 	f := newFixture(t, BuilderConfig{Epoch: "k"})
 	if got, want := f.b.Kinds(), []string{"Gateway", "Mesh", "Route", "Service"}; !slices.Equal(got, want) {
 		t.Fatalf("Kinds() = %v; want %v", got, want)
@@ -687,6 +687,12 @@ func TestKindsAndRebuiltSince(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.pc.RebuiltSince(tc.since, tc.kinds...); got != tc.want {
 				t.Errorf("RebuiltSince() = %v; want %v", got, tc.want)
+			}
+			if tc.since == nil || tc.since == o1 {
+				return // no Seq of pc's Builder stands for these
+			}
+			if got := tc.pc.RebuiltAfter(tc.since.Seq(), tc.kinds...); got != tc.want {
+				t.Errorf("RebuiltAfter(%d) = %v; want %v", tc.since.Seq(), got, tc.want)
 			}
 		})
 	}

@@ -147,12 +147,27 @@ type Config struct {
 
 	// InitProxy initialises a proxy: it is called once, after the stream is
 	// registered for pushes and before the first response, and again before
-	// each Full push is applied to the proxy, with the PushContext the proxy
-	// is about to be served from. Nil means ProxyState{} (no host state,
+	// each Full push is applied to the proxy (but see ProxyKinds), with the
+	// PushContext the proxy is about to be served from. Nil means ProxyState{} (no host state,
 	// depends on everything, no view). An error or a panic ends the stream:
 	// a gRPC status error is returned as is, any other error as
 	// codes.Internal.
 	InitProxy InitProxyFunc
+
+	// ProxyKinds lists the config kinds (pushcontext.ConfigKey.Kind) that
+	// InitProxy reads. Nil means every kind: each Full push calls InitProxy
+	// again for every proxy it reaches. Otherwise a Full push calls it
+	// again only when it is Forced, names a key of one of these kinds, or
+	// a PushContext index registered with one of them was rebuilt since
+	// the proxy was last initialised; any other Full push keeps the
+	// proxy's ProxyState (Data, Scope, View) and serves the proxy from the
+	// push's PushContext, as istiod keeps a proxy's SidecarScope across
+	// pushes that change no Sidecar. A non-nil empty list declares that
+	// InitProxy reads no config at all: what it returns depends on the
+	// proxy alone (its node, peer, identity). At 10,000 proxies of one view
+	// that saves each proxy a host call per cluster change. Every kind
+	// must be registered with the Builder or listed in ExternalKinds.
+	ProxyKinds []string
 
 	// Authenticate, if set, is called when a stream opens, before anything
 	// else is read. An error refuses the stream with codes.Unauthenticated
@@ -307,6 +322,7 @@ type settings struct {
 	index        map[TypeURL]int
 	fullState    []bool     // by type index
 	kinds        [][]string // by type index; nil = every kind
+	proxyKinds   []string   // Config.ProxyKinds; nil = every kind
 	knownKinds   func(kind string) bool
 	leaf         []bool // by type index: its resources name no other resource (EDS, SDS)
 	edsIdx       int    // index of EndpointType, -1 if not served
@@ -521,6 +537,15 @@ func (cfg *Config) settings() (*settings, error) {
 		}
 		s.kinds[i] = slices.Clone(kinds)
 	}
+	for _, k := range cfg.ProxyKinds {
+		if k == "" {
+			return nil, errors.New("xds: Config.ProxyKinds has an empty kind")
+		}
+		if !s.knownKinds(k) {
+			return nil, fmt.Errorf("xds: Config.ProxyKinds has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", k)
+		}
+	}
+	s.proxyKinds = slices.Clone(cfg.ProxyKinds)
 	return s, nil
 }
 

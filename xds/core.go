@@ -464,6 +464,23 @@ type proxyAt struct {
 	initSeq   uint64
 }
 
+// reinit reports whether the Full push req, served from pc, calls
+// InitProxy again (see Config.ProxyKinds): InitProxy reads every kind, the
+// push is Forced, it names one of the kinds InitProxy reads, or an index
+// of those kinds was rebuilt since the proxy was last initialised.
+func (c *core) reinit(req *pushcontext.PushRequest, pc *pushcontext.PushContext) bool {
+	kinds := c.set.proxyKinds
+	if kinds == nil || req.Forced {
+		return true
+	}
+	for _, k := range kinds {
+		if req.ConfigsUpdated.HasKind(k) {
+			return true
+		}
+	}
+	return pc.RebuiltAfter(c.initSeq, kinds...)
+}
+
 // initProxy calls Config.InitProxy against pc and stores its result.
 func (c *core) initProxy(pc *pushcontext.PushContext) error {
 	c.initSeq = pc.Seq()
@@ -585,8 +602,12 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	before := proxyAt{push: c.proxy.Push, data: c.proxy.Data, scope: c.proxy.Scope, view: c.proxy.View,
 		prevScope: c.prevScope, initSeq: c.initSeq}
 	if req.Full && pc.Seq() > c.initSeq {
-		if err := c.initProxy(pc); err != nil {
-			return err
+		if c.reinit(req, pc) {
+			if err := c.initProxy(pc); err != nil {
+				return err
+			}
+		} else {
+			c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
 		}
 	}
 	c.proxy.Push = pc

@@ -41,6 +41,7 @@ type fakeHost struct {
 	snapshots map[*pushcontext.PushContext]cfgWorld
 	gens      []string // "TYPE push|answer [subscribed names]"
 	nonces    int
+	inits     int // InitProxy calls
 }
 
 var _ coreHost = (*fakeHost)(nil)
@@ -166,6 +167,7 @@ func (h *fakeHost) wouldSend(transKey) (bool, bool) { return false, false }
 func (h *fakeHost) knownSends(transKey, bool)       {}
 
 func (h *fakeHost) initProxy(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
+	h.inits++
 	return ProxyState{}, nil
 }
 

@@ -20,6 +20,8 @@
 //     request is queued for every connection whose Scope it concerns
 //     (pushcontext.NeedsPush), and each connection regenerates the types
 //     whose kinds changed (Config.TypeKinds), or whose index was rebuilt.
+//     A Full push first calls InitProxy again, unless Config.ProxyKinds
+//     says InitProxy reads none of the kinds that changed.
 //   - Versions. version_info and system_version_info are the PushContext's
 //     version ("9f3c2a71-42", see pushcontext.ParseVersion); a nonce is
 //     unique per response. A Delta resource's version is its content hash

@@ -611,8 +611,8 @@ func TestFailureNotLoaded(t *testing.T) {
 	}
 }
 
-// New refuses TypeKinds naming a kind no index is registered with, unless
-// ExternalKinds lists it. ConfigUpdate refuses a request that could not
+// New refuses TypeKinds and ProxyKinds naming a kind no index is
+// registered with, unless ExternalKinds lists it. ConfigUpdate refuses a request that could not
 // push anything right, and then does nothing: no request is counted and
 // no client receives anything.
 func TestFailureKinds(t *testing.T) {
@@ -626,6 +626,33 @@ func TestFailureKinds(t *testing.T) {
 		cfg.ExternalKinds = []string{"Servce"}
 		if _, err := xds.New(cfg); err != nil {
 			t.Errorf("New() with the kind in ExternalKinds = %v; want nil", err)
+		}
+	})
+	t.Run("New/ProxyKinds", func(t *testing.T) {
+		for _, tc := range []struct {
+			name     string
+			kinds    []string
+			external []string
+			want     string // in New's error; "" for none
+		}{
+			{name: "none", kinds: []string{}},
+			{name: "registered", kinds: []string{kCluster}},
+			{name: "unregistered", kinds: []string{kCluster, "Servce"}, want: `ProxyKinds has kind "Servce"`},
+			{name: "external", kinds: []string{"Servce"}, external: []string{"Servce"}},
+			{name: "empty kind", kinds: []string{""}, want: "ProxyKinds has an empty kind"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				h := &host{t: t, w: failureWorld()}
+				cfg := h.config(nil)
+				cfg.ProxyKinds, cfg.ExternalKinds = tc.kinds, tc.external
+				_, err := xds.New(cfg)
+				switch {
+				case tc.want == "" && err != nil:
+					t.Errorf("New() = %v; want nil", err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Errorf("New() = %v; want an error saying %q", err, tc.want)
+				}
+			})
 		}
 	})
 	tests := []struct {

@@ -200,12 +200,13 @@ type ProxyState struct {
 	// encodes each type once per view, subscription and push, and shares
 	// the result, and the bytes of identical responses, between those
 	// proxies; each proxy's own work is deciding what its client lacks and
-	// writing. A proxy's view may change at each Full push. What breaks the
-	// promise is served wrongly (one proxy's resources to another), so a
-	// view must not be derived from anything the client can claim unless
-	// the host authenticates it (Proxy.Identity). Typically: a fleet, a
-	// namespace, a gateway class. Proxies without a view are generated
-	// for one by one.
+	// writing. A proxy's view may change whenever InitProxy is called
+	// again (see Config.ProxyKinds). What breaks the promise is served
+	// wrongly (one proxy's resources to another), so a view must not be
+	// derived from anything the client can claim unless the host
+	// authenticates it (Proxy.Identity). Typically: a fleet, a namespace,
+	// a gateway class. Proxies without a view are generated for one by
+	// one.
 	View string
 }
 

@@ -56,7 +56,9 @@ var kindOf = map[string]string{
 //     EDS generator is also a DeltaGenerator listing only the sets a push
 //     changed (for proxies without a view);
 //   - every proxy has the same view ("mesh"): each type is generated once
-//     per push and subscription, and shared;
+//     per push and subscription, and shared; InitProxy reads no config
+//     (xds.Config.ProxyKinds is empty), so a Full push does not call it
+//     again;
 //   - xds.Config.TypeKinds makes an endpoint change regenerate EDS only;
 //   - endpoint changes are non-Full ConfigUpdates and bypass the debounce
 //     window; cluster, route and swap changes are Full and wait in the
@@ -142,6 +144,8 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
+		// InitProxy reads no config: a Full push need not call it again.
+		ProxyKinds:        []string{},
 		Debounce:          deb,
 		NewStreamRate:     cfg.NewStreamRate,
 		MaxOpeningStreams: cfg.Openings,
