@@ -35,7 +35,7 @@ type plan struct {
 	req       *pushcontext.PushRequest // the request as filtered for this proxy
 	seq       uint64                   // the push's sequence number (see convergence.go)
 	phases    []phase                  // not yet released, in order
-	phaseBuf  []phase                  // the storage phases began in (see free)
+	phaseBuf  []phase                  // the storage phases began in (see reset)
 	t         []planType               // by type index
 	warm      *warmSet                 // clusters the CDS phase sent (nil, or &warmBuf)
 	warmBuf   warmSet                  // warm's storage
@@ -119,8 +119,8 @@ func (pl *plan) reset() {
 		clear(answered)
 		*pt = planType{need: need[:0], answered: answered}
 	}
-	// Released phases leave the front of phases (advance), which thus
-	// ends where the storage does; phaseBuf starts where it does.
+	// advance drops released phases off the front of phases, which then
+	// no longer starts where its storage does; phaseBuf does.
 	clear(pl.phases)
 	buf := pl.phaseBuf[:cap(pl.phaseBuf)]
 	clear(buf)
