@@ -72,6 +72,13 @@ type core struct {
 	failed      *pushItem
 	pushRetryAt time.Time
 	pushFails   int // consecutive failed pushes
+
+	// retrying is set when a type is given an answer to retry (retryLater,
+	// retryType), and cleared when deadline finds none: until then, the
+	// scans for retries (deadline, retryHeldBack, firstAnswerRetry) need
+	// not touch each type's state, which at thousands of connections is
+	// out of the cache at every step.
+	retrying bool
 }
 
 // coreHost is what a core needs from its Server: the host's code behind
@@ -515,6 +522,7 @@ func (c *core) dropRare() {
 func (c *core) busy() bool { return c.plan != nil }
 
 // deadline returns when tick should run next; zero when nothing waits.
+// It clears retrying if no type has an answer to retry.
 func (c *core) deadline() time.Time {
 	var at time.Time
 	earlier := func(t time.Time) {
@@ -528,9 +536,13 @@ func (c *core) deadline() time.Time {
 	if c.failed != nil {
 		earlier(c.pushRetryAt)
 	}
-	for _, ts := range c.types {
-		if ts != nil && ts.retry() != nil {
-			earlier(c.set.time(ts.rareRec.retryAt))
+	if c.retrying {
+		c.retrying = false
+		for _, ts := range c.types {
+			if ts != nil && ts.retry() != nil {
+				c.retrying = true
+				earlier(c.set.time(ts.rareRec.retryAt))
+			}
 		}
 	}
 	return at
@@ -719,6 +731,9 @@ func (c *core) firstAnswerRetry() time.Time {
 	if c.delta {
 		return at // what a Delta client holds, it reports
 	}
+	if !c.retrying {
+		return at
+	}
 	for i, ts := range c.types {
 		if ts == nil || !c.set.fullState[i] || ts.nonceSent != "" || ts.retry() == nil {
 			continue
@@ -815,6 +830,7 @@ func (c *core) typeOK(ts *typeState) {
 func (c *core) retryLater(ts *typeState, a *answer) {
 	r := ts.rareW()
 	r.retry = r.retry.merge(a)
+	c.retrying = true
 	r.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(ts.fails(), c.seed+uint64(ts.idx))))
 }
 
@@ -826,5 +842,6 @@ func (c *core) retryLater(ts *typeState, a *answer) {
 func (c *core) retryType(ts *typeState) {
 	r := ts.rareW()
 	r.retry = r.retry.merge(&answer{})
+	c.retrying = true
 	r.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.idx))))
 }

@@ -1097,3 +1097,40 @@ func TestVersionOf(t *testing.T) {
 		t.Errorf(`versionOf("") = %q; want ""`, got)
 	}
 }
+
+// A type given an answer to retry keeps the connection's timer armed for
+// it (core.deadline), the scans for retries skipped only while no type has
+// one (core.retrying): over SotW and Delta, a failed answer's retry is due
+// at its backoff, and once it succeeds nothing is due.
+func TestCoreRetryKeepsTheTimerArmed(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(fmt.Sprintf("delta=%v", delta), func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			if at := r.c.deadline(); !at.IsZero() || r.c.retrying {
+				t.Fatalf("in step: deadline %v, retrying %v; want nothing due", at, r.c.retrying)
+			}
+			r.h.fail[RouteType] = errors.New("injected")
+			r.resubscribe(RouteType, "r0", "rx")
+			r.take()
+			at := r.c.deadline()
+			if at.IsZero() || !r.c.retrying {
+				t.Fatalf("after a failed answer: deadline %v, retrying %v; want the retry due", at, r.c.retrying)
+			}
+			if retryAt := r.h.set.time(r.typeState(RouteType).rareRec.retryAt); !at.Equal(retryAt) {
+				t.Errorf("deadline %v; want the retry's %v", at, retryAt)
+			}
+			if r.c.deadline() != at {
+				t.Errorf("a second deadline() = %v; want %v again", r.c.deadline(), at)
+			}
+			delete(r.h.fail, RouteType)
+			r.wait(at.Sub(r.now))
+			if rds := r.typeState(RouteType); rds.retry() != nil || rds.failure() != nil {
+				t.Fatalf("after the retry: RDS retry %v, error %v; want neither", rds.retry(), rds.failure())
+			}
+			if at := r.c.deadline(); !at.IsZero() || r.c.retrying {
+				t.Errorf("after the retry: deadline %v, retrying %v; want nothing due", at, r.c.retrying)
+			}
+		})
+	}
+}

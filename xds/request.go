@@ -133,7 +133,7 @@ func (c *core) request(in inbound) error {
 // the client has ACKed its last response of type i: what the client held
 // that named it may be gone.
 func (c *core) retryHeldBack(i int) error {
-	if ts := c.types[i]; ts == nil || ts.nonceSent == "" || !ts.synced() {
+	if ts := c.types[i]; ts == nil || ts.nonceSent == "" || !ts.synced() || !c.retrying {
 		return nil
 	}
 	for j, ts := range c.types {
