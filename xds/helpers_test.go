@@ -597,6 +597,20 @@ func world(st *store, n int) {
 	st.routes["r0"] = xdsfixture.Route("r0", "c0")
 }
 
+// connectAll connects n clients, named "a", "b", …, each subscribed like
+// Envoy to a world of that many clusters (subscribeAll), and returns them
+// with their subscriptions.
+func (f *fixture) connectAll(n, clusters int) ([]*client, []map[TypeURL][]string) {
+	var clients []*client
+	var subs []map[TypeURL][]string
+	for i := range n {
+		c := f.connect(string(rune('a'+i)), nil, true)
+		clients = append(clients, c)
+		subs = append(subs, c.subscribeAll(clusters))
+	}
+	return clients, subs
+}
+
 // subscribeAll makes c subscribe like Envoy: wildcard CDS and LDS, EDS for
 // every cluster, RDS r0; it ACKs everything and returns the subscriptions.
 func (c *client) subscribeAll(clusters int) map[TypeURL][]string {

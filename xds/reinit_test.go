@@ -98,13 +98,7 @@ func TestProxyKindsOverTheWire(t *testing.T) {
 			cfg.ProxyKinds = []string{}
 		}, false)
 		const n = 3
-		var clients []*client
-		var subs []map[TypeURL][]string
-		for i := range n {
-			c := f.connect(string(rune('a'+i)), nil, true)
-			clients = append(clients, c)
-			subs = append(subs, c.subscribeAll(3))
-		}
+		clients, subs := f.connectAll(n, 3)
 		settle()
 		if got := inits.Load(); got != n {
 			t.Fatalf("InitProxy called %d times for %d streams; want %d", got, n, n)

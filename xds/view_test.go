@@ -36,13 +36,7 @@ func TestViewsShareGeneration(t *testing.T) {
 			}
 		}, false)
 		const n = 10
-		var clients []*client
-		var subs []map[TypeURL][]string
-		for i := range n {
-			c := f.connect(string(rune('a'+i)), nil, true)
-			clients = append(clients, c)
-			subs = append(subs, c.subscribeAll(3))
-		}
+		clients, subs := f.connectAll(n, 3)
 		loner := f.connect("loner", nil, true)
 		lonerSubs := loner.subscribeAll(3)
 		settle()
