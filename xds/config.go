@@ -156,19 +156,20 @@ type Config struct {
 
 	// ProxyKinds lists the config kinds (pushcontext.ConfigKey.Kind) that
 	// InitProxy reads. Nil means every kind: each Full push calls InitProxy
-	// again for every proxy it reaches (a push reaches the proxies whose
-	// Scope it concerns). Otherwise a Full push that reaches a proxy calls
-	// it again only when the push is Forced, names a key of one of these
-	// kinds, or a PushContext index registered with one of them was
-	// rebuilt since the proxy was last initialised (a kind without an
-	// index is seen only when a push names it); any other Full push keeps
-	// the proxy's ProxyState (Data, Scope, View) and serves the proxy from
-	// the push's PushContext, as istiod keeps a proxy's SidecarScope
-	// across pushes that change no Sidecar. A non-nil empty list declares
-	// that InitProxy reads no config at all: what it returns depends on
-	// the proxy alone (its node, peer, identity). At 10,000 proxies of one
-	// view that saves each proxy a host call per cluster change. Every
-	// kind must be registered with the Builder or listed in ExternalKinds.
+	// again for every proxy, before its Scope filters the push (InitProxy
+	// may change the Scope). Otherwise a Full push calls it again for a
+	// proxy only when the push is Forced, names a key of one of these
+	// kinds (whichever proxy the key concerns), or a PushContext index
+	// registered with one of them was rebuilt since the proxy was last
+	// initialised (a kind without an index is seen only when a push names
+	// it); any other Full push keeps the proxy's ProxyState (Data, Scope,
+	// View) and serves the proxy from the push's PushContext, as istiod
+	// keeps a proxy's SidecarScope across pushes that change no Sidecar. A
+	// non-nil empty list declares that InitProxy reads no config at all:
+	// what it returns depends on the proxy alone (its node, peer,
+	// identity). At 10,000 proxies of one view that saves each proxy a
+	// host call per cluster change. Every kind must be registered with the
+	// Builder or listed in ExternalKinds.
 	ProxyKinds []string
 
 	// Authenticate, if set, is called when a stream opens, before anything

@@ -35,8 +35,12 @@ func (b storeBuilder) Build(prev *pushcontext.PushContext, req *pushcontext.Push
 		since = p.seq
 	}
 	// The Builder rebuilds by kind; the snapshot index is rebuilt for
-	// every PushContext, each type's when it changed since prev.
-	kinds := pushcontext.ConfigSet{{Kind: GroupKind}: {}}
+	// every PushContext, the group names and each type's index when they
+	// changed since prev.
+	kinds := pushcontext.ConfigSet{{Kind: snapshotKind}: {}}
+	if snap.groupsChanged > since {
+		kinds[pushcontext.ConfigKey{Kind: GroupKind}] = struct{}{}
+	}
 	for i, t := range s.types {
 		if snap.changed[i] > since {
 			kinds[pushcontext.ConfigKey{Kind: string(t)}] = struct{}{}
@@ -51,8 +55,8 @@ func (b storeBuilder) Build(prev *pushcontext.PushContext, req *pushcontext.Push
 	return s.b.Build(prev, breq)
 }
 
-// Kinds returns the kinds of the Store's indexes: the type URLs it serves
-// and GroupKind.
+// Kinds returns the kinds of the Store's indexes: the type URLs it serves,
+// GroupKind and the snapshot's own.
 func (b storeBuilder) Kinds() []string { return b.s.b.Kinds() }
 
 // proxyGroup is the Proxy.Data of a proxy of the Store.
@@ -80,10 +84,10 @@ func (s *Store) initProxy(_ context.Context, p *xds.Proxy, pc *pushcontext.PushC
 	if err != nil {
 		return xds.ProxyState{}, err
 	}
-	snap := s.snapIdx.Get(pc)
+	groups := s.groupIdx.Get(pc)
 	served := want
-	if _, ok := snap.groups[want]; !ok {
-		if _, ok := snap.groups[DefaultGroup]; want == DefaultGroup || !ok {
+	if _, ok := groups[want]; !ok {
+		if _, ok := groups[DefaultGroup]; want == DefaultGroup || !ok {
 			return xds.ProxyState{}, status.Errorf(codes.NotFound, "resources: group %q is not set", want)
 		}
 		served = DefaultGroup

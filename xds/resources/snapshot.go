@@ -96,6 +96,9 @@ type snapshot struct {
 	// changed is, per type index, the seq of the last commit that changed
 	// the type in any group.
 	changed []uint64
+	// groupsChanged is the seq of the last commit that created or deleted
+	// a group.
+	groupsChanged uint64
 }
 
 func emptySnapshot(types int) *snapshot {
@@ -184,20 +187,23 @@ func (s *snapshot) apply(types []xds.TypeURL, set map[string]*group, del []strin
 	}
 
 	next = &snapshot{
-		seq:     s.seq + 1,
-		groups:  maps.Clone(s.groups),
-		byType:  slices.Clone(s.byType),
-		changed: slices.Clone(s.changed),
+		seq:           s.seq + 1,
+		groups:        maps.Clone(s.groups),
+		byType:        slices.Clone(s.byType),
+		changed:       slices.Clone(s.changed),
+		groupsChanged: s.groupsChanged,
 	}
 	copied := make([]bool, n)
 	for _, c := range changes {
 		old := s.groups[c.name]
 		if old == nil {
 			old = empty
+			next.groupsChanged = next.seq // created
 		}
 		g := c.g
 		if g == nil {
 			delete(next.groups, c.name)
+			next.groupsChanged = next.seq // deleted
 			g = empty
 		} else {
 			next.groups[c.name] = g

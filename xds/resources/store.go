@@ -30,6 +30,10 @@ const DefaultGroup = ""
 // Namespace: its group, Name: its name}.
 const GroupKind = "resources.Group"
 
+// snapshotKind is the kind of the Store's snapshot index, rebuilt for
+// every PushContext; no key of it is announced.
+const snapshotKind = "resources.snapshot"
+
 // DefaultTypes returns the types a Store serves when Config.Types is empty:
 // CDS, EDS, LDS, RDS and SDS. A new slice is returned on every call.
 func DefaultTypes() []xds.TypeURL {
@@ -44,9 +48,10 @@ type Config struct {
 	Types []xds.TypeURL
 
 	// Group returns the group a proxy belongs to. The Store calls it when
-	// the proxy connects and before each Full push is applied to it (from
-	// xds.Config.InitProxy), and serves the proxy the resources of that
-	// group. Nil means the proxy's Node.cluster, which is what the client
+	// the proxy connects and before each Full push that creates or deletes
+	// a group is applied to it (from xds.Config.InitProxy, whose
+	// ProxyKinds is GroupKind), and serves the proxy the resources of that
+	// group: what it returns must depend on the proxy alone. Nil means the proxy's Node.cluster, which is what the client
 	// claims: a client that can reach the Server can ask for any group's
 	// resources. With untrusted clients, read Proxy.Identity (what
 	// xds.Config.Authenticate returned) to group proxies by who they are
@@ -75,10 +80,11 @@ type Config struct {
 	// Server is the template of the xds.Config that Store.Config returns:
 	// set any of its fields (Logger, Hooks, Debounce, limits, Authenticate,
 	// …) and the Store adds its Builder, its Generators and TypeKinds and
-	// its InitProxy. Builder and InitProxy must be nil; Generators and
-	// TypeKinds may hold types the Store does not serve, with their own
-	// kinds (see xds.Config.ExternalKinds). Server.Logger also receives the
-	// Store's logs: one Debug record per change.
+	// its InitProxy and ProxyKinds. Builder, InitProxy and ProxyKinds must
+	// be nil; Generators and TypeKinds may hold types the Store does not
+	// serve, with their own kinds (see xds.Config.ExternalKinds).
+	// Server.Logger also receives the Store's logs: one Debug record per
+	// change.
 	Server xds.Config
 }
 
@@ -100,7 +106,11 @@ type Store struct {
 
 	b       *pushcontext.Builder
 	snapIdx pushcontext.Index[*snapshot]
-	byType  []pushcontext.Index[map[string]*typeSet] // by type index
+	// groupIdx holds the names of the groups set, rebuilt only when a
+	// group is created or deleted: it is what InitProxy reads, so that
+	// the Server calls InitProxy again only then (xds.Config.ProxyKinds).
+	groupIdx pushcontext.Index[map[string]struct{}]
+	byType   []pushcontext.Index[map[string]*typeSet] // by type index
 	// building is the snapshot of the Build in progress. It is written
 	// and read only on the goroutine that calls Build, during the Build
 	// (the index build functions run there, and Builds never overlap).
@@ -150,6 +160,8 @@ func New(cfg Config) (*Store, error) {
 		return nil, errors.New("resources: Config.Server.Builder is set; the Store provides the Builder")
 	case cfg.Server.InitProxy != nil:
 		return nil, errors.New("resources: Config.Server.InitProxy is set; the Store provides it (group proxies with Config.Group)")
+	case cfg.Server.ProxyKinds != nil:
+		return nil, errors.New("resources: Config.Server.ProxyKinds is set; the Store provides it, with its InitProxy")
 	}
 	for _, t := range s.types {
 		if _, ok := cfg.Server.Generators[t]; ok {
@@ -170,9 +182,20 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("resources: %w", err)
 	}
 	// The snapshot index is rebuilt for every PushContext (the Builder
-	// asks for it); each type's index only when that type changed.
-	if s.snapIdx, err = pushcontext.Register(s.b, "groups", []string{GroupKind},
+	// asks for it); the group names only when a group was created or
+	// deleted; each type's index only when that type changed.
+	if s.snapIdx, err = pushcontext.Register(s.b, "snapshot", []string{snapshotKind},
 		func(pushcontext.BuildContext[*snapshot]) (*snapshot, error) { return s.building, nil }); err != nil {
+		return nil, fmt.Errorf("resources: %w", err)
+	}
+	if s.groupIdx, err = pushcontext.Register(s.b, "groups", []string{GroupKind},
+		func(pushcontext.BuildContext[map[string]struct{}]) (map[string]struct{}, error) {
+			names := make(map[string]struct{}, len(s.building.groups))
+			for name := range s.building.groups {
+				names[name] = struct{}{}
+			}
+			return names, nil
+		}); err != nil {
 		return nil, fmt.Errorf("resources: %w", err)
 	}
 	s.byType = make([]pushcontext.Index[map[string]*typeSet], len(s.types))
@@ -192,8 +215,11 @@ func New(cfg Config) (*Store, error) {
 // Config returns the xds.Config of the Server that serves the Store:
 // Config.Server, with the Store's Builder, a Generator and TypeKinds entry
 // for each type it serves (a type is regenerated only when resources of
-// that type changed) and its InitProxy (groups and dependency scopes). The
-// maps are the caller's. Build one Server from it and Attach it; NewServer
+// that type changed) and its InitProxy (groups and dependency scopes),
+// which reads only which groups are set (ProxyKinds is GroupKind: a Full
+// push calls it again only when a group was created or deleted). A host
+// that wraps InitProxy with something reading more config adds the kinds
+// to ProxyKinds, or sets it to nil. The maps are the caller's. Build one Server from it and Attach it; NewServer
 // does both.
 func (s *Store) Config() xds.Config {
 	cfg := s.server
@@ -211,6 +237,7 @@ func (s *Store) Config() xds.Config {
 		cfg.TypeKinds[t] = []string{string(t)}
 	}
 	cfg.InitProxy = s.initProxy
+	cfg.ProxyKinds = []string{GroupKind}
 	cfg.ExternalKinds = slices.Clone(cfg.ExternalKinds)
 	cfg.Order = slices.Clone(cfg.Order)
 	cfg.FullStateTypes = slices.Clone(cfg.FullStateTypes)

@@ -227,6 +227,7 @@ func TestNewErrors(t *testing.T) {
 		{"init proxy", resources.Config{Server: xds.Config{InitProxy: func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{}, nil
 		}}}, "resources: Config.Server.InitProxy is set; the Store provides it (group proxies with Config.Group)"},
+		{"proxy kinds", resources.Config{Server: xds.Config{ProxyKinds: []string{}}}, "resources: Config.Server.ProxyKinds is set; the Store provides it, with its InitProxy"},
 		{"generator of a served type", resources.Config{Server: xds.Config{Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: gen}}},
 			"resources: Config.Server.Generators has " + string(xds.ClusterType) + ", which the Store serves"},
 		{"type kinds of a served type", resources.Config{Server: xds.Config{TypeKinds: map[xds.TypeURL][]string{xds.RouteType: {"x"}}}},
@@ -473,5 +474,70 @@ func TestGroupIsAView(t *testing.T) {
 	want := map[string]int{srv.Version() + " CDS group/g": 1, srv.Version() + " EDS group/g": 1}
 	if diff := cmp.Diff(want, calls); diff != "" {
 		t.Errorf("push generations by version, type and view (-want +got):\n%s", diff)
+	}
+}
+
+// TestInitProxyOnGroupChanges: the Store's InitProxy reads only which
+// groups are set (Config.ProxyKinds is GroupKind), so the Server calls it
+// again, for every proxy, when a group is created or deleted, and not
+// when a group's resources change, however Full the change.
+func TestInitProxyOnGroupChanges(t *testing.T) {
+	st, _ := resources.New(resources.Config{})
+	cfg := st.Config()
+	if got, want := cfg.ProxyKinds, []string{resources.GroupKind}; !cmp.Equal(got, want) {
+		t.Fatalf("Config().ProxyKinds = %q; want %q", got, want)
+	}
+	var mu sync.Mutex
+	inits := map[string]int{} // node id → InitProxy calls
+	storeInit := cfg.InitProxy
+	cfg.InitProxy = func(ctx context.Context, p *xds.Proxy, pc *pushcontext.PushContext) (xds.ProxyState, error) {
+		mu.Lock()
+		inits[p.ID]++
+		mu.Unlock()
+		return storeInit(ctx, p, pc)
+	}
+	srv, err := xds.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, st.Attach(srv))
+	must(t, st.Set(resources.DefaultGroup, xdsfixture.Cluster("default")))
+	must(t, st.Set("edge", xdsfixture.Cluster("edge")))
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	clusters := func(names ...string) xdstest.Condition {
+		return xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: names})
+	}
+	edge := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "e", Cluster: "edge"}})
+	other := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "o", Cluster: "other"}})
+	xdstest.Await(t, clusters("edge"), edge)
+	xdstest.Await(t, clusters("default"), other)
+	calls := func() (int, int) {
+		mu.Lock()
+		defer mu.Unlock()
+		return inits["e"], inits["o"]
+	}
+	for _, step := range []struct {
+		name         string
+		change       func() error
+		await        xdstest.Condition
+		c            *xdstest.Client
+		wantE, wantO int
+	}{
+		{"a cluster of a group changes", func() error { return st.Set("edge", xdsfixture.Cluster("edge"), xdsfixture.Cluster("edge2")) },
+			clusters("edge", "edge2"), edge, 1, 1},
+		{"the default group's clusters change", func() error { return st.Set(resources.DefaultGroup, xdsfixture.Cluster("default2")) },
+			clusters("default2"), other, 1, 1},
+		{"a proxy's own group is created", func() error { return st.Set("other", xdsfixture.Cluster("mine")) },
+			clusters("mine"), other, 2, 2},
+		{"another group's cluster changes", func() error { return st.Set("other", xdsfixture.Cluster("mine2")) },
+			clusters("mine2"), other, 2, 2},
+	} {
+		must(t, step.change())
+		xdstest.Await(t, step.await, step.c)
+		syncServer(t, ts)
+		if e, o := calls(); e != step.wantE || o != step.wantO {
+			t.Errorf("after %s: InitProxy called %d times for e and %d for o; want %d and %d", step.name, e, o, step.wantE, step.wantO)
+		}
 	}
 }
