@@ -84,6 +84,11 @@
 //   - DrainConfig.Concurrency caps how many slots stuck handlers can take.
 //     Drain cannot preempt a goroutine, so a handler that ignores its ctx keeps
 //     its slot until it returns.
+//   - A handler about to wait on something it does not control (a client's
+//     flow control) can give its slot up instead: SlotOf(ctx).Release,
+//     callable from any goroutine while the handler runs (a watchdog's,
+//     say), starts another worker on the slot at once; the released worker
+//     ends when its handler returns.
 //
 // # Concurrency
 //
@@ -94,8 +99,9 @@
 // Enqueue. A parked Dequeue waits on a channel, not on a sync.Cond, so that
 // its ctx can release it; an Enqueue wakes one parked Dequeue, and a woken
 // Dequeue that leaves keys behind wakes the next. New starts no goroutines;
-// Drain starts one per slot (plus one per handler that reaches its Timeout)
-// and returns only after all of them have finished. Hooks run synchronously
+// Drain starts one per slot (plus one per handler that reaches its Timeout,
+// and one per slot released) and returns only after all of them have
+// finished. Hooks run synchronously
 // on the slots' goroutines and must not block.
 //
 // Durations reported to hooks and logs come from the runtime's monotonic

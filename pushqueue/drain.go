@@ -129,19 +129,31 @@ func (q *Queue[K, R]) Drain(ctx context.Context, cfg DrainConfig, handle func(ct
 	var wg sync.WaitGroup
 	var shutDown atomic.Bool // a worker found the queue shut down and drained
 	d.logger.DebugContext(ctx, "pushqueue: drain started", "concurrency", n, "timeout", cfg.Timeout)
-	for range n {
-		wg.Go(func() {
-			for {
-				key, req, meta, err := q.dequeue(ctx, true)
-				if err != nil {
-					if errors.Is(err, ErrShutDown) {
-						shutDown.Store(true)
-					}
-					return
+	// worker runs slot index until the queue is shut down and drained or
+	// ctx ends, or until the slot is released (Slot.Release), which
+	// starts another worker on it.
+	var worker func(index int)
+	worker = func(index int) {
+		sl := &Slot{index: index}
+		sl.takeOver = func() { wg.Go(func() { worker(index) }) }
+		wctx := context.WithValue(ctx, slotKey{}, sl)
+		for {
+			key, req, meta, err := q.dequeue(ctx, true)
+			if err != nil {
+				if errors.Is(err, ErrShutDown) {
+					shutDown.Store(true)
 				}
-				d.run(ctx, key, req, meta)
+				return
 			}
-		})
+			sl.state.Store(slotRunning)
+			d.run(wctx, key, req, meta)
+			if !sl.state.CompareAndSwap(slotRunning, slotIdle) {
+				return // released: another worker has the slot
+			}
+		}
+	}
+	for i := range n {
+		wg.Go(func() { worker(i) })
 	}
 	wg.Wait()
 	if shutDown.Load() {
@@ -150,6 +162,49 @@ func (q *Queue[K, R]) Drain(ctx context.Context, cfg DrainConfig, handle func(ct
 	}
 	d.logger.DebugContext(ctx, "pushqueue: drain stopped", "err", ctx.Err())
 	return ctx.Err()
+}
+
+// A Slot is one of a Drain's Concurrency slots, as the handler running on
+// it sees it (SlotOf): a handler that may block for long (on a client's
+// flow control, say) can give its slot up, so that the other keys keep
+// their Concurrency.
+type Slot struct {
+	index    int
+	state    atomic.Int32 // slotIdle, slotRunning or slotReleased
+	takeOver func()       // starts the worker that takes the slot over
+}
+
+const (
+	slotIdle int32 = iota
+	slotRunning
+	slotReleased
+)
+
+type slotKey struct{}
+
+// SlotOf returns the Slot of the Drain worker whose handler was given ctx
+// (or a ctx derived from it), or nil for any other ctx.
+func SlotOf(ctx context.Context) *Slot {
+	sl, _ := ctx.Value(slotKey{}).(*Slot)
+	return sl
+}
+
+// Index returns the slot's number, in [0, Concurrency). A worker that
+// takes a released slot over has its number.
+func (sl *Slot) Index() int { return sl.index }
+
+// Release gives the slot up while its handler runs: Drain starts another
+// worker on it at once, and the released handler's worker ends when the
+// handler returns, instead of taking another key (its key stays processing
+// until then, and is marked done as usual). It may be called from any
+// goroutine, at any time; it reports whether it released the slot, false
+// when the handler has returned, or the slot was released already.
+func (sl *Slot) Release() bool {
+	if !sl.state.CompareAndSwap(slotRunning, slotReleased) {
+		return false
+	}
+	sl.takeOver()
+	return true
 }
 
 // drainer holds what one Drain call's workers share. Every field is written

@@ -290,6 +290,80 @@ func TestDrainStuckHandler(t *testing.T) {
 	})
 }
 
+// TestDrainSlotRelease: with one slot, a handler that gives its slot up
+// (Slot.Release, here from another goroutine) lets the other keys be
+// handled while it still runs; its worker ends when it returns, so the
+// slot is never held twice, and Release after the handler returned, or
+// twice, releases nothing.
+func TestDrainSlotRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := pushqueue.New[string, forced]()
+		rec := newRecorder()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		slots := make(chan *pushqueue.Slot, 1)
+		unblock := make(chan struct{})
+		var mu sync.Mutex
+		indexes := map[int]bool{}
+		errc := startDrain(ctx, q, pushqueue.DrainConfig{Concurrency: 1}, func(ctx context.Context, key string, req forced) {
+			rec.begin(key, req.n)
+			defer rec.end(key)
+			sl := pushqueue.SlotOf(ctx)
+			mu.Lock()
+			indexes[sl.Index()] = true
+			mu.Unlock()
+			if key == "blocked" {
+				slots <- sl
+				<-unblock
+			}
+		})
+		if pushqueue.SlotOf(t.Context()) != nil {
+			t.Error("SlotOf(a ctx of no Drain) != nil")
+		}
+		q.Enqueue("blocked", forced{n: 1})
+		sl := <-slots
+		q.Enqueue("a", forced{n: 1})
+		synctest.Wait()
+		if got := rec.snapshot().calls["a"]; got != 0 {
+			t.Fatalf("a handled %d times while the only slot is held; want 0", got)
+		}
+		if !sl.Release() {
+			t.Fatal("Release() = false while the handler runs")
+		}
+		if sl.Release() {
+			t.Error("a second Release() = true")
+		}
+		synctest.Wait()
+		snap := rec.snapshot()
+		if snap.calls["a"] != 1 || snap.running != 1 {
+			t.Fatalf("after Release: a handled %d times, %d handlers running; want 1 and 1 (blocked)", snap.calls["a"], snap.running)
+		}
+		q.Enqueue("blocked", forced{n: 1}) // its follow-up waits for it
+		q.Enqueue("b", forced{n: 1})
+		synctest.Wait()
+		close(unblock)
+		synctest.Wait()
+		snap = rec.snapshot()
+		if snap.calls["b"] != 1 || snap.calls["blocked"] != 2 || snap.running != 0 || snap.peak != 2 {
+			t.Errorf("calls %v, %d running, peak %d; want b once, blocked twice, none running, a peak of 2 (the released handler beside its slot's new worker)",
+				snap.calls, snap.running, snap.peak)
+		}
+		if sl.Release() {
+			t.Error("Release() = true after the handler returned")
+		}
+		checkCounts(t, q, 0, 0)
+		mu.Lock()
+		if len(indexes) != 1 || !indexes[0] {
+			t.Errorf("slot indexes seen %v; want only 0", indexes)
+		}
+		mu.Unlock()
+		q.ShutDown()
+		if err := <-errc; err != nil {
+			t.Errorf("Drain() = %v; want nil", err)
+		}
+	})
+}
+
 // TestDrainTimeout: with one slot and a Timeout, a handler stuck on one key
 // TestDrainTimeoutAtTheDeadline checks that a handler that returns as
 // soon as its deadline ends its ctx is reported as timed out: a context

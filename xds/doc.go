@@ -201,7 +201,11 @@
 // Server is safe for concurrent use. Each stream is served by gRPC's handler
 // goroutine, which waits for the stream's end, plus a receive goroutine,
 // which runs each request as it reads it, plus a writer goroutine only
-// while responses are being written; while a stream opens, a goroutine of
+// while responses to requests, or more than a push's first batch, are
+// being written (a push's own responses are written by the push queue's
+// goroutine that made them, which gives its push slot to another
+// goroutine if the write takes 20 ms: a client that does not read holds
+// no slot); while a stream opens, a goroutine of
 // its own makes the connection, authenticates the client and initialises
 // the proxy, so that its stack does not stay with the handler for the
 // stream's life. A stream's timer (phase deadlines, retries, the check of

@@ -277,11 +277,14 @@ func (s *Server) retryBuilds(ctx context.Context) {
 // for the network: a connection that is writing, or still in the phases of
 // an earlier push, parks the push and queues itself again when it is free,
 // so a slow client never holds a slot for the length of a blocked write.
-func (s *Server) deliver(_ context.Context, c *conn, item *pushItem) {
+func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
 	if !c.post(item) || !c.lockStep() {
 		return
 	}
-	c.unlockStep(c.onKick(c.ctx))
+	batch, err := c.onKick(c.ctx)
+	if c.unlockStep(err) && batch != nil {
+		s.writeInline(ctx, c, batch)
+	}
 }
 
 // minTime returns the earlier of a and b, ignoring a zero time.

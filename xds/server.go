@@ -84,6 +84,7 @@ type Server struct {
 	// (see guardTimer).
 	guardTimers sync.Pool
 	connSeq     atomic.Uint64 // connection IDs
+	inline      inlineWrites  // pushes written by the push queue's workers (inline.go)
 	nonceSeq    atomic.Uint64 // nonces
 
 	updMu     sync.Mutex       // serialises ConfigUpdate's numbering and its Add, and protects the fields below
@@ -108,6 +109,7 @@ func New(cfg Config) (*Server, error) {
 		ready:      make(chan struct{}),
 		retryBuild: make(chan time.Duration, 1),
 	}
+	s.inline.recs = make([]inlineRec, set.concurrency)
 	s.track.init()
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if !math.IsInf(set.streamRate, 1) {
@@ -241,6 +243,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.shutdown()
 	cancel()
 	wg.Wait()
+	s.inline.stop()
 	s.awaitHostCalls()
 	s.set.logger.LogAttrs(context.Background(), slog.LevelInfo, "xds: server stopped")
 	return nil

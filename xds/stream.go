@@ -26,7 +26,8 @@ import (
 // fed its steps by whichever goroutine has the step to take, under the
 // connection's step lock (stepSem): the
 // receive goroutine runs each request it reads, the push queue's drainer
-// runs the push it hands over (deliver), the writer records the end of
+// runs the push it hands over (deliver) and writes its first batch
+// (inline.go), the writer records the end of
 // each batch it wrote, the stream's timer runs what is due (the core's
 // deadlines, the check of a blocked write) on the goroutine it calls back
 // on (see tick), and Dump reads the connection on its caller's. The
@@ -35,9 +36,12 @@ import (
 // step that failed, a failed write, the end of the receive goroutine, the
 // Server's shutdown. (With a Clock that cannot call back, it also waits
 // for the timer; see AfterFuncClock.) So it runs no step, and its stack
-// stays as small as the stream's opening left it. A writer goroutine runs
-// only while responses are being written, so that a blocked write never
-// blocks a step.
+// stays as small as the stream's opening left it. No write is made under
+// the step lock, so that a blocked write never blocks a step: a push's
+// first batch is written by the drainer once its step is over (and its
+// push slot given up if the write blocks, see inline.go), any other batch
+// by a writer goroutine, which runs only while responses are being
+// written.
 //
 // So a push, the write of its responses and the client's ACK cost no
 // hand-over between goroutines: at 10,000 streams each hand-over is a
@@ -103,7 +107,7 @@ type conn struct {
 	armedAt          instant
 	made             uint64 // responses the core has made (see receive)
 	stopped          bool   // the stream is ending: no step may run
-	writing          bool   // a writer goroutine is running
+	writing          bool   // a batch is being written (by a writer goroutine, or inline)
 	paused           bool   // the receive goroutine is asked to wait
 
 	// events is the stream's mailbox, read by the opening until the
@@ -922,7 +926,10 @@ func (c *conn) post(item *pushItem) bool {
 }
 
 // onKick generates the responses for the push in the mailbox, as a step.
-func (c *conn) onKick(ctx context.Context) error {
+// It settles the connection as after does, but returns the batch to write
+// rather than start a writer: the caller writes it once the step is over
+// (see inline.go).
+func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	c.mu.Lock()
 	item := c.mail
 	c.mail = nil
@@ -933,7 +940,7 @@ func (c *conn) onKick(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	if item == nil {
-		return nil
+		return nil, nil
 	}
 	now := c.s.set.clock.Now()
 	callHook(c.s.set, c.s.set.hooks.OnQueue, QueueEvent{
@@ -943,8 +950,7 @@ func (c *conn) onKick(ctx context.Context) error {
 	if err == nil {
 		err = c.core.flushDeferred()
 	}
-	c.after()
-	return err
+	return c.settle(true), err
 }
 
 // unpark ends a busy phase: if pushes were parked meanwhile, the connection
