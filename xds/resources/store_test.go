@@ -362,11 +362,8 @@ func TestGroups(t *testing.T) {
 	must(t, st.Set("edge", xdsfixture.Cluster("edge")))
 	srv.Loaded()
 	ts := xdstest.NewServerFor(t, srv)
-	clusters := func(names ...string) xdstest.Condition {
-		return xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: names})
-	}
 	edge := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "e", Cluster: "edge"}})
-	xdstest.Await(t, clusters("edge"), edge)
+	xdstest.Await(t, holdsClusters("edge"), edge)
 
 	// No default group: refused.
 	ghost, err := ts.Connect(ctx, xdstest.ClientConfig{Node: &corev3.Node{Id: "g", Cluster: "ghost"}})
@@ -374,7 +371,7 @@ func TestGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ghost.Close()
-	if err := ghost.Wait(ctx, clusters("any")); status.Code(ghost.Err()) != codes.NotFound {
+	if err := ghost.Wait(ctx, holdsClusters("any")); status.Code(ghost.Err()) != codes.NotFound {
 		t.Fatalf("a proxy of an unset group: Wait() = %v, Err() = %v; want its stream refused with NotFound", err, ghost.Err())
 	}
 
@@ -383,17 +380,17 @@ func TestGroups(t *testing.T) {
 	syncServer(t, ts)
 	other := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "o", Cluster: "other"}})
 	plain := ts.NewClient(t, xdstest.ClientConfig{NodeID: "p"})
-	xdstest.Await(t, clusters("default"), other, plain)
+	xdstest.Await(t, holdsClusters("default"), other, plain)
 	must(t, st.Set("other", xdsfixture.Cluster("other")))
-	xdstest.Await(t, clusters("other"), other)
+	xdstest.Await(t, holdsClusters("other"), other)
 
 	// Deleted: its proxies go to the default group, and once that is
 	// deleted too, they are refused.
 	must(t, st.Delete("edge"))
-	xdstest.Await(t, clusters("default"), edge)
+	xdstest.Await(t, holdsClusters("default"), edge)
 	n := len(other.Responses())
 	must(t, st.Delete(resources.DefaultGroup))
-	if err := edge.Wait(ctx, clusters("never")); status.Code(edge.Err()) != codes.NotFound {
+	if err := edge.Wait(ctx, holdsClusters("never")); status.Code(edge.Err()) != codes.NotFound {
 		t.Errorf("after its group and the default were deleted: Wait() = %v, Err() = %v; want the stream ended with NotFound", err, edge.Err())
 	}
 	if err := other.Quiet(ctx, n); err != nil {
@@ -505,13 +502,10 @@ func TestInitProxyOnGroupChanges(t *testing.T) {
 	must(t, st.Set("edge", xdsfixture.Cluster("edge")))
 	srv.Loaded()
 	ts := xdstest.NewServerFor(t, srv)
-	clusters := func(names ...string) xdstest.Condition {
-		return xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: names})
-	}
 	edge := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "e", Cluster: "edge"}})
 	other := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "o", Cluster: "other"}})
-	xdstest.Await(t, clusters("edge"), edge)
-	xdstest.Await(t, clusters("default"), other)
+	xdstest.Await(t, holdsClusters("edge"), edge)
+	xdstest.Await(t, holdsClusters("default"), other)
 	calls := func() (int, int) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -525,13 +519,13 @@ func TestInitProxyOnGroupChanges(t *testing.T) {
 		wantE, wantO int
 	}{
 		{"a cluster of a group changes", func() error { return st.Set("edge", xdsfixture.Cluster("edge"), xdsfixture.Cluster("edge2")) },
-			clusters("edge", "edge2"), edge, 1, 1},
+			holdsClusters("edge", "edge2"), edge, 1, 1},
 		{"the default group's clusters change", func() error { return st.Set(resources.DefaultGroup, xdsfixture.Cluster("default2")) },
-			clusters("default2"), other, 1, 1},
+			holdsClusters("default2"), other, 1, 1},
 		{"a proxy's own group is created", func() error { return st.Set("other", xdsfixture.Cluster("mine")) },
-			clusters("mine"), other, 2, 2},
+			holdsClusters("mine"), other, 2, 2},
 		{"another group's cluster changes", func() error { return st.Set("other", xdsfixture.Cluster("mine2")) },
-			clusters("mine2"), other, 2, 2},
+			holdsClusters("mine2"), other, 2, 2},
 	} {
 		must(t, step.change())
 		xdstest.Await(t, step.await, step.c)
@@ -540,4 +534,10 @@ func TestInitProxyOnGroupChanges(t *testing.T) {
 			t.Errorf("after %s: InitProxy called %d times for e and %d for o; want %d and %d", step.name, e, o, step.wantE, step.wantO)
 		}
 	}
+}
+
+// holdsClusters is the condition that a client holds exactly the clusters
+// names.
+func holdsClusters(names ...string) xdstest.Condition {
+	return xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ClusterType: names})
 }
