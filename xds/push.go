@@ -273,10 +273,13 @@ func (s *Server) retryBuilds(ctx context.Context) {
 
 // deliver is the push queue's handler: it hands the push to the connection
 // and generates it there, as a step on the drainer's goroutine, so that at
-// most Config.Concurrency connections generate at once. It does not wait
-// for the network: a connection that is writing, or still in the phases of
-// an earlier push, parks the push and queues itself again when it is free,
-// so a slow client never holds a slot for the length of a blocked write.
+// most Config.Concurrency connections generate at once, then writes what
+// the push made once the step is over (writeInline). It waits for the
+// network only that long: a connection that is writing, or still in the
+// phases of an earlier push, parks the push and queues itself again when
+// it is free, and a write that blocks gives its slot up after
+// handoffAfter, so a slow client never holds a slot for the length of a
+// blocked write.
 func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
 	if !c.post(item) || !c.lockStep() {
 		return
