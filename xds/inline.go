@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -39,8 +38,17 @@ const handoffAfter = 20 * time.Millisecond
 type inlineWrites struct {
 	recs     []inlineRec // by slot index
 	watching atomic.Bool // the watchdog is armed
-	once     sync.Once
-	timer    Timer // the watchdog; made on first use
+	timer    Timer       // the watchdog, stopped; nil with a Clock that cannot call back
+}
+
+// init makes the records of n push slots and, if clock can call back, the
+// watchdog of s.
+func (w *inlineWrites) init(s *Server, clock Clock, n int) {
+	w.recs = make([]inlineRec, n)
+	if ac, ok := clock.(AfterFuncClock); ok {
+		w.timer = ac.AfterFunc(time.Hour, s.checkInline)
+		w.timer.Stop()
+	}
 }
 
 // inlineRec is a slot writing inline: its Slot, and when the write began
@@ -54,43 +62,29 @@ type inlineRec struct {
 // goroutine (a worker of the push queue, whose ctx is ctx), as a writer
 // goroutine would, or hands it to one when it cannot be watched.
 func (s *Server) writeInline(ctx context.Context, c *conn, batch []*outMsg) {
-	ac, ok := s.set.clock.(AfterFuncClock)
 	slot := pushqueue.SlotOf(ctx)
-	if !ok || slot == nil || slot.Index() >= len(s.inline.recs) {
+	if s.inline.timer == nil || slot == nil || slot.Index() >= len(s.inline.recs) {
 		s.goStream(func() { c.write(batch) })
 		return
 	}
 	rec := &s.inline.recs[slot.Index()]
 	rec.since.Store(s.set.clock.Now().UnixNano())
 	rec.slot.Store(slot)
-	s.watchInline(ac)
-	err := c.send(batch)
+	s.inline.watch()
+	// The record covers the Send, which may block, and the step after it,
+	// which does not.
+	next := c.writeBatch(batch)
 	rec.slot.CompareAndSwap(slot, nil)
-	if err != nil {
-		c.postEvent(event{kind: evWriteFailed, err: err})
-		return
-	}
-	if !c.lockStep() {
-		return
-	}
-	next := c.onWritten()
-	c.unlockStep(nil)
 	if next != nil {
 		s.goStream(func() { c.write(next) })
 	}
 }
 
-// watchInline arms the watchdog, if it is not armed.
-func (s *Server) watchInline(ac AfterFuncClock) {
-	w := &s.inline
-	if !w.watching.CompareAndSwap(false, true) {
-		return
+// watch arms the watchdog, if it is not armed.
+func (w *inlineWrites) watch() {
+	if w.watching.CompareAndSwap(false, true) {
+		w.timer.Reset(handoffAfter)
 	}
-	w.once.Do(func() {
-		w.timer = ac.AfterFunc(time.Hour, s.checkInline)
-		w.timer.Stop()
-	})
-	w.timer.Reset(handoffAfter)
 }
 
 // checkInline is the watchdog: it releases the slot of every inline write

@@ -109,7 +109,7 @@ func New(cfg Config) (*Server, error) {
 		ready:      make(chan struct{}),
 		retryBuild: make(chan time.Duration, 1),
 	}
-	s.inline.recs = make([]inlineRec, set.concurrency)
+	s.inline.init(s, set.clock, set.concurrency)
 	s.track.init()
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
 	if !math.IsInf(set.streamRate, 1) {

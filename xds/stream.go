@@ -1048,16 +1048,24 @@ func (c *conn) checkWrite(ctx context.Context) error {
 // there are none. A failed Send ends the stream.
 func (c *conn) write(batch []*outMsg) {
 	for batch != nil {
-		if err := c.send(batch); err != nil {
-			c.postEvent(event{kind: evWriteFailed, err: err})
-			return
-		}
-		if !c.lockStep() {
-			return
-		}
-		batch = c.onWritten()
-		c.unlockStep(nil)
+		batch = c.writeBatch(batch)
 	}
+}
+
+// writeBatch sends batch and records the end of the write as a step; it
+// returns the next batch to write, nil if none or if the stream ends (a
+// failed Send ends it).
+func (c *conn) writeBatch(batch []*outMsg) []*outMsg {
+	if err := c.send(batch); err != nil {
+		c.postEvent(event{kind: evWriteFailed, err: err})
+		return nil
+	}
+	if !c.lockStep() {
+		return nil
+	}
+	next := c.onWritten()
+	c.unlockStep(nil)
+	return next
 }
 
 // send sends batch in order, on the writer goroutine.
