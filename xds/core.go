@@ -594,11 +594,16 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		return nil
 	}
 	if item.seq <= c.appliedSeq {
-		// The connection stands on the push's snapshot already: it
-		// registered between the snapshot's publication and its fan-out,
-		// and was initialised from it, so every answer it was sent is at
-		// least that new. Forced or not, the push brings nothing; a type
-		// an answer left to regenerate (dirty) has its own retry.
+		// Pushes reach the core in the order of their sequence numbers,
+		// each once: the runner hands it everything it was given and has
+		// not applied, merged (see conn.inbox), and a failed push comes
+		// back merged with what followed. So the one push not above
+		// appliedSeq is that of the snapshot the connection stands on
+		// already: it registered between the snapshot's publication and
+		// its fan-out, and was initialised from it, so every answer it
+		// was sent is at least that new. Forced or not, the push brings
+		// nothing; a type an answer left to regenerate (dirty) has its
+		// own retry.
 		c.applied(item.seq, true)
 		return nil
 	}

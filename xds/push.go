@@ -65,19 +65,23 @@ type pushItem struct {
 }
 
 // Merge merges next (newer) into p (older) without modifying either. A nil
-// receiver or argument is the empty item.
+// or empty receiver or argument (see empty) is the empty item.
 func (p *pushItem) Merge(next *pushItem) *pushItem {
 	switch {
-	case p == nil:
-		return next
-	case next == nil:
+	case next.empty():
 		return p
+	case p.empty():
+		return next
 	}
 	// The request keeps the later PushContext whichever side it is on:
 	// items are not always merged in order (a parked push rejoins a newer
 	// one in the push queue).
 	return &pushItem{req: p.req.Merge(next.req), seq: max(p.seq, next.seq), start: minTime(p.start, next.start), merged: p.merged + next.merged}
 }
+
+// empty reports whether p carries no push: nil, or a connection's kick
+// (see conn.unpark).
+func (p *pushItem) empty() bool { return p == nil || p.req == nil }
 
 // ConfigUpdate hands a change to the pipeline and returns at once; it never
 // blocks. It returns an error, and does nothing, for a request that could

@@ -131,12 +131,17 @@ type conn struct {
 	// the fields of mu to share their word.
 	hookSem chan struct{}
 
-	mu     sync.Mutex // protects the fields below but ended
-	mail   *pushItem  // push handed over by deliver, not yet generated
-	parked *pushItem  // pushes that arrived while busy
-	busy   bool       // initialising, writing or in a push's phases: pushes are parked
-	closed bool       // the stream has ended
-	ended  bool       // OnDisconnect is due or done; protected by hookSem
+	mu sync.Mutex // protects the fields below but ended
+	// inbox is every push handed to the connection (by deliver, or a
+	// failed push given back for its retry) that the core has not been
+	// given yet, merged in one item. The core takes all of it at once,
+	// so pushes reach it in the order of their sequence numbers: what it
+	// has applied is every push up to one (see core.push).
+	inbox  *pushItem
+	busy   bool // initialising, writing or in a push's phases: the inbox waits
+	kicked bool // unpark queued a kick that no deliver has posted yet
+	closed bool // the stream has ended
+	ended  bool // OnDisconnect is due or done; protected by hookSem
 
 	syncedSeq uint64 // the push this connection is synced to; protected by Server.track.mu
 
@@ -878,7 +883,7 @@ func (c *conn) onTimer(ctx context.Context) error {
 	if retryPush {
 		// Generated again under a push slot, merged with what arrives
 		// meanwhile.
-		c.s.queue.Enqueue(c, c.core.takeFailed())
+		c.giveBack(c.core.takeFailed())
 	}
 	c.after()
 	return err
@@ -907,39 +912,33 @@ func (c *conn) arm() {
 	}
 }
 
-// post hands a push to the connection for deliver to generate. It reports
-// false if the push was parked (the connection is initialising, writing or
-// in a push's phases; it will queue itself again when it is free) or
-// dropped (the connection has ended).
+// post hands a push to the connection, adding it to the inbox. It reports
+// whether deliver is to generate it now: false if the connection is
+// initialising, writing or in a push's phases (unpark queues it again when
+// it is free) or has ended.
 func (c *conn) post(item *pushItem) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return false
 	}
-	if c.busy {
-		c.parked = c.parked.Merge(item)
-		return false
-	}
-	c.mail = c.mail.Merge(item)
-	return true
+	c.inbox = c.inbox.Merge(item)
+	c.kicked = false // whatever the queue held for c, this is it
+	return !c.busy && !c.inbox.empty()
 }
 
-// onKick generates the responses for the push in the mailbox, as a step.
-// It settles the connection as after does, but returns the batch to write
-// rather than start a writer: the caller writes it once the step is over
-// (see inline.go).
+// onKick generates the pushes in the inbox, as a step. It settles the
+// connection as after does, but returns the batch to write rather than
+// start a writer: the caller writes it once the step is over (see
+// inline.go).
 func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	c.mu.Lock()
-	item := c.mail
-	c.mail = nil
-	if item != nil && c.core.busy() {
-		// A push is still in its phases: this one waits for the end.
-		c.parked = c.parked.Merge(item)
-		item = nil
+	var item *pushItem
+	if !c.busy && !c.core.busy() {
+		item, c.inbox = c.inbox, nil
 	}
 	c.mu.Unlock()
-	if item == nil {
+	if item.empty() {
 		return nil, nil
 	}
 	now := c.s.set.clock.Now()
@@ -953,31 +952,39 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	return c.settle(true), err
 }
 
-// unpark ends a busy phase: if pushes were parked meanwhile, the connection
-// queues itself again, so that they are generated under a push slot.
+// giveBack returns a push the core gave up on (see core.takeFailed) to the
+// inbox, ahead of what arrived since, for the next kick to generate.
+func (c *conn) giveBack(item *pushItem) {
+	c.mu.Lock()
+	if !c.closed {
+		c.inbox = item.Merge(c.inbox)
+	}
+	c.mu.Unlock()
+}
+
+// unpark ends a busy phase: if the inbox holds pushes, the connection
+// queues itself again, so that they are generated under a push slot. What
+// it queues is a kick, an empty item: the pushes stay in the inbox, where
+// any push handed over meanwhile joins them, rather than race them to the
+// core.
 func (c *conn) unpark() {
 	c.mu.Lock()
 	c.busy = false
-	item := c.parked
-	c.parked = nil
+	kick := !c.inbox.empty() && !c.kicked
+	c.kicked = c.kicked || kick
 	c.mu.Unlock()
-	if item != nil {
-		c.s.queue.Enqueue(c, item)
+	if kick {
+		c.s.queue.Enqueue(c, new(pushItem)) // a kick: an item that carries no push
 	}
 }
 
-// setBusy makes pushes park until the connection is idle again (see
-// unpark). A push already handed over and not yet generated is parked too,
-// so that its deliver, waiting for the step lock, finds nothing to do and
-// does not make it wait for the write or the phases to end under a push
-// slot.
+// setBusy makes the inbox wait until the connection is idle again (see
+// unpark). A deliver already past post and waiting for the step lock then
+// finds nothing to do, and does not make its push slot wait for the write
+// or the phases to end.
 func (c *conn) setBusy() {
 	c.mu.Lock()
 	c.busy = true
-	if c.mail != nil {
-		c.parked = c.parked.Merge(c.mail)
-		c.mail = nil
-	}
 	c.mu.Unlock()
 }
 
@@ -1142,7 +1149,7 @@ func plainStream(ctx context.Context) bool {
 func (c *conn) close() {
 	c.mu.Lock()
 	c.closed = true
-	c.mail, c.parked = nil, nil
+	c.inbox = nil
 	c.mu.Unlock()
 	if c.timer != nil {
 		c.timer.Stop()
