@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 
@@ -178,4 +179,54 @@ func TestDumpErrors(t *testing.T) {
 			t.Error("Dump(ended connection) = nil; want an error")
 		}
 	})
+}
+
+// Status and Dump read a connection's state while its steps change it: 8
+// SotW clients change the clusters they subscribe to with every ACK (by
+// name, as gRPC clients do) while Status and Dump run in loops. Under -race
+// this found Status reading a subscription that a SotW ACK replaced
+// without the connection's status lock (4 to 7 race reports a run, before
+// the ACK took it).
+func TestStatusWhileSubscriptionsChange(t *testing.T) {
+	st := newStore()
+	world(st, 4)
+	f := start(t, st, nil, false)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	reads := make(chan int)
+	go func() {
+		n := 0
+		for ctx.Err() == nil {
+			for _, cs := range f.srv.Status() {
+				for _, ts := range cs.Types {
+					n += ts.Names
+				}
+				// The connection may have ended since (the test's).
+				_, _ = f.srv.Dump(ctx, cs.ConnID)
+			}
+		}
+		reads <- n
+	}()
+	var wg sync.WaitGroup
+	for i := range 8 {
+		c := f.connect(fmt.Sprintf("grpc-%d", i), nil, true)
+		wg.Go(func() {
+			c.request(ClusterType, "c0")
+			for j := range 60 {
+				r := c.recv()
+				// Two clusters and one in turn: every ACK changes the
+				// subscription, and is answered.
+				if j%2 == 0 {
+					c.ack(r, "c1", fmt.Sprintf("c%d", 2+i%2))
+				} else {
+					c.ack(r, "c0")
+				}
+			}
+		})
+	}
+	wg.Wait()
+	cancel()
+	if n := <-reads; n == 0 {
+		t.Error("Status never saw a subscription")
+	}
 }

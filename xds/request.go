@@ -261,7 +261,11 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.wildcard
 	if !same {
-		ts.sub, order = c.sotwSubscription(names, wildcard, order)
+		var sub *subscription
+		sub, order = c.sotwSubscription(names, wildcard, order)
+		c.pub.Lock() // Status reads ts.sub (see typeState)
+		ts.sub = sub
+		c.pub.Unlock()
 		c.setSubBytes(ts, names)
 	}
 	ts.order, ts.star = order, star
