@@ -575,6 +575,26 @@ func (s *settings) typeIndex(t TypeURL) int {
 	return -1
 }
 
+// mayName reports whether resources of type index i may name resources of
+// type index j (or are j's own): clusters name endpoints and secrets,
+// listeners routes, clusters and secrets, routes clusters. A leaf type
+// names nothing; a type the Server does not read may name anything.
+func (s *settings) mayName(i, j int) bool {
+	switch {
+	case i == j:
+		return true
+	case s.leaf[i]:
+		return false
+	case i == s.cdsIdx:
+		return j != s.ldsIdx && j != s.rdsIdx
+	case i == s.ldsIdx:
+		return j != s.edsIdx
+	case i == s.rdsIdx:
+		return j != s.edsIdx && j != s.ldsIdx
+	}
+	return true
+}
+
 // backoffFor returns the wait after the n-th consecutive failure (n ≥ 1),
 // jittered by seed.
 func (s *settings) backoffFor(n int, seed uint64) time.Duration {

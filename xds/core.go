@@ -580,9 +580,10 @@ func (c *core) takeFailed() *pushItem {
 
 // push applies a push to the connection: re-initialises the proxy on a
 // Full push, filters by dependencies, generates the affected watched
-// types and starts releasing its phases. If a type fails to generate,
-// nothing of the push is sent: it waits, merged with later pushes, for a
-// retry (see Generator).
+// types and starts releasing its phases. If a type fails to generate, the
+// push waits, merged with later pushes, for a retry (see Generator), and
+// only the types that cannot name the failed one's resources are released
+// meanwhile (see independent).
 func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	c.step(ctx, now)
 	if c.failed != nil {
@@ -650,7 +651,7 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	// its endpoints: when CDS is generated, so is EDS.
 	cdsAffected := set.cdsIdx >= 0 && c.types[set.cdsIdx] != nil && c.affected(set.cdsIdx, filtered)
 	pl := newPlan(filtered, len(set.order))
-	var failed bool
+	var failed []bool // by type index; nil while no type failed
 	for i, ts := range c.types {
 		if ts == nil {
 			continue
@@ -665,29 +666,40 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		tgt, err := c.generate(i, true, !full, filtered)
 		if err != nil {
 			c.typeFailed(ts, "generate", err, true)
-			failed = true
 			if err == ErrGenerateTimeout {
+				pl.free()
 				return errStreamGenerateTimeout
 			}
+			if failed == nil {
+				failed = make([]bool, len(c.types))
+			}
+			failed[i] = true
 			continue
 		}
 		pl.phases = append(pl.phases, phase{typeIdx: i, tgt: tgt})
 	}
-	if failed {
-		// Nothing of the push is sent: a later phase could reference
-		// what the failed type did not send.
-		for _, ph := range pl.phases {
-			c.types[ph.typeIdx].dirty = true
-		}
-		pl.free()
+	if failed != nil {
+		// The push is retried, merged with later pushes, after a backoff.
+		// Meanwhile the types that cannot name what a failed type did not
+		// send (endpoints, when routes fail) are released, and the rest
+		// waits: regenerated in full by the retry.
+		pl.phases = c.independent(pl.phases, failed)
 		c.failed = &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged}
-		c.proxy.Push, c.proxy.Data, c.proxy.Scope, c.proxy.View = before.push, before.data, before.scope, before.view
-		c.prevScope, c.initSeq = before.prevScope, before.initSeq
 		c.pushFails++
 		c.pushRetryAt = now.Add(set.backoffFor(c.pushFails, c.seed))
-		return nil
+		if len(pl.phases) == 0 {
+			// Nothing of the push is sent: the proxy stays where it was,
+			// so that answers to its requests keep coming from the
+			// snapshot its client holds, not from one whose other types
+			// it has not been sent.
+			pl.free()
+			c.proxy.Push, c.proxy.Data, c.proxy.Scope, c.proxy.View = before.push, before.data, before.scope, before.view
+			c.prevScope, c.initSeq = before.prevScope, before.initSeq
+			return nil
+		}
+	} else {
+		c.pushFails = 0
 	}
-	c.pushFails = 0
 	var genBuf [8]bool
 	var generated []bool
 	if n := len(c.types); n <= len(genBuf) {
@@ -703,14 +715,18 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		c.typeOK(ts)
 	}
 	c.explained(req, pc, generated)
-	c.applied(item.seq, false)
+	if failed == nil {
+		c.applied(item.seq, false)
+	}
 	if len(pl.phases) == 0 {
 		pl.free()
 		c.completedSeq = max(c.completedSeq, c.appliedSeq)
 		return nil
 	}
+	// A push released in part removes nothing: what it would remove, its
+	// retry does, after every upsert.
 	for _, i := range set.removalOrder {
-		if c.types[i] != nil {
+		if c.types[i] != nil && failed == nil {
 			pl.phases = append(pl.phases, phase{typeIdx: i, removal: true})
 		}
 	}
@@ -719,6 +735,33 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	c.plan = pl
 	c.advance(false)
 	return c.flushDeferred()
+}
+
+// independent returns, of the phases of a push in which the types marked
+// failed failed to generate, those that can be released without them, and
+// marks the others dirty: their types are generated in full by the push's
+// retry. A type waits for a failed type whose resources its own may name
+// (see mayName): released first, they could name what was not sent, or
+// warm waiting for it.
+func (c *core) independent(phases []phase, failed []bool) []phase {
+	out := phases[:0]
+	for _, ph := range phases {
+		i := ph.typeIdx
+		waits := false
+		for f, ok := range failed {
+			if ok && c.set.mayName(i, f) {
+				waits = true
+				break
+			}
+		}
+		if waits {
+			c.types[i].dirty = true
+			continue
+		}
+		out = append(out, ph)
+	}
+	clear(phases[len(out):])
+	return out
 }
 
 // firstAnswerRetry returns when the first answer of a SotW full-state type

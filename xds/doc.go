@@ -101,9 +101,11 @@
 //	Builder.Build            the request stays pending, merged      Hooks.OnBuildError, Warn log,
 //	                         with later ones; the last PushContext  Sync/WaitForVersion: *FailureError
 //	                         keeps being served; retried            (Stage "build"), Failures
-//	Generator (push)         nothing of that push is sent to the    Hooks.OnGenerateError, Warn log,
-//	                         proxy (a later phase could rely on     TypeStatus.Error, *FailureError
-//	                         it); the push is retried               (Stage "generate")
+//	Generator (push)         the failed type, and the types that    Hooks.OnGenerateError, Warn log,
+//	                         may name its resources, are held back  TypeStatus.Error, *FailureError
+//	                         for that proxy; the rest of the push   (Stage "generate")
+//	                         is sent, nothing removed; the push is
+//	                         retried
 //	Generator (answer)       the answer waits and is retried; a     as above
 //	                         push waits for a SotW stream's first
 //	                         listener or cluster answer (see

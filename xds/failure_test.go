@@ -15,6 +15,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -270,9 +271,10 @@ func wrapGenerator(cfg *xds.Config, typ xds.TypeURL) *failingGenerator {
 	return g
 }
 
-// A Generator that fails during a push abandons the whole push for that
-// proxy: nothing of it is sent (here the route naming the new cluster
-// would dangle without the cluster). The type's status shows the error,
+// A Generator of clusters that fails during a push holds back, for that
+// proxy, everything of the push that may name a cluster: here nothing of
+// it is sent (the route naming the new cluster would dangle without the
+// cluster, and the endpoints of c0 did not change). The type's status shows the error,
 // Sync names the proxy and the type, and the push is retried without
 // another ConfigUpdate until the generator heals. A Generator that fails
 // while answering a client's request leaves that answer unsent, and the
@@ -756,6 +758,69 @@ func TestFailureReferenceHoldBack(t *testing.T) {
 				}
 				if fs := h.srv.Failures(); len(fs) != 1 || fs[0].Stage != "reference" || fs[0].ProxyID != "p" {
 					t.Errorf("Failures() = %v; want the reference error of p", fs)
+				}
+				xdstest.AssertNoDangling(t, c)
+			})
+		})
+	}
+}
+
+// A type that keeps failing holds back only what could name what it did
+// not send. While p's RDS generation fails, a change that touches routes
+// and clusters (a new cluster c1, r0 split to it) leaves r0 as p holds it;
+// clusters and endpoints name no route, so the cluster is sent, and so
+// are the endpoint-only changes that follow (c0 moves port twice). Sync
+// names the failing RDS meanwhile; once the generator heals, the retried
+// push sends the route, and Sync returns nil with p holding all of it.
+//
+// Before, the failed push was held back whole, and every endpoint change
+// after it merged into it: p kept c0's old endpoints for as long as RDS
+// failed.
+func TestFailureHoldsBackOnlyWhatNamesTheFailedType(t *testing.T) {
+	for _, protocol := range []xdstest.Protocol{xdstest.SotW, xdstest.Delta} {
+		t.Run(protocol.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var rds *failingGenerator
+				h := startHost(t, failureWorld(), func(cfg *xds.Config) { rds = wrapGenerator(cfg, xds.RouteType) })
+				c := h.ts.NewClient(t, xdstest.ClientConfig{NodeID: "p", Protocol: protocol})
+				xdstest.Await(t, holdsFailureWorld, c)
+
+				rds.set(errors.New("route store down"))
+				h.change(addCluster("c1"))
+				time.Sleep(time.Second)
+				synctest.Wait()
+				xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{
+					xds.ClusterType: {"c0", "c1"}, xds.EndpointType: {"c0", "c1"}, xds.ListenerType: {"l0"}, xds.RouteType: {"r0"},
+				}), c)
+				for port := uint32(8100); port <= 8101; port++ {
+					h.mu.Lock()
+					w := h.w.clone()
+					w.endpoints["c0"] = xdsfixture.CLAPort("c0", port)
+					h.w = w
+					h.mu.Unlock()
+					if err := h.srv.ConfigUpdate(&pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(keys(kEndpoint, "c0")...),
+						Reason: pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate)}); err != nil {
+						t.Fatal(err)
+					}
+					xdstest.Await(t, xdstest.HoldsResources(map[xds.TypeURL][]proto.Message{
+						xds.EndpointType: {xdsfixture.CLAPort("c0", port), xdsfixture.CLAPort("c1", 9000)},
+					}), c)
+				}
+				if r, _ := c.State().Resource(xds.RouteType, "r0"); !proto.Equal(r.Message, xdsfixture.Route("r0", "c0")) {
+					t.Errorf("while RDS fails, p holds r0 = %v; want the route it held", r.Message)
+				}
+				_, err := syncNow(h.srv)
+				if f, ok := failureOf(t, err); ok && (f.Stage != "generate" || f.ProxyID != "p" || f.Type != xds.RouteType) {
+					t.Errorf("Sync() failure = %+v; want generate RDS for p", f)
+				}
+
+				rds.set(nil)
+				xdstest.Await(t, xdstest.HoldsResources(map[xds.TypeURL][]proto.Message{
+					xds.RouteType:    {xdsfixture.Route("r0", "c0", "c1")},
+					xds.EndpointType: {xdsfixture.CLAPort("c0", 8101), xdsfixture.CLAPort("c1", 9000)},
+				}), c)
+				if _, err := syncNow(h.srv); err != nil {
+					t.Errorf("Sync() after the generator healed = %v; want nil", err)
 				}
 				xdstest.AssertNoDangling(t, c)
 			})

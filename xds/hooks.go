@@ -320,8 +320,9 @@ type GenerateErrorEvent struct {
 	ProxyID string
 	ConnID  string
 	Type    TypeURL
-	// Push is true when it failed during a push (which is then abandoned
-	// for the proxy), false when answering a request.
+	// Push is true when it failed during a push (which is then held back
+	// for the proxy, but for the types that cannot name the failed one's
+	// resources; see Generator), false when answering a request.
 	Push bool
 	// Err is the Generator's error, a *PanicError, a *ResourceError (a
 	// check of the output), or ErrGenerateTimeout.

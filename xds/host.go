@@ -60,10 +60,14 @@ type Builder interface {
 //
 // An error, a panic (recovered, with its stack) or a failed check is
 // handled the same way: logged at Warn, reported through
-// Hooks.OnGenerateError and in Status. A failure during a push abandons
-// the whole push for that proxy (nothing partial is sent, so no response
-// can reference what a failed type did not send); a failure while
-// answering a request leaves that answer unsent. Either is retried after a
+// Hooks.OnGenerateError and in Status. A failure during a push holds back,
+// for that proxy, the failed type and every type whose resources may name
+// its resources (routes and listeners when clusters fail, clusters when
+// endpoints fail, listeners when routes fail), so no response can
+// reference what a failed type did not send; the other types of the push
+// are sent (endpoints still flow while routes fail), and the push removes
+// nothing until it is whole. A failure while answering a request leaves
+// that answer unsent. Either is retried after a
 // capped exponential backoff (Config.Backoff), without waiting for another
 // push, until it succeeds; meanwhile Sync and WaitForVersion return an
 // error naming the proxy and the type. The stream stays open.
