@@ -765,15 +765,24 @@ func (c *core) independent(phases []phase, failed []bool) []phase {
 }
 
 // firstAnswerRetry returns when the first answer of a SotW full-state type
-// (listeners, clusters), whose generation failed, is retried; zero if none
-// waits. A push waits for it: a client that reconnected holds what it was
-// sent before, which the Server cannot read (SotW reports only a version),
-// and a full-state answer replaces all of it at once. Generated from the
-// snapshot the stream started with, which is what a client reconnecting
-// in step with the Server holds, it removes nothing the client's other
-// resources name; a push from a later snapshot would remove at once what
-// the configuration dropped since, whatever those still name. Once it is
-// sent, the push removes that in order.
+// (listeners, clusters) or of routes, whose generation failed, is retried;
+// zero if none waits. A push waits for it: a client that reconnected holds
+// what it was sent before, which the Server cannot read (SotW reports only
+// a version), and a full-state answer replaces all of it at once.
+// Generated from the snapshot the stream started with, which is what a
+// client reconnecting in step with the Server holds, it removes nothing
+// the client's other resources name; a push from a later snapshot would
+// remove at once what the configuration dropped since, whatever those
+// still name. Once it is sent, the push removes that in order. Routes are
+// not full-state, but until their first answer the Server believes the
+// client holds none (typeState.held), so a push's removal phase would drop
+// the clusters the client's old routes still name; and a route a later
+// snapshot dropped is in no response of the push (a SotW route response
+// removes nothing): only the answer from the stream's snapshot tells the
+// Server that the client holds it, as it does until its new listener is
+// warm. A route answer that only held its routes back (their clusters are
+// on their way, see danglingCluster) is not waited for: the push may be
+// what brings them.
 func (c *core) firstAnswerRetry() time.Time {
 	var at time.Time
 	if c.delta {
@@ -783,7 +792,8 @@ func (c *core) firstAnswerRetry() time.Time {
 		return at
 	}
 	for i, ts := range c.types {
-		if ts == nil || !c.set.fullState[i] || ts.nonceSent != "" || ts.retry() == nil {
+		if ts == nil || ts.nonceSent != "" || ts.retry() == nil ||
+			!(c.set.fullState[i] || c.set.refers(i) && ts.fault != nil && ts.fault.stage == "generate") {
 			continue
 		}
 		if r := c.set.time(ts.rareRec.retryAt); at.IsZero() || r.Before(at) {

@@ -44,10 +44,12 @@
 //     waiting longer than Config.Phases.Timeout (5s) is sent anyway and
 //     reported (Hooks.OnPhaseTimeout). Answers to a client's own requests
 //     wait behind a phase whose content they would overtake, and a push
-//     waits for the first listener or cluster answer of a SotW stream: a
-//     reconnected client holds what its old stream sent, which the Server
-//     cannot read, and a full-state answer from the push's snapshot would
-//     drop at once what the configuration removed since. A listener or
+//     waits for the first listener, route or cluster answer of a SotW
+//     stream: a reconnected client holds what its old stream sent, which
+//     the Server cannot read, and a full-state answer from the push's
+//     snapshot would drop at once what the configuration removed since (a
+//     push would drop the clusters of routes it does not know the client
+//     holds). A listener or
 //     route, answered or pushed, that names a cluster the client holds only
 //     through a response it has not answered yet waits for that answer:
 //     were the client to reject the cluster, it would read the route
@@ -108,7 +110,7 @@
 //	                         retried
 //	Generator (answer)       the answer waits and is retried; a     as above
 //	                         push waits for a SotW stream's first
-//	                         listener or cluster answer (see
+//	                         listener, route or cluster answer (see
 //	                         Make-before-break)
 //	Generator output         duplicate, empty or mismatched names:  as above, Err is a *ResourceError
 //	                         a Generator error
