@@ -474,6 +474,70 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	r.expect("c0 removed once nothing names it", "CDS [c1]")
 }
 
+// The same for routes, which are not full-state: a SotW client that
+// reconnects keeps its old routes, and until the first route answer the
+// Server believes it holds none. If that answer fails to generate, a push
+// that arrives meanwhile waits for it too. The answer, from the snapshot
+// the stream started with, lists r0, which names c0; the push then adds
+// c1 and moves l0 to a new route r1, and c0 stays until the client drops
+// r0. A push from its own snapshot at once would have sent no r0 (the
+// configuration no longer has it, and a SotW route response removes
+// nothing), and its removal phase would have dropped c0 from under r0,
+// which the client keeps, with its old listener, until the new one is warm.
+func TestCoreSotWFirstRouteAnswerBeforePush(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
+	r.meshWorld()
+	old := r.pc.Version()
+
+	// The reconnected client's first requests: the route answer fails.
+	h.fail[RouteType] = errors.New("injected")
+	names := map[TypeURL][]string{EndpointType: {"c0"}, RouteType: {"r0"}}
+	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
+		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old, ResourceNames: names[typ]}})
+	}
+	r.expect("clusters, endpoints and listeners answered, routes failed", "CDS [c0]", "EDS [c0]", "LDS [l0]")
+	rds := r.typeState(RouteType)
+	if rds.retry() == nil {
+		t.Fatal("no retry of the failed route answer")
+	}
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.ack(ListenerType)
+	r.expect("the ACKs")
+
+	// The generator recovers; a push comes before the answer's retry.
+	delete(h.fail, RouteType)
+	r.moveToNewRoute()
+	r.expect("the push waits for the first route answer")
+	if r.c.failed == nil {
+		t.Fatal("the push was dropped; want it kept for after the answer")
+	}
+	if !r.wait(r.c.set.time(rds.rareRec.retryAt).Sub(r.now)) {
+		t.Fatal("the push is not due once the answer is retried")
+	}
+	r.expect("the first answer, from the stream's snapshot", "RDS [r0]")
+	r.ack(RouteType)
+	if err := r.c.push(r.ctx(), r.now, r.c.takeFailed()); err != nil {
+		t.Fatal(err)
+	}
+	r.expect("then the push's cluster phase keeps c0", "CDS [c0 c1]")
+	r.resubscribe(EndpointType, "c0", "c1")
+	r.expect("c1's endpoints", "EDS [c1]")
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.expect("listener phase", "LDS [l0]")
+	r.ack(ListenerType)
+	r.resubscribe(RouteType, "r0", "r1")
+	r.expect("the new route; c0's removal held back, r0 names it", "RDS [r1]")
+	r.ack(RouteType)
+	r.expect("c0 held back while the client holds r0")
+	r.expectHeld("clusters", ClusterType, "c0", "c1")
+	r.resubscribe(RouteType, "r1")
+	r.expect("c0 removed once nothing names it", "CDS [c1]")
+}
+
 // Whether a removal held back for a reference breaks the configuration is
 // judged from what the referring type was last generated from, and only if
 // that is the proxy's snapshot: a type a push could not regenerate (here
