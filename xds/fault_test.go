@@ -60,11 +60,15 @@ var (
 //   - now and then a client goes away and another takes its place.
 //
 // Every 50 changes Sync is called for a moment on a replica: when it
-// fails, it names failures that were injected. Then the faults stop and
-// one last change touches every resource (so that no content a client
-// rejected is left in the mesh). Sync must then return nil, and only once
-// every client holds exactly the final mesh, as far as it subscribes to
-// it; no client may ever have held a reference to what it did not hold
+// fails, it names failures that were injected, and when it returns nil,
+// every client the replica served all along (but those that reject
+// content) holds the mesh of the last change. Every 200 changes, and at
+// the end, the faults stop and a change touches every resource (so that
+// no content a client rejected is left in the mesh): Sync must then return
+// nil on both replicas, and only once every client holds exactly that
+// mesh, as far as it subscribes to it, whatever pushes were in their
+// phases, parked or merged when the faults stopped. The faults start
+// again after a checkpoint; no client may ever have held a reference to what it did not hold
 // (the xdstest Checker over each client's whole life); and nothing may be
 // left running (goleak, and the synctest bubble).
 //
@@ -365,6 +369,7 @@ type faultMesh struct {
 	replicas []*faultReplica
 
 	buildErrors, genErrors, refErrors, nacks, phaseTimeouts atomic.Int64
+	merged                                                  atomic.Int64 // pushes a connection was given merged with others
 }
 
 // faultReplica is one Server of the mesh, with a Builder that fails when
@@ -512,6 +517,11 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			OnReferenceError: func(xds.ReferenceErrorEvent) { r.m.refErrors.Add(1) },
 			OnNACK:           func(xds.NACK) { r.m.nacks.Add(1) },
 			OnPhaseTimeout:   func(xds.PhaseTimeoutEvent) { r.m.phaseTimeouts.Add(1) },
+			OnQueue: func(ev xds.QueueEvent) {
+				if ev.Merged > 1 {
+					r.m.merged.Add(1)
+				}
+			},
 		},
 	}
 }
@@ -725,7 +735,10 @@ func runFault(t *testing.T, p faultParams) {
 			m.update(next, ch)
 			w = next
 			run.logf("#%d %s", rev, ch.what)
-			if rev%50 == 0 {
+			switch {
+			case rev%200 == 0:
+				w = run.checkpoint(w, rev)
+			case rev%50 == 0:
 				run.checkSync(rev)
 			}
 			time.Sleep(time.Duration(rnd.IntN(50)) * time.Millisecond)
@@ -750,9 +763,9 @@ func runFault(t *testing.T, p faultParams) {
 		for _, c := range run.clients {
 			xdstest.AssertNoDangling(t, c.Client)
 		}
-		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d",
+		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d",
 			p.seed, p.changes, len(run.clients), m.replicas[0].srv.Version(), run.stats, run.syncs,
-			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load())
+			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load())
 	})
 }
 
@@ -886,16 +899,20 @@ func (run *faultRun) inject(rev int) {
 
 // checkSync calls Sync on a replica for a moment: while faults are
 // injected, it may return nil or run out of time, and when it fails, it
-// must name failures that were injected.
+// must name failures that were injected. When it returns nil, every client
+// the replica served all along holds the mesh of the last change, as far
+// as it subscribes to it (checkHolds).
 func (run *faultRun) checkSync(rev int) {
 	r := run.m.replicas[run.rnd.IntN(len(run.m.replicas))]
-	ctx, cancel := context.WithTimeout(run.t.Context(), 100*time.Millisecond)
+	before := serving(r.srv)
+	ctx, cancel := context.WithTimeout(run.t.Context(), time.Second)
 	_, err := r.srv.Sync(ctx)
 	cancel()
 	var fe *xds.FailureError
 	switch {
 	case err == nil:
 		run.syncs["nil"]++
+		run.checkHolds(rev, r, before, false)
 	case errors.Is(err, context.DeadlineExceeded):
 		run.syncs["deadline"]++
 	case errors.As(err, &fe):
@@ -908,6 +925,66 @@ func (run *faultRun) checkSync(rev int) {
 	default:
 		run.t.Errorf("#%d replica %s: Sync() = %v; want nil, a deadline or a *xds.FailureError", rev, r.name, err)
 	}
+}
+
+// serving returns the connection of each proxy srv serves, once
+// initialised.
+func serving(srv *xds.Server) map[string]string {
+	out := map[string]string{}
+	for _, cs := range srv.Status() {
+		if cs.Initialised {
+			out[cs.ProxyID] = cs.ConnID
+		}
+	}
+	return out
+}
+
+// checkHolds checks, after Sync on replica r returned nil, that every
+// client r served on one connection since before the call holds the mesh
+// of the last change: Sync waits for every ConfigUpdate made before it,
+// pushed to every connection, generated there, and ACKed. A client that
+// rejects content is left out unless nackers (no content it rejected is
+// left in the mesh): what it rejected is not sent to it again (a NACK is
+// terminal), and it holds what it had.
+func (run *faultRun) checkHolds(rev int, r *faultReplica, before map[string]string, nackers bool) {
+	m := run.m
+	m.mu.Lock()
+	w := m.worlds[len(m.worlds)-1]
+	m.mu.Unlock()
+	after := serving(r.srv)
+	checked := 0
+	for _, c := range run.clients {
+		if c.nacker && !nackers || m.replicas[c.replica] != r || before[c.ID()] == "" || after[c.ID()] != before[c.ID()] {
+			continue
+		}
+		checked++
+		if err := c.expect(w)(c.State()); err != nil {
+			run.t.Errorf("#%d replica %s: Sync() = nil, but client %v does not hold the mesh: %v\n%s", rev, r.name, c, err, describeClient(m, c))
+		}
+	}
+	run.stats["clients checked at Sync"] += checked
+}
+
+// checkpoint stops the faults for a while, in the middle of the run, and
+// makes a change that touches everything (so that no content a client
+// rejected is left in the mesh): every replica's Sync must then return
+// nil, and every client it serves hold that mesh (checkHolds), whatever
+// pushes were in their phases, parked or merged when the faults stopped.
+// It returns the mesh; the faults start again with the next change.
+func (run *faultRun) checkpoint(w *world, rev int) *world {
+	run.stopFaults()
+	touched := w.clone()
+	// A revision of its own, above those of the changes and the last one.
+	run.m.update(touched, touchAll(touched, run.p.changes+1+rev))
+	run.logf("#%d checkpoint: faults stop, touch everything", rev)
+	for _, r := range run.m.replicas {
+		before := serving(r.srv)
+		syncFinal(run.t, run.m, r)
+		run.checkHolds(rev, r, before, true)
+	}
+	run.stats["checkpoints"]++
+	run.m.nacking.Store(true)
+	return touched
 }
 
 // stopFaults ends every fault: builds and generators heal, clients
