@@ -90,6 +90,22 @@ func TestFault(t *testing.T) {
 	runFault(t, p)
 }
 
+// faultSeeds are the seeds with which TestFault once failed, each for a
+// defect since fixed (the commit that fixed it names the seed): kept as
+// regression cases. Two runs of a seed are alike but not identical, so a
+// seed guards its defect well but not surely; the core tests that each fix
+// added are the sure ones.
+var faultSeeds = []uint64{1, 3, 6, 23, 153, 239, 585, 5139}
+
+// TestFaultSeeds runs TestFault with every seed of faultSeeds.
+func TestFaultSeeds(t *testing.T) {
+	for _, seed := range faultSeeds {
+		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+			runFault(t, faultParams{changes: 1000, clients: 50, seed: seed, churn: 20})
+		})
+	}
+}
+
 // faultParams sizes a fault run.
 type faultParams struct {
 	changes int
