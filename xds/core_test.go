@@ -1134,3 +1134,51 @@ func TestCoreRetryKeepsTheTimerArmed(t *testing.T) {
 		})
 	}
 }
+
+// A SotW client that subscribes to clusters by name (a gRPC client) may
+// ask for other clusters before it reads its first response of them: its
+// request then carries no nonce. It is answered in full, as a first
+// request is, but from the state that knows what the responses on their
+// way send. Here the client read three versions of r0 (→ c0, → c1,
+// → c0 c2) before it asked for any cluster, and asks for the clusters of
+// each in turn: when it reads the answer to its request for c1, it holds
+// r0 → c0 c2, so that answer keeps c0.
+//
+// Answered from a fresh state, that request was sent [c1] alone, removing
+// c0 from under the route the client held (TestStressReads found it).
+func TestCoreSotWRequestBeforeTheFirstResponse(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	route := func(clusters ...string) {
+		r.t.Helper()
+		r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", clusters...)) }, ckey(kindRoute, "r0"))
+	}
+	r.change(true, func() {
+		for _, c := range []string{"c0", "c1", "c2"} {
+			h.put(ClusterType, xdsfixture.Cluster(c))
+		}
+		h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+		h.put(RouteType, xdsfixture.Route("r0", "c0"))
+	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindCluster, "c2"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+	r.subscribe(ListenerType, "l0")
+	r.expect("LDS answer", "LDS [l0]")
+	r.ack(ListenerType)
+	r.subscribe(RouteType, "r0")
+	r.expect("RDS answer", "RDS [r0]")
+	r.ack(RouteType)
+	route("c1")
+	r.expect("r0 → c1", "RDS [r0]")
+	r.ack(RouteType)
+	route("c0", "c2")
+	r.expect("r0 → c0 c2", "RDS [r0]")
+	r.ack(RouteType)
+
+	r.subscribe(ClusterType, "c0")
+	r.expect("the first request (r0 → c0)", "CDS [c0]")
+	r.subscribe(ClusterType, "c1") // no nonce: [c0] is not read yet
+	r.expect("the request for the clusters of r0 → c1: c0 kept for r0 → c0 c2", "CDS [c0 c1]")
+	r.subscribe(ClusterType, "c0", "c2")
+	r.expect("the request for the clusters of r0 → c0 c2", "CDS [c0 c2]")
+	r.ack(ClusterType)
+	r.expect("the ACK")
+}

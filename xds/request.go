@@ -201,12 +201,14 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// one, and holds no cluster after it.
 	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.sub.wildcard && !ts.star))
 
-	// 3. Initial request (empty nonce), a reconnect to this server (a
-	// nonce, but no watch on this stream), or a request after nothing was
-	// sent since the type was (re)subscribed (the nonce is of a response
-	// from before: a client that unsubscribed and subscribes again keeps
-	// its last nonce): answer in full.
-	if req.ResponseNonce == "" || ts == nil || ts.nonceSent == "" {
+	// 3. Initial request (no watch on this stream, with or without a
+	// nonce: a reconnect to this server has one), or a request after
+	// nothing was sent since the type was (re)subscribed (an empty nonce,
+	// or one of a response from before: a client that unsubscribed and
+	// subscribes again keeps its last nonce): answer in full. An empty
+	// nonce once a response was sent is answered in full too, but as a
+	// change of the subscription (5).
+	if ts == nil || ts.nonceSent == "" {
 		if err := c.checkSubscription(i, names); err != nil {
 			return err
 		}
@@ -229,18 +231,15 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		if c.dropped != nil {
 			c.dropped[i] = false
 		}
-		if i == set.cdsIdx && set.edsIdx >= 0 && c.types[set.edsIdx] != nil {
-			// The client re-warms its clusters and waits for their
-			// endpoints: answer its next EDS request even if unchanged.
-			c.types[set.edsIdx].alwaysRespond = true
-		}
+		c.rewarm(i)
 		return c.answer(i, &answer{all: true})
 	}
 
 	// 4. Stale (or unknown) nonce: the client has not seen our last
 	// response yet; it will send a newer request. What it says of an
 	// older response still counts: it accepted it.
-	if req.ResponseNonce != ts.nonceSent {
+	renewed := req.ResponseNonce == ""
+	if !renewed && req.ResponseNonce != ts.nonceSent {
 		c.accepted(ts, req.ResponseNonce)
 		set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: stale nonce ignored",
 			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])),
@@ -248,13 +247,21 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		return nil
 	}
 
-	// 5. ACK of the last response, possibly with a new subscription.
+	// 5. ACK of the last response, possibly with a new subscription; or,
+	// with no nonce (renewed), a request from a client that has read no
+	// response of the type yet on this stream: it is answered in full, as
+	// a first request is, but from the state that knows what the responses
+	// on their way send. Answered from a fresh state, it would remove what
+	// the client reads in them, and what the routes it read since name (a
+	// gRPC client whose route moved before its first clusters arrived).
 	if !same {
 		if err := c.checkSubscription(i, names); err != nil {
 			return err
 		}
 	}
-	c.ack(ts)
+	if !renewed {
+		c.ack(ts)
+	}
 	var added, removed []string
 	if !same {
 		added, removed = diffNames(ts.sub.names, names)
@@ -270,6 +277,10 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	ts.order, ts.star = order, star
 	c.unsubscribed(i, removed)
+	if renewed {
+		c.rewarm(i)
+		return c.answer(i, &answer{all: true})
+	}
 	if ts.alwaysRespond {
 		ts.alwaysRespond = false
 		return c.answer(i, &answer{all: true})
@@ -285,6 +296,15 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	// A full-state type must be answered with the whole subscribed state.
 	return c.answer(i, &answer{all: true})
+}
+
+// rewarm records a SotW request of type i answered in full: when it is
+// the clusters, the client re-warms them and waits for their endpoints, so
+// its next EDS request is answered even if unchanged.
+func (c *core) rewarm(i int) {
+	if i == c.set.cdsIdx && c.set.edsIdx >= 0 && c.types[c.set.edsIdx] != nil {
+		c.types[c.set.edsIdx].alwaysRespond = true
+	}
 }
 
 // unsubscribed records that a SotW client no longer subscribes to names of
