@@ -49,13 +49,12 @@
 //     the Server cannot read, and a full-state answer from the push's
 //     snapshot would drop at once what the configuration removed since (a
 //     push would drop the clusters of routes it does not know the client
-//     holds). A listener or
-//     route, answered or pushed, that names a cluster the client holds only
-//     through a response it has not answered yet waits for that answer:
-//     were the client to reject the cluster, it would read the route
-//     first. A listener or
-//     route that names a route or cluster the client would not hold is held
-//     back at the version the client has (or not sent), and a removal that
+//     holds). A listener or route, answered or pushed, that names a cluster
+//     the client holds only through a response it has not answered yet
+//     waits for that answer: were the client to reject the cluster, it
+//     would read the route first. A listener or route that names a route
+//     or cluster the client would not hold is held back at the version the
+//     client has (or not sent), and a removal that
 //     something the client keeps still names is held back, until the
 //     configuration is consistent again (ReferenceError, Hooks.OnReferenceError,
 //     Phases.SendMissingReferences to send such resources anyway). What a
@@ -90,8 +89,12 @@
 //     istiod reads every empty list of those types as wildcard).
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK),
-//     but for that wildcard rule; request.go documents each step next to
-//     its code.
+//     but for that wildcard rule and one more: a SotW request with no nonce
+//     once a response of its type was sent (the client changed its
+//     subscription before it read that response) is answered in full as an
+//     initial request is, but keeps what the Server knows it sent, so that
+//     it removes nothing a resource the client holds still names.
+//     request.go documents each step next to its code.
 //
 // # Failures
 //
