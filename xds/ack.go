@@ -110,6 +110,7 @@ func (f *flight) del(h *holding, name string) {
 	f.changes = append(f.changes, change{name, prev, nil})
 }
 
+// undo takes f back out of h: h is what the client held before f.
 func (f *flight) undo(h *holding) {
 	if f.before != nil {
 		*h = f.before.snapshot()
@@ -125,16 +126,23 @@ func (f *flight) undo(h *holding) {
 	}
 }
 
+// redo applies f again to h, which an earlier response's rejection has
+// changed, and records what h held before as what f changed from: undoing
+// or judging f later (a NACK of it, holdsWhatever, upserts) must reason on
+// what the client holds without the rejected response, not on what the
+// Server believed it held when f was sent.
 func (f *flight) redo(h *holding) {
 	if f.after != nil {
+		f.held[0] = h.snapshot()
 		*h = f.after.snapshot()
 		return
 	}
-	for _, ch := range f.changes {
+	for k := range f.changes {
+		ch := &f.changes[k]
 		if ch.next == nil {
-			h.del(ch.name)
+			ch.prev = h.del(ch.name)
 		} else {
-			h.put(ch.name, ch.next)
+			ch.prev = h.put(ch.name, ch.next)
 		}
 	}
 }

@@ -663,6 +663,13 @@ func (r *coreRun) reply(typ TypeURL, nack string) {
 	if m == nil {
 		r.t.Fatalf("no %s response to answer", typ.Short())
 	}
+	r.replyTo(m, nack)
+}
+
+// replyTo answers response m: an ACK, or a NACK with message nack.
+func (r *coreRun) replyTo(m *outMsg, nack string) {
+	r.t.Helper()
+	typ := r.h.set.order[m.typeIdx]
 	var detail *status.Status
 	if nack != "" {
 		detail = &status.Status{Code: 3, Message: nack}
@@ -1181,4 +1188,61 @@ func TestCoreSotWRequestBeforeTheFirstResponse(t *testing.T) {
 	r.expect("the request for the clusters of r0 → c0 c2", "CDS [c0 c2]")
 	r.ack(ClusterType)
 	r.expect("the ACK")
+}
+
+// A client answers its responses in order, and a NACK of one keeps what it
+// held before it while the later ones still apply. The later ones must then
+// be judged on what the client holds without the rejected one: here the
+// client rejects c1 as an answer sent it (bad), then is pushed a valid c1
+// with a route naming it. Had the push's CDS response kept, as what the
+// client held before it, the rejected c1, a NACK of that response too would
+// leave the Server believing the client holds c1, and r0 → c1 would be sent
+// to a client without c1.
+func TestCoreRouteHeldBackAfterAnEarlierClusterNACK(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			h := r.h
+			bad := xdsfixture.Cluster("c1")
+			bad.LbPolicy = 5 // pretend the client rejects it
+			h.put(ClusterType, bad)
+			if delta {
+				r.subscribe(ClusterType, "c1") // no nonce: not an answer to anything
+				r.expect("the answer with the bad c1", "CDS [c1] -[]")
+			} else {
+				r.subscribe(ClusterType) // no nonce: answered in full
+				r.expect("the answer with the bad c1", "CDS [c0 c1]")
+			}
+			answer := r.last[ClusterType]
+			r.change(true, func() {
+				h.put(ClusterType, xdsfixture.Cluster("c1"))
+				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+				h.put(RouteType, xdsfixture.Route("r0", "c1"))
+			}, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+			if delta {
+				r.expect("CDS phase", "CDS [c1] -[]")
+			} else {
+				r.expect("CDS phase", "CDS [c0 c1]")
+			}
+			r.replyTo(answer, "c1 is invalid")
+			r.expect("nothing for the NACK of the answer")
+			r.expectHeld("after the NACK of the answer", ClusterType, "c0", "c1")
+			r.nack(ClusterType, "c1 is still invalid")
+			r.expect("the push stops")
+			r.expectHeld("after the NACK of the push", ClusterType, "c0")
+			// An unrelated push and the retries that follow: whatever is
+			// sent (endpoints, which the client ACKs), no route names c1.
+			r.change(false, func() { h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.3:80")) }, ckey(kindEndpoint, "c0"))
+			for range 3 {
+				for _, m := range r.take() {
+					if !strings.HasPrefix(m, "EDS ") {
+						t.Fatalf("sent %s; want endpoints only (the client does not hold c1)", m)
+					}
+					r.ack(EndpointType)
+				}
+				r.wait(time.Minute)
+			}
+		})
+	}
 }
