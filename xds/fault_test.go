@@ -560,6 +560,31 @@ func (m *faultMesh) update(w *world, ch meshChange) {
 	}
 }
 
+// checkFailures returns an error if fs, the failures of one Sync, hold one
+// that was not injected. A reference failure follows from an injected one
+// when the same connection fails to generate: what the failing type holds
+// back (a cluster whose endpoints cannot be sent, say) holds back the
+// update of a route that names it, and the route the client keeps still
+// names a cluster the configuration removed, so that removal is held back
+// too.
+func (m *faultMesh) checkFailures(fs []xds.Failure) error {
+	generating := map[string]bool{}
+	for _, f := range fs {
+		if err := m.checkFailure(f); err != nil && f.Stage != "reference" {
+			return err
+		}
+		if f.Stage == "generate" {
+			generating[f.ConnID] = true
+		}
+	}
+	for _, f := range fs {
+		if f.Stage == "reference" && !generating[f.ConnID] {
+			return fmt.Errorf("failure %v was not injected, nor does its connection fail to generate", f)
+		}
+	}
+	return nil
+}
+
 // checkFailure returns an error if f is not a failure that was injected.
 func (m *faultMesh) checkFailure(f xds.Failure) error {
 	var inj *injectedError
@@ -933,10 +958,8 @@ func (run *faultRun) checkSync(rev int) {
 		run.syncs["deadline"]++
 	case errors.As(err, &fe):
 		run.syncs["failure"]++
-		for _, f := range fe.Failures {
-			if err := run.m.checkFailure(f); err != nil {
-				run.t.Errorf("#%d replica %s: Sync() = %v: %v", rev, r.name, fe, err)
-			}
+		if err := run.m.checkFailures(fe.Failures); err != nil {
+			run.t.Errorf("#%d replica %s: Sync() = %v: %v", rev, r.name, fe, err)
 		}
 	default:
 		run.t.Errorf("#%d replica %s: Sync() = %v; want nil, a deadline or a *xds.FailureError", rev, r.name, err)
@@ -1072,10 +1095,8 @@ func syncFinal(t *testing.T, m *faultMesh, r *faultReplica) {
 			}
 			return
 		case errors.As(err, &fe):
-			for _, f := range fe.Failures {
-				if err := m.checkFailure(f); err != nil {
-					t.Fatalf("replica %s: final Sync() = %v: %v", r.name, fe, err)
-				}
+			if err := m.checkFailures(fe.Failures); err != nil {
+				t.Fatalf("replica %s: final Sync() = %v: %v", r.name, fe, err)
 			}
 			if time.Now().After(deadline) {
 				t.Fatalf("replica %s: final Sync() = %v after the faults stopped", r.name, fe)
