@@ -57,7 +57,9 @@ type TypeStatus struct {
 	AckedNonce   string
 	AckedAt      time.Time
 
-	// NACK is the client's last rejection since its last ACK, or nil.
+	// NACK is the client's last rejection, while it stands: until the
+	// client ACKs a later response and no content it rejected is withheld
+	// from it any longer (see the package documentation). Nil otherwise.
 	NACK *NACK
 
 	// PhaseTimeouts counts the push phases sent after PhaseConfig.Timeout
@@ -150,17 +152,13 @@ func (c *conn) publishSynced() {
 // syncedTo computes the highest push the connection is synced to (see
 // convergence.go). It runs under the step lock.
 func (c *conn) syncedTo() uint64 {
-	core := c.core
 	c.statusMu.Lock()
 	initialised := c.st.initialised
 	c.statusMu.Unlock()
 	if !initialised {
 		return 0
 	}
-	x := core.completedSeq
-	if core.failed != nil {
-		x = min(x, core.appliedSeq)
-	}
+	x := c.core.syncedTo()
 	if c.writing || len(c.outbox) > 0 {
 		// Responses still being written (their OnSend hooks not run): not
 		// synced to the pushes they carry.
@@ -172,11 +170,24 @@ func (c *conn) syncedTo() uint64 {
 			x = min(x, low-1)
 		}
 	}
-	for _, ts := range core.types {
+	return x
+}
+
+// syncedTo returns the highest push the client is synced to as far as the
+// core knows, every response it queued taken as written: the push is
+// applied and its phases are over, nothing it failed to generate waits for
+// a retry, and the client has answered the last response of every type
+// (with an ACK, or a NACK that stands), with nothing held back to send.
+func (c *core) syncedTo() uint64 {
+	x := c.completedSeq
+	if c.failed != nil {
+		x = min(x, c.appliedSeq)
+	}
+	for _, ts := range c.types {
 		if ts == nil {
 			continue
 		}
-		if ts.pAcked > 0 && core.awaitsHeldBack(ts) {
+		if ts.pAcked > 0 && c.awaitsHeldBack(ts) {
 			// What a reference held back is still to be sent: not
 			// synced to the push it belongs to.
 			x = min(x, ts.pAcked-1)
