@@ -200,8 +200,25 @@ func (ts *typeState) flightIndex(nonce string) int {
 // response the client last accepted.
 func (c *core) accepted(ts *typeState, nonce string) {
 	if k := ts.flightIndex(nonce); k >= 0 {
+		ts.unreject(ts.flights[:k+1])
 		c.acked(ts, ts.flights[k].response)
 		ts.settle(k + 1)
+	}
+}
+
+// unreject drops, from the content the client rejected, the names that
+// responses it accepted since made it hold anew: it accepted that content
+// there, or holds newer content (a response sent before its NACK was read
+// may carry a fix).
+func (ts *typeState) unreject(accepted []*flight) {
+	rej := ts.rejected()
+	if len(rej) == 0 {
+		return
+	}
+	for _, f := range accepted {
+		for _, e := range f.upserts() {
+			delete(rej, e.name)
+		}
 	}
 }
 
@@ -225,25 +242,35 @@ func (ts *typeState) settle(n int) {
 // AckedVersion and AckedNonce, and what Sync counts as synced): an ACK of
 // it, or a later request that names it or a later response (a stale ACK,
 // or a NACK that says the client kept it). A rejection it follows is no
-// longer the client's last word.
+// longer the client's last word, unless content it rejected is still
+// withheld from it (see nackStands).
 func (c *core) acked(ts *typeState, r response) {
 	if r.nonce == ts.nonceAcked {
 		return
 	}
 	c.pub.Lock()
 	ts.nonceAcked, ts.ackedAt = r.nonce, c.set.instant(c.now)
-	ts.nack = nil
+	if len(ts.rejected()) == 0 {
+		ts.nack = nil
+	}
 	c.pub.Unlock()
 	ts.seqAcked, ts.pAcked = r.seq, r.p
 }
 
 // reject settles the flights before the one with nonce as accepted and
 // that one as rejected: held goes back to what the client holds without
-// it, and its new content is recorded as rejected.
-func (c *core) reject(ts *typeState, nonce string) {
+// it, and its new content is recorded as rejected. If a response sent
+// after it already carries other content for a name it rejected (the
+// configuration was fixed before the NACK was read), nothing is recorded
+// as rejected: the client rejected content the configuration no longer
+// has, and a client rejects a response whole, so the Server cannot tell
+// which of its resources it refused. reject then returns the names of the
+// rejected content that no later response carries: they are to be sent
+// again.
+func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 	k := ts.flightIndex(nonce)
 	if k < 0 {
-		return
+		return nil
 	}
 	if k > 0 {
 		c.acked(ts, ts.flights[k-1].response)
@@ -255,7 +282,25 @@ func (c *core) reject(ts *typeState, nonce string) {
 		f.redo(&ts.held)
 	}
 	bad := ts.flights[k].upserts()
+	fixed := false
+	carried := map[string]bool{}
+	for _, f := range ts.flights[k+1:] {
+		for _, e := range f.upserts() {
+			if j := slices.IndexFunc(bad, func(b entry) bool { return b.name == e.name }); j >= 0 {
+				carried[e.name] = true
+				fixed = fixed || !bad[j].enc.same(e.enc)
+			}
+		}
+	}
 	ts.settle(k + 1)
+	if fixed {
+		for _, e := range bad {
+			if !carried[e.name] {
+				resend = append(resend, e.name)
+			}
+		}
+		bad = nil
+	}
 	for _, e := range bad {
 		r := ts.rareW()
 		if r.rejected == nil {
@@ -263,11 +308,12 @@ func (c *core) reject(ts *typeState, nonce string) {
 		}
 		r.rejected[e.name] = e.enc
 	}
-	// The client drops what it no longer subscribes to, and holds back
-	// for removal only what it holds.
+	// The client drops what it no longer subscribes to (but for what the
+	// Server keeps marked for removal, to send while a route names it: see
+	// unsubscribed), and holds back for removal only what it holds.
 	var drop []string
 	ts.held.each(func(n string, _ *encoded) {
-		if !ts.covers(n) {
+		if _, kept := ts.removing()[n]; !kept && !ts.covers(n) {
 			drop = append(drop, n)
 		}
 	})
@@ -277,6 +323,18 @@ func (c *core) reject(ts *typeState, nonce string) {
 	for n := range ts.removing() {
 		if ts.held.get(n) == nil {
 			delete(ts.removing(), n)
+		}
+	}
+	ts.unrejectUncovered()
+	return resend
+}
+
+// unrejectUncovered forgets the content the client rejected under names it
+// no longer subscribes to: it is not withheld from it any longer.
+func (ts *typeState) unrejectUncovered() {
+	for n := range ts.rejected() {
+		if !ts.covers(n) {
+			delete(ts.rejected(), n)
 		}
 	}
 }
@@ -303,8 +361,10 @@ func (c *core) ack(ts *typeState) {
 // version_info, used when the nonce names no response of the stream): the
 // client keeps what it held before that response, the push that sent it
 // stops (see stopOnNACK), and the NACK stands in Status until the client
-// ACKs a later response.
-func (c *core) nack(i int, nonce, version, msg string) {
+// ACKs a later response and no content it rejected is withheld from it
+// any longer (see nackStands). It returns the names to send again (see
+// reject).
+func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 	ts := c.types[i]
 	t := c.set.order[i]
 	n := NACK{
@@ -321,7 +381,7 @@ func (c *core) nack(i int, nonce, version, msg string) {
 		n.Version = versionOf(ts.nonceSent)
 	}
 	if ts != nil {
-		c.reject(ts, nonce)
+		resend = c.reject(ts, nonce)
 		c.pub.Lock()
 		ts.nack = &n
 		c.pub.Unlock()
@@ -333,4 +393,5 @@ func (c *core) nack(i int, nonce, version, msg string) {
 	if matched {
 		c.stopOnNACK(i)
 	}
+	return resend
 }

@@ -279,10 +279,11 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 // connections that close meanwhile stop counting. A response counts once
 // it has been written and Hooks.OnSend has returned for it.
 //
-// Sync returns the NACKs that settled a type instead of an ACK (for each
-// connection and type, the client's standing NACK of the last response
-// sent), in the order of Status; it does not wait for an ACK that will not
-// come. While something it waits for is failing — the build of a pending
+// Sync returns the NACKs that stand (for each connection and type, the
+// client's NACK of the last response sent, or of an earlier one whose
+// content is still withheld from it: the client holds other content than
+// the configuration's until that changes), in the order of Status; it
+// does not wait for an ACK that will not come. While something it waits for is failing — the build of a pending
 // request, or a connection's generation of a type, or a reference the
 // configuration breaks — it returns a *FailureError saying what, without
 // waiting: the Server keeps retrying, and a later Sync succeeds once the
@@ -355,7 +356,7 @@ func (s *Server) standingNACKs() []NACK {
 	for _, c := range s.connections() {
 		c.statusMu.Lock()
 		for _, ts := range c.core.types {
-			if ts != nil && ts.nack != nil && ts.nack.Nonce == ts.nonceSent {
+			if ts != nil && ts.nackStands() {
 				out = append(out, *ts.nack)
 			}
 		}

@@ -402,12 +402,21 @@ func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers 
 // synced reports whether the client has ACKed the last response of the type.
 func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
 
+// nackStands reports whether the client's NACK of the type stands: it
+// rejected the last response sent, or an earlier one whose content is
+// still withheld from it (see typeRare.rejected). Either way the client
+// holds other content than the configuration's, and is not sent it again
+// until the configuration changes it: its NACK is what Sync reports.
+func (ts *typeState) nackStands() bool {
+	return ts.nack != nil && (ts.nack.Nonce == ts.nonceSent || len(ts.rejected()) > 0)
+}
+
 // awaitsHeldBack reports whether convergence waits for type ts to send
 // what it holds back: a retry is due, and either it failed (the failure is
 // reported) or the client is expected to release what holds it (replace a
-// route, warm a listener). A client whose last response of some type
-// stands rejected may keep what it rejected, and with it the hold, for
-// good: its NACK is what Sync reports then, rather than wait.
+// route, warm a listener). A client whose NACK of some type stands may
+// keep what it rejected, and with it the hold, for good: its NACK is what
+// Sync reports then, rather than wait.
 func (c *core) awaitsHeldBack(ts *typeState) bool {
 	if ts.retry() == nil {
 		return false
@@ -416,7 +425,7 @@ func (c *core) awaitsHeldBack(ts *typeState) bool {
 		return true
 	}
 	for _, o := range c.types {
-		if o != nil && o.nack != nil && o.nack.Nonce == o.nonceSent {
+		if o != nil && o.nackStands() {
 			return false
 		}
 	}

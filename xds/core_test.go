@@ -1246,3 +1246,89 @@ func TestCoreRouteHeldBackAfterAnEarlierClusterNACK(t *testing.T) {
 		})
 	}
 }
+
+// A client rejects a response whole: what else was new in it is withheld
+// with the resource at fault, and its NACK stands, so that Sync returns it
+// rather than report the client in step, until the configuration has
+// changed everything withheld. Here c1 (bad) and c2 come in one push; once
+// c1 is fixed and the client ACKs it, c2 is still withheld and the NACK
+// still stands. Before, the ACK ended the NACK, and Sync reported the
+// client in step without c2 (TestCoreModel found it).
+func TestCoreNACKStandsWhileRejectedContentIsWithheld(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			h := r.h
+			bad := xdsfixture.Cluster("c1")
+			bad.LbPolicy = 5 // pretend the client rejects it
+			r.change(true, func() {
+				h.put(ClusterType, bad, xdsfixture.Cluster("c2"))
+				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"), xdsfixture.CLA("c2", "10.0.0.3:80"))
+			}, ckey(kindCluster, "c1"), ckey(kindCluster, "c2"), ckey(kindEndpoint, "c1"), ckey(kindEndpoint, "c2"))
+			if delta {
+				r.expect("CDS phase", "CDS [c1 c2] -[]")
+			} else {
+				r.expect("CDS phase", "CDS [c0 c1 c2]")
+			}
+			r.nack(ClusterType, "c1 is invalid")
+			r.expect("the push stops")
+			cds := r.typeState(ClusterType)
+			r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c1"))
+			if delta {
+				r.expect("c1 fixed, c2 withheld", "CDS [c1] -[]")
+			} else {
+				r.expect("c1 fixed, c2 withheld", "CDS [c0 c1]")
+			}
+			if delta {
+				r.resubscribe(EndpointType, "c1")
+			} else {
+				r.resubscribe(EndpointType, "c0", "c1")
+			}
+			r.ack(ClusterType)
+			r.expect("c1's endpoints", "EDS [c1]"+r.none())
+			r.ack(EndpointType)
+			r.expectHeld("after the ACK", ClusterType, "c0", "c1")
+			if !cds.nackStands() {
+				t.Fatal("the NACK no longer stands, though c2 is withheld from the client")
+			}
+			if got := r.c.syncedTo(); got < r.pc.Seq() {
+				t.Fatalf("syncedTo = %d; want %d: Sync returns the NACK rather than wait", got, r.pc.Seq())
+			}
+			c2 := xdsfixture.Cluster("c2")
+			c2.LbPolicy = 1
+			r.change(true, func() { h.put(ClusterType, c2) }, ckey(kindCluster, "c2"))
+			if delta {
+				r.expect("c2 changed: sent", "CDS [c2] -[]")
+			} else {
+				r.expect("c2 changed: sent", "CDS [c0 c1 c2]")
+			}
+			r.ack(ClusterType)
+			if cds.nackStands() || cds.nack != nil {
+				t.Errorf("NACK %+v still stands once nothing is withheld", cds.nack)
+			}
+		})
+	}
+}
+
+// A NACK of the last response also says what the client subscribes to: a
+// client that changes its subscription while it rejects every response
+// has it applied. Before, a NACK's names were ignored, and the requests
+// in between carried stale nonces: c1 was never sent (TestCoreModel found
+// it).
+func TestCoreSotWNACKCarriesTheSubscription(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	bad := xdsfixture.Cluster("c0")
+	bad.LbPolicy = 5
+	r.change(true, func() { h.put(ClusterType, bad, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"))
+	r.subscribe(ClusterType, "c0")
+	r.expect("CDS answer", "CDS [c0]")
+	m := r.last[ClusterType]
+	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResponseNonce: m.nonce,
+		ResourceNames: []string{"c0", "c1"}, ErrorDetail: &status.Status{Code: 3, Message: "c0 is invalid"}}})
+	r.expect("c1, which the NACK subscribes to", "CDS [c1]")
+	if ts := r.typeState(ClusterType); !ts.covers("c1") || !ts.nackStands() {
+		t.Errorf("subscription %v, NACK standing %v; want c1 covered and the NACK standing", ts.sub.names, ts.nackStands())
+	}
+}

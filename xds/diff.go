@@ -356,6 +356,13 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	for _, n := range d.unrejected {
 		delete(ts.rejected(), n)
 	}
+	if len(d.unrejected) > 0 && len(ts.rejected()) == 0 && ts.nack != nil && ts.nack.Nonce != ts.nonceSent {
+		// The NACK of an earlier response stood for the content withheld
+		// since: none is any longer.
+		c.pub.Lock()
+		ts.nack = nil
+		c.pub.Unlock()
+	}
 	if d.deferring {
 		if d.resetRemoving {
 			// What the client unsubscribed from but a route still names

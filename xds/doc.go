@@ -66,8 +66,14 @@
 //     references what it does not hold.
 //   - NACK. The rejected content is not sent again to that client until it
 //     changes; the Server keeps what the client still holds, and a NACK of
-//     a push stops that push's later phases. Status shows the NACK until
-//     the client ACKs a later response.
+//     a push stops that push's later phases. A client rejects a response
+//     whole, so everything new in it is withheld, not only the resource
+//     at fault. The NACK stands (Status shows it, Sync returns it) until
+//     the client ACKs a later response and nothing it rejected is
+//     withheld from it any longer: once the configuration changes (or
+//     drops) every withheld resource, or the client no longer subscribes
+//     to it. A NACK of the last response also carries the client's
+//     subscription, which is applied as an ACK's would be.
 //   - Convergence. Sync blocks until every ConfigUpdate made before it has
 //     been pushed and ACKed (or NACKed, which it reports) by every
 //     connection it concerns, all phases included, with what the client

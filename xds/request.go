@@ -157,11 +157,26 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	full := set.fullState[i]
 	ts := c.types[i]
 
-	// 1. NACK: record it; do not answer. The rejected content is not sent
-	// again to this client (see typeState.rejected).
-	if req.ErrorDetail != nil {
-		c.nack(i, req.ResponseNonce, req.VersionInfo, req.ErrorDetail.GetMessage())
-		return nil
+	// 1. NACK: record it. The rejected content is not sent again to this
+	// client (see typeRare.rejected). A NACK of the last response also
+	// says what the client subscribes to now, applied as an ACK's would
+	// be (5): were it ignored, a client whose subscription changes while
+	// it rejects every response would never see the change applied (the
+	// requests it sent in between carried stale nonces). A NACK of an
+	// older response is stale (4). Either is answered in full if a
+	// response sent since changed what was rejected (see reject).
+	nacked := req.ErrorDetail != nil
+	var again *answer
+	if nacked {
+		if resend := c.nack(i, req.ResponseNonce, req.VersionInfo, req.ErrorDetail.GetMessage()); len(resend) > 0 {
+			again = c.resendAnswer(i, resend)
+		}
+		if ts == nil || ts.nonceSent == "" || req.ResponseNonce != ts.nonceSent {
+			if again != nil {
+				return c.answer(i, again)
+			}
+			return nil
+		}
 	}
 
 	// The names of an ACK are most often those of the previous request,
@@ -259,7 +274,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 			return err
 		}
 	}
-	if !renewed {
+	if !renewed && !nacked {
 		c.ack(ts)
 	}
 	var added, removed []string
@@ -281,18 +296,24 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		c.rewarm(i)
 		return c.answer(i, &answer{all: true})
 	}
-	if ts.alwaysRespond {
+	if ts.alwaysRespond && !nacked {
 		ts.alwaysRespond = false
 		return c.answer(i, &answer{all: true})
 	}
 	if !changed {
+		if again != nil {
+			return c.answer(i, again)
+		}
 		return nil
 	}
 	if !full {
 		if len(added) == 0 {
+			if again != nil {
+				return c.answer(i, again)
+			}
 			return nil // pure removal: nothing to send
 		}
-		return c.answer(i, &answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(added)}})
+		return c.answer(i, again.merge(&answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(added)}}))
 	}
 	// A full-state type must be answered with the whole subscribed state.
 	return c.answer(i, &answer{all: true})
@@ -318,6 +339,7 @@ func (c *core) rewarm(i int) {
 // reads the route); the next full-state response drops them.
 func (c *core) unsubscribed(i int, removed []string) {
 	ts := c.types[i]
+	ts.unrejectUncovered()
 	var held []string
 	for _, n := range removed {
 		delete(ts.removing(), n)
@@ -333,6 +355,15 @@ func (c *core) unsubscribed(i int, removed []string) {
 		ts.held.del(n)
 	}
 	ts.markRemoving(kept)
+}
+
+// resendAnswer is the answer that sends names of type i again: in full for
+// a SotW full-state type, those names otherwise.
+func (c *core) resendAnswer(i int, names []string) *answer {
+	if !c.delta && c.set.fullState[i] {
+		return &answer{all: true}
+	}
+	return &answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(names)}}
 }
 
 // checkNames checks the length of every name of a request of type t.
@@ -391,10 +422,16 @@ func nameSet(names []string) map[string]struct{} {
 // a subscription change is applied whatever the nonce says, because Delta
 // changes are incremental and one that is dropped is lost for good.
 func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) error {
-	c.deltaNonce(i, req)
+	resend := c.deltaNonce(i, req)
 	a, err := c.deltaSubscribe(i, req)
-	if err != nil || a == nil {
+	if err != nil {
 		return err
+	}
+	if len(resend) > 0 {
+		a = a.merge(c.resendAnswer(i, resend))
+	}
+	if a == nil {
+		return nil
 	}
 	return c.answer(i, a)
 }
@@ -402,12 +439,12 @@ func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) error
 // deltaNonce applies the nonce part of a request: a NACK is recorded (and
 // stops the push it rejects, see stopOnNACK), a nonce that names the last
 // response is an ACK, any other nonce is stale (what it says of an older
-// response still counts: it was accepted).
-func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) {
+// response still counts: it was accepted). It returns the names to send
+// again (see reject).
+func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend []string) {
 	ts := c.types[i]
 	if req.ErrorDetail != nil {
-		c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
-		return
+		return c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
 	}
 	switch {
 	case req.ResponseNonce == "" || ts == nil:
@@ -420,6 +457,7 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) {
 	default:
 		c.ack(ts)
 	}
+	return nil
 }
 
 // deltaSubscribe applies the subscription part of a request and says
@@ -540,6 +578,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 			ts.held.del(n)
 			delete(ts.removing(), n)
 		}
+		ts.unrejectUncovered()
 	}
 
 	var delta pushcontext.ResourceDelta
