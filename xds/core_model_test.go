@@ -1,0 +1,927 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
+	"github.com/xdspush/xdspush/internal/xdsrefs"
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// TestCoreModel drives a core, as its runner does, against a model of a
+// client, with random sequences of events: pushes of random changes (routes
+// moving between clusters, clusters and endpoints added, changed and
+// removed, listeners moving to other routes, clusters the client rejects),
+// the client reading responses and the Server reading requests in any
+// interleaving, stale requests, generation failures coming and going, and
+// time passing to the core's next deadline (retries, phase timeouts). The
+// client is SotW or Delta, Envoy-like (wildcard clusters and listeners,
+// endpoints and routes by name) or gRPC-like (everything by name, from one
+// listener), and ACKs before or after the requests a response makes it
+// send.
+//
+// After every event it checks what must always hold (see modelRun.check):
+// no route the client holds names a cluster it lacks (Envoy-like), no
+// response removes a cluster a route the client holds names, every
+// response is of names the client subscribes to (or a wildcard), its nonce
+// is new and its version that of its nonce; once nothing is on the wire,
+// the Server believes the client holds exactly what it holds; and whenever
+// Sync would return nil with no NACK for the latest push, the client holds
+// the configuration. At the end the faults stop, every rejected cluster is
+// replaced by a valid one, and the client must converge on the
+// configuration with nothing failing.
+//
+// A failure prints the seed; -xds.model.seed replays it alone, with every
+// event logged.
+func TestCoreModel(t *testing.T) {
+	if *modelSeed != 0 {
+		runModel(t, *modelSeed, *modelSteps, true)
+		return
+	}
+	const perRun = 400
+	runs := *modelSteps / perRun
+	if testing.Short() {
+		runs /= 10
+	}
+	for k := range runs {
+		seed := uint64(k + 1)
+		if !runModel(t, seed, perRun, false) {
+			t.Fatalf("seed %d failed; replay it with -run 'TestCoreModel$' -xds.model.seed=%d -xds.model.steps=%d -v", seed, seed, perRun)
+		}
+	}
+}
+
+var (
+	modelSeed  = flag.Uint64("xds.model.seed", 0, "run TestCoreModel with this seed alone")
+	modelSteps = flag.Int("xds.model.steps", 100_000, "events TestCoreModel runs: in all, or with -xds.model.seed for that seed")
+)
+
+// runModel runs steps random events from seed, then the end; it reports
+// whether every check held.
+func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 29))
+	r := newModelRun(t, rng.IntN(2) == 1, rng.IntN(2) == 1, rng.IntN(2) == 1)
+	r.rng, r.verbose = rng, verbose
+	r.logf("seed %d: %s", seed, r.client)
+	r.start()
+	for range steps {
+		if r.failed != "" {
+			break
+		}
+		r.random()
+	}
+	if r.failed == "" {
+		r.end()
+	}
+	if r.failed != "" {
+		t.Errorf("seed %d (%s): %s\nlast events:\n%s", seed, r.client, r.failed, strings.Join(r.tail(), "\n"))
+		return false
+	}
+	return true
+}
+
+// modelClient is an xDS client as the model sees it: it holds what the
+// responses it accepted carry, subscribes by name to what they name, and
+// rejects every response carrying a cluster marked bad (see badCluster).
+type modelClient struct {
+	delta, grpc, ackFirst bool
+
+	held    map[TypeURL]map[string]proto.Message
+	subs    map[TypeURL][]string // the by-name subscriptions, sorted
+	nonce   map[TypeURL]string   // of the last response read
+	version map[TypeURL]string   // SotW: of the last response accepted
+	read    []typeNonce          // every response read, for stale requests
+	nonces  map[string]bool
+}
+
+type typeNonce struct {
+	typ   TypeURL
+	nonce string
+}
+
+func (m *modelClient) String() string {
+	kind := "Envoy-like"
+	if m.grpc {
+		kind = "gRPC-like"
+	}
+	return fmt.Sprintf("%s %s, ackFirst %v", protocols[m.delta], kind, m.ackFirst)
+}
+
+// byName reports whether the client subscribes to typ by name (else to
+// all of it).
+func (m *modelClient) byName(typ TypeURL) bool {
+	return m.grpc || typ == EndpointType || typ == RouteType
+}
+
+// badCluster marks a cluster the model's clients reject.
+const badCluster = clusterv3.Cluster_MAGLEV
+
+func rejected(msg proto.Message) bool {
+	c, ok := msg.(*clusterv3.Cluster)
+	return ok && c.LbPolicy == badCluster
+}
+
+// first returns the client's first requests.
+func (m *modelClient) first() []inbound {
+	if m.grpc {
+		return []inbound{m.resubscribe(ListenerType, []string{"l0"})}
+	}
+	if m.delta {
+		return []inbound{
+			{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}},
+			{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ListenerType)}},
+		}
+	}
+	return []inbound{
+		{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}},
+		{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ListenerType)}},
+	}
+}
+
+// wants returns what the client subscribes to of typ, given what it holds:
+// for a by-name type, the names its parents name.
+func (m *modelClient) wants(typ TypeURL) []string {
+	var out []string
+	switch typ {
+	case ListenerType:
+		return []string{"l0"}
+	case RouteType:
+		for _, l := range m.held[ListenerType] {
+			out = append(out, xdsrefs.OfListener(l.(*listenerv3.Listener)).Routes...)
+		}
+	case ClusterType:
+		for _, rc := range m.held[RouteType] {
+			out = append(out, xdsrefs.ClustersOfRoute(rc.(*routev3.RouteConfiguration))...)
+		}
+	case EndpointType:
+		out = slices.Collect(maps.Keys(m.held[ClusterType]))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// children are the types whose subscription follows a type's content.
+func (m *modelClient) children(typ TypeURL) []TypeURL {
+	switch typ {
+	case ListenerType:
+		return []TypeURL{RouteType}
+	case RouteType:
+		if m.grpc {
+			return []TypeURL{ClusterType}
+		}
+	case ClusterType:
+		return []TypeURL{EndpointType}
+	}
+	return nil
+}
+
+// readResponse applies a response (or rejects it) and returns the requests
+// it makes the client send, or a description of what the response did
+// wrong.
+func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
+	var typ TypeURL
+	var nonce string
+	type res struct {
+		name string
+		msg  proto.Message
+	}
+	var got []res
+	var removed []string
+	if d := out.dresp; d != nil {
+		typ, nonce = TypeURL(d.TypeUrl), d.Nonce
+		for _, r := range d.Resources {
+			_, msg, err := xdsrefs.DecodeAny(r.Resource)
+			if err != nil {
+				return nil, fmt.Sprintf("%s: %v", summary(out), err)
+			}
+			got = append(got, res{r.Name, msg})
+		}
+		removed = d.RemovedResources
+	} else {
+		typ, nonce = TypeURL(out.resp.TypeUrl), out.resp.Nonce
+		if versionOf(nonce) != out.resp.VersionInfo {
+			return nil, fmt.Sprintf("%s: version %q, nonce %q", summary(out), out.resp.VersionInfo, nonce)
+		}
+		for _, a := range out.resp.Resources {
+			n, msg, err := xdsrefs.DecodeAny(a)
+			if err != nil {
+				return nil, fmt.Sprintf("%s: %v", summary(out), err)
+			}
+			got = append(got, res{n, msg})
+		}
+	}
+	if nonce == "" || m.nonces[nonce] {
+		return nil, fmt.Sprintf("%s: nonce %q not new", summary(out), nonce)
+	}
+	m.nonces[nonce] = true
+	m.nonce[typ] = nonce
+	m.read = append(m.read, typeNonce{typ, nonce})
+	for _, r := range got {
+		if rejected(r.msg) {
+			return []inbound{m.answer(typ, fmt.Sprintf("cluster %s is bad", r.name))}, ""
+		}
+	}
+	named := m.clustersNamed()
+	if out.dresp == nil {
+		m.version[typ] = out.resp.VersionInfo
+		if typ == ClusterType || typ == ListenerType {
+			clear(m.held[typ]) // state of the world
+		}
+	}
+	for _, n := range removed {
+		delete(m.held[typ], n)
+	}
+	for _, r := range got {
+		if _, ok := slices.BinarySearch(m.subs[typ], r.name); ok || !m.byName(typ) {
+			m.held[typ][r.name] = r.msg // else sent before the client dropped it: ignored
+		}
+	}
+	if typ == ClusterType {
+		for c, r := range named {
+			if m.held[ClusterType][c] == nil {
+				return nil, fmt.Sprintf("%s removes cluster %s, which route %s the client holds names", summary(out), c, r)
+			}
+		}
+	}
+	// The subscriptions that follow what the client holds, each in turn:
+	// dropping a name drops what it held under it, and what that named.
+	var reqs []inbound
+	for next := m.children(typ); len(next) > 0; next = next[1:] {
+		child := next[0]
+		if want := m.wants(child); !slices.Equal(want, m.subs[child]) {
+			reqs = append(reqs, m.resubscribe(child, want))
+			next = append(next, m.children(child)...)
+		}
+	}
+	ack := m.answer(typ, "")
+	if m.ackFirst {
+		return append([]inbound{ack}, reqs...), ""
+	}
+	return append(reqs, ack), ""
+}
+
+// clustersNamed returns the clusters the client holds that a route it
+// holds names, with one such route.
+func (m *modelClient) clustersNamed() map[string]string {
+	out := map[string]string{}
+	for rn, rc := range m.held[RouteType] {
+		for _, c := range xdsrefs.ClustersOfRoute(rc.(*routev3.RouteConfiguration)) {
+			if m.held[ClusterType][c] != nil {
+				out[c] = rn
+			}
+		}
+	}
+	return out
+}
+
+// resubscribe changes the subscription of typ to names: the client drops
+// what it no longer subscribes to.
+func (m *modelClient) resubscribe(typ TypeURL, names []string) inbound {
+	old := m.subs[typ]
+	m.subs[typ] = names
+	for n := range m.held[typ] {
+		if _, ok := slices.BinarySearch(names, n); !ok {
+			delete(m.held[typ], n)
+		}
+	}
+	if m.delta {
+		var add, drop []string
+		for _, n := range names {
+			if _, ok := slices.BinarySearch(old, n); !ok {
+				add = append(add, n)
+			}
+		}
+		for _, n := range old {
+			if _, ok := slices.BinarySearch(names, n); !ok {
+				drop = append(drop, n)
+			}
+		}
+		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop}}
+	}
+	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: slices.Clone(names),
+		ResponseNonce: m.nonce[typ], VersionInfo: m.version[typ]}}
+}
+
+// answer ACKs the last response of typ read, or NACKs it with msg.
+func (m *modelClient) answer(typ TypeURL, msg string) inbound {
+	return m.request(typ, m.nonce[typ], msg)
+}
+
+// request is a request of typ naming the response with nonce, repeating
+// the subscription.
+func (m *modelClient) request(typ TypeURL, nonce, nack string) inbound {
+	var detail *status.Status
+	if nack != "" {
+		detail = &status.Status{Code: 3, Message: nack}
+	}
+	if m.delta {
+		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: nonce, ErrorDetail: detail}}
+	}
+	var names []string
+	if m.byName(typ) {
+		names = slices.Clone(m.subs[typ])
+	}
+	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names,
+		ResponseNonce: nonce, VersionInfo: m.version[typ], ErrorDetail: detail}}
+}
+
+// dangling returns a route the client holds that names a cluster it
+// lacks, described, or "".
+func (m *modelClient) dangling() string {
+	for _, rn := range slices.Sorted(maps.Keys(m.held[RouteType])) {
+		for _, c := range xdsrefs.ClustersOfRoute(m.held[RouteType][rn].(*routev3.RouteConfiguration)) {
+			if m.held[ClusterType][c] == nil {
+				return fmt.Sprintf("route %s names cluster %s, which the client lacks (clusters %v)",
+					rn, c, slices.Sorted(maps.Keys(m.held[ClusterType])))
+			}
+		}
+	}
+	return ""
+}
+
+// expected returns what the client holds of the configuration w once it
+// has converged.
+func (m *modelClient) expected(w cfgWorld) map[TypeURL]map[string]proto.Message {
+	want := map[TypeURL]map[string]proto.Message{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}}
+	for l, msg := range w[ListenerType] {
+		if !m.grpc || l == "l0" {
+			want[ListenerType][l] = msg
+			for _, rn := range xdsrefs.OfListener(msg.(*listenerv3.Listener)).Routes {
+				want[RouteType][rn] = w[RouteType][rn]
+			}
+		}
+	}
+	if m.grpc {
+		for _, rc := range want[RouteType] {
+			for _, c := range xdsrefs.ClustersOfRoute(rc.(*routev3.RouteConfiguration)) {
+				want[ClusterType][c] = w[ClusterType][c]
+			}
+		}
+	} else {
+		maps.Copy(want[ClusterType], w[ClusterType])
+	}
+	for c := range want[ClusterType] {
+		want[EndpointType][c] = w[EndpointType][c]
+	}
+	return want
+}
+
+// modelRun drives a core as its runner does (pushes that arrive while the
+// core is busy wait, merged, until it is free; a push that failed is given
+// back ahead of them) against a modelClient.
+type modelRun struct {
+	t       *testing.T
+	rng     *rand.Rand
+	h       *fakeHost
+	c       *core
+	client  *modelClient
+	now     time.Time
+	pc      *pushcontext.PushContext
+	parked  *pushItem
+	inbox   []*outMsg // responses on their way to the client
+	outbox  []inbound // requests on their way to the Server
+	rev     int
+	events  []string
+	verbose bool
+	failed  string
+	// timedOut is set by a phase timeout: the phase was sent without the
+	// ACKs it waited for, which may leave a reference dangling (by design,
+	// and reported) until the client has read what follows.
+	timedOut bool
+}
+
+func newModelRun(t *testing.T, delta, grpc, ackFirst bool) *modelRun {
+	r := &modelRun{t: t, now: epoch, client: &modelClient{delta: delta, grpc: grpc, ackFirst: ackFirst,
+		held: map[TypeURL]map[string]proto.Message{}, subs: map[TypeURL][]string{}, nonce: map[TypeURL]string{},
+		version: map[TypeURL]string{}, nonces: map[string]bool{}}}
+	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
+		r.client.held[typ] = map[string]proto.Message{}
+	}
+	r.h = newFakeHost(t, func(cfg *Config) {
+		cfg.Hooks.OnPhaseTimeout = func(PhaseTimeoutEvent) {
+			r.timedOut = true
+			r.logf("    phase timeout")
+		}
+	})
+	r.h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
+	r.c = r.h.newCore(delta)
+	r.pc = r.c.proxy.Push
+	r.h.snapshots[r.pc] = r.h.world.clone()
+	return r
+}
+
+func (r *modelRun) logf(format string, args ...any) {
+	r.events = append(r.events, fmt.Sprintf(format, args...))
+	if r.verbose {
+		r.t.Logf(format, args...)
+	}
+}
+
+// tail returns the last events.
+func (r *modelRun) tail() []string {
+	return r.events[max(0, len(r.events)-60):]
+}
+
+func (r *modelRun) fail(format string, args ...any) {
+	if r.failed == "" {
+		r.failed = fmt.Sprintf(format, args...)
+	}
+}
+
+// The configuration: clusters c0…c5 (some present), each with its
+// endpoints; routes r0…r3, each naming one or two present clusters;
+// listeners l0 and l1, each naming a route.
+const (
+	modelClusters = 6
+	modelRoutes   = 4
+)
+
+// start puts l0 → r0 → c0 and l1 → r1 → c1 in the configuration and has
+// the client subscribe.
+func (r *modelRun) start() {
+	r.arrive(func(w cfgWorld) []pushcontext.ConfigKey {
+		var keys []pushcontext.ConfigKey
+		for i := range 2 {
+			c, rn, l := fmt.Sprintf("c%d", i), fmt.Sprintf("r%d", i), fmt.Sprintf("l%d", i)
+			w[ClusterType][c] = modelCluster(c, 0, false)
+			w[EndpointType][c] = xdsfixture.CLA(c, "10.0.0.1:80")
+			w[ListenerType][l] = xdsfixture.Listener(l, rn)
+			keys = append(keys, ckey(kindCluster, c), ckey(kindEndpoint, c), ckey(kindListener, l))
+		}
+		for i := range modelRoutes {
+			rn := fmt.Sprintf("r%d", i)
+			w[RouteType][rn] = xdsfixture.Route(rn, fmt.Sprintf("c%d", i%2))
+			keys = append(keys, ckey(kindRoute, rn))
+		}
+		return keys
+	})
+	r.outbox = append(r.outbox, r.client.first()...)
+}
+
+// modelCluster returns cluster name at revision rev, bad or not.
+func modelCluster(name string, rev int, bad bool) *clusterv3.Cluster {
+	c := xdsfixture.Cluster(name)
+	c.AltStatName = fmt.Sprintf("rev-%d", rev)
+	if bad {
+		c.LbPolicy = badCluster
+	}
+	return c
+}
+
+// change makes a random change to the configuration and returns its keys.
+func (r *modelRun) change(w cfgWorld) []pushcontext.ConfigKey {
+	r.rev++
+	rng := r.rng
+	present := slices.Sorted(maps.Keys(w[ClusterType]))
+	pick := func() string { return present[rng.IntN(len(present))] }
+	named := map[string]bool{}
+	for _, rc := range w[RouteType] {
+		for _, c := range xdsrefs.ClustersOfRoute(rc.(*routev3.RouteConfiguration)) {
+			named[c] = true
+		}
+	}
+	switch k := rng.IntN(12); {
+	case k < 3: // endpoints
+		c := pick()
+		w[EndpointType][c] = xdsfixture.CLA(c, fmt.Sprintf("10.0.%d.%d:80", r.rev/250, r.rev%250+1))
+		r.logf("change %d: endpoints of %s", r.rev, c)
+		return []pushcontext.ConfigKey{ckey(kindEndpoint, c)}
+	case k < 6: // a route moves
+		rn := fmt.Sprintf("r%d", rng.IntN(modelRoutes))
+		cs := []string{pick()}
+		if rng.IntN(3) == 0 {
+			cs = append(cs, pick())
+		}
+		slices.Sort(cs)
+		cs = slices.Compact(cs)
+		w[RouteType][rn] = xdsfixture.Route(rn, cs...)
+		r.logf("change %d: %s → %v", r.rev, rn, cs)
+		return []pushcontext.ConfigKey{ckey(kindRoute, rn)}
+	case k < 8: // a cluster comes or changes, bad one time in four
+		c := fmt.Sprintf("c%d", rng.IntN(modelClusters))
+		bad := rng.IntN(4) == 0
+		w[ClusterType][c] = modelCluster(c, r.rev, bad)
+		keys := []pushcontext.ConfigKey{ckey(kindCluster, c)}
+		if w[EndpointType][c] == nil {
+			w[EndpointType][c] = xdsfixture.CLA(c, "10.1.0.1:80")
+			keys = append(keys, ckey(kindEndpoint, c))
+		}
+		r.logf("change %d: cluster %s (bad %v)", r.rev, c, bad)
+		return keys
+	case k < 10: // a cluster no route names goes
+		var free []string
+		for _, c := range present {
+			if !named[c] {
+				free = append(free, c)
+			}
+		}
+		if len(free) == 0 || len(present) == 1 {
+			r.logf("change %d: none", r.rev)
+			return nil
+		}
+		c := free[rng.IntN(len(free))]
+		delete(w[ClusterType], c)
+		delete(w[EndpointType], c)
+		r.logf("change %d: cluster %s removed", r.rev, c)
+		return []pushcontext.ConfigKey{ckey(kindCluster, c), ckey(kindEndpoint, c)}
+	default: // a listener moves to another route
+		l := fmt.Sprintf("l%d", rng.IntN(2))
+		rn := fmt.Sprintf("r%d", rng.IntN(modelRoutes))
+		w[ListenerType][l] = xdsfixture.Listener(l, rn)
+		r.logf("change %d: %s → %s", r.rev, l, rn)
+		return []pushcontext.ConfigKey{ckey(kindListener, l)}
+	}
+}
+
+// arrive applies a change to the configuration and hands its push to the
+// connection: pushed at once if the core is free, parked otherwise.
+func (r *modelRun) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
+	item := r.h.next(r.pc, r.now, true, change(r.h.world)...)
+	r.pc = item.req.Push
+	r.parked = r.parked.Merge(item)
+	r.settle()
+}
+
+// settle takes what the core queued, checking it, and pushes what is
+// parked once the core is free (the runner's after and unpark).
+func (r *modelRun) settle() {
+	for {
+		r.c.dropRare()
+		for _, m := range r.c.takeOut() {
+			r.sent(m)
+			r.inbox = append(r.inbox, m)
+		}
+		if r.c.busy() || r.parked == nil {
+			return
+		}
+		item := r.parked
+		r.parked = nil
+		r.logf("push %d (merged %d)", item.seq, item.merged)
+		if err := r.c.push(context.Background(), r.now, item); err != nil {
+			r.t.Fatal(err)
+		}
+		if err := r.c.flushDeferred(); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// sent checks a response as the core queues it: every name it carries is
+// one the client subscribes to, as far as the Server knows.
+func (r *modelRun) sent(m *outMsg) {
+	ts := r.c.types[m.typeIdx]
+	var names []string
+	if m.dresp != nil {
+		for _, res := range m.dresp.Resources {
+			names = append(names, res.Name)
+		}
+	} else {
+		for _, a := range m.resp.Resources {
+			n, _, err := xdsrefs.DecodeAny(a)
+			if err != nil {
+				r.fail("%s: %v", summary(m), err)
+				return
+			}
+			names = append(names, n)
+		}
+	}
+	for _, n := range names {
+		if !ts.covers(n) && !r.namedByHeld(m.typeIdx, n) {
+			r.fail("%s carries %s, which the client does not subscribe to (%v)", summary(m), n, ts.sub.names)
+		}
+	}
+	r.logf("    sent %s", summary(m))
+}
+
+// namedByHeld reports whether what the Server believes the client holds
+// names resource n of type i: a client that unsubscribed from it before
+// reading what names it will subscribe again, and the Server keeps it
+// (make-before-break) rather than take it away from under that.
+func (r *modelRun) namedByHeld(i int, n string) bool {
+	set := r.h.set
+	var parent int
+	switch i {
+	case set.cdsIdx:
+		parent = set.rdsIdx
+	case set.edsIdx:
+		parent = set.cdsIdx
+	case set.rdsIdx:
+		parent = set.ldsIdx
+	default:
+		return false
+	}
+	pts := r.c.types[parent]
+	if pts == nil {
+		return false
+	}
+	named := false
+	pts.held.each(func(name string, e *encoded) {
+		switch msg := e.msg.(type) {
+		case *routev3.RouteConfiguration:
+			named = named || slices.Contains(xdsrefs.ClustersOfRoute(msg), n)
+		case *listenerv3.Listener:
+			named = named || slices.Contains(xdsrefs.OfListener(msg).Routes, n)
+		case *clusterv3.Cluster:
+			named = named || name == n
+		}
+	})
+	return named
+}
+
+// random runs one event picked at random among those possible.
+func (r *modelRun) random() {
+	type event struct {
+		weight int
+		can    bool
+		do     func()
+	}
+	events := []event{
+		{15, true, func() { r.arrive(r.change) }},
+		{30, len(r.inbox) > 0, r.readResponse},
+		{30, len(r.outbox) > 0, r.readRequest},
+		{5, !r.c.deadline().IsZero(), r.tick},
+		{4, true, r.toggleFailure},
+		{4, len(r.client.read) > 0, r.stale},
+	}
+	total := 0
+	for _, e := range events {
+		if e.can {
+			total += e.weight
+		}
+	}
+	n := r.rng.IntN(total)
+	for _, e := range events {
+		if !e.can {
+			continue
+		}
+		if n < e.weight {
+			e.do()
+			break
+		}
+		n -= e.weight
+	}
+	r.check()
+}
+
+func (r *modelRun) readResponse() {
+	m := r.inbox[0]
+	r.inbox = r.inbox[1:]
+	r.logf("client reads %s", summary(m))
+	reqs, bad := r.client.readResponse(m)
+	if bad != "" {
+		r.fail("%s", bad)
+	}
+	r.outbox = append(r.outbox, reqs...)
+}
+
+func (r *modelRun) readRequest() {
+	in := r.outbox[0]
+	r.outbox = r.outbox[1:]
+	r.logf("server reads %s%s", describe(in), nackOf(in))
+	r.c.step(context.Background(), r.now)
+	if err := r.c.request(in); err != nil {
+		r.fail("request %s: %v", describe(in), err)
+	}
+	r.settle()
+}
+
+func nackOf(in inbound) string {
+	if in.delta != nil && in.delta.ErrorDetail != nil || in.sotw != nil && in.sotw.ErrorDetail != nil {
+		return " (NACK)"
+	}
+	return ""
+}
+
+// tick lets time pass to the core's next deadline and runs what is due.
+func (r *modelRun) tick() {
+	r.now = r.c.deadline()
+	r.logf("tick")
+	retry, err := r.c.tick(context.Background(), r.now)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if retry {
+		r.parked = r.c.takeFailed().Merge(r.parked)
+	}
+	r.settle()
+}
+
+// toggleFailure makes a type's generation fail, or succeed again.
+func (r *modelRun) toggleFailure() {
+	typ := []TypeURL{ClusterType, EndpointType, ListenerType, RouteType}[r.rng.IntN(4)]
+	if r.h.fail[typ] != nil {
+		delete(r.h.fail, typ)
+		r.logf("%s generates again", typ.Short())
+		return
+	}
+	r.h.fail[typ] = errors.New("injected")
+	r.logf("%s fails to generate", typ.Short())
+}
+
+// stale has the client send a request naming a response it read earlier.
+func (r *modelRun) stale() {
+	tn := r.client.read[r.rng.IntN(len(r.client.read))]
+	in := r.client.request(tn.typ, tn.nonce, "")
+	r.logf("client sends a stale request %s", describe(in))
+	r.outbox = append(r.outbox, in)
+}
+
+// check checks what must hold after every event.
+func (r *modelRun) check() {
+	if r.failed != "" {
+		return
+	}
+	if !r.client.grpc && !r.timedOut {
+		if d := r.client.dangling(); d != "" {
+			r.fail("%s", d)
+			return
+		}
+	}
+	if len(r.inbox) > 0 || len(r.outbox) > 0 {
+		return
+	}
+	if r.timedOut && !r.c.busy() && r.client.dangling() == "" {
+		r.timedOut = false
+	}
+	// Nothing on the wire, nothing waiting to be sent: the Server knows
+	// what the client holds.
+	if !r.c.busy() && r.c.deadline().IsZero() && !deferring(r.c) {
+		r.checkBelief()
+	}
+	r.checkSync()
+}
+
+// deferring reports whether an answer of c waits for a push's phases.
+func deferring(c *core) bool {
+	return slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.deferred() != nil })
+}
+
+// checkBelief checks that the Server believes the client holds what it
+// holds.
+func (r *modelRun) checkBelief() {
+	for i, ts := range r.c.types {
+		typ := r.h.set.order[i]
+		held := r.client.held[typ]
+		if ts == nil {
+			if len(held) > 0 {
+				r.fail("the client holds %s %v; the Server believes it holds nothing", typ.Short(), slices.Sorted(maps.Keys(held)))
+			}
+			continue
+		}
+		// A SotW client that unsubscribed from a name a route sent since
+		// names again will subscribe to it again; the Server keeps it
+		// marked for removal meanwhile, as if held (see unsubscribed).
+		believed := slices.DeleteFunc(ts.held.names(), func(n string) bool {
+			_, removing := ts.removing()[n]
+			return removing && !ts.covers(n) && held[n] == nil
+		})
+		holds := slices.Sorted(maps.Keys(held))
+		if !slices.Equal(believed, holds) {
+			r.fail("the client holds %s %v; the Server believes it holds %v", typ.Short(), slices.Sorted(maps.Keys(held)), ts.held.names())
+			return
+		}
+		for _, n := range holds {
+			if msg := held[n]; !proto.Equal(ts.held.get(n).msg, msg) {
+				r.fail("the client holds another %s %s than the Server believes", typ.Short(), n)
+				return
+			}
+		}
+	}
+}
+
+// checkSync checks that when Sync would return nil with no NACK, the
+// client holds the configuration.
+func (r *modelRun) checkSync() {
+	if r.failed != "" {
+		return
+	}
+	if r.parked != nil || r.c.syncedTo() < r.pc.Seq() {
+		return
+	}
+	for i, ts := range r.c.types {
+		if ts != nil && ts.fault != nil {
+			return // Sync reports the failure
+		}
+		if ts != nil && ts.nackStands() {
+			r.logf("synced, %s NACK standing", r.h.set.order[i].Short())
+			return // Sync reports the NACK
+		}
+	}
+	want := r.client.expected(r.h.world)
+	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
+		got := r.client.held[typ]
+		if !maps.EqualFunc(got, want[typ], proto.Equal) {
+			r.fail("Sync would return nil with no NACK, but the client holds %s %v; want %v (%s)", typ.Short(),
+				slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want[typ])), differing(got, want[typ]))
+			return
+		}
+	}
+}
+
+// differing names what got and want hold differently.
+func differing(got, want map[string]proto.Message) string {
+	var out []string
+	for n, m := range want {
+		if !proto.Equal(got[n], m) {
+			out = append(out, n)
+		}
+	}
+	for n := range got {
+		if want[n] == nil {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return "differing: " + strings.Join(out, " ")
+}
+
+// end stops the faults, replaces every cluster by a new valid one, and
+// runs events until nothing is left: the client must then hold the
+// configuration, the Server be synced to the last push with nothing
+// failing and no NACK standing. (Content a client rejected is not sent to
+// it again until it changes, and a client rejects a response whole: a
+// cluster that came in the same response as a bad one is withheld too,
+// and its NACK stands, until it changes.)
+func (r *modelRun) end() {
+	clear(r.h.fail)
+	r.logf("-- end: faults stop, every cluster changes")
+	r.arrive(func(w cfgWorld) []pushcontext.ConfigKey {
+		r.rev++
+		var keys []pushcontext.ConfigKey
+		for c := range w[ClusterType] {
+			w[ClusterType][c] = modelCluster(c, r.rev, false)
+			keys = append(keys, ckey(kindCluster, c))
+		}
+		return keys
+	})
+	for n := 0; r.failed == ""; n++ {
+		if n > 5000 {
+			r.fail("no end in sight")
+			return
+		}
+		switch {
+		case len(r.inbox) > 0:
+			r.readResponse()
+		case len(r.outbox) > 0:
+			r.readRequest()
+		case !r.c.deadline().IsZero():
+			r.tick()
+		default:
+			n = -1
+		}
+		r.check()
+		if n < 0 {
+			break
+		}
+	}
+	if r.failed != "" {
+		return
+	}
+	if r.parked != nil || r.c.busy() {
+		r.fail("at rest, a push is parked (%v) or in its phases (%v)", r.parked != nil, r.c.busy())
+		return
+	}
+	if got := r.c.syncedTo(); got < r.pc.Seq() {
+		r.fail("at rest, synced to %d; want %d (the last push)", got, r.pc.Seq())
+		return
+	}
+	for i, ts := range r.c.types {
+		if ts == nil {
+			continue
+		}
+		typ := r.h.set.order[i]
+		if ts.fault != nil {
+			r.fail("at rest, %s fails: %v", typ.Short(), ts.fault.err)
+			return
+		}
+		if ts.nackStands() {
+			r.fail("at rest, a NACK of %s stands: %+v", typ.Short(), *ts.nack)
+			return
+		}
+	}
+	want := r.client.expected(r.h.world)
+	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
+		if got := r.client.held[typ]; !maps.EqualFunc(got, want[typ], proto.Equal) {
+			r.fail("at rest, the client holds %s %v; want %v (%s)", typ.Short(),
+				slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want[typ])), differing(got, want[typ]))
+			return
+		}
+	}
+}
