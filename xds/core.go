@@ -414,9 +414,13 @@ func (ts *typeState) nackStands() bool {
 // awaitsHeldBack reports whether convergence waits for type ts to send
 // what it holds back: a retry is due, and either it failed (the failure is
 // reported) or the client is expected to release what holds it (replace a
-// route, warm a listener). A client whose NACK of some type stands may
-// keep what it rejected, and with it the hold, for good: its NACK is what
-// Sync reports then, rather than wait.
+// route, warm a listener). A client whose last response of some type
+// stands rejected may keep what it rejected, and with it the hold, for
+// good: its NACK is what Sync reports then, rather than wait. A NACK that
+// stands for content withheld since (see nackStands) does not excuse a
+// hold: the client ACKed a later response, and Sync waits for what is
+// held back (which may be until the configuration changes what was
+// rejected) rather than report the client in step.
 func (c *core) awaitsHeldBack(ts *typeState) bool {
 	if ts.retry() == nil {
 		return false
@@ -425,7 +429,7 @@ func (c *core) awaitsHeldBack(ts *typeState) bool {
 		return true
 	}
 	for _, o := range c.types {
-		if o != nil && o.nackStands() {
+		if o != nil && o.nack != nil && o.nack.Nonce == o.nonceSent {
 			return false
 		}
 	}
