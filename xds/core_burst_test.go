@@ -15,6 +15,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -127,27 +128,24 @@ func (m *envoyModel) read(t *testing.T, out *outMsg) []inbound {
 func (m *envoyModel) resubscribe(typ TypeURL, names []string) inbound {
 	old := m.subs[typ]
 	m.subs[typ] = names
-	for n := range m.held[typ] {
+	return resubscription(m.delta, typ, m.held[typ], old, names, m.nonce[typ], m.version[typ])
+}
+
+// resubscription is the request of a client that changes its subscription
+// of typ from old to names (both sorted), which drops from held what it no
+// longer subscribes to; a SotW request names the response read last.
+func resubscription(delta bool, typ TypeURL, held map[string]proto.Message, old, names []string, nonce, version string) inbound {
+	for n := range held {
 		if _, ok := slices.BinarySearch(names, n); !ok {
-			delete(m.held[typ], n)
+			delete(held, n)
 		}
 	}
-	if m.delta {
-		var add, drop []string
-		for _, n := range names {
-			if _, ok := slices.BinarySearch(old, n); !ok {
-				add = append(add, n)
-			}
-		}
-		for _, n := range old {
-			if _, ok := slices.BinarySearch(names, n); !ok {
-				drop = append(drop, n)
-			}
-		}
+	if delta {
+		add, drop := sortedset.Diff(old, names)
 		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop}}
 	}
 	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: slices.Clone(names),
-		ResponseNonce: m.nonce[typ], VersionInfo: m.version[typ]}}
+		ResponseNonce: nonce, VersionInfo: version}}
 }
 
 func (m *envoyModel) ack(typ TypeURL) inbound {
@@ -160,12 +158,16 @@ func (m *envoyModel) ack(typ TypeURL) inbound {
 
 // dangling returns a route the client holds that names a cluster it
 // lacks, described, or "".
-func (m *envoyModel) dangling() string {
-	for _, rn := range slices.Sorted(maps.Keys(m.held[RouteType])) {
-		for _, c := range xdsrefs.ClustersOfRoute(m.held[RouteType][rn].(*routev3.RouteConfiguration)) {
-			if m.held[ClusterType][c] == nil {
+func (m *envoyModel) dangling() string { return danglingRoute(m.held) }
+
+// danglingRoute returns a route of held that names a cluster held lacks,
+// described, or "".
+func danglingRoute(held map[TypeURL]map[string]proto.Message) string {
+	for _, rn := range slices.Sorted(maps.Keys(held[RouteType])) {
+		for _, c := range xdsrefs.ClustersOfRoute(held[RouteType][rn].(*routev3.RouteConfiguration)) {
+			if held[ClusterType][c] == nil {
 				return fmt.Sprintf("route %s names cluster %s, which the client lacks (clusters %v)",
-					rn, c, slices.Sorted(maps.Keys(m.held[ClusterType])))
+					rn, c, slices.Sorted(maps.Keys(held[ClusterType])))
 			}
 		}
 	}

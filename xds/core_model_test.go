@@ -143,16 +143,7 @@ func (m *modelClient) first() []inbound {
 	if m.grpc {
 		return []inbound{m.resubscribe(ListenerType, []string{"l0"})}
 	}
-	if m.delta {
-		return []inbound{
-			{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}},
-			{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ListenerType)}},
-		}
-	}
-	return []inbound{
-		{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}},
-		{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ListenerType)}},
-	}
+	return (&envoyModel{delta: m.delta}).start()
 }
 
 // wants returns what the client subscribes to of typ, given what it holds:
@@ -296,27 +287,7 @@ func (m *modelClient) clustersNamed() map[string]string {
 func (m *modelClient) resubscribe(typ TypeURL, names []string) inbound {
 	old := m.subs[typ]
 	m.subs[typ] = names
-	for n := range m.held[typ] {
-		if _, ok := slices.BinarySearch(names, n); !ok {
-			delete(m.held[typ], n)
-		}
-	}
-	if m.delta {
-		var add, drop []string
-		for _, n := range names {
-			if _, ok := slices.BinarySearch(old, n); !ok {
-				add = append(add, n)
-			}
-		}
-		for _, n := range old {
-			if _, ok := slices.BinarySearch(names, n); !ok {
-				drop = append(drop, n)
-			}
-		}
-		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop}}
-	}
-	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: slices.Clone(names),
-		ResponseNonce: m.nonce[typ], VersionInfo: m.version[typ]}}
+	return resubscription(m.delta, typ, m.held[typ], old, names, m.nonce[typ], m.version[typ])
 }
 
 // answer ACKs the last response of typ read, or NACKs it with msg.
@@ -344,17 +315,7 @@ func (m *modelClient) request(typ TypeURL, nonce, nack string) inbound {
 
 // dangling returns a route the client holds that names a cluster it
 // lacks, described, or "".
-func (m *modelClient) dangling() string {
-	for _, rn := range slices.Sorted(maps.Keys(m.held[RouteType])) {
-		for _, c := range xdsrefs.ClustersOfRoute(m.held[RouteType][rn].(*routev3.RouteConfiguration)) {
-			if m.held[ClusterType][c] == nil {
-				return fmt.Sprintf("route %s names cluster %s, which the client lacks (clusters %v)",
-					rn, c, slices.Sorted(maps.Keys(m.held[ClusterType])))
-			}
-		}
-	}
-	return ""
-}
+func (m *modelClient) dangling() string { return danglingRoute(m.held) }
 
 // expected returns what the client holds of the configuration w once it
 // has converged.
