@@ -942,18 +942,24 @@ func (run *faultRun) inject(rev int) {
 // injected, it may return nil or run out of time, and when it fails, it
 // must name failures that were injected. When it returns nil, every client
 // the replica served all along holds the mesh of the last change, as far
-// as it subscribes to it (checkHolds).
+// as it subscribes to it, but for those whose NACK Sync returns
+// (checkHolds): a client that rejected content holds it only once the
+// mesh changes it, and its NACK stands until then.
 func (run *faultRun) checkSync(rev int) {
 	r := run.m.replicas[run.rnd.IntN(len(run.m.replicas))]
 	before := serving(r.srv)
 	ctx, cancel := context.WithTimeout(run.t.Context(), time.Second)
-	_, err := r.srv.Sync(ctx)
+	nacks, err := r.srv.Sync(ctx)
 	cancel()
 	var fe *xds.FailureError
 	switch {
 	case err == nil:
 		run.syncs["nil"]++
-		run.checkHolds(rev, r, before, false)
+		nacked := map[string]bool{}
+		for _, n := range nacks {
+			nacked[n.ConnID] = true
+		}
+		run.checkHolds(rev, r, before, nacked)
 	case errors.Is(err, context.DeadlineExceeded):
 		run.syncs["deadline"]++
 	case errors.As(err, &fe):
@@ -981,11 +987,10 @@ func serving(srv *xds.Server) map[string]string {
 // checkHolds checks, after Sync on replica r returned nil, that every
 // client r served on one connection since before the call holds the mesh
 // of the last change: Sync waits for every ConfigUpdate made before it,
-// pushed to every connection, generated there, and ACKed. A client that
-// rejects content is left out unless nackers (no content it rejected is
-// left in the mesh): what it rejected is not sent to it again (a NACK is
-// terminal), and it holds what it had.
-func (run *faultRun) checkHolds(rev int, r *faultReplica, before map[string]string, nackers bool) {
+// pushed to every connection, generated there, and ACKed. The
+// connections of nacked are left out: what their clients rejected is not
+// sent to them again until it changes, and they hold what they had.
+func (run *faultRun) checkHolds(rev int, r *faultReplica, before map[string]string, nacked map[string]bool) {
 	m := run.m
 	m.mu.Lock()
 	w := m.worlds[len(m.worlds)-1]
@@ -993,7 +998,7 @@ func (run *faultRun) checkHolds(rev int, r *faultReplica, before map[string]stri
 	after := serving(r.srv)
 	checked := 0
 	for _, c := range run.clients {
-		if c.nacker && !nackers || m.replicas[c.replica] != r || before[c.ID()] == "" || after[c.ID()] != before[c.ID()] {
+		if nacked[before[c.ID()]] || m.replicas[c.replica] != r || before[c.ID()] == "" || after[c.ID()] != before[c.ID()] {
 			continue
 		}
 		checked++
@@ -1019,7 +1024,7 @@ func (run *faultRun) checkpoint(w *world, rev int) *world {
 	for _, r := range run.m.replicas {
 		before := serving(r.srv)
 		syncFinal(run.t, run.m, r)
-		run.checkHolds(rev, r, before, true)
+		run.checkHolds(rev, r, before, nil) // no content a client rejected is left
 	}
 	run.stats["checkpoints"]++
 	run.m.nacking.Store(true)
