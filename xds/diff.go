@@ -272,9 +272,12 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	d.gone = gone
 	d.inHeld = inHeld
 
-	if !tgt.partial && covered && !o.restrict {
+	if !tgt.partial && !o.restrict {
+		// What the target was generated for and does not have, the
+		// configuration no longer has (even if the client's subscription
+		// moved since the target was generated).
 		for n := range ts.rejected() {
-			if tgt.set.get(n) == nil {
+			if tgt.sub.covers(n) && tgt.set.get(n) == nil {
 				d.unrejected = append(d.unrejected, n)
 			}
 		}
