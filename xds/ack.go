@@ -147,6 +147,21 @@ func (f *flight) redo(h *holding) {
 	}
 }
 
+// forget records that, whether the client accepts f or not, it holds
+// nothing under name (it ignores what it does not subscribe to).
+func (f *flight) forget(name string) {
+	if f.before != nil {
+		f.before.del(name)
+		f.after.del(name)
+		return
+	}
+	for k := range f.changes {
+		if ch := &f.changes[k]; ch.name == name {
+			ch.prev, ch.next = nil, nil
+		}
+	}
+}
+
 // upserts returns what f made the client hold anew or differently.
 func (f *flight) upserts() []entry {
 	if f.after == nil {

@@ -1332,3 +1332,38 @@ func TestCoreSotWNACKCarriesTheSubscription(t *testing.T) {
 		t.Errorf("subscription %v, NACK standing %v; want c1 covered and the NACK standing", ts.sub.names, ts.nackStands())
 	}
 }
+
+// A SotW client drops at once what it unsubscribes from, although the
+// request that says so carries a stale nonce (a response is on its way)
+// and its subscription change waits for the next request. Here a client
+// drops c1's endpoints and asks for them again before it reads the
+// response on its way: its next request names the same clusters as the
+// Server's subscription, yet it no longer holds c1's endpoints, and must
+// be sent them. Before, the Server believed it held them, sent nothing,
+// and Sync reported it in step without them (TestFault seed 23 once).
+func TestCoreSotWStaleRequestDropsWhatItNoLongerNames(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	r.change(true, func() {
+		for _, c := range []string{"c0", "c1"} {
+			h.put(ClusterType, xdsfixture.Cluster(c))
+			h.put(EndpointType, xdsfixture.CLA(c, "10.0.0.1:80"))
+		}
+	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"))
+	r.subscribe(EndpointType, "c0", "c1")
+	r.expect("EDS answer", "EDS [c0 c1]")
+	r.ack(EndpointType)
+	read := r.last[EndpointType] // the last response the client read
+	r.change(false, func() { h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.2:80")) }, ckey(kindEndpoint, "c0"))
+	r.expect("c0's endpoints, on their way", "EDS [c0]")
+	stale := func(names ...string) {
+		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: names,
+			ResponseNonce: read.nonce, VersionInfo: read.resp.VersionInfo}})
+	}
+	stale("c0")       // the client drops c1
+	stale("c0", "c1") // and asks for it again
+	r.expect("nothing for stale requests")
+	r.ack(EndpointType) // it reads c0's endpoints: names c0 c1
+	r.expect("answered in full: c1's endpoints again", "EDS [c0 c1]")
+	r.expectHeld("at the end", EndpointType, "c0", "c1")
+}

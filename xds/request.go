@@ -252,10 +252,12 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 
 	// 4. Stale (or unknown) nonce: the client has not seen our last
 	// response yet; it will send a newer request. What it says of an
-	// older response still counts: it accepted it.
+	// older response still counts: it accepted it; and so does what it
+	// says it dropped (see staleDropped).
 	renewed := req.ResponseNonce == ""
 	if !renewed && req.ResponseNonce != ts.nonceSent {
 		c.accepted(ts, req.ResponseNonce)
+		c.staleDropped(ts, names, star)
 		set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: stale nonce ignored",
 			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])),
 			slog.String("nonce", req.ResponseNonce), slog.String("sent", ts.nonceSent))
@@ -355,6 +357,37 @@ func (c *core) unsubscribed(i int, removed []string) {
 		ts.held.del(n)
 	}
 	ts.markRemoving(kept)
+}
+
+// staleDropped records what a SotW request with a stale nonce says the
+// client dropped. Its subscription change waits for the client's next
+// request, but a client drops at once what it unsubscribes from: a name
+// the Server's subscription has and the request does not, the client no
+// longer holds, whatever the responses on their way carry (it ignores
+// what it does not subscribe to). The next request is answered in full,
+// so that a client that subscribed to it again meanwhile is sent it, as
+// its next request may name the very names of the Server's subscription.
+// (A name the Server keeps for the client while a route names it, marked
+// for removal, it holds as it was: see unsubscribed.)
+func (c *core) staleDropped(ts *typeState, names []string, star bool) {
+	if ts.sub.wildcard || star {
+		return
+	}
+	var gone []string
+	ts.held.each(func(n string, _ *encoded) {
+		if _, named := slices.BinarySearch(names, n); !named && ts.covers(n) {
+			gone = append(gone, n)
+		}
+	})
+	for _, n := range gone {
+		ts.held.del(n)
+		for _, f := range ts.flights {
+			f.forget(n)
+		}
+	}
+	if len(gone) > 0 {
+		ts.alwaysRespond = true
+	}
 }
 
 // resendAnswer is the answer that sends names of type i again: in full for
