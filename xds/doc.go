@@ -95,12 +95,16 @@
 //     istiod reads every empty list of those types as wildcard).
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK),
-//     but for that wildcard rule and one more: a SotW request with no nonce
-//     once a response of its type was sent (the client changed its
+//     but for that wildcard rule and three more. A SotW request with no
+//     nonce once a response of its type was sent (the client changed its
 //     subscription before it read that response) is answered in full as an
 //     initial request is, but keeps what the Server knows it sent, so that
-//     it removes nothing a resource the client holds still names.
-//     request.go documents each step next to its code.
+//     it removes nothing a resource the client holds still names. A SotW
+//     NACK of the last response carries the client's subscription, applied
+//     as an ACK's is. A SotW request with a stale nonce changes no
+//     subscription, but what it no longer names the client has dropped:
+//     the Server no longer counts it as held, and answers the next request
+//     in full. request.go documents each step next to its code.
 //
 // # Failures
 //
