@@ -147,6 +147,17 @@ func (f *flight) redo(h *holding) {
 	}
 }
 
+// forget records that the client dropped name: it holds nothing under it,
+// whatever it answers to the responses on their way (it ignores what they
+// carry of a name it does not subscribe to when it reads them, and a NACK
+// of one of them must not bring back what it held before).
+func (ts *typeState) forget(name string) {
+	ts.held.del(name)
+	for _, f := range ts.flights {
+		f.forget(name)
+	}
+}
+
 // forget records that, whether the client accepts f or not, it holds
 // nothing under name (it ignores what it does not subscribe to).
 func (f *flight) forget(name string) {

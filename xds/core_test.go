@@ -1367,3 +1367,31 @@ func TestCoreSotWStaleRequestDropsWhatItNoLongerNames(t *testing.T) {
 	r.expect("answered in full: c1's endpoints again", "EDS [c0 c1]")
 	r.expectHeld("at the end", EndpointType, "c0", "c1")
 }
+
+// A client that unsubscribes from a name drops it, whatever it answers to
+// the responses on their way: a NACK of one of them must not bring back,
+// as held, what the client held before it. Here a Delta client drops c1
+// while a push's new c1 is on its way, asks for it again, and rejects
+// both responses: it holds no c1. Before, the NACK of the push restored
+// the c1 it had dropped (TestCoreModel found it).
+func TestCoreUnsubscribedNameStaysDroppedAfterANACK(t *testing.T) {
+	r := newCoreRun(t, true, nil)
+	h := r.h
+	r.change(true, func() {
+		h.put(ClusterType, xdsfixture.Cluster("c0"), xdsfixture.Cluster("c1"))
+	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"))
+	r.subscribe(ClusterType, "c0", "c1")
+	r.expect("CDS answer", "CDS [c0 c1] -[]")
+	r.ack(ClusterType)
+	bad := xdsfixture.Cluster("c1")
+	bad.LbPolicy = 5
+	r.change(true, func() { h.put(ClusterType, bad) }, ckey(kindCluster, "c1"))
+	r.expect("the push's c1, on its way", "CDS [c1] -[]")
+	pushed := r.last[ClusterType]
+	r.unsubscribe(ClusterType, "c1")
+	r.subscribe(ClusterType, "c1") // no nonce: the push is not read yet
+	r.expect("c1 again", "CDS [c1] -[]")
+	r.replyTo(pushed, "c1 is invalid")
+	r.nack(ClusterType, "c1 is invalid")
+	r.expectHeld("after both NACKs", ClusterType, "c0")
+}

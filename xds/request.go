@@ -354,7 +354,7 @@ func (c *core) unsubscribed(i int, removed []string) {
 		held, kept, _ = c.removable(i, held, nil)
 	}
 	for _, n := range held {
-		ts.held.del(n)
+		ts.forget(n)
 	}
 	ts.markRemoving(kept)
 }
@@ -380,10 +380,7 @@ func (c *core) staleDropped(ts *typeState, names []string, star bool) {
 		}
 	})
 	for _, n := range gone {
-		ts.held.del(n)
-		for _, f := range ts.flights {
-			f.forget(n)
-		}
+		ts.forget(n)
 	}
 	if len(gone) > 0 {
 		ts.alwaysRespond = true
@@ -608,7 +605,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 			}
 		})
 		for _, n := range drop {
-			ts.held.del(n)
+			ts.forget(n)
 			delete(ts.removing(), n)
 		}
 		ts.unrejectUncovered()
