@@ -290,7 +290,9 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 // retries do.
 //
 // With no ConfigUpdate before the call, Sync waits only for the
-// connections. It returns ctx.Err() if ctx ends first, and ErrStopped if
+// connections: each holds the PushContext published before the call, the
+// client has ACKed the last response sent for every type it watches (or
+// NACKed it), and nothing the configuration gives it is held back. It returns ctx.Err() if ctx ends first, and ErrStopped if
 // Run stops first. It may be called from any goroutine, including before
 // Run.
 func (s *Server) Sync(ctx context.Context) ([]NACK, error) {
@@ -299,7 +301,15 @@ func (s *Server) Sync(ctx context.Context) ([]NACK, error) {
 	s.updMu.Unlock()
 	var need uint64
 	var seen [numLanes]bool
+	first := true
 	err := s.track.wait(ctx, func() (uint64, bool, bool) {
+		if first {
+			// At least the PushContext published before the call: the
+			// connections, whatever ConfigUpdate there was, must hold
+			// it, every response of it ACKed (a connection's first
+			// answers too).
+			need, first = s.track.top, false
+		}
 		ready := true
 		for l, g := range want {
 			if g == 0 || seen[l] {

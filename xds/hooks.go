@@ -37,7 +37,9 @@ import (
 // skipped. A hook that panics is recovered and logged; the event is lost,
 // nothing else is.
 type Hooks struct {
-	// OnConfigUpdate is called for each ConfigUpdate the Server accepts.
+	// OnConfigUpdate is called for each ConfigUpdate the Server accepts,
+	// from within the call, before the request counts for Sync: a Sync
+	// that is to wait for it must be called after ConfigUpdate returns.
 	OnConfigUpdate func(ConfigUpdateEvent)
 	// OnDebounce is called when the debounce stage hands a merged request
 	// to be built and pushed.

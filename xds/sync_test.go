@@ -290,6 +290,47 @@ func TestSyncEdges(t *testing.T) {
 	})
 }
 
+// Sync with no ConfigUpdate since the Server started still waits for the
+// connections: a client that has not ACKed its first response is not
+// synced (Sync returned nil at once, while a gRPC client's ACK of its
+// first EDS response was on its way).
+func TestSyncWaitsForFirstAnswers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := start(t, st, nil, false)
+		c := f.connect("a", nil, true)
+		c.request(ClusterType)
+		synctest.Wait()
+		rs := c.pending()
+		if len(rs) != 1 {
+			t.Fatalf("received %v; want one CDS response", typesOf(rs))
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		done := goSync(ctx, f.srv)
+		notYet(t, done, "before the client ACKed its first response")
+		c.ack(rs[0])
+		if r := returned(t, done, "after the ACK"); r.err != nil || len(r.nacks) != 0 {
+			t.Fatalf("Sync() = %+v, %v; want no NACK, nil", r.nacks, r.err)
+		}
+
+		// A new type's first answer, later, likewise.
+		c.request(EndpointType, "c0")
+		synctest.Wait()
+		rs = c.pending()
+		if len(rs) != 1 {
+			t.Fatalf("received %v; want one EDS response", typesOf(rs))
+		}
+		done = goSync(ctx, f.srv)
+		notYet(t, done, "before the client ACKed its first EDS response")
+		c.ack(rs[0], "c0")
+		if r := returned(t, done, "after the EDS ACK"); r.err != nil || len(r.nacks) != 0 {
+			t.Fatalf("Sync() = %+v, %v; want no NACK, nil", r.nacks, r.err)
+		}
+	})
+}
+
 // The connection histogram behind Sync and WaitForVersion: the lowest
 // value follows connections as they move, in both directions, and leave.
 func TestTrackerHistogram(t *testing.T) {
