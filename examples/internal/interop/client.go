@@ -14,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
 )
 
 // Kind names a client implementation.
@@ -44,11 +42,10 @@ const Python = "/usr/bin/python3"
 type ClientConfig struct {
 	// Kind is the client implementation.
 	Kind Kind
-	// Bootstrap is the client's xDS bootstrap (JSON).
-	Bootstrap []byte
-	// Creds, for GRPCGo only, are the channel's credentials; nil means
-	// insecure.
-	Creds grpc.DialOption
+	// Bootstrap, if not nil, returns the client's xDS bootstrap (JSON)
+	// for the ADS server at addr and the node id id; nil means
+	// Bootstrap(addr, id), over plaintext.
+	Bootstrap func(addr, id string) []byte
 	// Require makes a missing client tool (node and the packages of
 	// node/, or Python's grpc module) fail the test; false skips it.
 	Require bool
@@ -84,7 +81,7 @@ func Missing(kind Kind) string {
 // its start to the end of the test, and a line protocol to ask it what it
 // saw (see the package documentation). Its methods end the test on a
 // failure, naming the client and the step. Not safe for concurrent use,
-// but for Failures.
+// but for Step and TakeFailures.
 type Client struct {
 	t       testing.TB
 	kind    Kind
@@ -98,9 +95,10 @@ type Client struct {
 	fails []string // protected by mu: "step: fail line"
 }
 
-// StartClient starts a client of cfg.Kind dialing xds:///Listener, and
-// waits for its hello. It is stopped, and waited for, when the test ends.
-func StartClient(t testing.TB, cfg ClientConfig) *Client {
+// startClient starts a client of cfg.Kind dialing xds:///Listener with
+// bootstrap, and waits for its hello. It is stopped, and waited for, when
+// the test ends.
+func startClient(t testing.TB, cfg ClientConfig, bootstrap []byte) *Client {
 	t.Helper()
 	if m := Missing(cfg.Kind); m != "" {
 		if cfg.Require {
@@ -119,7 +117,7 @@ func StartClient(t testing.TB, cfg ClientConfig) *Client {
 		outR, outW := io.Pipe()
 		ended := make(chan error, 1)
 		go func() {
-			err := runGoClient(target, cfg.Bootstrap, cfg.Creds, inR, outW)
+			err := runGoClient(target, bootstrap, inR, outW)
 			outW.CloseWithError(err)
 			ended <- err
 		}()
@@ -133,7 +131,7 @@ func StartClient(t testing.TB, cfg ClientConfig) *Client {
 		} else {
 			cmd = exec.Command(Python, filepath.Join(Dir(), "python", "client.py"), target, Method)
 		}
-		cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP_CONFIG="+string(cfg.Bootstrap))
+		cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP_CONFIG="+string(bootstrap))
 		cmd.Stderr = c.stderr
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // so that stop ends what it started too
 		in, err := cmd.StdinPipe()
@@ -210,12 +208,14 @@ func (c *Client) Step(name string) {
 	c.mu.Unlock()
 }
 
-// Failures returns the RPC failures the client reported so far, each with
-// its step.
-func (c *Client) Failures() []string {
+// TakeFailures returns the RPC failures the client reported since the
+// last call, each with its step.
+func (c *Client) TakeFailures() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]string(nil), c.fails...)
+	f := c.fails
+	c.fails = nil
+	return f
 }
 
 // First waits for the client's first successful RPC and returns the

@@ -11,6 +11,9 @@
 //     cluster, a 70/30 weighted split (each share checked within
 //     Tolerance over 400 RPCs), the route moving back with the unused
 //     cluster deleted, and a listener naming a new route configuration.
+//   - After each change, the shares of the backends are checked over
+//     batches of RPCs after the Server's Sync, until one batch has them, 5
+//     batches at most: a client may ACK routes before its RPCs follow them.
 //   - Each client runs a loop of RPCs from its start to the end of the
 //     test; a failed RPC, a NACK, a phase timeout, a Server failure or a
 //     refused stream fails the test, naming the client, its version, the
@@ -51,11 +54,12 @@
 // # Running it
 //
 // The tests are TestInterop in this package (a host on a resources.Store)
-// and in examples/filecp (filecp itself, in process):
+// and in examples/filecp (filecp itself, in process), and
+// TestInteropMutualTLS in examples/filecp (grpc-go over mutual TLS):
 //
 //	(cd examples/internal/interop/node && npm ci)
 //	apt-get install -y python3-grpcio   # if /usr/bin/python3 -c 'import grpc' fails
-//	go test ./examples/internal/interop ./examples/filecp -run '^TestInterop$' -count=1 -v
+//	go test ./examples/internal/interop ./examples/filecp -run '^TestInterop' -count=1 -v
 //
 // Only tests import this package.
 package interop

