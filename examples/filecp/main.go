@@ -51,13 +51,15 @@ func main() {
 // every push to stdout, until ctx ends. It returns nil when ctx ends and an
 // error if it cannot start.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return runInstrumented(ctx, args, stdout, stderr, nil)
+	return runInstrumented(ctx, args, stdout, stderr, nil, nil)
 }
 
 // runInstrumented is run with instrument, if not nil, applied to the
 // xds.Config before the metrics are chained in front of its hooks: tests
-// add hooks there to wait for the Server's events.
-func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Writer, instrument func(xds.Config) xds.Config) error {
+// add hooks there to wait for the Server's events. serving, if not nil, is
+// given the Server once it is built, before it serves: tests call its
+// Sync and Status.
+func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Writer, instrument func(xds.Config) xds.Config, serving func(*xds.Server)) error {
 	flags := flag.NewFlagSet("filecp", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	dir := flags.String("dir", "", "configuration `directory` to serve and watch (default: the bundled examples/filecp/testdata, not watched)")
@@ -117,6 +119,9 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 	})
 	if err != nil {
 		return err
+	}
+	if serving != nil {
+		serving(cp.Server())
 	}
 	adminH, err := adminHandler(src, cp, tel.handler)
 	if err != nil {

@@ -208,7 +208,7 @@ func TestMetricsAndHealth(t *testing.T) {
 	ev := newEvents()
 	done := make(chan error, 1)
 	go func() {
-		done <- runInstrumented(ctx, []string{"-dir", dir, "-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, stdout, stderr, ev.instrument)
+		done <- runInstrumented(ctx, []string{"-dir", dir, "-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, stdout, stderr, ev.instrument, nil)
 	}()
 	stderr.WaitFor(t, `msg="admin listening"`)
 	addrOf := func(msg string) string {

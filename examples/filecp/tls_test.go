@@ -96,7 +96,7 @@ func startInstrumented(t *testing.T, instrument func(xds.Config) xds.Config, arg
 	stdout, stderr := newSyncBuffer(), newSyncBuffer()
 	done := make(chan error, 1)
 	go func() {
-		done <- runInstrumented(ctx, append([]string{"-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...), stdout, stderr, instrument)
+		done <- runInstrumented(ctx, append([]string{"-addr", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...), stdout, stderr, instrument, nil)
 	}()
 	t.Cleanup(func() {
 		cancel()

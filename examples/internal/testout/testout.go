@@ -4,7 +4,8 @@
 //
 // Contract:
 //   - Write and String are safe for concurrent use; Write never blocks.
-//   - WaitFor returns once the buffer holds the text, waking on each write,
+//   - WaitFor returns once the buffer holds the text (WaitForCount: that
+//     many times), waking on each write,
 //     and ends the test if the buffer's timeout passes first, showing what
 //     it holds. No goroutine is started.
 //
@@ -53,13 +54,25 @@ func (b *Buffer) String() string {
 // WaitFor waits until b contains s.
 func (b *Buffer) WaitFor(t testing.TB, s string) {
 	t.Helper()
+	b.WaitForCount(t, s, 1)
+}
+
+// Count returns how many times b contains s, without overlaps.
+func (b *Buffer) Count(s string) int { return strings.Count(b.String(), s) }
+
+// WaitForCount waits until b contains s at least n times.
+func (b *Buffer) WaitForCount(t testing.TB, s string, n int) {
+	t.Helper()
 	deadline := time.NewTimer(b.timeout)
 	defer deadline.Stop()
-	for !strings.Contains(b.String(), s) {
+	for b.Count(s) < n {
 		select {
 		case <-b.written:
 		case <-deadline.C:
-			t.Fatalf("output does not contain %q after %v; got:\n%s", s, b.timeout, b.String())
+			if n == 1 {
+				t.Fatalf("output does not contain %q after %v; got:\n%s", s, b.timeout, b.String())
+			}
+			t.Fatalf("output does not contain %q %d times after %v; got:\n%s", s, n, b.timeout, b.String())
 		}
 	}
 }

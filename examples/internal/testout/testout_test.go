@@ -38,6 +38,35 @@ func TestWaitFor(t *testing.T) {
 	}
 }
 
+func TestWaitForCount(t *testing.T) {
+	tests := []struct {
+		name   string
+		writes []string
+		n      int
+	}{
+		{"none asked", nil, 0},
+		{"one of one", []string{"changed\n"}, 1},
+		{"third across writes", []string{"changed\nchan", "ged\nother\n", "changed\n"}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := testout.NewBuffer(time.Minute)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for _, w := range tt.writes {
+					fmt.Fprint(b, w)
+				}
+			}()
+			b.WaitForCount(t, "changed", tt.n)
+			<-done
+			if got := b.Count("changed"); got != tt.n {
+				t.Errorf("Count = %d after all writes; want %d", got, tt.n)
+			}
+		})
+	}
+}
+
 func Example() {
 	b := testout.NewBuffer(time.Minute)
 	go fmt.Fprintln(b, "push version=1")
