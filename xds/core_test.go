@@ -1395,3 +1395,42 @@ func TestCoreUnsubscribedNameStaysDroppedAfterANACK(t *testing.T) {
 	r.nack(ClusterType, "c1 is invalid")
 	r.expectHeld("after both NACKs", ClusterType, "c0")
 }
+
+// While a push's phases are under way, a removal judged on the way (an
+// answer to a request, a held-back removal retried on an ACK) reads the
+// routes the client holds against the configuration: a route the push
+// changes but whose phase is not released yet is read as the push has
+// it, not as last sent. Here a swap moves r0 from c0 to c1: before the
+// RDS phase, c0's removal is held back because the client's r0 still
+// names it (it is on its way), not reported as a configuration that
+// names a cluster it lacks. Before, the routes last sent were taken for
+// the configuration's, and Sync reported the push's own route as broken
+// (TestFault seeds 30047 and 30752).
+func TestCoreRemovalDuringAPushReadsThePushsRoutes(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			r.mesh()
+			h := r.h
+			r.change(true, func() {
+				h.put(ClusterType, xdsfixture.Cluster("c1"))
+				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+				h.put(RouteType, xdsfixture.Route("r0", "c1"))
+				delete(h.world[ClusterType], "c0")
+				delete(h.world[EndpointType], "c0")
+			}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+			if delta {
+				r.expect("CDS phase", "CDS [c1] -[]")
+			} else {
+				r.expect("CDS phase", "CDS [c0 c1]")
+			}
+			ok, kept, errs := r.c.removable(r.h.set.cdsIdx, []string{"c0"}, nil)
+			if len(ok) != 0 || !slices.Equal(kept, []string{"c0"}) {
+				t.Fatalf("removable(c0) before the RDS phase = %v removable, %v kept; want c0 kept", ok, kept)
+			}
+			if len(errs) != 1 || !errs[0].Rejected {
+				t.Fatalf("removable(c0) before the RDS phase reported %v; want one reference held back as the client's doing (Rejected)", errs)
+			}
+		})
+	}
+}

@@ -557,19 +557,37 @@ func (c *core) danglingCluster(i int, r entry, settled bool) *ReferenceError {
 		// the configuration's fault. Otherwise the configuration names a
 		// cluster it does not have.
 		_, rejected := cds.rejected()[name]
-		transient := held || rejected || !c.current(cds) || !cds.lastKnows(name) || cds.lastGet(name) != nil
+		transient := held || rejected || !c.current(c.set.cdsIdx) || !cds.lastKnows(name) || cds.lastGet(name) != nil
 		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
 	}
 	return nil
 }
 
-// current reports whether what ts.lastGet reads is the configuration's
-// content of the type as the proxy's PushContext has it: the type was last
-// generated from that PushContext, or nothing has stopped it from being
-// regenerated since (a push that failed or a phase a NACK stopped leaves it
-// dirty, and what it last generated may be older than the configuration).
-func (c *core) current(ts *typeState) bool {
-	return ts.lastTarget != nil && (!ts.dirty || ts.lastPush == c.proxy.Push)
+// current reports whether what lastGet reads of type i is the
+// configuration's content of the type as the proxy's PushContext has it:
+// the type was last generated from that PushContext, or nothing has
+// stopped it from being regenerated since (a push that failed or a phase a
+// NACK stopped leaves it dirty, and what it last generated may be older
+// than the configuration), and the push under way has no phase of the
+// type still to release (what a phase generated counts once released).
+func (c *core) current(i int) bool {
+	ts := c.types[i]
+	switch {
+	case ts.lastTarget == nil:
+		return false
+	case ts.lastPush == c.proxy.Push:
+		return true
+	case ts.dirty:
+		return false
+	}
+	if p := c.plan; p != nil {
+		for _, ph := range p.phases {
+			if ph.typeIdx == i && !ph.removal {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // What a reference check looks for in what a resource names.
@@ -631,7 +649,7 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 				// client is on its way (it will drop or replace it).
 				rts := c.types[j]
 				broken := false
-				if c.current(rts) {
+				if c.current(j) {
 					if e := rts.lastGet(by); e != nil {
 						_, broken = slices.BinarySearch(set.refsOf(j, e).of(kind), n)
 					}
