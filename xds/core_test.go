@@ -744,6 +744,26 @@ func (r *coreRun) held(typ TypeURL) []string {
 	return r.c.types[r.h.set.typeIndex(typ)].held.names()
 }
 
+// swapC0ForC1 pushes a swap: a new cluster c1 with its endpoints, routes
+// (each to c1), and c0 and its endpoints gone.
+func (r *coreRun) swapC0ForC1(routes ...string) {
+	r.t.Helper()
+	keys := []pushcontext.ConfigKey{ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1")}
+	for _, rt := range routes {
+		keys = append(keys, ckey(kindRoute, rt))
+	}
+	h := r.h
+	r.change(true, func() {
+		h.put(ClusterType, xdsfixture.Cluster("c1"))
+		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+		for _, rt := range routes {
+			h.put(RouteType, xdsfixture.Route(rt, "c1"))
+		}
+		delete(h.world[ClusterType], "c0")
+		delete(h.world[EndpointType], "c0")
+	}, keys...)
+}
+
 // A swap (a new cluster, the route switched to it, the old cluster gone,
 // in one push) goes out in make-before-break order. The client's requests
 // sent before its CDS ACK are answered only as far as the push's phases
@@ -754,15 +774,7 @@ func TestCoreSwapOrderAndDeferredAnswer(t *testing.T) {
 		t.Run(protocols[delta], func(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
-			h := r.h
-			r.change(true, func() {
-				h.put(ClusterType, xdsfixture.Cluster("c1"))
-				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
-				h.put(RouteType, xdsfixture.Route("r0", "c1"), xdsfixture.Route("r2", "c1"))
-				delete(h.world[ClusterType], "c0")
-				delete(h.world[EndpointType], "c0")
-			}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"),
-				ckey(kindRoute, "r0"), ckey(kindRoute, "r2"))
+			r.swapC0ForC1("r0", "r2")
 			if delta {
 				r.expect("CDS phase", "CDS [c1] -[]")
 			} else {
@@ -1411,14 +1423,7 @@ func TestCoreRemovalDuringAPushReadsThePushsRoutes(t *testing.T) {
 		t.Run(protocols[delta], func(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
-			h := r.h
-			r.change(true, func() {
-				h.put(ClusterType, xdsfixture.Cluster("c1"))
-				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
-				h.put(RouteType, xdsfixture.Route("r0", "c1"))
-				delete(h.world[ClusterType], "c0")
-				delete(h.world[EndpointType], "c0")
-			}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+			r.swapC0ForC1("r0")
 			if delta {
 				r.expect("CDS phase", "CDS [c1] -[]")
 			} else {

@@ -3,13 +3,10 @@ package interop
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -18,6 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
 // Listener is the name of the scenario's one listener: clients dial
@@ -103,10 +102,7 @@ func (s State) Resources() ([]proto.Message, error) {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		cla, err := loadAssignment(name, s.Clusters[name])
-		if err != nil {
-			return nil, err
-		}
+		cla := xdsfixture.CLA(name, s.Clusters[name]...) // the backends' addresses, always host:port
 		out = append(out, &clusterv3.Cluster{
 			Name:                 name,
 			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
@@ -148,34 +144,4 @@ func ads() *corev3.ConfigSource {
 		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
 		ResourceApiVersion:    corev3.ApiVersion_V3,
 	}
-}
-
-// loadAssignment returns the ClusterLoadAssignment of cluster with addrs in
-// one locality of weight 1 (grpc-go requires a locality weight).
-func loadAssignment(cluster string, addrs []string) (*endpointv3.ClusterLoadAssignment, error) {
-	var lbs []*endpointv3.LbEndpoint
-	for _, a := range addrs {
-		host, portStr, err := net.SplitHostPort(a)
-		if err != nil {
-			return nil, fmt.Errorf("interop: endpoint %q of %s: %w", a, cluster, err)
-		}
-		port, err := strconv.ParseUint(portStr, 10, 16)
-		if err != nil {
-			return nil, fmt.Errorf("interop: endpoint %q of %s: %w", a, cluster, err)
-		}
-		lbs = append(lbs, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-				Address:       host,
-				PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)},
-			}}},
-		}}})
-	}
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: cluster,
-		Endpoints: []*endpointv3.LocalityLbEndpoints{{
-			Locality:            &corev3.Locality{Region: "local", Zone: "a"},
-			LoadBalancingWeight: wrapperspb.UInt32(1),
-			LbEndpoints:         lbs,
-		}},
-	}, nil
 }
