@@ -522,3 +522,63 @@ func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
 		t.Fatalf("the push is still open once the client has everything: phases %d", len(r.c.plan.phases))
 	}
 }
+
+// A name the client subscribes to again is no longer an unsubscribed name
+// kept for a route: its mark for removal goes with the subscription, not
+// with the answer to it, which may fail. Here a gRPC-like client drops c2
+// while r0, which it has not read yet, names c2 again (c2 stays held,
+// marked); a push deletes c0 and c1, the clusters the client asks for, and
+// changes c2's endpoints; the client, having read r0, asks for c2 alone,
+// and the CDS answer fails to generate. The push's removal phase must not
+// remove c2: it is subscribed, in the configuration and named by r0.
+// Before, the stale mark sent c2 to the removal phase, which held it back
+// as a route naming a cluster the configuration lacks, a failure Sync
+// reported (TestFault seed 32690); with no route naming c2, it would have
+// removed a cluster the client asks for.
+func TestCoreResubscribedNameLosesItsRemovalMark(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	r.grpcLike("c2", "c0", "c1", "c2")
+	h := r.h
+	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c0")) }, ckey(kindRoute, "r0"))
+	r.expect("r0 → c0", "RDS [r0]")
+	r.ack(RouteType)
+	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c2")) }, ckey(kindRoute, "r0"))
+	r.expect("r0 → c2 again", "RDS [r0]")
+	r.resubscribe(ClusterType, "c0", "c1")
+	r.expect("the narrowing's answer keeps c2", "CDS [c0 c1 c2]")
+	r.ack(ClusterType)
+	r.ack(RouteType)
+
+	r.change(true, func() {
+		for _, c := range []string{"c0", "c1"} {
+			delete(h.world[ClusterType], c)
+			delete(h.world[EndpointType], c)
+		}
+		h.put(EndpointType, xdsfixture.CLA("c2", "10.0.0.2:80"))
+	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindEndpoint, "c0"), ckey(kindEndpoint, "c1"), ckey(kindEndpoint, "c2"))
+	r.expect("the EDS phase; the CDS phase holds the removals back and sends nothing", "EDS [c2]")
+	h.fail[ClusterType] = errors.New("injected")
+	r.resubscribe(ClusterType, "c2")
+	r.expect("nothing: the answer fails")
+	cds := r.typeState(ClusterType)
+	if f := cds.failure(); f == nil || !strings.Contains(f.Error(), "injected") {
+		t.Fatalf("CDS failure %v after the request for c2; want the injected one", f)
+	}
+	r.ack(EndpointType)
+	r.expect("the removal phase: nothing of CDS to remove")
+	r.expectHeld("after the removal phase", ClusterType, "c2")
+	if f := cds.fault; f == nil || f.stage != "generate" {
+		t.Fatalf("CDS failure %v after the removal phase; want the injected generate failure alone", cds.failure())
+	}
+	delete(h.fail, ClusterType)
+	r.wait(time.Minute)
+	r.expect("the retried answer", "CDS [c2]")
+	r.ack(ClusterType)
+	if f := cds.failure(); f != nil {
+		t.Errorf("CDS failure %v at the end; want none", f)
+	}
+	r.expectHeld("at the end", ClusterType, "c2")
+	if len(cds.removing()) > 0 {
+		t.Errorf("removing = %v at the end; want none", cds.removing())
+	}
+}

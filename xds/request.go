@@ -240,6 +240,11 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 				// A push is holding removals back: the client still holds
 				// them and the answer keeps them until the push removes them.
 				nts.held, nts.rareW().removing = ts.held, ts.rareRec.removing
+				for n := range nts.removing() {
+					if nts.covers(n) && !ts.covers(n) {
+						delete(nts.removing(), n) // see resubscribed
+					}
+				}
 			}
 		}
 		c.setType(i, nts)
@@ -294,6 +299,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	}
 	ts.order, ts.star = order, star
 	c.unsubscribed(i, removed)
+	ts.resubscribed(added)
 	if renewed {
 		c.rewarm(i)
 		return c.answer(i, &answer{all: true})
@@ -327,6 +333,19 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 func (c *core) rewarm(i int) {
 	if i == c.set.cdsIdx && c.set.edsIdx >= 0 && c.types[c.set.edsIdx] != nil {
 		c.types[c.set.edsIdx].alwaysRespond = true
+	}
+}
+
+// resubscribed drops the removal marks of names the client subscribes to
+// again. A name marked while the client did not subscribe to it is one it
+// dropped while a route still named it (see unsubscribed); asked for
+// again, it is a subscribed name like any other, and the answer to the
+// request decides whether it goes. Until that answer is sent (it may wait
+// for a push's phases, or fail and be retried), a removal phase must not
+// take the mark for a removal the configuration made.
+func (ts *typeState) resubscribed(names []string) {
+	for _, n := range names {
+		delete(ts.removing(), n)
 	}
 }
 
