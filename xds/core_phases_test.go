@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
@@ -493,33 +494,101 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 // endpoints once it reads those. The push waits for both, as it does when
 // its own phases send the route (sentRoute): otherwise Sync could report
 // the client converged before it has asked for the cluster.
+//
+// When the push also changes the route the client holds, its RDS phase is
+// still to come when the client asks for the new route: the answer waits
+// behind that phase (blocked), and is part of the push. Before, the push
+// could complete before the answer went out, which then went out outside
+// the push, and Sync returned while the client had still to ask for the
+// cluster (TestFault seeds 32079 and 32709): the route counted as fetched
+// because a phase of its type was still to come, although that phase's
+// target, generated before the client asked, does not have it; or a phase
+// timeout (here: the client has not ACKed an earlier route) gave up on it.
 func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
-	r := newCoreRun(t, false, nil)
-	h := r.h
-	r.grpcLike("c0", "c0")
-	r.pushNewCluster("c1", func() {
-		h.put(RouteType, xdsfixture.Route("r1", "c1"))
-		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
-	}, ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
-	r.expect("the listener", "LDS [l0]")
-	r.ack(ListenerType)
-	r.resubscribe(RouteType, "r0", "r1")
-	r.expect("the new route", "RDS [r1]")
-	r.ack(RouteType)
-	if r.c.plan == nil {
-		t.Fatal("the push is complete before the client has asked for c1, which its new route names")
+	tests := []struct {
+		name       string
+		routePhase bool // the push changes r0 too: an RDS phase to come
+		// ... and waits for an earlier RDS response's ACK, in vain: Delta
+		// only, as a SotW request for r1 is that ACK.
+		timeout bool
+	}{
+		{name: "route alone"},
+		{name: "with an RDS phase", routePhase: true},
+		{name: "with an RDS phase after a phase timeout", routePhase: true, timeout: true},
 	}
-	r.resubscribe(ClusterType, "c0", "c1")
-	r.expect("c1", "CDS [c0 c1]")
-	r.ack(ClusterType)
-	if r.c.plan == nil {
-		t.Fatal("the push is complete before the client has asked for c1's endpoints")
-	}
-	r.resubscribe(EndpointType, "c0", "c1")
-	r.expect("c1's endpoints", "EDS [c1]")
-	r.ack(EndpointType)
-	if r.c.plan != nil {
-		t.Fatalf("the push is still open once the client has everything: phases %d", len(r.c.plan.phases))
+	for _, delta := range []bool{false, true} {
+		for _, tt := range tests {
+			if tt.timeout && !delta {
+				continue
+			}
+			t.Run(protocols[delta]+"/"+tt.name, func(t *testing.T) {
+				r := newCoreRun(t, delta, nil)
+				h := r.h
+				r.grpcLike("c0", "c0")
+				r0 := func(domain string) *routev3.RouteConfiguration {
+					rt := xdsfixture.Route("r0", "c0")
+					rt.VirtualHosts[0].Domains = []string{domain}
+					return rt
+				}
+				if tt.timeout {
+					r.change(true, func() { h.put(RouteType, r0("a.example.com")) }, ckey(kindRoute, "r0"))
+					r.expect("r0 changed; the client does not ACK it", "RDS [r0]"+r.none())
+				}
+				r.pushNewCluster("c1", func() {
+					h.put(RouteType, xdsfixture.Route("r1", "c1"))
+					h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
+					if tt.routePhase {
+						h.put(RouteType, r0("b.example.com"))
+					}
+				}, ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+				r.expect("the listener", "LDS [l0]"+r.none())
+				r.ack(ListenerType)
+				if delta {
+					r.subscribe(RouteType, "r1")
+				} else {
+					r.resubscribe(RouteType, "r0", "r1")
+				}
+				sent := r.take()
+				if tt.timeout {
+					if len(sent) > 0 {
+						t.Fatalf("responses %q before the RDS ACK or the phase timeout; want none", sent)
+					}
+					r.wait(DefaultPhaseTimeout)
+					sent = r.take()
+				}
+				if !slices.ContainsFunc(sent, func(s string) bool { return strings.HasPrefix(s, "RDS [r1") }) {
+					t.Fatalf("responses %q; want r1 among them", sent)
+				}
+				for !r.typeState(RouteType).synced() {
+					r.ack(RouteType)
+					sent = append(sent, r.take()...)
+				}
+				if r.c.plan == nil {
+					t.Fatalf("the push is complete before the client has asked for c1, which its new route names (responses %q)", sent)
+				}
+				if delta {
+					r.subscribe(ClusterType, "c1")
+					r.expect("c1", "CDS [c1] -[]")
+				} else {
+					r.resubscribe(ClusterType, "c0", "c1")
+					r.expect("c1", "CDS [c0 c1]")
+				}
+				r.ack(ClusterType)
+				if r.c.plan == nil {
+					t.Fatal("the push is complete before the client has asked for c1's endpoints")
+				}
+				if delta {
+					r.subscribe(EndpointType, "c1")
+				} else {
+					r.resubscribe(EndpointType, "c0", "c1")
+				}
+				r.expect("c1's endpoints", "EDS [c1]"+r.none())
+				r.ack(EndpointType)
+				if r.c.plan != nil {
+					t.Fatalf("the push is still open once the client has everything: phases %d", len(r.c.plan.phases))
+				}
+			})
+		}
 	}
 }
 

@@ -219,8 +219,17 @@ func (c *core) advance(force bool) {
 
 // fetchedAll reports whether the client has fetched everything the phases
 // of pl need it to (see gateOpen): once every phase is out, the push waits
-// for it, without waiting for ACKs (convergence reads those).
+// for it, without waiting for ACKs (convergence reads those). An answer
+// held behind the phases (see blocked) belongs to the push, which is not
+// complete until it has gone out: what it sends may need more in turn (a
+// route, the clusters it names: sentRoute), even when a phase of its type
+// went out first or a phase timeout gave up on the names it answers.
 func (c *core) fetchedAll(pl *plan) bool {
+	for _, ts := range c.types {
+		if ts != nil && ts.deferred() != nil {
+			return false
+		}
+	}
 	for i := range pl.t {
 		if !pl.t[i].refs {
 			continue

@@ -776,17 +776,26 @@ func (c *core) blocked(i int) bool {
 
 // flushDeferred answers the requests that waited for phases now released.
 func (c *core) flushDeferred() error {
-	for i, ts := range c.types {
-		if ts == nil || ts.deferred() == nil || c.blocked(i) {
-			continue
+	for {
+		answered := false
+		for i, ts := range c.types {
+			if ts == nil || ts.deferred() == nil || c.blocked(i) {
+				continue
+			}
+			a := ts.rareRec.deferred
+			ts.rareRec.deferred = nil
+			if err := c.answer(i, a); err != nil {
+				return err
+			}
+			answered = true
 		}
-		a := ts.rareRec.deferred
-		ts.rareRec.deferred = nil
-		if err := c.answer(i, a); err != nil {
-			return err
+		if !answered || c.plan == nil {
+			return nil
 		}
+		// The push waited for those answers (see fetchedAll): it may go
+		// on, or be complete.
+		c.advance(false)
 	}
-	return nil
 }
 
 // truncate cuts s to at most n bytes, for logging what a client sent.
