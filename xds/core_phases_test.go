@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
@@ -649,5 +650,49 @@ func TestCoreResubscribedNameLosesItsRemovalMark(t *testing.T) {
 	r.expectHeld("at the end", ClusterType, "c2")
 	if len(cds.removing()) > 0 {
 		t.Errorf("removing = %v at the end; want none", cds.removing())
+	}
+}
+
+// A client that asks for clusters by name (gRPC) and has never asked for
+// endpoints on the stream, as its clusters so far fetch none (here c0 is
+// static), asks for them once a cluster it is sent fetches some: the push
+// that moves its route to an EDS cluster waits for that too. Before, a
+// type never subscribed to on the stream was not waited for, and Sync
+// could return while the client had still to ask for the new cluster's
+// endpoints (TestFault seed 30106).
+func TestCorePushWaitsForTheFirstEndpointsOfAByNameClient(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			h := r.h
+			h.put(ClusterType, &clusterv3.Cluster{Name: "c0", ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}})
+			h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+			h.put(RouteType, xdsfixture.Route("r0", "c0"))
+			r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+			for _, s := range []struct {
+				typ  TypeURL
+				name string
+			}{{ListenerType, "l0"}, {RouteType, "r0"}, {ClusterType, "c0"}} {
+				r.subscribe(s.typ, s.name)
+				r.expect("the answer", s.typ.Short()+" ["+s.name+"]"+r.none())
+				r.ack(s.typ)
+			}
+			r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
+			r.expect("RDS phase (the client does not ask for c1 yet)", "RDS [r0]"+r.none())
+			r.ack(RouteType)
+			if delta {
+				r.subscribe(ClusterType, "c1")
+				r.expect("c1", "CDS [c1] -[]")
+			} else {
+				r.resubscribe(ClusterType, "c0", "c1")
+				r.expect("c1", "CDS [c0 c1]")
+			}
+			r.ack(ClusterType)
+			r.expectBusy("until the client has asked for c1's endpoints, its first", true)
+			r.subscribe(EndpointType, "c1")
+			r.expect("c1's endpoints", "EDS [c1]"+r.none())
+			r.ack(EndpointType)
+			r.expectBusy("once it has them", false)
+		})
 	}
 }

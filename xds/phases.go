@@ -69,6 +69,9 @@ type planType struct {
 	// phases do not wait for them either.
 	excused string
 	gaveUp  bool
+	// resolved marks a type whose names the push made a client fetch that
+	// asks for the parent type by name (see unwatchedAwaited).
+	resolved bool
 	// answered holds the names that answers to requests sent while the
 	// push was in its phases: the client holds content at least as new as
 	// the push's, so its phases do not send them again.
@@ -343,6 +346,9 @@ func (c *core) need(pl *plan, i int, names []string) {
 		return
 	}
 	pl.t[i].refs = true
+	if p := c.set.parentOf(i); p >= 0 && c.types[p] != nil && !c.types[p].sub.wildcard {
+		pl.t[i].resolved = true
+	}
 	pl.t[i].need = append(pl.t[i].need, names...)
 }
 
@@ -352,10 +358,15 @@ func (c *core) need(pl *plan, i int, names []string) {
 // and a SotW client that unsubscribed from every name of the type (see
 // core.dropped) uses it and subscribes again once it reads a cluster or
 // listener that fetches one, as a gRPC client whose route moves to
-// clusters it does not hold does with endpoints. A client that has never
-// subscribed to the type on the stream may take it from elsewhere.
+// clusters it does not hold does with endpoints. So does a client that asks
+// for the parent type by name (clusters, listeners: a gRPC client), once
+// the push has sent it one that fetches names of type i (resolved): it
+// resolves what it asked for, and subscribes to the type the first time it
+// needs it. Otherwise, a client that has never subscribed to the type on
+// the stream may take it from elsewhere (or not use it: a test's client
+// that only watches clusters), and is not waited for.
 func (c *core) unwatchedAwaited(pl *plan, i int) bool {
-	return pl.reconnect || c.dropped != nil && c.dropped[i]
+	return pl.reconnect || c.dropped != nil && c.dropped[i] || pl.t[i].resolved
 }
 
 // dropFetched drops from pl's needs of type i the names the client has

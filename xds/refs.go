@@ -96,3 +96,16 @@ func (s *settings) children(parent int, e *encoded) []string {
 	}
 	return nil
 }
+
+// parentOf returns the type whose resources fetch those of type i over ADS
+// (CDS for EDS, LDS for RDS; see children), or -1.
+func (s *settings) parentOf(i int) int {
+	switch {
+	case i < 0:
+	case i == s.edsIdx:
+		return s.cdsIdx
+	case i == s.rdsIdx:
+		return s.ldsIdx
+	}
+	return -1
+}
