@@ -696,3 +696,55 @@ func TestCorePushWaitsForTheFirstEndpointsOfAByNameClient(t *testing.T) {
 		})
 	}
 }
+
+// A SotW request with a stale nonce says what the client had dropped when
+// it sent it; a name the push holds back for its removal phase (marked for
+// removal, sent again in the push's responses) stays held, as the client
+// may have subscribed to it again and read those responses since. Here a
+// gRPC-like client on r0 → c1 is sent a swap of c1 for c2, with a change
+// of c0: the CDS phase keeps c1. A request the client sent before reading it drops c1; then the
+// client, still on r0 → c1, ACKs the CDS phase asking for c1 again. The
+// answer must keep c1 until the RDS phase moves r0 off it. Before, the
+// stale request made the Server forget c1, and the answer removed it from
+// under r0 (TestFault seed 33208: a dangling reference).
+func TestCoreStaleRequestKeepsWhatThePushHoldsBack(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	r.grpcLike("c1", "c0", "c1")
+	old := r.last[ClusterType]
+	c0 := xdsfixture.Cluster("c0")
+	c0.LbPolicy = 1
+	r.change(true, func() {
+		h.put(ClusterType, c0, xdsfixture.Cluster("c2"))
+		h.put(EndpointType, xdsfixture.CLA("c2", "10.0.0.2:80"))
+		h.put(RouteType, xdsfixture.Route("r0", "c2"))
+		delete(h.world[ClusterType], "c1")
+		delete(h.world[EndpointType], "c1")
+	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindCluster, "c2"), ckey(kindEndpoint, "c1"), ckey(kindEndpoint, "c2"), ckey(kindRoute, "r0"))
+	r.expect("the CDS phase (c0 changed) keeps c1 until the removal phase; c0 re-warms", "CDS [c0 c1]", "EDS [c0]")
+	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResponseNonce: old.nonce,
+		VersionInfo: old.resp.VersionInfo, ResourceNames: []string{"c0"}}})
+	r.resubscribe(ClusterType, "c0", "c1")
+	sent := r.take()
+	for _, s := range sent {
+		if strings.HasPrefix(s, "CDS") && s != "CDS [c0 c1]" {
+			t.Fatalf("responses %q: a CDS response without c1 while r0 still names it", sent)
+		}
+	}
+	r.expectHeld("before the RDS phase", ClusterType, "c0", "c1")
+	for _, typ := range []TypeURL{ClusterType, EndpointType} {
+		if !r.typeState(typ).synced() {
+			r.ack(typ)
+		}
+	}
+	r.expect("the RDS phase", "RDS [r0]")
+	r.ack(RouteType)
+	r.resubscribe(ClusterType, "c0", "c2")
+	r.expect("c2, and no c1: the client no longer asks for it", "CDS [c0 c2]")
+	r.ack(ClusterType)
+	r.resubscribe(EndpointType, "c0", "c2")
+	r.expect("c2's endpoints", "EDS [c2]")
+	r.ack(EndpointType)
+	r.expectBusy("at the end", false)
+	r.expectHeld("at the end", ClusterType, "c0", "c2")
+}

@@ -153,6 +153,8 @@ func (c *core) retryHeldBack(i int) error {
 // NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
 // subscription change, and answers when it should.
 func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
+	if ts := c.types[i]; ts != nil {
+	}
 	set := c.set
 	full := set.fullState[i]
 	ts := c.types[i]
@@ -386,14 +388,21 @@ func (c *core) unsubscribed(i int, removed []string) {
 // what it does not subscribe to). The next request is answered in full,
 // so that a client that subscribed to it again meanwhile is sent it, as
 // its next request may name the very names of the Server's subscription.
-// (A name the Server keeps for the client while a route names it, marked
-// for removal, it holds as it was: see unsubscribed.)
+// A name marked for removal (a push's removal phase removes it, or the
+// Server keeps it while a route names it: see unsubscribed) the client
+// holds as it was: the responses sent after the stale nonce carry it, and
+// the client, which may have subscribed to it again since, may hold it
+// from them; the answer in full, which the configuration no longer gives
+// it to, would otherwise remove it from under what names it.
 func (c *core) staleDropped(ts *typeState, names []string, star bool) {
 	if ts.sub.wildcard || star {
 		return
 	}
 	var gone []string
 	ts.held.each(func(n string, _ *encoded) {
+		if _, marked := ts.removing()[n]; marked {
+			return
+		}
 		if _, named := slices.BinarySearch(names, n); !named && ts.covers(n) {
 			gone = append(gone, n)
 		}
