@@ -489,6 +489,19 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	}
 }
 
+// askForC1 has a gRPC-like client that holds c0 ask for c1 too, and checks
+// the answer.
+func (r *coreRun) askForC1() {
+	r.t.Helper()
+	if r.c.delta {
+		r.subscribe(ClusterType, "c1")
+		r.expect("c1", "CDS [c1] -[]")
+		return
+	}
+	r.resubscribe(ClusterType, "c0", "c1")
+	r.expect("c1", "CDS [c0 c1]")
+}
+
 // A push that moves a gRPC client's listener to a new route, which names a
 // new cluster, is not complete when the client has fetched the route: the
 // client asks for the route's clusters once it reads it, and for their
@@ -567,13 +580,7 @@ func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
 				if r.c.plan == nil {
 					t.Fatalf("the push is complete before the client has asked for c1, which its new route names (responses %q)", sent)
 				}
-				if delta {
-					r.subscribe(ClusterType, "c1")
-					r.expect("c1", "CDS [c1] -[]")
-				} else {
-					r.resubscribe(ClusterType, "c0", "c1")
-					r.expect("c1", "CDS [c0 c1]")
-				}
+				r.askForC1()
 				r.ack(ClusterType)
 				if r.c.plan == nil {
 					t.Fatal("the push is complete before the client has asked for c1's endpoints")
@@ -680,13 +687,7 @@ func TestCorePushWaitsForTheFirstEndpointsOfAByNameClient(t *testing.T) {
 			r.pushNewCluster("c1", func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
 			r.expect("RDS phase (the client does not ask for c1 yet)", "RDS [r0]"+r.none())
 			r.ack(RouteType)
-			if delta {
-				r.subscribe(ClusterType, "c1")
-				r.expect("c1", "CDS [c1] -[]")
-			} else {
-				r.resubscribe(ClusterType, "c0", "c1")
-				r.expect("c1", "CDS [c0 c1]")
-			}
+			r.askForC1()
 			r.ack(ClusterType)
 			r.expectBusy("until the client has asked for c1's endpoints, its first", true)
 			r.subscribe(EndpointType, "c1")
