@@ -256,6 +256,45 @@ func TestHoldsResources(t *testing.T) {
 	}
 }
 
+// HoldsNames is satisfied by exactly the names held; HoldsAtLeastNames by
+// any subset of them, and each reports what differs or is missing.
+func TestHoldsNamesExactlyOrAtLeast(t *testing.T) {
+	h := newHost().world(2)
+	ts := xdstest.NewServer(t, h.config(t))
+	c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "envoy-1"})
+	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c0", "c1"}, xds.EndpointType: {"c0", "c1"}}), c)
+	tests := []struct {
+		name             string
+		want             names
+		exactly, atLeast string // a substring of each condition's error; "" for none
+	}{
+		{"every name", names{xds.ClusterType: {"c1", "c0"}, xds.EndpointType: {"c0", "c1"}}, "", ""},
+		{"a subset", names{xds.ClusterType: {"c0"}}, `"c1"`, ""},
+		{"none of a type", names{xds.ClusterType: {}}, `"c0"`, ""},
+		{"a type not subscribed to, empty", names{xds.SecretType: nil}, "", ""},
+		{"one more than held", names{xds.ClusterType: {"c0", "c1", "c2"}}, `"c2"`, `CDS: lacks ["c2"]; holds ["c0" "c1"]`},
+		{"one missing in each of two types", names{xds.ClusterType: {"c9"}, xds.EndpointType: {"c8", "c0"}}, `"c9"`,
+			`CDS: lacks ["c9"]; holds ["c0" "c1"]` + "\n\t" + `EDS: lacks ["c8"]; holds ["c0" "c1"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, cond := range []struct {
+				name string
+				f    func(map[xds.TypeURL][]string) xdstest.Condition
+				diff string
+			}{{"HoldsNames", xdstest.HoldsNames, tt.exactly}, {"HoldsAtLeastNames", xdstest.HoldsAtLeastNames, tt.atLeast}} {
+				err := cond.f(tt.want)(c.State())
+				switch {
+				case cond.diff == "" && err != nil:
+					t.Errorf("%s() = %v; want nil", cond.name, err)
+				case cond.diff != "" && (err == nil || !strings.Contains(err.Error(), cond.diff)):
+					t.Errorf("%s() = %v; want an error with %s", cond.name, err, cond.diff)
+				}
+			}
+		})
+	}
+}
+
 // rejectCluster NACKs every CDS response that carries a cluster named
 // name.
 func rejectCluster(name string) func(*xdstest.Response) error {

@@ -60,9 +60,13 @@
 //     every state a client publishes, which it does after applying a
 //     response and before sending its ACK. They give up when the context
 //     ends, or after DefaultWaitTimeout (10s) if it has no deadline, and at
-//     once if a client is closed or its stream ended. The error names the
-//     client, carries a go-cmp diff of expected against held resources by
-//     type and name, and lists the last responses received.
+//     once if a client is closed or its stream ended. The conditions:
+//     HoldsNames (exactly these names), HoldsAtLeastNames (these, and
+//     perhaps others), HoldsResources (exactly these resources), AtVersion,
+//     NACKed, and All of several. The error names the client, carries a
+//     go-cmp diff of expected against held resources by type and name (for
+//     HoldsAtLeastNames, the names missing), and lists the last responses
+//     received.
 //     Server.WaitForVersion is the server-side wait: every proxy a version
 //     concerns has ACKed (or NACKed) it; Server.Sync waits for every
 //     ConfigUpdate made before it, Full or endpoint-only.

@@ -254,6 +254,12 @@ func (l ProxyLog) String() string {
 // reached with nothing new (the Server sends only what changed); the
 // generations a Recorder keeps can.
 //
+// Proxies that share a view (xds.ProxyState.View) share its generation: the
+// Server calls the Generator once for all of them, and the Recorder logs
+// that call for the proxy it was made for only. With views, read "was
+// this proxy reached by the push" from its Sends, or from the generation
+// of any proxy of its view, not from its own generations.
+//
 // A Recorder sees a Server built from a Config it instrumented (Instrument).
 // Start and NewServer do that for the host; a host that builds its own
 // Server instruments its Config and serves the Server with Serve. It keeps

@@ -105,9 +105,11 @@ func waitError(c *Client, s *State, mismatch, cause error) error {
 }
 
 // HoldsNames is satisfied when, for each type in want, the client holds
-// exactly the resources named (in any order; nil or empty means none).
-// Types not in want are not looked at. The error is a diff, by type and
-// name, of want (-) against what the client holds (+).
+// exactly the resources named (in any order; nil or empty means none):
+// one more held fails it as one missing does (HoldsAtLeastNames is the
+// condition for "these, and maybe others"). Types not in want are not
+// looked at. The error is a diff, by type and name, of want (-) against
+// what the client holds (+).
 func HoldsNames(want map[xds.TypeURL][]string) Condition {
 	exp := make(map[string][]string, len(want))
 	for t, names := range want {
@@ -121,6 +123,36 @@ func HoldsNames(want map[xds.TypeURL][]string) Condition {
 		}
 		if d := cmp.Diff(exp, got); d != "" {
 			return fmt.Errorf("held resource names differ (-want +held):\n%s", d)
+		}
+		return nil
+	}
+}
+
+// HoldsAtLeastNames is satisfied when, for each type in want, the client
+// holds every resource named, and perhaps others (HoldsNames is the
+// condition for "exactly these"). Types not in want are not looked at.
+// The error lists, by type, the names the client lacks, and what it holds.
+func HoldsAtLeastNames(want map[xds.TypeURL][]string) Condition {
+	exp := make(map[xds.TypeURL][]string, len(want))
+	for t, names := range want {
+		exp[t] = sortedUnique(slices.Clone(names))
+	}
+	types := slices.SortedFunc(maps.Keys(want), func(a, b xds.TypeURL) int { return strings.Compare(string(a), string(b)) })
+	return func(s *State) error {
+		var b strings.Builder
+		for _, t := range types {
+			var missing []string
+			for _, n := range exp[t] {
+				if _, ok := s.Resource(t, n); !ok {
+					missing = append(missing, n)
+				}
+			}
+			if len(missing) > 0 {
+				fmt.Fprintf(&b, "\n\t%s: lacks %q; holds %q", t.Short(), missing, s.Names(t))
+			}
+		}
+		if b.Len() > 0 {
+			return fmt.Errorf("held resource names lack some wanted:%s", b.String())
 		}
 		return nil
 	}
