@@ -262,8 +262,11 @@ func (c BuildContext[T]) Request() *PushRequest { return c.req }
 
 // Changed returns, sorted, the keys of Request().ConfigsUpdated whose kind is
 // one of the kinds the index was registered with: what an incremental build
-// function has to look at. It is nil when the index is rebuilt for another
-// reason (no previous context, Forced, or an index it reads was rebuilt).
+// function has to look at. It says nothing of whether an incremental build
+// is possible: it holds the request's keys also on the first build (no
+// Previous) and on a Forced one, where the build function starts from
+// scratch, and it is empty when the index is rebuilt only because an index
+// it reads was rebuilt.
 func (c BuildContext[T]) Changed() []ConfigKey {
 	return c.req.ConfigsUpdated.OfKinds(c.kinds...)
 }

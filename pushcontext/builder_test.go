@@ -241,6 +241,19 @@ func TestBuildContextPreviousAndChanged(t *testing.T) {
 	if got := g.changed["summary"]; got != nil {
 		t.Errorf("summary Changed() when rebuilt because it reads services = %v; want nil", got)
 	}
+	// Changed holds the request's keys on the first build and on a Forced
+	// one too: it says what changed, not whether to build incrementally.
+	h := newFixture(t, BuilderConfig{})
+	first, _ := h.b.Build(nil, &PushRequest{Full: true, ConfigsUpdated: NewConfigSet(key("Route", "r"))})
+	if got, want := h.changed["routes"], []ConfigKey{key("Route", "r")}; !slices.Equal(got, want) {
+		t.Errorf("routes Changed() on the first build = %v; want %v", got, want)
+	}
+	if _, err := h.b.Build(first, &PushRequest{Forced: true, ConfigsUpdated: NewConfigSet(key("Route", "x"))}); err != nil {
+		t.Fatalf("Build() error = %v", err)
+	}
+	if got, want := h.changed["routes"], []ConfigKey{key("Route", "x")}; !slices.Equal(got, want) {
+		t.Errorf("routes Changed() on a Forced build with keys = %v; want %v", got, want)
+	}
 }
 
 func TestBuildError(t *testing.T) {

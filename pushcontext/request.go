@@ -101,9 +101,14 @@ func overrideSet(old, cancelled, added map[string]struct{}) map[string]struct{} 
 // documentation. Handed-over requests are safe to read, Merge and filter
 // from any number of goroutines.
 type PushRequest struct {
-	// Full asks for a new PushContext to be built before pushing. A request
-	// that is not Full (for example an endpoint-only change) is served from
-	// the current PushContext.
+	// Full marks a change that may change what proxies depend on (their
+	// Scope) as well as what they are sent; a request that is not Full
+	// (typically an endpoint-only change) changes content only. What a host
+	// does with it is the host's choice: xds.Server builds a new
+	// PushContext for every push, Full or not (the indexes of the kinds
+	// named are rebuilt, the others shared), and only a Full push calls its
+	// Config.InitProxy again (see Config.ProxyKinds); istiod serves a push
+	// that is not Full from its current PushContext.
 	Full bool
 
 	// ConfigsUpdated holds the keys of the configuration that changed. It is
