@@ -85,7 +85,11 @@ func runSkeleton(ctx context.Context, t *testing.T, store *skeletonStore, lis ne
 		InitProxy: func(ctx context.Context, p *xds.Proxy, pc *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{Scope: scopeFor(p.Node)}, nil // what this proxy depends on
 		},
-		ProxyKinds: []string{}, // InitProxy reads no config: a Full push need not call it again
+		// InitProxy reads no index (scopeFor only reads the node), so a Full push
+		// need not call it again. One that reads indexes lists their kinds here,
+		// or leaves ProxyKinds nil: a Scope computed from an index it does not
+		// list goes stale, and the pushes it should let through are filtered out.
+		ProxyKinds: []string{},
 	})
 	if err != nil {
 		return err
