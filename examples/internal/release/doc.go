@@ -12,7 +12,11 @@
 // tagged), and, in a fresh module outside the repository with GOWORK=off,
 // go gets each public module and builds a program that imports them.
 //
-// The release procedure, which the README's "Releasing" section gives,
+// API lists the exported API of packages, one line per declaration, and
+// TestAPI checks the public packages against api/xdspush.txt at the
+// repository's root.
+//
+// The release procedure, which the README's "Versioning" section gives,
 // keeps that check true: set the require of the root module in every
 // public nested module to the version being released, run the check, then
 // tag the root (vX.Y.Z) and each nested module (xds/xdsotel/vX.Y.Z) at the
