@@ -44,7 +44,7 @@ func (s *skeletonStore) set(cs ...*clusterv3.Cluster) {
 
 // runSkeleton runs the README's host skeleton, verbatim between the
 // markers (TestREADMESkeletonIsVerbatim checks it): serving store on lis,
-// it calls loaded once the Server is loaded, then changed, which changes
+// it calls loaded once the Server is ready, then changed, which changes
 // the store as a config source would, and then the skeleton's
 // ConfigUpdate and Sync; it returns Sync's error, or its NACKs as one.
 func runSkeleton(ctx context.Context, t *testing.T, store *skeletonStore, lis net.Listener, loaded, changed func()) error {
@@ -102,6 +102,11 @@ func runSkeleton(ctx context.Context, t *testing.T, store *skeletonStore, lis ne
 	// README skeleton: end
 
 	t.Cleanup(gs.Stop)
+	// Until the first configuration is built, streams are refused with
+	// Unavailable; real clients retry, the test's clients do not.
+	if err := srv.WaitReady(ctx); err != nil {
+		return err
+	}
 	loaded()
 	changed()
 
