@@ -29,10 +29,12 @@ const (
 )
 
 // CodecOption returns a gRPC server option that decodes discovery requests
-// without allocating their resource names: pass it to grpc.NewServer for
-// the *grpc.Server the Server is registered on, as in
+// without allocating their resource names. ServerOptions includes it, with
+// the request and stream limits the Server's Config sets; pass those to
+// grpc.NewServer rather than this option alone, which leaves the limits
+// out:
 //
-//	gs := grpc.NewServer(srv.CodecOption())
+//	gs := grpc.NewServer(srv.ServerOptions()...)
 //	srv.Register(gs)
 //
 // A SotW client repeats every name it subscribes to in each request, ACKs

@@ -58,7 +58,7 @@
 //		Server: xds.Config{Logger: logger}, // any xds.Config field but Builder and InitProxy
 //	})
 //	srv, err := store.NewServer() // xds.New(store.Config()), attached
-//	gs := grpc.NewServer(srv.CodecOption())
+//	gs := grpc.NewServer(srv.ServerOptions()...)
 //	srv.Register(gs)
 //	go gs.Serve(lis)
 //	go srv.Run(ctx)
