@@ -153,8 +153,6 @@ func (c *core) retryHeldBack(i int) error {
 // NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
 // subscription change, and answers when it should.
 func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
-	if ts := c.types[i]; ts != nil {
-	}
 	set := c.set
 	full := set.fullState[i]
 	ts := c.types[i]
