@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -236,4 +238,62 @@ func rejectLongTimeouts(r *xdstest.Response) error {
 		}
 	}
 	return nil
+}
+
+// Checking a control plane that is already running, without Envoy: Dial
+// connects the same fake client to any gRPC address, such as a program
+// under test or a deployed control plane; the client subscribes like
+// Envoy, ACKs what it accepts, and checks every response it accepted for
+// dangling references. Here the control plane is the mesh above, served
+// on a TCP port of its own.
+func Example_probeARunningControlPlane() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := newMesh()
+	m.set("api", 2*time.Second)
+	m.set("db", 5*time.Second)
+	m.calls["frontend-1"] = []string{"api", "db"}
+	addr, stop := serveTCP(ctx, m.config())
+	defer stop()
+
+	c, err := xdstest.Dial(ctx, addr, xdstest.ClientConfig{NodeID: "frontend-1"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Wait(ctx, xdstest.HoldsAtLeastNames(map[xds.TypeURL][]string{xds.ClusterType: {"api"}})); err != nil {
+		log.Fatal(err) // names what is missing and lists the last responses
+	}
+	violations, err := c.Violations()
+	fmt.Println("clusters:", c.State().Names(xds.ClusterType))
+	fmt.Println("dangling references:", len(violations), err)
+	// Output:
+	// clusters: [api db]
+	// dangling references: 0 <nil>
+}
+
+// serveTCP serves an xds.Server built from cfg on a loopback TCP port, as
+// a host program does, and returns its address and a function that stops
+// it.
+func serveTCP(ctx context.Context, cfg xds.Config) (addr string, stop func()) {
+	srv, err := xds.New(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	gs := grpc.NewServer(srv.ServerOptions()...)
+	srv.Register(gs)
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = gs.Serve(lis) })
+	wg.Go(func() { _ = srv.Run(ctx) })
+	srv.Loaded()
+	return lis.Addr().String(), func() {
+		cancel()
+		gs.Stop()
+		wg.Wait()
+	}
 }
