@@ -374,10 +374,10 @@ func (c *core) ack(ts *typeState) {
 	}
 	t := c.set.order[ts.idx]
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	callHook(c.set, c.set.hooks.OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
+	callHook(c.set, c.set.hooks.Load().OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
 		Took: c.now.Sub(c.set.time(ts.sentAt))})
 	if ts.startSent != 0 {
-		callHook(c.set, c.set.hooks.OnConvergence, ConvergenceEvent{
+		callHook(c.set, c.set.hooks.Load().OnConvergence, ConvergenceEvent{
 			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Took: c.now.Sub(c.set.time(ts.startSent)),
 		})
 	}
@@ -415,7 +415,7 @@ func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: NACK",
 		slog.String("proxy", n.ProxyID), slog.String("type_url", string(t)),
 		slog.String("version", n.Version), slog.String("nonce", n.Nonce), slog.String("error", n.Message))
-	callHook(c.set, c.set.hooks.OnNACK, n)
+	callHook(c.set, c.set.hooks.Load().OnNACK, n)
 	if matched {
 		c.stopOnNACK(i)
 	}

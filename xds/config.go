@@ -8,6 +8,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -358,7 +359,9 @@ type settings struct {
 	clock        Clock
 	epoch        time.Time // the clock's time at New; see instant
 	logger       *slog.Logger
-	hooks        Hooks
+	// hooks are the Config's Hooks and those added by Server.Observe; a
+	// caller loads them once per event.
+	hooks atomic.Pointer[Hooks]
 }
 
 // kindLister is implemented by Builders that know the kinds their indexes
@@ -457,8 +460,8 @@ func (cfg *Config) settings() (*settings, error) {
 		deferred:     make([]bool, len(order)),
 		clock:        cfg.Clock,
 		logger:       cfg.Logger,
-		hooks:        cfg.Hooks,
 	}
+	s.hooks.Store(&cfg.Hooks)
 	if s.backoff.Initial > s.backoff.Max {
 		s.backoff.Initial = s.backoff.Max
 	}

@@ -881,7 +881,7 @@ func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
 			slog.String("func", pe.Func), slog.String("proxy", c.proxy.ID), slog.String("type_url", string(t)),
 			slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
 	}
-	callHook(c.set, c.set.hooks.OnGenerateError, GenerateErrorEvent{
+	callHook(c.set, c.set.hooks.Load().OnGenerateError, GenerateErrorEvent{
 		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn,
 	})
 }

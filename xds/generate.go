@@ -198,9 +198,9 @@ func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscript
 	res, err := guarded(s, ctx, "Generate", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
 		return s.set.generators[i].Generate(ctx, c.proxy, w, req)
 	})
-	if h := s.set.hooks.OnGenerate; h != nil {
+	if h := s.set.hooks.Load().OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, push, start, err)
-		ev.Resources = len(res)
+		ev.Resources, ev.Returned = len(res), res
 		callHook(s.set, h, ev)
 	}
 	if err != nil {
@@ -235,11 +235,11 @@ func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGene
 		return delta{ch, ok}, err
 	})
 	ch, ok := d.ch, d.ok
-	if h := s.set.hooks.OnGenerate; h != nil {
+	if h := s.set.hooks.Load().OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, true, start, err)
-		ev.Delta = true
+		ev.Delta, ev.Declined = true, !ok && err == nil
 		if ok {
-			ev.Resources, ev.Removed = len(ch.Upserted), len(ch.Removed)
+			ev.Resources, ev.Removed, ev.Changes = len(ch.Upserted), len(ch.Removed), ch
 		}
 		callHook(s.set, h, ev)
 	}
@@ -254,6 +254,7 @@ func (s *Server) generateEvent(c *core, i int, req *pushcontext.PushRequest, pus
 		Version: req.Push.Version(),
 		View:    c.proxy.View,
 		Push:    push,
+		Request: req,
 		Took:    s.set.clock.Now().Sub(start),
 		Err:     err,
 	}

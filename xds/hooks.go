@@ -35,7 +35,8 @@ import (
 // concurrent use. In particular they must not call Sync, WaitForVersion or
 // Dump, which wait for the connections that run the hooks. A nil field is
 // skipped. A hook that panics is recovered and logged; the event is lost,
-// nothing else is.
+// nothing else is. A Server's hooks are its Config's and those an observer
+// added later with Server.Observe.
 type Hooks struct {
 	// OnConfigUpdate is called for each ConfigUpdate the Server accepts,
 	// from within the call, before the request counts for Sync: a Sync
@@ -300,12 +301,22 @@ type GenerateEvent struct {
 	Push bool
 	// Delta reports a DeltaGenerator's GenerateDelta call; Resources and
 	// Removed then count the changes it listed. When GenerateDelta
-	// declines (its ok result is false), Generate follows as a second
-	// event.
-	Delta bool
+	// declines (its ok result is false, Declined), Generate follows as a
+	// second event.
+	Delta    bool
+	Declined bool
+	// Request is the request the Generator was given: for a push, the
+	// proxy's share of the merged push (ConfigsUpdated filtered to what
+	// the proxy depends on); for an answer, a Forced request triggered by
+	// pushcontext.ReasonProxyRequest alone. It must not be modified.
+	Request *pushcontext.PushRequest
 	// Resources is the number of resources returned (before those the
-	// proxy does not subscribe to are dropped).
+	// proxy does not subscribe to are dropped), and Returned the resources
+	// themselves; for a GenerateDelta call, Changes holds what it
+	// returned. Neither may be modified.
 	Resources int
+	Returned  []Resource
+	Changes   Changes
 	// Removed is the number of names a GenerateDelta call listed as
 	// removed.
 	Removed int
@@ -344,4 +355,59 @@ type ReferenceErrorEvent struct {
 	ConnID  string
 	// Err says which resource names which, and why it is held back.
 	Err *ReferenceError
+}
+
+// Observe adds h to the Server's hooks: from its return on, every event is
+// given to the hooks the Server already has (its Config's, then those of
+// earlier Observe calls) and then to h's, each recovered on its own. It is
+// how an observer attaches to a Server it did not build, such as
+// xdstest's Recorder to the Server a host's code returned; it may be
+// called at any time, from any goroutine, and h stays for the Server's
+// life. The rules of Hooks apply to h.
+func (s *Server) Observe(h Hooks) {
+	for {
+		old := s.set.hooks.Load()
+		both := chainHooks(s.set, *old, h)
+		if s.set.hooks.CompareAndSwap(old, &both) {
+			return
+		}
+	}
+}
+
+// chainHooks returns hooks that call a's and then b's.
+func chainHooks(set *settings, a, b Hooks) Hooks {
+	return Hooks{
+		OnConfigUpdate:   chain(set, a.OnConfigUpdate, b.OnConfigUpdate),
+		OnDebounce:       chain(set, a.OnDebounce, b.OnDebounce),
+		OnPush:           chain(set, a.OnPush, b.OnPush),
+		OnBuildError:     chain(set, a.OnBuildError, b.OnBuildError),
+		OnQueue:          chain(set, a.OnQueue, b.OnQueue),
+		OnRefused:        chain(set, a.OnRefused, b.OnRefused),
+		OnConnect:        chain(set, a.OnConnect, b.OnConnect),
+		OnDisconnect:     chain(set, a.OnDisconnect, b.OnDisconnect),
+		OnSend:           chain(set, a.OnSend, b.OnSend),
+		OnWriteTimeout:   chain(set, a.OnWriteTimeout, b.OnWriteTimeout),
+		OnACK:            chain(set, a.OnACK, b.OnACK),
+		OnNACK:           chain(set, a.OnNACK, b.OnNACK),
+		OnConvergence:    chain(set, a.OnConvergence, b.OnConvergence),
+		OnGenerate:       chain(set, a.OnGenerate, b.OnGenerate),
+		OnGenerateError:  chain(set, a.OnGenerateError, b.OnGenerateError),
+		OnReferenceError: chain(set, a.OnReferenceError, b.OnReferenceError),
+		OnPhaseTimeout:   chain(set, a.OnPhaseTimeout, b.OnPhaseTimeout),
+	}
+}
+
+// chain returns a hook that calls a and then b, a panic in one not keeping
+// the other from running; nil when both are.
+func chain[E any](set *settings, a, b func(E)) func(E) {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func(ev E) {
+		callHook(set, a, ev)
+		callHook(set, b, ev)
+	}
 }

@@ -540,7 +540,7 @@ func (c *core) phaseTimedOut() {
 		slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
 		slog.String("version", ev.Version), slog.Any("waiting", ev.Waiting),
 		slog.String("next", string(ev.Next)), slog.Duration("waited", waited))
-	callHook(c.set, c.set.hooks.OnPhaseTimeout, ev)
+	callHook(c.set, c.set.hooks.Load().OnPhaseTimeout, ev)
 	c.advance(true)
 }
 

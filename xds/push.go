@@ -124,7 +124,7 @@ func (s *Server) ConfigUpdate(req *pushcontext.PushRequest) error {
 	}
 	// Reported before the update can start a push, so that the hooks of
 	// one change arrive in order.
-	if h := s.set.hooks.OnConfigUpdate; h != nil {
+	if h := s.set.hooks.Load().OnConfigUpdate; h != nil {
 		kinds := make(map[string]struct{})
 		for k := range req.ConfigsUpdated {
 			kinds[k.Kind] = struct{}{}
@@ -180,7 +180,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 	defer s.buildMu.Unlock()
 	if u != nil {
 		now := s.set.clock.Now()
-		callHook(s.set, s.set.hooks.OnDebounce, DebounceEvent{Merged: u.merged, Waited: now.Sub(u.req.Start), Bypass: u.bypass, Full: u.req.Full})
+		callHook(s.set, s.set.hooks.Load().OnDebounce, DebounceEvent{Merged: u.merged, Waited: now.Sub(u.req.Start), Bypass: u.bypass, Full: u.req.Full})
 	}
 	u = s.pending.Merge(u)
 	s.pending = nil
@@ -235,7 +235,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 		slog.String("version", ev.Version), slog.Bool("full", req.Full), slog.Duration("build", took),
 		slog.Int("connections", n), slog.String("reason", req.Reason.String()))
 	if prev != nil { // the first PushContext opens the Server; it pushes to no one
-		callHook(s.set, s.set.hooks.OnPush, ev)
+		callHook(s.set, s.set.hooks.Load().OnPush, ev)
 	}
 }
 
@@ -251,7 +251,7 @@ func (s *Server) buildFailed(ctx context.Context, u *update, err error, took tim
 	s.track.buildFailed(&Failure{Stage: "build", Err: err, Attempts: s.buildFails})
 	s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: build failed; the request stays pending and is built again",
 		slog.Int("attempt", s.buildFails), slog.Duration("retry_in", retryIn), slog.Any("err", err))
-	callHook(s.set, s.set.hooks.OnBuildError, BuildErrorEvent{Err: err, Attempt: s.buildFails, RetryIn: retryIn, Build: took})
+	callHook(s.set, s.set.hooks.Load().OnBuildError, BuildErrorEvent{Err: err, Attempt: s.buildFails, RetryIn: retryIn, Build: took})
 	select {
 	case s.retryBuild <- retryIn:
 	default:

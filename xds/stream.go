@@ -265,7 +265,7 @@ func (s *Server) newConn(stream sotwStream, dstream deltaStream) *conn {
 	// the stream at that deadline, and so Recv.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(sctx))
 	var hookSem chan struct{}
-	if s.set.hooks.OnSend != nil {
+	if s.set.hooks.Load().OnSend != nil {
 		hookSem = make(chan struct{}, 1)
 	}
 	return &conn{
@@ -386,7 +386,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	}
 	c.publishStatus(true)
 
-	callHook(s.set, s.set.hooks.OnConnect, ConnectEvent{Proxy: p})
+	callHook(s.set, s.set.hooks.Load().OnConnect, ConnectEvent{Proxy: p})
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: connected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
 
@@ -427,7 +427,7 @@ func (s *Server) disconnected(c *conn, err *error) {
 		c.ended = true
 		<-c.hookSem
 	}
-	callHook(s.set, s.set.hooks.OnDisconnect, DisconnectEvent{Proxy: c.proxy, Err: *err})
+	callHook(s.set, s.set.hooks.Load().OnDisconnect, DisconnectEvent{Proxy: c.proxy, Err: *err})
 }
 
 // event is one entry of the stream's mailbox.
@@ -651,7 +651,7 @@ var errGone = status.Error(codes.Canceled, "xds: the client ended the stream whi
 // the client is told.
 func (s *Server) refused(ctx context.Context, peerAddr net.Addr, p *Proxy, toClient, detail error) error {
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stream refused", slog.Any("err", detail))
-	callHook(s.set, s.set.hooks.OnRefused, RefusedEvent{Peer: peerAddr, Proxy: p, Code: status.Code(toClient), Err: detail})
+	callHook(s.set, s.set.hooks.Load().OnRefused, RefusedEvent{Peer: peerAddr, Proxy: p, Code: status.Code(toClient), Err: detail})
 	return toClient
 }
 
@@ -942,7 +942,7 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 		return nil, nil
 	}
 	now := c.s.set.clock.Now()
-	callHook(c.s.set, c.s.set.hooks.OnQueue, QueueEvent{
+	callHook(c.s.set, c.s.set.hooks.Load().OnQueue, QueueEvent{
 		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: now.Sub(item.start), Merged: item.merged,
 	})
 	err := c.core.push(ctx, now, item)
@@ -1039,7 +1039,7 @@ func (c *conn) checkWrite(ctx context.Context) error {
 			c.s.set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: write timed out; closing stream",
 				slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
 				slog.Duration("timeout", timeout))
-			callHook(c.s.set, c.s.set.hooks.OnWriteTimeout, WriteTimeoutEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
+			callHook(c.s.set, c.s.set.hooks.Load().OnWriteTimeout, WriteTimeoutEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
 				Type: c.s.set.order[c.sendType.Load()], Waited: blocked})
 			return status.Errorf(codes.DeadlineExceeded, "xds: a write to the client blocked for more than %v", timeout)
 		}
@@ -1095,7 +1095,7 @@ func (c *conn) send(batch []*outMsg) error {
 		if err != nil {
 			break
 		}
-		if h := c.s.set.hooks.OnSend; h != nil {
+		if h := c.s.set.hooks.Load().OnSend; h != nil {
 			ev := SendEvent{
 				ProxyID: c.proxy.ID,
 				ConnID:  c.proxy.ConnID,

@@ -72,10 +72,11 @@
 //	err = store.Set("edge", listener, routes, cluster, endpoints) // EDS only, not Full
 //	nacks, err := srv.Sync(ctx) // optional: wait until every proxy of "edge" has ACKed it
 //
-// A host that wraps the Server's Config (a metrics adapter, a test's
-// xdstest.Recorder) builds the Server itself and attaches it:
+// A host that wraps the Server's Config builds the Server itself and
+// attaches it; observers (a metrics adapter, a test's xdstest.Recorder)
+// need not, they attach to the Server as built (xds.Server.Observe):
 //
-//	srv, err := xds.New(rec.Instrument(store.Config()))
+//	srv, err := xds.New(wrap(store.Config()))
 //	err = store.Attach(srv)
 //
 // # Testing a host

@@ -1,7 +1,6 @@
 package xdstest_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -131,33 +130,29 @@ func BenchmarkQuiet(b *testing.B) {
 	}
 }
 
-// BenchmarkRecorderInstrumented measures one generation of n clusters
-// through a Recorder's wrapper, recorded, against the bare generator.
-func BenchmarkRecorderInstrumented(b *testing.B) {
+// BenchmarkRecorderGenerate measures the recording of one generation of n
+// clusters by a Recorder's OnGenerate hook.
+func BenchmarkRecorderGenerate(b *testing.B) {
 	for _, n := range sizes {
 		res := make([]xds.Resource, n)
 		for i := range res {
 			name := fmt.Sprintf("c%d", i)
 			res[i] = xds.Resource{Name: name, Message: xdsfixture.Cluster(name)}
 		}
-		gen := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-			return res, nil
-		})
-		cfg := xdstest.NewRecorder().Instrument(xds.Config{Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: gen}})
-		wrapped := cfg.Generators[xds.ClusterType]
-		p := &xds.Proxy{ID: "bench", ConnID: "bench-1"}
-		req := &pushcontext.PushRequest{
-			Full:           true,
-			ConfigsUpdated: pushcontext.NewConfigSet(key(kindCluster, "c0")),
-			Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+		hook := xdstest.NewRecorder().Hooks(xds.Hooks{}).OnGenerate
+		ev := xds.GenerateEvent{
+			ProxyID: "bench", ConnID: "bench-1", Type: xds.ClusterType, Push: true,
+			Request: &pushcontext.PushRequest{
+				Full:           true,
+				ConfigsUpdated: pushcontext.NewConfigSet(key(kindCluster, "c0")),
+				Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
+			},
+			Resources: n, Returned: res,
 		}
-		w := xds.Watch{Type: xds.ClusterType, Wildcard: true}
 		b.Run(fmt.Sprintf("clusters=%d", n), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := wrapped.Generate(b.Context(), p, w, req); err != nil {
-					b.Fatal(err)
-				}
+				hook(ev)
 			}
 		})
 	}

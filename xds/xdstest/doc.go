@@ -82,10 +82,12 @@
 //     nothing. A Recorder keeps, per proxy, every Generator call (push or
 //     answer, the PushContext version, the ConfigKeys the proxy's
 //     dependency filter let through, the names returned) and every
-//     response written, connect, NACK and disconnect; Server.Recorder
-//     returns the one Start installs. For a Server the host builds, it
-//     instruments the host's Config (Recorder.Instrument) before xds.New,
-//     chaining the host's own generators and hooks.
+//     response written, connect, NACK and disconnect, from the Server's
+//     hooks. Every Server the kit serves has one (Server.Recorder),
+//     attached beside the host's own hooks (Recorder.Attach, through
+//     xds.Server.Observe) however the host built the Server. Proxies that
+//     share a view share its generation, which is logged for the proxy it
+//     was made for only (see Recorder).
 //   - No dangling references. A Checker follows any client's accepted
 //     responses (SotW or Delta) and records every moment a listener in
 //     service references a route or cluster the client does not hold, or a
@@ -128,17 +130,13 @@
 //	xdstest.Await(t, xdstest.HoldsNames(...), c)
 //	gw.Route("public", "/api", canary)   // the host changes; Quiet, Sync, AssertNoDangling
 //
-// Such a Server has no Recorder (Server.Recorder is nil): the kit cannot
-// add hooks to a Server that exists. Clients, waits, Quiet, Sync and the
-// Checker work alike. To also record what the Server generated for each
-// proxy, the host's own Config must pass through the test's hands before
-// xds.New, which takes an option of the host's that tests use (a metrics
-// adapter can use it too): the test instruments the Config and serves the
-// Server:
+// Clients, waits, Quiet, Sync, the Checker and the Recorder work alike
+// for such a Server: the kit attaches its Recorder to the Server as it is,
+// so that a test can tell a proxy a push left out from one it reached with
+// nothing new:
 //
-//	rec := xdstest.NewRecorder()
-//	cp, _ := myhost.New(myhost.Config{Instrument: rec.Instrument})
 //	ts := xdstest.NewServerFor(t, cp.Server())
+//	rec := ts.Recorder()
 //	a := ts.NewClient(t, xdstest.ClientConfig{NodeID: "a"})
 //	b := ts.NewClient(t, xdstest.ClientConfig{NodeID: "b"})
 //	... // both synced; n := len(b.Responses()); logged := len(rec.Log("b"))
@@ -219,8 +217,8 @@
 //	ChangeRoundTrip, 1,000 clusters     5.1ms    2.3MiB    12,460
 //	Quiet, 10 clusters                  9.5µs    2.1KiB         26
 //	Quiet, 1,000 clusters                11µs    2.1KiB         26
-//	RecorderInstrumented, 10            2.0µs    1.0KiB          5
-//	RecorderInstrumented, 1,000          60µs     17KiB          5
+//	RecorderGenerate, 10               2.0µs    0.8KiB          5
+//	RecorderGenerate, 1,000             60µs     17KiB          5
 //
 // CheckerObserve is one full-state CDS response observed (decoded and
 // checked) against a route that uses every cluster; ClientSync connects
@@ -228,8 +226,8 @@
 // and closes it (Server included); ChangeRoundTrip is one changed cluster
 // from ConfigUpdate (debounce bypassed) to the client holding it; Quiet is
 // one endpoint change the client does not depend on, from ConfigUpdate
-// (debounce bypassed) to Quiet returning; RecorderInstrumented is one
-// recorded Generate call of n clusters (the bytes are the sorted copy of
+// (debounce bypassed) to Quiet returning; RecorderGenerate is one
+// generation of n clusters recorded (the bytes are the sorted copy of
 // the names, kept for the Recorder's life). The Recorder of Start is in
 // every figure but CheckerObserve. Each in-memory connection buffers 64KiB
 // per direction.

@@ -2,7 +2,6 @@ package xdstest
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -113,10 +112,8 @@ type Generation struct {
 	// (PushRequest.Push).
 	Version string
 	// Push is true when the generation served a push, false when it
-	// answered a request of the client (a subscription, a reconnect). The
-	// Server marks an answer as a Forced request triggered by
-	// pushcontext.ReasonProxyRequest alone, with no ConfigsUpdated; a host
-	// push of that exact shape would be counted as an answer.
+	// answered a request of the client (a subscription, a reconnect):
+	// xds.GenerateEvent.Push.
 	Push bool
 	// Forced is the request's Forced.
 	Forced bool
@@ -260,10 +257,10 @@ func (l ProxyLog) String() string {
 // this proxy reached by the push" from its Sends, or from the generation
 // of any proxy of its view, not from its own generations.
 //
-// A Recorder sees a Server built from a Config it instrumented (Instrument).
-// Start and NewServer do that for the host; a host that builds its own
-// Server instruments its Config and serves the Server with Serve. It keeps
-// everything for its life: it is meant for tests.
+// A Recorder records what a Server does once it is attached to it
+// (Attach), however the Server was built; every Server the kit serves has
+// one (Server.Recorder). It keeps everything for its life: it is meant for
+// tests.
 //
 // A Recorder is safe for concurrent use.
 type Recorder struct {
@@ -276,45 +273,61 @@ func NewRecorder() *Recorder {
 	return &Recorder{logs: make(map[string]ProxyLog)}
 }
 
-// Instrument returns a copy of cfg whose Generators and Hooks record into
-// r and behave otherwise as cfg's: each generator is wrapped and called
-// with the same arguments and its results returned unchanged (a
-// DeltaGenerator stays one; the wrapper has no other method), and each
-// hook of cfg is still called, after r records the event. Every other
-// field is cfg's. cfg itself is not modified. Nil generators stay nil, so
-// that xds.New reports them. Instrument a Config once: an instrumented
-// Config given again records every event twice.
+// Attach makes r record what srv does from now on, however srv was built
+// (xds.New, resources.Store.NewServer, a host's own constructor): it adds
+// r's hooks to srv with xds.Server.Observe. Attach a Recorder to a Server
+// before its proxies connect to see all they are sent; attach it once, or
+// every event is recorded twice. Serve and NewServerFor attach one.
+func (r *Recorder) Attach(srv *xds.Server) {
+	srv.Observe(r.Hooks(xds.Hooks{}))
+}
+
+// Instrument returns a copy of cfg whose Hooks record into r and then call
+// cfg's, for a host that builds its Server from a Config the test hands
+// it; Attach does the same to a Server already built. Every other field
+// is cfg's, and cfg itself is not modified. Instrument a Config once: an
+// instrumented Config given again records every event twice.
 func (r *Recorder) Instrument(cfg xds.Config) xds.Config {
 	out := cfg
-	if cfg.Generators != nil {
-		out.Generators = make(map[xds.TypeURL]xds.Generator, len(cfg.Generators))
-		for t, g := range cfg.Generators {
-			out.Generators[t] = r.wrap(g)
-		}
-	}
-	h := cfg.Hooks
-	out.Hooks.OnConnect = func(ev xds.ConnectEvent) {
+	out.Hooks = r.Hooks(cfg.Hooks)
+	return out
+}
+
+// Hooks returns hooks that record each event into r and then call next's
+// hook for it, if any: OnConnect, OnGenerate, OnSend, OnNACK and
+// OnDisconnect record; next's other hooks are returned as they are.
+func (r *Recorder) Hooks(next xds.Hooks) xds.Hooks {
+	out := next
+	out.OnConnect = func(ev xds.ConnectEvent) {
 		r.add(ProxyEvent{Kind: EventConnect, ProxyID: ev.Proxy.ID, ConnID: ev.Proxy.ConnID})
-		if h.OnConnect != nil {
-			h.OnConnect(ev)
+		if next.OnConnect != nil {
+			next.OnConnect(ev)
 		}
 	}
-	out.Hooks.OnDisconnect = func(ev xds.DisconnectEvent) {
+	out.OnGenerate = func(ev xds.GenerateEvent) {
+		if !ev.Declined {
+			r.add(ProxyEvent{Kind: EventGenerate, ProxyID: ev.ProxyID, ConnID: ev.ConnID, Generation: newGeneration(ev)})
+		}
+		if next.OnGenerate != nil {
+			next.OnGenerate(ev)
+		}
+	}
+	out.OnDisconnect = func(ev xds.DisconnectEvent) {
 		r.add(ProxyEvent{Kind: EventDisconnect, ProxyID: ev.Proxy.ID, ConnID: ev.Proxy.ConnID, Err: ev.Err})
-		if h.OnDisconnect != nil {
-			h.OnDisconnect(ev)
+		if next.OnDisconnect != nil {
+			next.OnDisconnect(ev)
 		}
 	}
-	out.Hooks.OnSend = func(ev xds.SendEvent) {
+	out.OnSend = func(ev xds.SendEvent) {
 		r.add(ProxyEvent{Kind: EventSend, ProxyID: ev.ProxyID, ConnID: ev.ConnID, Send: &ev})
-		if h.OnSend != nil {
-			h.OnSend(ev)
+		if next.OnSend != nil {
+			next.OnSend(ev)
 		}
 	}
-	out.Hooks.OnNACK = func(n xds.NACK) {
+	out.OnNACK = func(n xds.NACK) {
 		r.add(ProxyEvent{Kind: EventNACK, ProxyID: n.ProxyID, ConnID: n.ConnID, NACK: &n})
-		if h.OnNACK != nil {
-			h.OnNACK(n)
+		if next.OnNACK != nil {
+			next.OnNACK(n)
 		}
 	}
 	return out
@@ -346,76 +359,22 @@ func (r *Recorder) add(e ProxyEvent) {
 	r.mu.Unlock()
 }
 
-// wrap returns g recording into r.
-func (r *Recorder) wrap(g xds.Generator) xds.Generator {
-	switch g := g.(type) {
-	case nil:
-		return nil
-	case xds.DeltaGenerator:
-		return recordedDelta{recorded{g: g, r: r}, g}
-	default:
-		return recorded{g: g, r: r}
+// newGeneration returns the Generation a GenerateEvent reports.
+func newGeneration(ev xds.GenerateEvent) *Generation {
+	g := &Generation{Type: ev.Type, Version: ev.Version, Push: ev.Push, Delta: ev.Delta, Err: ev.Err}
+	if req := ev.Request; req != nil {
+		g.Forced = req.Forced
+		g.Reason = maps.Clone(req.Reason)
+		g.Configs = req.ConfigsUpdated.Sorted()
 	}
-}
-
-// recorded is a Generator that records its calls.
-type recorded struct {
-	g xds.Generator
-	r *Recorder
-}
-
-var _ xds.Generator = recorded{}
-
-func (rg recorded) Generate(ctx context.Context, proxy *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-	res, err := rg.g.Generate(ctx, proxy, w, req)
-	gen := newGeneration(w.Type, req, err)
-	if err == nil && res != nil {
-		gen.Resources = resourceNames(res)
+	switch {
+	case ev.Err != nil:
+	case ev.Delta:
+		g.Resources = resourceNames(ev.Changes.Upserted)
+		g.Removed = sortedUnique(slices.Clone(ev.Changes.Removed))
+	case ev.Returned != nil:
+		g.Resources = resourceNames(ev.Returned)
 	}
-	rg.r.add(ProxyEvent{Kind: EventGenerate, ProxyID: proxy.ID, ConnID: proxy.ConnID, Generation: gen})
-	return res, err
-}
-
-// recordedDelta is a DeltaGenerator that records its calls. A
-// GenerateDelta that declines (ok false, no error) is not recorded: the
-// Server calls Generate next, which is.
-type recordedDelta struct {
-	recorded
-	dg xds.DeltaGenerator
-}
-
-var _ xds.DeltaGenerator = recordedDelta{}
-
-func (rg recordedDelta) GenerateDelta(ctx context.Context, proxy *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
-	ch, ok, err := rg.dg.GenerateDelta(ctx, proxy, w, req)
-	if !ok && err == nil {
-		return ch, ok, err
-	}
-	gen := newGeneration(w.Type, req, err)
-	gen.Delta = true
-	if err == nil {
-		gen.Resources = resourceNames(ch.Upserted)
-		if gen.Resources == nil {
-			gen.Resources = []string{}
-		}
-		gen.Removed = sortedUnique(slices.Clone(ch.Removed))
-	}
-	rg.r.add(ProxyEvent{Kind: EventGenerate, ProxyID: proxy.ID, ConnID: proxy.ConnID, Generation: gen})
-	return ch, ok, err
-}
-
-func newGeneration(t xds.TypeURL, req *pushcontext.PushRequest, err error) *Generation {
-	g := &Generation{Type: t, Err: err}
-	if req == nil {
-		return g
-	}
-	if req.Push != nil {
-		g.Version = req.Push.Version()
-	}
-	g.Forced = req.Forced
-	g.Reason = maps.Clone(req.Reason)
-	g.Configs = req.ConfigsUpdated.Sorted()
-	g.Push = len(req.ConfigsUpdated) > 0 || !req.Reason.Only(pushcontext.ReasonProxyRequest)
 	return g
 }
 

@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/resources"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
@@ -115,60 +117,78 @@ func TestRecorderShowsWhomAPushReached(t *testing.T) {
 	})
 }
 
-// deltaGen is a DeltaGenerator whose GenerateDelta declines unless the
-// request carries a key.
-type deltaGen struct{}
-
-func (deltaGen) Generate(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-	return []xds.Resource{{Name: "b", Message: xdsfixture.Cluster("b")}, {Name: "a", Message: xdsfixture.Cluster("a")}}, nil
-}
-
-func (deltaGen) GenerateDelta(_ context.Context, _ *xds.Proxy, _ xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
-	if len(req.ConfigsUpdated) == 0 {
-		return xds.Changes{}, false, nil
+// A Recorder attaches to a Server the host built itself, here through a
+// resources.Store: the Server the kit serves records what it generated for
+// each proxy, with no option added to the host for tests.
+func TestRecorderAttachedToAStoreServer(t *testing.T) {
+	store, err := resources.New(resources.Config{Server: xds.Config{
+		Debounce: xds.DebounceConfig{After: time.Millisecond, Max: 10 * time.Millisecond},
+	}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	return xds.Changes{Upserted: []xds.Resource{{Name: "a", Message: xdsfixture.Cluster("a")}}, Removed: []string{"z", "y"}}, true, nil
+	srv, err := store.NewServer()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []string{"a", "b"} {
+		if err := store.Set(g, xdsfixture.Cluster("c-"+g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	rec := ts.Recorder()
+	a := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "a-1", Cluster: "a"}})
+	b := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "b-1", Cluster: "b"}})
+	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c-a"}}), a)
+	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c-b"}}), b)
+	if _, err := ts.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	la, lb, rb := len(rec.Log("a-1")), len(rec.Log("b-1")), len(b.Responses())
+
+	changed := xdsfixture.Cluster("c-a")
+	changed.ConnectTimeout = durationpb.New(3 * time.Second)
+	if err := store.Set("a", changed); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Quiet(t.Context(), rb); err != nil {
+		t.Error(err)
+	}
+	xdstest.Await(t, xdstest.HoldsResources(map[xds.TypeURL][]proto.Message{xds.ClusterType: {changed}}), a)
+	// The changed cluster re-warms: its endpoints are generated too.
+	gens := rec.Log("a-1")[la:].Pushes()
+	if got := pushTypes(gens); !slices.Equal(got, []string{"CDS", "EDS"}) || !slices.Equal(gens[0].Resources, []string{"c-a"}) || len(gens[0].Configs) != 1 {
+		t.Errorf("a-1: push generations %v; want c-a's CDS, for the key that changed, then EDS", gens)
+	}
+	if sends := rec.Log("a-1")[la:].Sends(); len(sends) != 1 || !sends[0].Push {
+		t.Errorf("a-1: sends %+v; want the push's CDS response", sends)
+	}
+	if gens := rec.Log("b-1")[lb:].Pushes(); len(gens) != 0 {
+		t.Errorf("b-1: push generations %v; want none, its group did not change", gens)
+	}
 }
 
-var _ xds.DeltaGenerator = deltaGen{}
-
-// Instrument wraps generators and hooks without changing what they do,
-// keeps DeltaGenerators, leaves the Config it is given alone, and records
-// each call once.
-func TestRecorderInstrument(t *testing.T) {
-	var hostSends, hostConnects int
-	failing := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
-		return nil, errors.New("broken")
-	})
-	empty := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
+// The Recorder's hooks record each event once and call the host's hook
+// for it; Instrument changes nothing of a Config but its Hooks.
+func TestRecorderHooks(t *testing.T) {
+	var hostSends, hostConnects, hostGenerates int
+	gen := xds.GeneratorFunc(func(context.Context, *xds.Proxy, xds.Watch, *pushcontext.PushRequest) ([]xds.Resource, error) {
 		return nil, nil
 	})
 	cfg := xds.Config{
-		Generators: map[xds.TypeURL]xds.Generator{
-			xds.ClusterType:  deltaGen{},
-			xds.EndpointType: failing,
-			xds.RouteType:    empty,
-			xds.ListenerType: nil,
-		},
+		Generators: map[xds.TypeURL]xds.Generator{xds.ClusterType: gen},
 		Hooks: xds.Hooks{
-			OnSend:    func(xds.SendEvent) { hostSends++ },
-			OnConnect: func(xds.ConnectEvent) { hostConnects++ },
+			OnSend:     func(xds.SendEvent) { hostSends++ },
+			OnConnect:  func(xds.ConnectEvent) { hostConnects++ },
+			OnGenerate: func(xds.GenerateEvent) { hostGenerates++ },
 		},
 	}
 	rec := xdstest.NewRecorder()
 	out := rec.Instrument(cfg)
-	if _, ok := cfg.Generators[xds.ClusterType].(deltaGen); !ok {
-		t.Fatal("Instrument modified the Config's Generators")
-	}
-	if out.Generators[xds.ListenerType] != nil {
-		t.Error("a nil generator was wrapped; want it left nil for xds.New to refuse")
-	}
-	if _, ok := out.Generators[xds.EndpointType].(xds.DeltaGenerator); ok {
-		t.Error("a plain Generator became a DeltaGenerator")
-	}
-	dg, ok := out.Generators[xds.ClusterType].(xds.DeltaGenerator)
-	if !ok {
-		t.Fatal("a DeltaGenerator lost its GenerateDelta")
+	if len(out.Generators) != 1 || out.Generators[xds.ClusterType] == nil || cfg.Hooks.OnNACK != nil {
+		t.Fatalf("Instrument changed the Generators or the Config given: %v", out.Generators)
 	}
 
 	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "rec"})
@@ -180,7 +200,6 @@ func TestRecorderInstrument(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &xds.Proxy{ID: "p", ConnID: "p-1"}
-	w := xds.Watch{Type: xds.ClusterType, Wildcard: true}
 	answer := &pushcontext.PushRequest{Forced: true, Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest), Push: pc}
 	push := &pushcontext.PushRequest{
 		Full:           true,
@@ -188,28 +207,27 @@ func TestRecorderInstrument(t *testing.T) {
 		Reason:         pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate),
 		Push:           pc,
 	}
-	ctx := t.Context()
-	if res, err := dg.Generate(ctx, p, w, answer); err != nil || len(res) != 2 {
-		t.Fatalf("Generate = %v, %v; want the generator's two resources", res, err)
+	two := []xds.Resource{{Name: "b", Message: xdsfixture.Cluster("b")}, {Name: "a", Message: xdsfixture.Cluster("a")}}
+	ev := func(t xds.TypeURL, req *pushcontext.PushRequest, push bool) xds.GenerateEvent {
+		return xds.GenerateEvent{ProxyID: "p", ConnID: "p-1", Type: t, Version: pc.Version(), Push: push, Request: req}
 	}
-	if _, ok, err := dg.GenerateDelta(ctx, p, w, answer); ok || err != nil {
-		t.Fatalf("GenerateDelta(no keys) = %v, %v; want declined", ok, err)
-	}
-	if ch, ok, err := dg.GenerateDelta(ctx, p, w, push); !ok || err != nil || len(ch.Upserted) != 1 || len(ch.Removed) != 2 {
-		t.Fatalf("GenerateDelta = %+v, %v, %v; want the generator's changes", ch, ok, err)
-	}
-	if _, err := out.Generators[xds.EndpointType].Generate(ctx, p, xds.Watch{Type: xds.EndpointType}, push); err == nil {
-		t.Fatal("a failing generator's error was lost")
-	}
-	if res, err := out.Generators[xds.RouteType].Generate(ctx, p, xds.Watch{Type: xds.RouteType}, push); res != nil || err != nil {
-		t.Fatalf("Generate = %v, %v; want nil, nil", res, err)
+	answered := ev(xds.ClusterType, answer, false)
+	answered.Returned, answered.Resources = two, 2
+	declined := ev(xds.ClusterType, push, true)
+	declined.Delta, declined.Declined = true, true
+	delta := ev(xds.ClusterType, push, true)
+	delta.Delta, delta.Changes = true, xds.Changes{Upserted: two[1:], Removed: []string{"z", "y"}}
+	failed := ev(xds.EndpointType, push, true)
+	failed.Err = errors.New("broken")
+	for _, e := range []xds.GenerateEvent{answered, declined, delta, failed, ev(xds.RouteType, push, true)} {
+		out.Hooks.OnGenerate(e)
 	}
 	out.Hooks.OnConnect(xds.ConnectEvent{Proxy: p})
 	out.Hooks.OnSend(xds.SendEvent{ProxyID: "p", Type: xds.ClusterType, Version: pc.Version(), Nonce: "n1", Resources: 2, Push: true})
 	out.Hooks.OnNACK(xds.NACK{ProxyID: "p", ConnID: "p-1", Type: xds.ClusterType, Nonce: "n1", Message: "no"})
 	out.Hooks.OnDisconnect(xds.DisconnectEvent{Proxy: p, Err: errors.New("gone")})
-	if hostSends != 1 || hostConnects != 1 {
-		t.Errorf("host hooks ran %d sends, %d connects; want 1 and 1", hostSends, hostConnects)
+	if hostSends != 1 || hostConnects != 1 || hostGenerates != 5 {
+		t.Errorf("host hooks ran %d sends, %d connects, %d generates; want 1, 1 and 5", hostSends, hostConnects, hostGenerates)
 	}
 
 	log := rec.Log("p")

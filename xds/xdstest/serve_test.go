@@ -21,7 +21,8 @@ import (
 )
 
 // Serve serves a Server the host built, runs it and ends its Run on
-// Close; a Recorder the host instrumented its Config with sees it.
+// Close; a Recorder the host instrumented its Config with sees it, as does
+// the one the kit attaches.
 func TestServe(t *testing.T) {
 	h := newHost().world(2)
 	var connects atomic.Int32
@@ -37,8 +38,8 @@ func TestServe(t *testing.T) {
 	if ts.XDS() != srv {
 		t.Error("XDS() is not the Server given to Serve")
 	}
-	if ts.Recorder() != nil {
-		t.Error("Recorder() of a served Server = non-nil; want nil")
+	if ts.Recorder() == nil || ts.Recorder() == rec {
+		t.Error("Recorder() of a served Server is nil or the host's; want the kit's own")
 	}
 	select {
 	case <-srv.Ready():
@@ -59,6 +60,9 @@ func TestServe(t *testing.T) {
 	}
 	if got, want := len(log.Sends()), len(c.Responses()); got != want {
 		t.Errorf("Recorder saw %d sends; want the %d responses the client received", got, want)
+	}
+	if got, want := ts.Recorder().Log("envoy-1").String(), log.String(); got != want {
+		t.Errorf("the kit's Recorder logged\n%s\nthe host's\n%s\nwant the same", got, want)
 	}
 
 	// The kit owns Run: Close ends it, and the Server cannot be served

@@ -52,25 +52,21 @@ type Server struct {
 // once the Server admits streams (its first PushContext is built). ctx
 // bounds that wait only.
 //
-// The Server is built from cfg instrumented by a Recorder (see
-// Recorder.Instrument: the host's generators and hooks are called as they
-// would be, and recorded), so that Server.Recorder tells what the Server
-// generated and sent for each proxy.
+// A Recorder is attached to the Server (Server.Recorder), as Serve does.
 //
 // It returns an error if xds.New refuses cfg, if the first Build fails
 // (the error names the failure; the Server would retry it) or if ctx ends
 // first; nothing is left running then. Otherwise the caller must call
 // Close.
 func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
-	rec := NewRecorder()
-	srv, err := xds.New(rec.Instrument(cfg))
+	srv, err := xds.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("xdstest: %w", err)
 	}
 	// The kit builds the Server from a Config whose configuration is in
 	// the test's hands: it is loaded.
 	srv.Loaded()
-	return serve(ctx, srv, rec)
+	return serve(ctx, srv)
 }
 
 // Serve serves an xds.Server the host built itself, as Start serves the
@@ -88,9 +84,9 @@ func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
 // srv is the host's: its Config, its hooks, and any other gRPC server it
 // is registered on.
 //
-// Server.Recorder is nil for a Server from Serve: the kit cannot add
-// hooks to a Server that exists. To record what srv generates and sends,
-// build it from Recorder.Instrument(cfg) and read that Recorder.
+// Serve attaches a Recorder to srv (Recorder.Attach), which Server.Recorder
+// returns: it records what srv generates and sends for each proxy from
+// then on, beside srv's own hooks.
 //
 // It returns an error for a nil srv, one that has been run, if the first
 // Build fails or if ctx ends first; nothing is left running then.
@@ -104,11 +100,13 @@ func Serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 		return nil, errors.New("xdstest: Serve: the xds.Server has been run already; Serve runs it")
 	default:
 	}
-	return serve(ctx, srv, nil)
+	return serve(ctx, srv)
 }
 
 // serve registers srv on a gRPC server over bufconn and runs both.
-func serve(ctx context.Context, srv *xds.Server, rec *Recorder) (*Server, error) {
+func serve(ctx context.Context, srv *xds.Server) (*Server, error) {
+	rec := NewRecorder()
+	rec.Attach(srv)
 	s := &Server{
 		xds:       srv,
 		rec:       rec,
@@ -196,9 +194,9 @@ func closeWith(t testing.TB, s *Server) {
 // the rest of its API.
 func (s *Server) XDS() *xds.Server { return s.xds }
 
-// Recorder returns the Recorder of a Server from Start or NewServer: what
-// the Server generated and sent for each proxy. It is nil for a Server
-// from Serve or NewServerFor.
+// Recorder returns the Recorder the kit attached to the Server when it
+// began to serve it: what the Server generated and sent for each proxy
+// since.
 func (s *Server) Recorder() *Recorder { return s.rec }
 
 // Dial returns a new gRPC client connection to the Server over the
