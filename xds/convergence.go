@@ -3,6 +3,8 @@ package xds
 import (
 	"cmp"
 	"context"
+	"errors"
+	"maps"
 	"slices"
 	"sync"
 )
@@ -33,7 +35,10 @@ import (
 //
 // WaitForVersion(v) waits until every registered connection is synced to
 // v's Seq; Sync until the pushes that carry its updates are out, then the
-// same for the highest of their Seqs.
+// same for the highest of their Seqs. SyncProxies waits as Sync does for
+// the connections it selects, which it reads one by one: while one waits,
+// every move of a connection wakes the waiters, not only a move of the
+// lowest.
 type tracker struct {
 	mu        sync.Mutex
 	ch        chan struct{}  // closed and replaced when what waiters read changes
@@ -45,6 +50,7 @@ type tracker struct {
 	laneSeq   [numLanes]uint64
 	buildFail *Failure
 	failing   map[*conn]struct{} // connections with failing types
+	selective int                // waiters for some connections (SyncProxies): every move wakes them
 	stopped   bool
 	versions  map[string]uint64 // published version → Seq, for WaitForVersion
 	vorder    []string          // versions in publication order (bounded)
@@ -125,7 +131,7 @@ func (t *tracker) stop() {
 func (t *tracker) add(c *conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c.syncedSeq = 0
+	c.syncedSeq, c.tracked = 0, true
 	t.min = 0
 	t.conns++
 	t.hist[0]++
@@ -136,6 +142,7 @@ func (t *tracker) remove(c *conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.conns--
+	c.tracked = false
 	t.drop(c.syncedSeq)
 	delete(t.failing, c)
 	t.wake()
@@ -179,7 +186,7 @@ func (t *tracker) moveLocked(c *conn, seq uint64) bool {
 	old := c.syncedSeq
 	c.syncedSeq = seq
 	t.hist[seq]++
-	changed := false
+	changed := t.selective > 0
 	if seq < t.min {
 		t.min = seq
 		changed = true
@@ -229,9 +236,24 @@ func sortFailures(fs []Failure) {
 
 // wait blocks until every registered connection is synced to the Seq need
 // returns (ok false: not known yet), or something it waits for fails, or
-// ctx ends, or the Server stops.
-func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, buildPending bool)) error {
+// ctx ends, or the Server stops. With pick, only the connections it
+// returns count; it is called before each check, without t.mu held.
+func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, buildPending bool), pick func() []*conn) error {
+	if pick != nil {
+		t.mu.Lock()
+		t.selective++
+		t.mu.Unlock()
+		defer func() {
+			t.mu.Lock()
+			t.selective--
+			t.mu.Unlock()
+		}()
+	}
 	for {
+		var picked []*conn
+		if pick != nil {
+			picked = pick()
+		}
 		t.mu.Lock()
 		ch := t.ch
 		seq, ok, buildPending := need()
@@ -239,13 +261,32 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 		// configuration, whatever push it has completed: a failed
 		// answer, or a reference held back, leaves it without what the
 		// configuration gives it.
-		done := ok && (t.conns == 0 || t.min >= seq) && len(t.failing) == 0
+		var done bool
+		var failing []*conn
+		if pick == nil {
+			done = ok && (t.conns == 0 || t.min >= seq) && len(t.failing) == 0
+			if !done {
+				failing = slices.Collect(maps.Keys(t.failing))
+			}
+		} else {
+			done = ok
+			for _, c := range picked {
+				if !c.tracked {
+					continue // it ended
+				}
+				if _, f := t.failing[c]; f {
+					failing = append(failing, c)
+				}
+				done = done && c.syncedSeq >= seq
+			}
+			done = done && len(failing) == 0
+		}
 		var fails []Failure
 		if !done {
 			if t.buildFail != nil && buildPending {
 				fails = append(fails, *t.buildFail)
 			}
-			for c := range t.failing {
+			for _, c := range failing {
 				fails = append(fails, c.failures()...)
 			}
 		}
@@ -296,6 +337,35 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 // Run stops first. It may be called from any goroutine, including before
 // Run.
 func (s *Server) Sync(ctx context.Context) ([]NACK, error) {
+	return s.sync(ctx, nil)
+}
+
+// SyncProxies is Sync for the connections whose proxy match selects, such
+// as the proxies of one tenant or one group: it waits until every request
+// passed to ConfigUpdate before the call is pushed and settled on each of
+// them, as Sync does for all, and returns the NACKs that stand on them.
+// The other connections do not keep it waiting, and their failures and
+// NACKs are not returned; a failed build is, as it concerns every proxy.
+//
+// match is called from the calling goroutine, for every connection each
+// time one changes, so it must be fast; it must not call the Server. It is
+// given a Proxy with the fields fixed when the stream opened (ID, ConnID,
+// Node, Peer, Identity) and the View of the PushContext the connection is
+// served from; Data, Scope and Push are not set. A connection that opens
+// while SyncProxies decides to return may not count.
+func (s *Server) SyncProxies(ctx context.Context, match func(*Proxy) bool) ([]NACK, error) {
+	if match == nil {
+		return nil, errors.New("xds: SyncProxies with a nil match")
+	}
+	return s.sync(ctx, match)
+}
+
+// sync is Sync, for the connections match selects if it is not nil.
+func (s *Server) sync(ctx context.Context, match func(*Proxy) bool) ([]NACK, error) {
+	var pick func() []*conn
+	if match != nil {
+		pick = func() []*conn { return s.pick(match) }
+	}
 	s.updMu.Lock()
 	want := s.laneAdded
 	s.updMu.Unlock()
@@ -323,11 +393,30 @@ func (s *Server) Sync(ctx context.Context) ([]NACK, error) {
 			need = max(need, s.track.laneSeq[l])
 		}
 		return need, ready, !ready
-	})
+	}, pick)
 	if err != nil {
 		return nil, err
 	}
-	return s.standingNACKs(), nil
+	if pick != nil {
+		return standingNACKs(pick()), nil
+	}
+	return standingNACKs(s.connections()), nil
+}
+
+// pick returns the registered connections whose proxy match selects.
+func (s *Server) pick(match func(*Proxy) bool) []*conn {
+	conns := s.connections()
+	out := conns[:0]
+	for _, c := range conns {
+		p := Proxy{ID: c.proxy.ID, ConnID: c.proxy.ConnID, Node: c.proxy.Node, Peer: c.proxy.Peer, Identity: c.proxy.Identity}
+		c.statusMu.Lock()
+		p.View = c.st.view
+		c.statusMu.Unlock()
+		if match(&p) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // WaitForVersion blocks until every connected proxy, SotW or Delta, holds
@@ -352,18 +441,18 @@ func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, er
 	err := s.track.wait(ctx, func() (uint64, bool, bool) {
 		seq, ok := s.track.versions[version]
 		return seq, ok, !ok
-	})
+	}, nil)
 	if err != nil {
 		return nil, err
 	}
-	return s.standingNACKs(), nil
+	return standingNACKs(s.connections()), nil
 }
 
-// standingNACKs returns, for every registered connection and type, the
-// client's NACK of the last response sent.
-func (s *Server) standingNACKs() []NACK {
+// standingNACKs returns, for every connection of conns and type, the
+// client's NACK that stands.
+func standingNACKs(conns []*conn) []NACK {
 	var out []NACK
-	for _, c := range s.connections() {
+	for _, c := range conns {
 		c.statusMu.Lock()
 		for _, ts := range c.core.types {
 			if ts != nil && ts.nackStands() {

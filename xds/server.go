@@ -346,7 +346,7 @@ func (s *Server) WaitReady(ctx context.Context) error {
 		default:
 			return 0, false, true
 		}
-	})
+	}, nil)
 }
 
 // Version returns the version of the current PushContext, or "" before the

@@ -143,7 +143,10 @@ type conn struct {
 	closed bool // the stream has ended
 	ended  bool // OnDisconnect is due or done; protected by hookSem
 
-	syncedSeq uint64 // the push this connection is synced to; protected by Server.track.mu
+	// Protected by Server.track.mu: the push this connection is synced
+	// to, and whether it is registered with the tracker.
+	syncedSeq uint64
+	tracked   bool
 
 	statusMu sync.Mutex // protects st
 	st       connState

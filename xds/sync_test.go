@@ -374,3 +374,57 @@ func TestTrackerHistogram(t *testing.T) {
 		t.Errorf("failing after remove = %v; want none", tr.failing)
 	}
 }
+
+// SyncProxies waits for the proxies it selects only, and returns their
+// NACKs only.
+func TestSyncProxies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		f := start(t, st, nil, false)
+		cc := f.dialConn()
+		a, b := f.connect("a", cc, true), f.connect("b", cc, true)
+		subsA, subsB := a.subscribeAll(2), b.subscribeAll(2)
+
+		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		only := func(id string) <-chan syncResult {
+			done := make(chan syncResult, 1)
+			go func() {
+				nacks, err := f.srv.SyncProxies(t.Context(), func(p *Proxy) bool { return p.ID == id })
+				done <- syncResult{nacks, err}
+			}()
+			return done
+		}
+		doneA, doneB, doneNone, doneAll := only("a"), only("b"), only("nobody"), goSync(t.Context(), f.srv)
+		settle()
+		if r := returned(t, doneNone, "for no proxy, once the push is out"); r.err != nil || len(r.nacks) != 0 {
+			t.Fatalf("SyncProxies(nobody) = %+v, %v; want nil, nil", r.nacks, r.err)
+		}
+		notYet(t, doneA, "before a answers")
+		a.ackAll(subsA)
+		if r := returned(t, doneA, "after a's ACK"); r.err != nil || len(r.nacks) != 0 {
+			t.Fatalf("SyncProxies(a) = %+v, %v; want nil, nil while b has not answered", r.nacks, r.err)
+		}
+		notYet(t, doneB, "before b answers")
+		notYet(t, doneAll, "before b answers")
+		rs := b.pending()
+		if len(rs) != 1 || TypeURL(rs[0].TypeUrl) != EndpointType {
+			t.Fatalf("b received %v; want [EDS]", typesOf(rs))
+		}
+		b.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, ResponseNonce: rs[0].Nonce,
+			ResourceNames: subsB[EndpointType], ErrorDetail: errDetail("bad endpoints")})
+		for name, done := range map[string]<-chan syncResult{"SyncProxies(b)": doneB, "Sync": doneAll} {
+			r := returned(t, done, "after b's NACK")
+			if r.err != nil || len(r.nacks) != 1 || r.nacks[0].ProxyID != "b" {
+				t.Errorf("%s = %+v, %v; want b's NACK", name, r.nacks, r.err)
+			}
+		}
+		// The NACK stands: a's wait does not return it.
+		if nacks, err := f.srv.SyncProxies(t.Context(), func(p *Proxy) bool { return p.ID == "a" }); err != nil || len(nacks) != 0 {
+			t.Errorf("SyncProxies(a) = %+v, %v; want nil, nil", nacks, err)
+		}
+		if _, err := f.srv.SyncProxies(t.Context(), nil); err == nil {
+			t.Error("SyncProxies(nil) = nil error; want one")
+		}
+	})
+}

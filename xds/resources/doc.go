@@ -70,7 +70,7 @@
 //
 //	endpoints = newEndpoints()  // a new message; the others are the same
 //	err = store.Set("edge", listener, routes, cluster, endpoints) // EDS only, not Full
-//	nacks, err := srv.Sync(ctx) // optional: wait until every proxy of "edge" has ACKed it
+//	nacks, err := store.Sync(ctx, "edge") // optional: wait until every proxy of "edge" has ACKed it
 //
 // A host that wraps the Server's Config builds the Server itself and
 // attaches it; observers (a metrics adapter, a test's xdstest.Recorder)

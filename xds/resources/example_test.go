@@ -148,6 +148,8 @@ func Example() {
 	// A canary: a new cluster and a new weight, for the public group only.
 	np, ni := len(public.Responses()), len(internal.Responses())
 	_ = gw.Route("public", "/api", map[string]uint32{"api-v1": 90, "api-v2": 10})
+	nacks, err := gw.store.Sync(ctx, "public") // the public gateways only
+	fmt.Println("public acknowledged:", err == nil && len(nacks) == 0)
 	_ = internal.Quiet(ctx, ni)
 	fmt.Println("public:", routes(public), "after", received(public, np))
 	fmt.Println("internal received", len(internal.Responses())-ni, "responses")
@@ -160,6 +162,7 @@ func Example() {
 	// Output:
 	// public: /api → api-v1=100
 	// internal: /admin → admin=100
+	// public acknowledged: true
 	// public: /api → api-v1=90 api-v2=10 after CDS, EDS, RDS
 	// internal received 0 responses
 	// public: after EDS

@@ -1,10 +1,12 @@
 package resources_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
 	"testing"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -208,5 +210,73 @@ func TestGatewayRouteToMissingCluster(t *testing.T) {
 	}
 	if got := gw.store.Groups(); len(got) != 0 {
 		t.Errorf("Groups() = %q; want none", got)
+	}
+}
+
+// Store.Sync waits for the proxies of one group: a change to two groups
+// is reported settled on the public one while the internal proxy, which
+// stopped reading, has not answered; each group's NACKs are its own, and
+// each group's version changes with its own content only.
+func TestGatewaySyncPerGroup(t *testing.T) {
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			gw, _, public, internal := startGateway(t, p, nil)
+			if _, err := gw.store.Sync(t.Context(), "public"); err != nil {
+				t.Fatal(err)
+			}
+			pubVersion, _ := gw.store.Version("public")
+			intVersion, _ := gw.store.Version("internal")
+
+			internal.Pause()
+			if err := gw.Endpoints("api-v2", "10.0.0.2"); err != nil {
+				t.Fatal(err)
+			}
+			if err := gw.Route("public", "/api", map[string]uint32{"api-v1": 50, "api-v2": 50}); err != nil {
+				t.Fatal(err)
+			}
+			if err := gw.Route("internal", "/admin", map[string]uint32{"admin": 50, "api-v1": 50}); err != nil {
+				t.Fatal(err)
+			}
+			nacks, err := gw.store.Sync(t.Context(), "public")
+			if err != nil || len(nacks) != 0 {
+				t.Fatalf("Sync(public) = %+v, %v; want nil, nil while internal-1 does not read", nacks, err)
+			}
+			if got := weights(public, "/api"); !maps.Equal(got, map[string]uint32{"api-v1": 50, "api-v2": 50}) {
+				t.Errorf("public /api weights = %v once Sync(public) returned; want the new split", got)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+			_, err = gw.store.Sync(ctx, "internal")
+			cancel()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Sync(internal) = %v while internal-1 does not read; want %v", err, context.DeadlineExceeded)
+			}
+			internal.Resume()
+			if nacks, err := gw.store.Sync(t.Context(), "internal"); err != nil || len(nacks) != 0 {
+				t.Fatalf("Sync(internal) = %+v, %v once internal-1 reads again; want nil, nil", nacks, err)
+			}
+			if got := weights(internal, "/admin"); !maps.Equal(got, map[string]uint32{"admin": 50, "api-v1": 50}) {
+				t.Errorf("internal /admin weights = %v; want the new split", got)
+			}
+
+			v1, _ := gw.store.Version("public")
+			v2, _ := gw.store.Version("internal")
+			if v1 == pubVersion || v2 == intVersion || v1 == v2 {
+				t.Errorf("versions public %s → %s, internal %s → %s; want each changed, and different", pubVersion, v1, intVersion, v2)
+			}
+			// Endpoints that only the public group uses: its version
+			// changes, the internal group's does not.
+			if err := gw.Endpoints("api-v2", "10.0.0.3"); err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := gw.store.Version("internal"); v != v2 {
+				t.Errorf("internal version %s → %s after a change to the public group's endpoints; want it kept", v2, v)
+			}
+			if v, _ := gw.store.Version("public"); v == v1 {
+				t.Error("public version kept after its endpoints changed")
+			}
+			if _, ok := gw.store.Version("nobody"); ok {
+				t.Error("Version(a group not set) reports it set")
+			}
+		})
 	}
 }

@@ -2,6 +2,9 @@ package resources
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"slices"
 
 	"google.golang.org/grpc/codes"
@@ -129,4 +132,62 @@ func (g generator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, req *p
 		}
 	}
 	return slices.Clip(out), nil
+}
+
+// Sync is xds.Server.Sync for the proxies of one group: it waits until
+// every change committed to the Store before the call (to any group) has
+// been pushed to, and settled on, every connected proxy that asks for
+// group (Config.Group) or is served it (a proxy whose group is not set,
+// served the default group, counts for DefaultGroup), and returns the
+// NACKs that stand on those proxies only. A slow or failing proxy of
+// another group does not keep it waiting. It returns ErrNotAttached if no
+// Server is attached; its other errors are SyncProxies'.
+func (s *Store) Sync(ctx context.Context, group string) ([]xds.NACK, error) {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+	if srv == nil {
+		return nil, ErrNotAttached
+	}
+	view := viewPrefix + group
+	return srv.SyncProxies(ctx, func(p *xds.Proxy) bool {
+		if p.View == view {
+			return true
+		}
+		want, err := s.groupOf(p)
+		return err == nil && want == group
+	})
+}
+
+// Version returns the version of what group holds, and whether it is set:
+// a hash of its resources' contents, which changes exactly when they do,
+// the same in every Store (and every replica) that holds the same
+// resources. The responses the group's proxies receive carry the Server's
+// version instead (every push has a new one); Version is the group's own,
+// to report or compare.
+func (s *Store) Version(group string) (string, bool) {
+	g, ok := s.cur.Load().groups[group]
+	if !ok {
+		return "", false
+	}
+	h := sha256.New()
+	var n [8]byte
+	field := func(b []byte) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(b)))
+		h.Write(n[:])
+		h.Write(b)
+	}
+	for i, ts := range g.types {
+		if ts == nil {
+			continue
+		}
+		field([]byte(s.types[i]))
+		binary.BigEndian.PutUint64(n[:], uint64(len(ts.res)))
+		h.Write(n[:])
+		for j, r := range ts.res {
+			field([]byte(r.Name))
+			h.Write(ts.sums[j][:])
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8]), true
 }
