@@ -52,8 +52,10 @@ type PhaseConfig struct {
 	// resources until the configuration is consistent again, and the
 	// inconsistency is a failure (a *ReferenceError in Status, Sync and
 	// WaitForVersion). Either way Hooks.OnReferenceError reports it.
-	// References that are missing only for a moment — a cluster not sent
-	// yet, one the client rejected — are held back whatever this says.
+	// References that are missing only for a moment — a cluster the
+	// configuration has but the client has not been sent yet (whatever
+	// Config.Order puts first), one the client rejected — are held back
+	// whatever this says.
 	SendMissingReferences bool
 	// DeferredRemovals lists the types whose removals are sent only after
 	// every upsert phase of a push, in removal phases in this order: a
@@ -119,7 +121,12 @@ type Config struct {
 
 	// Order is the push order of types (make-before-break). Empty means
 	// DefaultOrder(). Types with a generator that Order omits follow in
-	// lexical order. Duplicates and empty entries are errors.
+	// lexical order. Duplicates and empty entries are errors. Order does
+	// not override the reference checks: for a client that watches
+	// clusters as a wildcard (Envoy), a route or listener naming a cluster
+	// the push has still to send waits for it even when Order puts routes
+	// first, and a removal waits until nothing names it, whatever
+	// PhaseConfig.SendMissingReferences says (see there).
 	Order []TypeURL
 
 	// FullStateTypes lists the types whose SotW responses carry the full

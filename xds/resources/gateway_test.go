@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -277,6 +278,58 @@ func TestGatewaySyncPerGroup(t *testing.T) {
 			if _, ok := gw.store.Version("nobody"); ok {
 				t.Error("Version(a group not set) reports it set")
 			}
+		})
+	}
+}
+
+// An Order that puts routes before clusters, with SendMissingReferences,
+// still sends a new cluster before the route that starts to name it: the
+// cluster is in the configuration, so the reference is missing only for
+// a moment and the route waits for it.
+func TestGatewayOrderRoutesFirst(t *testing.T) {
+	order := []xds.TypeURL{xds.ListenerType, xds.RouteType, xds.ClusterType, xds.EndpointType}
+	for _, p := range protocols {
+		t.Run(p.String(), func(t *testing.T) {
+			store, err := resources.New(resources.Config{Server: xds.Config{Order: order, Phases: xds.PhaseConfig{SendMissingReferences: true}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv, err := store.NewServer()
+			if err != nil {
+				t.Fatal(err)
+			}
+			gw := &gateway{store: store, srv: srv, routes: map[string]map[string]map[string]uint32{}, backends: map[string][]string{}}
+			if err := gw.Endpoints("api-v1", "10.0.0.1"); err != nil {
+				t.Fatal(err)
+			}
+			if err := gw.Route("public", "/api", map[string]uint32{"api-v1": 100}); err != nil {
+				t.Fatal(err)
+			}
+			srv.Loaded()
+			ts := xdstest.NewServerFor(t, srv)
+			c := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "public-1", Cluster: "public"}, Protocol: p})
+			xdstest.Await(t, xdstest.AtVersion(srv.Version(), envoyTypes...), c)
+			n := len(c.Responses())
+			if err := gw.Endpoints("api-v2", "10.0.0.2"); err != nil {
+				t.Fatal(err)
+			}
+			if err := gw.Route("public", "/api", map[string]uint32{"api-v1": 50, "api-v2": 50}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Sync(t.Context(), "public"); err != nil {
+				t.Fatal(err)
+			}
+			var types []xds.TypeURL
+			for _, r := range c.Responses()[n:] {
+				types = append(types, r.Type)
+			}
+			if i, j := slices.Index(types, xds.ClusterType), slices.Index(types, xds.RouteType); i < 0 || j < i {
+				t.Errorf("responses after the change: %v; want CDS before RDS", types)
+			}
+			if got := weights(c, "/api"); !maps.Equal(got, map[string]uint32{"api-v1": 50, "api-v2": 50}) {
+				t.Errorf("/api weights = %v; want the new split", got)
+			}
+			xdstest.AssertNoDangling(t, c)
 		})
 	}
 }
