@@ -221,6 +221,11 @@ func (ix Index[T]) Lookup(pc *PushContext) (T, bool) {
 	if st := pc.build; st != nil && !st.read(ix.id, ix.name) {
 		return zero, false
 	}
+	if r := pc.reads; r != nil && ix.id < len(r.read) {
+		r.mu.Lock()
+		r.read[ix.id] = true
+		r.mu.Unlock()
+	}
 	v, _ := pc.slots[ix.id].value.(T)
 	return v, true
 }
@@ -347,6 +352,60 @@ type PushContext struct {
 	version string
 	slots   []slot
 	build   *buildState // non-nil only while under construction
+	reads   *readLog    // non-nil for a context from WatchReads
+}
+
+// readLog records which indexes are read through a PushContext.
+type readLog struct {
+	mu   sync.Mutex
+	read []bool // by index id
+}
+
+// IndexInfo describes a registered index: its name and the kinds it was
+// registered with.
+type IndexInfo struct {
+	Name  string
+	Kinds []string
+}
+
+// Indexes returns the indexes registered with b so far, in registration
+// order.
+func (b *Builder) Indexes() []IndexInfo {
+	defs := b.defs()
+	out := make([]IndexInfo, len(defs))
+	for i, d := range defs {
+		out[i] = IndexInfo{Name: d.name, Kinds: slices.Clone(d.kinds)}
+	}
+	return out
+}
+
+// WatchReads returns a PushContext that reads as pc does and records the
+// indexes read through it, and a function that returns them, in
+// registration order. A consumer that hands a PushContext to code it does
+// not control uses it to learn what that code depends on (the xds Server
+// checks that Config.InitProxy reads only the kinds Config.ProxyKinds
+// lists). The returned context is another pointer than pc; everything
+// else about it is pc's. It returns nil and a function returning nothing
+// for a nil pc.
+func (pc *PushContext) WatchReads() (*PushContext, func() []IndexInfo) {
+	if pc == nil {
+		return nil, func() []IndexInfo { return nil }
+	}
+	log := &readLog{read: make([]bool, len(pc.slots))}
+	cp := *pc
+	cp.reads = log
+	return &cp, func() []IndexInfo {
+		defs := pc.builder.defs()
+		log.mu.Lock()
+		defer log.mu.Unlock()
+		var out []IndexInfo
+		for id, r := range log.read {
+			if r && id < len(defs) {
+				out = append(out, IndexInfo{Name: defs[id].name, Kinds: slices.Clone(defs[id].kinds)})
+			}
+		}
+		return out
+	}
 }
 
 // slot holds one index's value in one context.

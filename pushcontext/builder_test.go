@@ -710,3 +710,57 @@ func TestKindsAndRebuilt(t *testing.T) {
 		})
 	}
 }
+
+// WatchReads records the indexes read through the context it returns,
+// and only those; the context reads as the original does.
+func TestWatchReads(t *testing.T) {
+	b, err := NewBuilder(BuilderConfig{Epoch: "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	teams, _ := Register(b, "teams", []string{"Team"}, func(BuildContext[int]) (int, error) { return 1, nil })
+	svcs, _ := Register(b, "services", []string{"Service", "Endpoints"}, func(BuildContext[int]) (int, error) { return 2, nil })
+	pc, err := b.Build(nil, &PushRequest{Full: true, Forced: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Indexes(); len(got) != 2 || got[1].Name != "services" || !slices.Equal(got[1].Kinds, []string{"Service", "Endpoints"}) {
+		t.Errorf("Indexes() = %+v; want teams and services with their kinds", got)
+	}
+	tests := []struct {
+		name string
+		read func(*PushContext) int
+		want []string
+	}{
+		{name: "nothing", read: func(*PushContext) int { return 0 }},
+		{name: "one", read: func(pc *PushContext) int { return teams.Get(pc) }, want: []string{"teams"}},
+		{name: "both, twice", read: func(pc *PushContext) int {
+			return svcs.Get(pc) + teams.Get(pc) + svcs.Get(pc)
+		}, want: []string{"teams", "services"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w, reads := pc.WatchReads()
+			if w == pc || w.Version() != pc.Version() || w.Seq() != pc.Seq() {
+				t.Fatalf("WatchReads() = %p (%s); want another pointer to the same context %p (%s)", w, w.Version(), pc, pc.Version())
+			}
+			if got, want := tt.read(w), tt.read(pc); got != want {
+				t.Errorf("read through the watching context = %d; want %d", got, want)
+			}
+			var got []string
+			for _, ix := range reads() {
+				got = append(got, ix.Name)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("reads() = %v; want %v", got, tt.want)
+			}
+		})
+	}
+	if _, reads := pc.WatchReads(); len(reads()) != 0 {
+		t.Error("a fresh WatchReads reports reads made through another")
+	}
+	var nilPC *PushContext
+	if w, reads := nilPC.WatchReads(); w != nil || reads() != nil {
+		t.Error("WatchReads of nil: want nil and no reads")
+	}
+}

@@ -143,7 +143,9 @@ type Config struct {
 	// reaches EDS only. A type absent from the map is fed by every kind;
 	// Forced pushes regenerate every type. Keys must have a generator, and
 	// every kind must be registered with the Builder or listed in
-	// ExternalKinds.
+	// ExternalKinds. An index registered with one of a type's kinds and
+	// with others regenerates the type when the others change: New logs a
+	// warning for each such index unless the type lists all its kinds.
 	TypeKinds map[TypeURL][]string
 
 	// ExternalKinds lists config kinds that feed types without feeding any
@@ -177,7 +179,11 @@ type Config struct {
 	// what it returns depends on the proxy alone (its node, peer,
 	// identity). At 10,000 proxies of one view that saves each proxy a
 	// host call per cluster change. Every kind must be registered with the
-	// Builder or listed in ExternalKinds.
+	// Builder or listed in ExternalKinds. When InitProxy reads, through the
+	// PushContext it is given, an index none of whose kinds are listed, the
+	// Server logs a warning (once per index): what InitProxy made of that
+	// index goes stale, and the pushes its Scope should let through are
+	// filtered out.
 	ProxyKinds []string
 
 	// Authenticate, if set, is called when a stream opens, before anything

@@ -49,6 +49,7 @@ type Server struct {
 	subs    subTable
 	trans   transitionCache
 	codec   *internCodec  // of CodecOption
+	stale   staleScopes   // indexes InitProxy reads that ProxyKinds does not list
 	limiter *rate.Limiter // nil: no rate limit on new streams
 	// openings holds a token for each stream opening (see
 	// Config.MaxOpeningStreams); nil when there is no bound.
@@ -98,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	set.warnWideIndexes(cfg.Builder)
 	s := &Server{
 		set:        set,
 		queue:      pushqueue.New[*conn, *pushItem](),
@@ -447,9 +449,17 @@ func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushCo
 	if init == nil {
 		return ProxyState{}, nil
 	}
-	return guarded(s, ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
-		return init(ctx, p, pc)
+	if s.set.proxyKinds == nil {
+		return guarded(s, ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
+			return init(ctx, p, pc)
+		})
+	}
+	watched, reads := pc.WatchReads()
+	st, err := guarded(s, ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
+		return init(ctx, p, watched)
 	})
+	s.stale.check(s.set, reads())
+	return st, err
 }
 
 var errInitTimeout = errors.New("xds: InitProxy timed out")
