@@ -815,3 +815,33 @@ func TestDeltaGeneratorSotWByName(t *testing.T) {
 		}
 	})
 }
+
+// A name unsubscribed from while "*" still covers it is answered, as the
+// protocol requires: sent again if the configuration has it, listed as
+// removed if not; the client cannot tell otherwise whether to keep it.
+func TestDeltaUnsubscribeUnderWildcard(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		f := start(t, st, nil, false)
+		c := f.connectDelta("n", nil)
+		c.subscribe(ClusterType, "*", "c1")
+		checkSummaries(t, "wildcard and a name", c.ackAll(), "CDS[c0 c1 c2]-[]")
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), ResourceNamesUnsubscribe: []string{"c1"}})
+		checkSummaries(t, "c1 unsubscribed", c.ackAll(), "CDS[c1]-[]")
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), ResourceNamesUnsubscribe: []string{"c9"}})
+		checkSummaries(t, "a name the configuration lacks", c.ackAll(), "CDS[]-[c9]")
+		// The wildcard gives c1 still: a change of it is pushed.
+		f.update(true, func(s *store) {
+			s.clusters["c1"] = xdsfixture.Cluster("c1")
+			s.clusters["c1"].ConnectTimeout = durationpb.New(time.Second)
+		}, key(kindCluster, "c1"))
+		settle()
+		checkSummaries(t, "push", c.ackUntilQuiet(), "CDS[c1]-[]")
+		// Without the wildcard, unsubscribing is not answered.
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), ResourceNamesSubscribe: []string{"c2"}, ResourceNamesUnsubscribe: []string{"*"}})
+		c.ackAll()
+		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), ResourceNamesUnsubscribe: []string{"c2"}})
+		c.expectNone(ListenerType)
+	})
+}

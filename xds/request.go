@@ -528,8 +528,10 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 //     subscribed to (under a wildcard they need not be).
 //   - Later, names subscribed to are answered even if the client may hold
 //     them (the protocol requires it), "*" newly subscribed is answered
-//     with what differs, and unsubscribing (known names or not) is not
-//     answered.
+//     with what differs, and unsubscribing is not answered, except for
+//     names the wildcard still covers: those are sent again, or listed in
+//     removed_resources if the configuration does not have them, so that
+//     the client knows whether the wildcard gives them to it.
 //   - A name subscribed to that does not exist is listed in
 //     removed_resources of the answer, so the client stops waiting for it.
 //     initial_resource_versions after the first request are ignored. A name
@@ -649,13 +651,21 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		return &answer{initial: true, notFound: true, delta: delta}, nil
 	case wildcard && !wasWildcard:
 		return &answer{delta: delta}, nil
-	case len(sub) > 0:
+	case len(sub) > 0 || (wildcard && len(unsub) > 0):
 		// Every name this request subscribes to is answered, even one
 		// the Server believes the client holds: the client may have
-		// dropped it before it could unsubscribe.
-		only := make(map[string]struct{}, len(sub))
+		// dropped it before it could unsubscribe. So is every name it
+		// unsubscribes from that the wildcard still covers: the client
+		// cannot tell whether the wildcard gives it the name, and waits
+		// to be told (sent it, or told it is removed).
+		only := make(map[string]struct{}, len(sub)+len(unsub))
 		for _, n := range sub {
 			if _, gone := slices.BinarySearch(unsub, n); !gone {
+				only[n] = struct{}{}
+			}
+		}
+		if wildcard {
+			for _, n := range unsub {
 				only[n] = struct{}{}
 			}
 		}
