@@ -104,7 +104,8 @@
 //     as an ACK's is. A SotW request with a stale nonce changes no
 //     subscription, but what it no longer names the client has dropped:
 //     the Server no longer counts it as held, and answers the next request
-//     in full. request.go documents each step next to its code.
+//     in full. request.go and deltarequest.go document each step next to
+//     its code.
 //
 // # Failures
 //

@@ -92,7 +92,7 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 	return c.dump(), nil
 }
 
-// dump runs under the step lock (see stream.go), as a step does.
+// dump runs under the step lock (see steps.go), as a step does.
 func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
 	if pc := c.proxy.Push; pc != nil {

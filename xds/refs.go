@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"slices"
+
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -108,4 +110,221 @@ func (s *settings) parentOf(i int) int {
 		return s.ldsIdx
 	}
 	return -1
+}
+
+// danglingCluster returns the error of r, a route or listener, if it names
+// a cluster the client does not hold. With settled, a cluster the client
+// holds only once it accepts a response it has not answered yet counts as
+// not held: were it to reject that response, it would read the route
+// first. Answers pass settled (see diff); a push's phases need not, as
+// their gate waits for those answers.
+func (c *core) danglingCluster(i int, r entry, settled bool) *ReferenceError {
+	cds := c.types[c.set.cdsIdx]
+	for _, name := range c.set.refsOf(i, r.enc).clusters {
+		held := cds.held.get(name) != nil
+		if held && (!settled || cds.holdsWhatever(name)) {
+			continue
+		}
+		// The client lacks the cluster because it has not accepted it
+		// yet, because it rejected it, or because it has not been sent
+		// yet (it is in the configuration, or the last generation was for
+		// a subscription without it, so that the Server cannot tell): not
+		// the configuration's fault. Otherwise the configuration names a
+		// cluster it does not have.
+		_, rejected := cds.rejected()[name]
+		transient := held || rejected || !c.current(c.set.cdsIdx) || !cds.lastKnows(name) || cds.lastGet(name) != nil
+		return &ReferenceError{FromType: c.set.order[i], From: r.name, ToType: ClusterType, To: name, Rejected: transient}
+	}
+	return nil
+}
+
+// current reports whether what lastGet reads of type i is the
+// configuration's content of the type as the proxy's PushContext has it:
+// the type was last generated from that PushContext, or nothing has
+// stopped it from being regenerated since (a push that failed or a phase a
+// NACK stopped leaves it dirty, and what it last generated may be older
+// than the configuration), and the push under way has no phase of the
+// type still to release (what a phase generated counts once released).
+func (c *core) current(i int) bool {
+	ts := c.types[i]
+	switch {
+	case ts.lastTarget == nil:
+		return false
+	case ts.lastPush == c.proxy.Push:
+		return true
+	case ts.dirty:
+		return false
+	}
+	if p := c.plan; p != nil {
+		for _, ph := range p.phases {
+			if ph.typeIdx == i && !ph.removal {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// What a reference check looks for in what a resource names.
+const (
+	refClusters = iota
+	refRoutes
+	refEndpoints
+)
+
+func (r *encRefs) of(kind int) []string {
+	switch kind {
+	case refRoutes:
+		return r.routes
+	case refEndpoints:
+		return r.eds
+	}
+	return r.clusters
+}
+
+func (r *setRefs) of(kind int) []string {
+	switch kind {
+	case refRoutes:
+		return r.routes
+	case refEndpoints:
+		return r.eds
+	}
+	return r.clusters
+}
+
+// removable splits names, resources of type i to remove from the client,
+// into those it may remove and those a resource it holds still names (a
+// cluster named by a route or listener, a route named by a listener, an
+// endpoint set named by a cluster), whose removal is held back; errs gets
+// one error per name held back.
+func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kept []string, _ []*ReferenceError) {
+	set := c.set
+	var from []int
+	kind := refClusters
+	switch i {
+	case set.cdsIdx:
+		from = []int{set.rdsIdx, set.ldsIdx}
+	case set.rdsIdx:
+		from, kind = []int{set.ldsIdx}, refRoutes
+	case set.edsIdx:
+		from, kind = []int{set.cdsIdx}, refEndpoints
+	default:
+		return names, nil, errs
+	}
+	for _, n := range names {
+		var e *ReferenceError
+		for _, j := range from {
+			if j < 0 || c.types[j] == nil {
+				continue
+			}
+			if by := c.namedBy(j, n, kind); by != "" {
+				// The client still holds a resource naming n. The
+				// configuration is at fault only if that resource, as the
+				// configuration has it now, still names n; otherwise the
+				// client is on its way (it will drop or replace it).
+				rts := c.types[j]
+				broken := false
+				if c.current(j) {
+					if e := rts.lastGet(by); e != nil {
+						_, broken = slices.BinarySearch(set.refsOf(j, e).of(kind), n)
+					}
+				}
+				e = &ReferenceError{FromType: set.order[j], From: by, ToType: set.order[i], To: n, Removal: true, Rejected: !broken}
+				break
+			}
+		}
+		if ts := c.types[i]; e == nil && (i == set.rdsIdx || i == set.cdsIdx) && !ts.sub.wildcard && ts.covers(n) && ts.held.get(n) != nil {
+			// The client still asks for it by name, although nothing it
+			// holds names it: a version it replaces, still in service
+			// while the new one warms, does (an Envoy keeps the old
+			// listener's route subscriptions, a gRPC client the clusters
+			// of its old routes, until then). Once the new one is warm,
+			// it unsubscribes.
+			e = &ReferenceError{FromType: set.order[from[0]], ToType: set.order[i], To: n, Removal: true, Rejected: true}
+		}
+		switch {
+		case e == nil:
+			ok = append(ok, n)
+		case !e.Rejected && set.sendMissing:
+			ok = append(ok, n) // removed anyway, as asked; reported
+			errs = append(errs, e)
+		default:
+			kept = append(kept, n)
+			errs = append(errs, e)
+		}
+	}
+	return ok, kept, errs
+}
+
+// unnamed reports whether no resource the client holds names n, of type
+// i, any longer.
+func (c *core) unnamed(i int, n string) bool {
+	ok, _, _ := c.removable(i, []string{n}, nil)
+	return len(ok) > 0
+}
+
+// namedBy returns the first resource of type j the client holds that
+// names name (as kind), or "".
+func (c *core) namedBy(j int, name string, kind int) string {
+	ts := c.types[j]
+	if len(ts.held.over) == 0 {
+		// Most clients hold a shared set: its references are computed
+		// once, and a miss costs a binary search.
+		r := ts.held.set.refsOf(c.set, j)
+		if _, ok := slices.BinarySearch(r.of(kind), name); !ok && !r.unknown {
+			return ""
+		}
+	}
+	by := ""
+	ts.held.each(func(n string, e *encoded) {
+		if by == "" || n < by {
+			// What a client reported holding, the Server reads as the
+			// configuration's resource of the same version; other
+			// content it cannot read: it may name name until the client
+			// is sent its content.
+			if e.unknown() {
+				te := ts.lastGet(n)
+				if te == nil || !e.same(te) {
+					by = n
+					return
+				}
+				e = te
+			}
+			if _, ok := slices.BinarySearch(c.set.refsOf(j, e).of(kind), name); ok {
+				by = n
+			}
+		}
+	})
+	return by
+}
+
+// referencesHeld records references held back for type ts: the type is
+// regenerated by the next push and retried after a backoff; one that the
+// configuration itself breaks is a failure (Status, Sync).
+func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
+	heldBack, failed := false, false
+	for _, e := range errs {
+		callHook(c.set, c.set.hooks.Load().OnReferenceError, ReferenceErrorEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Err: e})
+		if e.Rejected || !c.set.sendMissing {
+			heldBack = true
+		}
+		if !e.Rejected && !c.set.sendMissing && !failed {
+			failed = true
+			f := ts.fault
+			c.fail(ts, e, "reference", f == nil || f.stage != "reference" || f.err.Error() != e.Error())
+		}
+	}
+	if !heldBack {
+		if ts.rareRec != nil {
+			ts.rareRec.holds = 0
+		}
+		return
+	}
+	ts.rareW().holds++
+	ts.dirty = true
+	if c.failed == nil && ts.retry() == nil {
+		// Try again later even if nothing is pushed: what was missing
+		// may arrive with a push that does not concern this type.
+		c.retryType(ts)
+	}
 }

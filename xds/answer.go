@@ -1,0 +1,199 @@
+package xds
+
+import "github.com/xdspush/xdspush/pushcontext"
+
+// answer says how to answer a request of one type. Answers that wait
+// (deferred behind a push's phases, or retried after a failure) merge.
+type answer struct {
+	// all sends every resource of the type, not only those that differ
+	// from what the client holds (a SotW full answer).
+	all bool
+	// force names resources sent even if the client holds them (names a
+	// Delta client subscribed to); with restrict, only those are sent and
+	// nothing is removed.
+	force    map[string]struct{}
+	restrict bool
+	// initial answers even with nothing to send (a Delta type's first
+	// request on the stream).
+	initial bool
+	// notFound lists, in a Delta answer, the names asked for that do not
+	// exist, as removed.
+	notFound bool
+	// delta is the subscription change, for the Generator.
+	delta pushcontext.ResourceDelta
+}
+
+// merge returns a, then b, as one answer.
+func (a *answer) merge(b *answer) *answer {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	out := &answer{
+		all:      a.all || b.all,
+		restrict: a.restrict && b.restrict,
+		initial:  a.initial || b.initial,
+		notFound: a.notFound || b.notFound,
+		delta:    a.delta.Merge(b.delta),
+		force:    a.force,
+	}
+	if len(b.force) > 0 {
+		out.force = make(map[string]struct{}, len(a.force)+len(b.force))
+		for n := range a.force {
+			out.force[n] = struct{}{}
+		}
+		for n := range b.force {
+			out.force[n] = struct{}{}
+		}
+	}
+	return out
+}
+
+// answer answers a request of type i, or, if the current push has phases
+// up to type i still to release, keeps the answer until they are released:
+// an answer, generated from the proxy's current PushContext, must not
+// overtake the phases that make what it sends safe to hold (the clusters
+// a route names, the endpoints of a cluster). A failed generation is
+// retried by tick after a backoff.
+func (c *core) answer(i int, a *answer) error {
+	ts := c.types[i]
+	if ts == nil {
+		return nil
+	}
+	if c.blocked(i) {
+		r := ts.rareW()
+		r.deferred = r.deferred.merge(a)
+		return nil
+	}
+	tgt, err := c.generate(i, false, false, &pushcontext.PushRequest{
+		Forced: true,
+		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
+		Push:   c.proxy.Push,
+		Delta:  a.delta,
+	})
+	if err != nil {
+		c.typeFailed(ts, "generate", err, false)
+		if err == ErrGenerateTimeout {
+			return errStreamGenerateTimeout
+		}
+		c.retryLater(ts, a)
+		return nil
+	}
+	c.typeOK(ts)
+	c.genFrom[i] = c.proxy.Push
+	set := c.set
+	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.proxy.Push}
+	var warm *warmSet
+	if c.delta && i == set.cdsIdx {
+		warm = &warmSet{}
+		o.changed = func(r entry) { warm.addCluster(r.enc) }
+	}
+	if pl := c.plan; pl != nil && (i == set.cdsIdx || i == set.rdsIdx) && pl.t[i].refs {
+		// A push waits for the clusters its routes name: it waits for
+		// their endpoints too. It waits for the routes its listeners
+		// name: it waits for the clusters a client that asks for them by
+		// name (a gRPC client) asks for once it reads them, too.
+		prev := o.changed
+		answered := c.answeredCluster
+		if i == set.rdsIdx {
+			answered = c.sentRoute
+		}
+		o.changed = func(r entry) {
+			if prev != nil {
+				prev(r)
+			}
+			answered(pl, r)
+		}
+	}
+	c.send(c.release(i, tgt, o))
+	if a.initial && len(ts.removing()) > 0 {
+		c.planRemoval(i)
+	}
+	// Clusters that were sent re-warm: send their endpoints even if
+	// unchanged, as the client waits for them (envoy#33607).
+	if e := set.edsIdx; e >= 0 && !warm.empty() && c.types[e] != nil {
+		ea := &answer{force: warm.names, restrict: true}
+		if warm.all {
+			ea = &answer{}
+		}
+		etgt, err := c.generate(e, false, false, &pushcontext.PushRequest{
+			Forced: true,
+			Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
+			Push:   c.proxy.Push,
+		})
+		if err != nil {
+			c.typeFailed(c.types[e], "generate", err, false)
+			if err == ErrGenerateTimeout {
+				return errStreamGenerateTimeout
+			}
+			c.retryLater(c.types[e], ea)
+			return nil
+		}
+		eo := relOpts{force: ea.force, restrict: ea.restrict, pc: c.proxy.Push, warm: warm}
+		c.send(c.release(e, etgt, eo))
+	}
+	return nil
+}
+
+// blocked reports whether an answer of type i must wait: the current push
+// has an upsert phase of type i, or of a type before it, not released yet.
+//
+// An answer of routes or listeners to a Delta client that resumed its
+// cluster subscription (reported what it holds) and subscribes to every
+// cluster also waits while it has not yet ACKed or NACKed a cluster
+// response: what they name is checked against the clusters it holds, and
+// until then it may reject those of the response in flight, which the
+// answers to its first requests would otherwise already name.
+func (c *core) blocked(i int) bool {
+	set := c.set
+	if set.phaseWait && (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 {
+		if cts := c.types[set.cdsIdx]; cts != nil && cts.resumed && cts.sub.wildcard && !cts.synced() &&
+			(cts.nack == nil || cts.nack.Nonce != cts.nonceSent) {
+			return true
+		}
+	}
+	pl := c.plan
+	if pl == nil {
+		return false
+	}
+	for _, ph := range pl.phases {
+		if !ph.removal && ph.typeIdx <= i {
+			return true
+		}
+	}
+	return false
+}
+
+// flushDeferred answers the requests that waited for phases now released.
+func (c *core) flushDeferred() error {
+	for {
+		answered := false
+		for i, ts := range c.types {
+			if ts == nil || ts.deferred() == nil || c.blocked(i) {
+				continue
+			}
+			a := ts.rareRec.deferred
+			ts.rareRec.deferred = nil
+			if err := c.answer(i, a); err != nil {
+				return err
+			}
+			answered = true
+		}
+		if !answered || c.plan == nil {
+			return nil
+		}
+		// The push waited for those answers (see fetchedAll): it may go
+		// on, or be complete.
+		c.advance(false)
+	}
+}
+
+// truncate cuts s to at most n bytes, for logging what a client sent.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,215 @@
+package xds
+
+import (
+	"log/slog"
+	"slices"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdspush/xdspush/internal/sortedset"
+	"github.com/xdspush/xdspush/pushcontext"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// deltaRequest handles one Delta request. Its two parts are independent:
+// the nonce (ACK, NACK or stale) and the subscription change. Unlike SotW,
+// a subscription change is applied whatever the nonce says, because Delta
+// changes are incremental and one that is dropped is lost for good.
+func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) error {
+	resend := c.deltaNonce(i, req)
+	a, err := c.deltaSubscribe(i, req)
+	if err != nil {
+		return err
+	}
+	if len(resend) > 0 {
+		a = a.merge(c.resendAnswer(i, resend))
+	}
+	if a == nil {
+		return nil
+	}
+	return c.answer(i, a)
+}
+
+// deltaNonce applies the nonce part of a request: a NACK is recorded (and
+// stops the push it rejects, see stopOnNACK), a nonce that names the last
+// response is an ACK, any other nonce is stale (what it says of an older
+// response still counts: it was accepted). It returns the names to send
+// again (see reject).
+func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend []string) {
+	ts := c.types[i]
+	if req.ErrorDetail != nil {
+		return c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
+	}
+	switch {
+	case req.ResponseNonce == "" || ts == nil:
+		// A spontaneous request: a subscription change only.
+	case req.ResponseNonce != ts.nonceSent:
+		c.accepted(ts, req.ResponseNonce)
+		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: stale nonce; subscription change still applied",
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
+			slog.String("nonce", req.ResponseNonce))
+	default:
+		c.ack(ts)
+	}
+	return nil
+}
+
+// deltaSubscribe applies the subscription part of a request and says
+// whether and how to answer it (nil: no answer):
+//
+//   - The first request of a type on the stream creates its subscription
+//     and is always answered. For a full-state type, "*" or an empty
+//     resource_names_subscribe subscribes to everything (wildcard);
+//     otherwise "*" is ignored. Its initial_resource_versions are what the
+//     client holds: only resources whose version differs are sent, and
+//     those that no longer exist are removed. Names it lists are
+//     subscribed to (under a wildcard they need not be).
+//   - Later, names subscribed to are answered even if the client may hold
+//     them (the protocol requires it), "*" newly subscribed is answered
+//     with what differs, and unsubscribing is not answered, except for
+//     names the wildcard still covers: those are sent again, or listed in
+//     removed_resources if the configuration does not have them, so that
+//     the client knows whether the wildcard gives them to it.
+//   - A name subscribed to that does not exist is listed in
+//     removed_resources of the answer, so the client stops waiting for it.
+//     initial_resource_versions after the first request are ignored. A name
+//     both subscribed and unsubscribed is unsubscribed.
+//   - What the client reported holding that no longer exists is removed
+//     by a removal phase, not in the answer (see planRemoval), for the
+//     deferred-removal types.
+//
+// The subscription of one type may not grow past Config.MaxResourceNames in
+// total, over any number of requests: a request that would make it do so
+// ends the stream with InvalidArgument.
+func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
+	set := c.set
+	full := set.fullState[i]
+	if err := c.checkNames(req.TypeUrl, req.ResourceNamesSubscribe); err != nil {
+		return nil, err
+	}
+	if err := c.checkNames(req.TypeUrl, req.ResourceNamesUnsubscribe); err != nil {
+		return nil, err
+	}
+	for n := range req.InitialResourceVersions {
+		if len(n) > set.maxNameLen {
+			return nil, c.nameTooLong(req.TypeUrl, n)
+		}
+	}
+	ts := c.types[i]
+	first := ts == nil
+	if first {
+		ts = newTypeState(i, noSubscription)
+		c.setType(i, ts)
+	}
+	sub, subStar := normalizeNames(req.ResourceNamesSubscribe)
+	unsub, unsubStar := normalizeNames(req.ResourceNamesUnsubscribe)
+	if (subStar || unsubStar) && !full {
+		set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: wildcard on a by-name type ignored",
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", req.TypeUrl))
+		subStar, unsubStar = false, false
+	}
+	wasWildcard := ts.sub.wildcard
+	wildcard := wasWildcard
+	if subStar || (first && full && len(sub) == 0) {
+		wildcard = true
+	}
+	if unsubStar {
+		wildcard = false
+	}
+
+	var initial []string
+	if first && len(req.InitialResourceVersions) > 0 {
+		initial = make([]string, 0, len(req.InitialResourceVersions))
+		for n := range req.InitialResourceVersions {
+			if n != "" && n != "*" {
+				initial = append(initial, n)
+			}
+		}
+		slices.Sort(initial)
+	}
+	want := sub
+	if !wildcard && len(initial) > 0 {
+		want = sortedset.Union(sub, initial)
+	}
+	names := sortedset.Union(ts.sub.names, want)
+	if len(unsub) > 0 {
+		names = sortedset.Subtract(names, unsub)
+	}
+	if len(names) > set.maxNames {
+		return nil, status.Errorf(codes.InvalidArgument,
+			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxNames)
+	}
+	added, removed := diffNames(ts.sub.names, names)
+	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
+		if err := c.checkSubscription(i, names); err != nil {
+			return nil, err
+		}
+		sub := c.host.intern(newSubscription(names, wildcard))
+		c.pub.Lock()
+		ts.sub = sub
+		c.pub.Unlock()
+		c.setSubBytes(ts, names)
+	}
+
+	// What the client reported holding.
+	if first && len(initial) > 0 {
+		ts.resumed = true
+		ents := make([]entry, 0, len(initial))
+		for _, n := range initial {
+			if ts.covers(n) {
+				ents = append(ents, entry{n, reported(req.InitialResourceVersions[n])})
+			}
+		}
+		ts.held.reset(newSet(ents))
+	}
+	// What the client no longer subscribes to, it drops.
+	if len(removed) > 0 || (wasWildcard && !wildcard) {
+		var drop []string
+		ts.held.each(func(n string, _ *encoded) {
+			if !ts.covers(n) {
+				drop = append(drop, n)
+			}
+		})
+		for _, n := range drop {
+			ts.forget(n)
+			delete(ts.removing(), n)
+		}
+		ts.unrejectUncovered()
+	}
+
+	var delta pushcontext.ResourceDelta
+	if len(added) > 0 {
+		delta.Subscribed = nameSet(added)
+	}
+	if len(removed) > 0 {
+		delta.Unsubscribed = nameSet(removed)
+	}
+	switch {
+	case first:
+		return &answer{initial: true, notFound: true, delta: delta}, nil
+	case wildcard && !wasWildcard:
+		return &answer{delta: delta}, nil
+	case len(sub) > 0 || (wildcard && len(unsub) > 0):
+		// Every name this request subscribes to is answered, even one
+		// the Server believes the client holds: the client may have
+		// dropped it before it could unsubscribe. So is every name it
+		// unsubscribes from that the wildcard still covers: the client
+		// cannot tell whether the wildcard gives it the name, and waits
+		// to be told (sent it, or told it is removed).
+		only := make(map[string]struct{}, len(sub)+len(unsub))
+		for _, n := range sub {
+			if _, gone := slices.BinarySearch(unsub, n); !gone {
+				only[n] = struct{}{}
+			}
+		}
+		if wildcard {
+			for _, n := range unsub {
+				only[n] = struct{}{}
+			}
+		}
+		if len(only) > 0 {
+			return &answer{force: only, restrict: true, notFound: true, delta: delta}, nil
+		}
+	}
+	return nil, nil
+}

@@ -1,0 +1,140 @@
+package xds
+
+import "slices"
+
+// needHeld adds to the plan's needs what the clusters and listeners the
+// client holds fetch, some possibly still warming from an earlier push.
+// During a push, a client without any subscription of the child type is not
+// waited for, unless unwatchedAwaited says it will subscribe.
+func (c *core) needHeld(pl *plan) {
+	set := c.set
+	for _, pc := range [][2]int{{set.cdsIdx, set.edsIdx}, {set.ldsIdx, set.rdsIdx}} {
+		parent, child := pc[0], pc[1]
+		if parent < 0 || child < 0 || c.types[parent] == nil || pl.t[child].gaveUp ||
+			(c.types[child] == nil && !c.unwatchedAwaited(pl, child)) {
+			continue
+		}
+		cts := c.types[child]
+		pts := c.types[parent]
+		pts.held.each(func(name string, e *encoded) {
+			if _, ok := pts.removing()[name]; ok {
+				return // about to be removed: it need not be warm
+			}
+			for _, n := range set.children(parent, e) {
+				pl.t[child].refs = true
+				if cts == nil || !cts.covers(n) {
+					pl.t[child].need = append(pl.t[child].need, n)
+				}
+			}
+		})
+	}
+}
+
+// sentCluster records a cluster a CDS phase sent: its endpoints are sent
+// again by the EDS phase (the client re-warms it), and the next phases wait
+// until the client subscribes to them.
+func (c *core) sentCluster(pl *plan, r entry) {
+	pl.warm.addCluster(r.enc)
+	c.answeredCluster(pl, r)
+}
+
+// answeredCluster records a cluster sent during the push: the next phases,
+// and the push's end, wait for its endpoints.
+func (c *core) answeredCluster(pl *plan, r entry) {
+	c.need(pl, c.set.edsIdx, c.set.children(c.set.cdsIdx, r.enc))
+}
+
+// sentListener records a listener an LDS phase sent: the next phases wait
+// until the client subscribes to its routes (it stays warming, and the
+// version it replaces in service, until it holds them).
+func (c *core) sentListener(pl *plan, r entry) {
+	c.need(pl, c.set.rdsIdx, c.set.children(c.set.ldsIdx, r.enc))
+}
+
+// sentRoute records a route an RDS phase sent, or an answer sent while the
+// push waited for it, to a client that subscribes to clusters by name (a
+// gRPC client): the next phases, and the push's end, wait until it has
+// fetched the clusters the route names, which it asks for once it reads
+// the route.
+func (c *core) sentRoute(pl *plan, r entry) {
+	if cds := c.set.cdsIdx; cds >= 0 && c.types[cds] != nil && !c.types[cds].sub.wildcard {
+		c.need(pl, cds, c.set.refsOf(c.set.rdsIdx, r.enc).clusters)
+	}
+}
+
+// need adds names, of type i, to what pl waits for the client to fetch,
+// unless a phase timeout gave up on that type.
+func (c *core) need(pl *plan, i int, names []string) {
+	if i < 0 || pl.t[i].gaveUp || len(names) == 0 {
+		return
+	}
+	pl.t[i].refs = true
+	if p := c.set.parentOf(i); p >= 0 && c.types[p] != nil && !c.types[p].sub.wildcard {
+		pl.t[i].resolved = true
+	}
+	pl.t[i].need = append(pl.t[i].need, names...)
+}
+
+// unwatchedAwaited reports whether pl waits for the client to subscribe to
+// type i, which it does not watch, when what it holds fetches names of it:
+// a reconnecting client (a reconnect plan) may not have re-subscribed yet,
+// and a SotW client that unsubscribed from every name of the type (see
+// core.dropped) uses it and subscribes again once it reads a cluster or
+// listener that fetches one, as a gRPC client whose route moves to
+// clusters it does not hold does with endpoints. So does a client that asks
+// for the parent type by name (clusters, listeners: a gRPC client), once
+// the push has sent it one that fetches names of type i (resolved): it
+// resolves what it asked for, and subscribes to the type the first time it
+// needs it. Otherwise, a client that has never subscribed to the type on
+// the stream may take it from elsewhere (or not use it: a test's client
+// that only watches clusters), and is not waited for.
+func (c *core) unwatchedAwaited(pl *plan, i int) bool {
+	return pl.reconnect || c.dropped != nil && c.dropped[i] || pl.t[i].resolved
+}
+
+// dropFetched drops from pl's needs of type i the names the client has
+// fetched (it keeps what a resource it holds fetches), and reports whether
+// none is left.
+func (c *core) dropFetched(pl *plan, i int) bool {
+	names := pl.t[i].need
+	for len(names) > 0 && c.fetched(pl, i, names[len(names)-1]) {
+		names = names[:len(names)-1]
+	}
+	pl.t[i].need = names
+	return len(names) == 0
+}
+
+// clustersInFlight reports whether type i is the clusters, the head phase
+// of pl is the upsert of listeners or routes, and the client has not
+// answered a cluster response yet (an answer sent during the push): that
+// phase waits for it, as for the push's own, since a route naming one of
+// those clusters must not reach a client that may yet reject it.
+func (c *core) clustersInFlight(pl *plan, i int) bool {
+	if i != c.set.cdsIdx || len(c.types[i].flights) == 0 || len(pl.phases) == 0 || pl.phases[0].removal {
+		return false
+	}
+	j := pl.phases[0].typeIdx
+	return j == c.set.rdsIdx || j == c.set.ldsIdx
+}
+
+// fetched reports whether the client has fetched name, of type i (EDS,
+// RDS), as a phase of pl needs: it subscribes to it and, once the type's
+// own upsert phase is out, holds it or has been answered without it (the
+// configuration does not have it). Until then the phase of that type is
+// what sends it. A name subscribed to whose answer failed, waits behind
+// the phases, or is to be retried is not fetched: a listener warming for
+// that route keeps its version in service, and what that uses must not be
+// removed.
+func (c *core) fetched(pl *plan, i int, name string) bool {
+	ts := c.types[i]
+	if !ts.covers(name) {
+		return false
+	}
+	if slices.ContainsFunc(pl.phases, func(ph phase) bool { return !ph.removal && ph.typeIdx == i }) {
+		return true
+	}
+	if ts.held.get(name) != nil {
+		return true
+	}
+	return ts.fault == nil && ts.retry() == nil && ts.deferred() == nil
+}

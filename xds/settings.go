@@ -1,0 +1,309 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/xdspush/xdspush/pushqueue"
+)
+
+// settings is the validated, defaulted form of a Config.
+type settings struct {
+	builder      Builder
+	generators   []Generator // by type index
+	order        []TypeURL   // type index → type URL
+	index        map[TypeURL]int
+	fullState    []bool     // by type index
+	kinds        [][]string // by type index; nil = every kind
+	proxyKinds   []string   // Config.ProxyKinds; nil = every kind
+	knownKinds   func(kind string) bool
+	leaf         []bool // by type index: its resources name no other resource (EDS, SDS)
+	edsIdx       int    // index of EndpointType, -1 if not served
+	cdsIdx       int    // index of ClusterType, -1 if not served
+	ldsIdx       int    // index of ListenerType, -1 if not served
+	rdsIdx       int    // index of RouteType, -1 if not served
+	initProxy    InitProxyFunc
+	authenticate AuthenticateFunc
+	authorize    func(context.Context, *Proxy) error
+	debounce     DebounceConfig
+	concurrency  int
+	writeTimeout time.Duration
+	genTimeout   time.Duration
+	backoff      BackoffConfig
+	streamRate   float64 // +Inf: no rate limit
+	streamWait   time.Duration
+	streamBurst  int
+	opening      int // bound of the streams opening at once; 0: none
+	firstTimeout time.Duration
+	maxNames     int
+	maxNameLen   int
+	maxSubBytes  int
+	maxReqBytes  int
+	maxStreams   int
+	phaseWait    bool
+	phaseTimeout time.Duration
+	sendMissing  bool
+	deferred     []bool // by type index: removals wait for the end of the push
+	removalOrder []int  // deferred type indexes, in the order of their removal phases
+	clock        Clock
+	epoch        time.Time // the clock's time at New; see instant
+	logger       *slog.Logger
+	// hooks are the Config's Hooks and those added by Server.Observe; a
+	// caller loads them once per event.
+	hooks atomic.Pointer[Hooks]
+}
+
+// kindLister is implemented by Builders that know the kinds their indexes
+// are registered with (*pushcontext.Builder).
+type kindLister interface {
+	Kinds() []string
+}
+
+func (cfg *Config) settings() (*settings, error) {
+	if cfg.Builder == nil {
+		return nil, errors.New("xds: Config.Builder is nil")
+	}
+	if len(cfg.Generators) == 0 {
+		return nil, errors.New("xds: Config.Generators is empty")
+	}
+	for t, g := range cfg.Generators {
+		if t == "" {
+			return nil, errors.New("xds: Config.Generators has an empty type URL")
+		}
+		if g == nil {
+			return nil, fmt.Errorf("xds: Config.Generators[%s] is nil", t)
+		}
+	}
+	order, err := pushOrder(cfg.Order, cfg.Generators)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"WriteTimeout", cfg.WriteTimeout}, {"GenerateTimeout", cfg.GenerateTimeout},
+		{"Debounce.After", cfg.Debounce.After}, {"Debounce.Max", cfg.Debounce.Max},
+		{"Phases.Timeout", cfg.Phases.Timeout},
+		{"Backoff.Initial", cfg.Backoff.Initial}, {"Backoff.Max", cfg.Backoff.Max},
+		{"FirstRequestTimeout", cfg.FirstRequestTimeout},
+	} {
+		if c.v < 0 {
+			return nil, fmt.Errorf("xds: Config.%s %v is negative", c.name, c.v)
+		}
+	}
+	switch {
+	case cfg.Concurrency < 0:
+		return nil, fmt.Errorf("xds: Config.Concurrency %d is negative", cfg.Concurrency)
+	case cfg.NewStreamRate < 0 || math.IsNaN(cfg.NewStreamRate):
+		return nil, fmt.Errorf("xds: Config.NewStreamRate %v is negative", cfg.NewStreamRate)
+	case cfg.NewStreamWait < 0:
+		return nil, fmt.Errorf("xds: Config.NewStreamWait %v is negative", cfg.NewStreamWait)
+	case cfg.NewStreamBurst < 0:
+		return nil, fmt.Errorf("xds: Config.NewStreamBurst %d is negative", cfg.NewStreamBurst)
+	case cfg.MaxResourceNames < 0:
+		return nil, fmt.Errorf("xds: Config.MaxResourceNames %d is negative", cfg.MaxResourceNames)
+	case cfg.MaxNameLength < 0:
+		return nil, fmt.Errorf("xds: Config.MaxNameLength %d is negative", cfg.MaxNameLength)
+	case cfg.MaxSubscriptionBytes < 0:
+		return nil, fmt.Errorf("xds: Config.MaxSubscriptionBytes %d is negative", cfg.MaxSubscriptionBytes)
+	case cfg.MaxRequestBytes < 0:
+		return nil, fmt.Errorf("xds: Config.MaxRequestBytes %d is negative", cfg.MaxRequestBytes)
+	case cfg.MaxStreamsPerConnection < 0:
+		return nil, fmt.Errorf("xds: Config.MaxStreamsPerConnection %d is negative", cfg.MaxStreamsPerConnection)
+	case cfg.Backoff.Max > 0 && cfg.Backoff.Initial > cfg.Backoff.Max:
+		return nil, fmt.Errorf("xds: Config.Backoff.Initial %v exceeds Backoff.Max %v", cfg.Backoff.Initial, cfg.Backoff.Max)
+	}
+	s := &settings{
+		builder:    cfg.Builder,
+		order:      order,
+		index:      make(map[TypeURL]int, len(order)),
+		generators: make([]Generator, len(order)),
+		fullState:  make([]bool, len(order)),
+		kinds:      make([][]string, len(order)),
+
+		initProxy:    cfg.InitProxy,
+		authenticate: cfg.Authenticate,
+		authorize:    cfg.Authorize,
+		debounce:     cfg.Debounce,
+		concurrency:  cfg.Concurrency,
+		writeTimeout: cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
+		genTimeout:   cmpOr(cfg.GenerateTimeout, DefaultGenerateTimeout),
+		backoff: BackoffConfig{
+			Initial: cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
+			Max:     cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
+		},
+		streamRate:   cmpOr(cfg.NewStreamRate, math.Inf(1)),
+		opening:      max(cmpOr(cfg.MaxOpeningStreams, DefaultMaxOpeningStreams()), 0),
+		streamBurst:  cfg.NewStreamBurst,
+		streamWait:   cmpOr(cfg.NewStreamWait, DefaultNewStreamWait),
+		firstTimeout: cmpOr(cfg.FirstRequestTimeout, DefaultFirstRequestTimeout),
+		maxNames:     cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
+		maxNameLen:   cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
+		maxSubBytes:  cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
+		maxReqBytes:  cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		maxStreams:   cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),
+		phaseWait:    !cfg.Phases.NoWait,
+		phaseTimeout: cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
+		sendMissing:  cfg.Phases.SendMissingReferences,
+		deferred:     make([]bool, len(order)),
+		clock:        cfg.Clock,
+		logger:       cfg.Logger,
+	}
+	s.hooks.Store(&cfg.Hooks)
+	if s.backoff.Initial > s.backoff.Max {
+		s.backoff.Initial = s.backoff.Max
+	}
+	if s.streamBurst == 0 {
+		s.streamBurst = max(1, int(min(s.streamRate, 1<<20)))
+	}
+	if s.concurrency == 0 {
+		s.concurrency = pushqueue.DefaultConcurrency()
+	}
+	if s.clock == nil {
+		s.clock = realClock{}
+	}
+	s.epoch = s.clock.Now()
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	s.leaf = make([]bool, len(order))
+	for i, t := range order {
+		s.index[t] = i
+		s.generators[i] = cfg.Generators[t]
+		s.leaf[i] = t == EndpointType || t == SecretType
+	}
+	s.edsIdx = s.typeIndex(EndpointType)
+	s.cdsIdx = s.typeIndex(ClusterType)
+	s.ldsIdx = s.typeIndex(ListenerType)
+	s.rdsIdx = s.typeIndex(RouteType)
+	full := cfg.FullStateTypes
+	if len(full) == 0 {
+		full = DefaultFullStateTypes()
+	}
+	for _, t := range full {
+		if t == "" {
+			return nil, errors.New("xds: Config.FullStateTypes has an empty type URL")
+		}
+		if i := s.typeIndex(t); i >= 0 {
+			s.fullState[i] = true
+		}
+	}
+	deferred := cfg.Phases.DeferredRemovals
+	if len(deferred) == 0 {
+		deferred = DefaultDeferredRemovals()
+	}
+	for _, t := range deferred {
+		if t == "" {
+			return nil, errors.New("xds: Config.Phases.DeferredRemovals has an empty type URL")
+		}
+		if i := s.typeIndex(t); i >= 0 && !s.deferred[i] {
+			s.deferred[i] = true
+			s.removalOrder = append(s.removalOrder, i)
+		}
+	}
+
+	external := make(map[string]bool, len(cfg.ExternalKinds))
+	for _, k := range cfg.ExternalKinds {
+		if k == "" {
+			return nil, errors.New("xds: Config.ExternalKinds has an empty kind")
+		}
+		external[k] = true
+	}
+	s.knownKinds = func(string) bool { return true }
+	if kl, ok := cfg.Builder.(kindLister); ok {
+		s.knownKinds = func(k string) bool { return external[k] || slices.Contains(kl.Kinds(), k) }
+	}
+	for t, kinds := range cfg.TypeKinds {
+		i := s.typeIndex(t)
+		if i < 0 {
+			return nil, fmt.Errorf("xds: Config.TypeKinds names %s, which has no generator", t)
+		}
+		if kinds == nil {
+			kinds = []string{} // declared, fed by no kind: only Forced pushes
+		}
+		for _, k := range kinds {
+			if k == "" {
+				return nil, fmt.Errorf("xds: Config.TypeKinds[%s] has an empty kind", t)
+			}
+			if !s.knownKinds(k) {
+				return nil, fmt.Errorf("xds: Config.TypeKinds[%s] has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", t, k)
+			}
+		}
+		s.kinds[i] = slices.Clone(kinds)
+	}
+	for _, k := range cfg.ProxyKinds {
+		if k == "" {
+			return nil, errors.New("xds: Config.ProxyKinds has an empty kind")
+		}
+		if !s.knownKinds(k) {
+			return nil, fmt.Errorf("xds: Config.ProxyKinds has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", k)
+		}
+	}
+	s.proxyKinds = slices.Clone(cfg.ProxyKinds)
+	return s, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// refers reports whether resources of type i name others that a client
+// must hold: listeners (routes, clusters), routes (clusters), clusters
+// (endpoints).
+func (s *settings) refers(i int) bool {
+	return i >= 0 && (i == s.ldsIdx || i == s.rdsIdx || i == s.cdsIdx)
+}
+
+// typeIndex returns the index of t in the push order, or -1.
+func (s *settings) typeIndex(t TypeURL) int {
+	if i, ok := s.index[t]; ok {
+		return i
+	}
+	return -1
+}
+
+// mayName reports whether resources of type index i may name resources of
+// type index j (or are j's own): clusters name endpoints and secrets,
+// listeners routes, clusters and secrets, routes clusters. A leaf type
+// names nothing; a type the Server does not read may name anything.
+func (s *settings) mayName(i, j int) bool {
+	switch {
+	case i == j:
+		return true
+	case s.leaf[i]:
+		return false
+	case i == s.cdsIdx:
+		return j != s.ldsIdx && j != s.rdsIdx
+	case i == s.ldsIdx:
+		return j != s.edsIdx
+	case i == s.rdsIdx:
+		return j != s.edsIdx && j != s.ldsIdx
+	}
+	return true
+}
+
+// backoffFor returns the wait after the n-th consecutive failure (n ≥ 1),
+// jittered by seed.
+func (s *settings) backoffFor(n int, seed uint64) time.Duration {
+	d := s.backoff.Initial
+	for k := 1; k < n && d < s.backoff.Max; k++ {
+		d *= 2
+	}
+	d = min(d, s.backoff.Max)
+	// Up to a quarter less, from a hash of (seed, n): deterministic, so
+	// that tests under synctest see the same schedule every run.
+	h := (seed*0x9e3779b97f4a7c15 + uint64(n)) * 0xbf58476d1ce4e5b9
+	h ^= h >> 31
+	return d - time.Duration(h%1024)*d/4096
+}

@@ -1,0 +1,442 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/status"
+)
+
+// event is one entry of the stream's mailbox.
+type event struct {
+	kind evKind
+	in   inbound // evRequest
+	err  error   // evRecvErr, evWriteFailed
+}
+
+type evKind uint8
+
+const (
+	evRequest     evKind = iota // the stream's first request (see first)
+	evRecvErr                   // the receive goroutine ended
+	evWriteFailed               // a Send failed
+	evStepFailed                // a step ended the stream (see unlockStep)
+	evCtxDone                   // the Server is shutting down
+)
+
+// eventsCap bounds the mailbox. Each of its senders posts at most once per
+// stream, and, but for the first request, only to end the stream: a sender
+// that finds the mailbox full waits for loop to take what is there, or for
+// the stream's end (see postEvent). None waits holding the step lock.
+const eventsCap = 1
+
+// lockStep takes the step lock for a step on the caller's goroutine; it
+// reports false, holding nothing, if the stream has ended or is ending.
+func (c *conn) lockStep() bool {
+	c.stepSem <- struct{}{}
+	if c.stopped {
+		<-c.stepSem
+		return false
+	}
+	return true
+}
+
+// unlockStep ends a step that lockStep began. A step's error ends the
+// stream: no step runs after it, and the handler goroutine, which alone
+// can end the stream, returns it. It reports whether the stream goes on.
+func (c *conn) unlockStep(err error) bool {
+	if err != nil {
+		c.stopped = true
+		c.failErr = err
+	}
+	<-c.stepSem
+	if err != nil {
+		c.postEvent(event{kind: evStepFailed})
+		return false
+	}
+	return true
+}
+
+// postEvent hands ev to the loop; it reports false if the stream has
+// ended.
+func (c *conn) postEvent(ev event) bool {
+	select {
+	case c.events <- ev:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// receive is the receive goroutine: it runs every request it reads, as a
+// step, until the stream ends, and waits while a step asks it to (see
+// setPaused). first is set for the stream's first receive goroutine, which
+// hands its first request to the stream's opening to run.
+//
+// After a step that made responses, it hands reading on to a new receive
+// goroutine and ends. Making responses (diffs, encoding) grows a stack
+// well past the 2 KiB or so that waiting in grpc-go's Recv takes, and the
+// runtime halves a stack only while less than a quarter of it is in use:
+// a receive goroutine that lived on would keep 8 KiB for as long as the
+// stream idles, where a new one starts small. A step that only records an
+// ACK, the common one, keeps its goroutine.
+func (c *conn) receive(first bool) {
+	for {
+		var in inbound
+		var err error
+		if c.delta {
+			in.delta, err = c.dstream.Recv()
+		} else {
+			in.sotw, err = c.stream.Recv()
+		}
+		if err != nil {
+			c.cancel() // the stream is over, and so are its host calls (see newConn)
+			c.postEvent(event{kind: evRecvErr, err: err})
+			return
+		}
+		// The opening reads the node of the first request, initialises
+		// the proxy and runs the request, while the handler goroutine
+		// holds the step lock; this goroutine reads on meanwhile, so that
+		// it sees the client leave.
+		if first {
+			if !c.postEvent(event{kind: evRequest, in: in}) {
+				return
+			}
+			first = false
+			continue
+		}
+		if !c.lockStep() {
+			return
+		}
+		made := c.made
+		err = c.handle(c.ctx, in)
+		fresh := c.made != made
+		if !c.unlockStep(err) {
+			return
+		}
+		if c.recvPaused.Load() {
+			select {
+			case <-c.resume:
+			case <-c.done:
+				return
+			}
+		}
+		if fresh {
+			c.s.goStream(func() { c.receive(false) })
+			return
+		}
+	}
+}
+
+// setPaused asks the receive goroutine to stop reading requests, or to
+// read them again.
+func (c *conn) setPaused(p bool) {
+	if p == c.paused {
+		return
+	}
+	c.paused = p
+	if p {
+		if c.resume == nil {
+			// Made before recvPaused is set, which the receive goroutine
+			// reads before it waits on resume.
+			c.resume = make(chan struct{}, 1)
+		}
+		select {
+		case <-c.resume: // a stale token would let one more request through
+		default:
+		}
+		c.recvPaused.Store(true)
+		return
+	}
+	c.recvPaused.Store(false)
+	select {
+	case c.resume <- struct{}{}:
+	default:
+	}
+}
+
+// recvStatus turns the receive goroutine's error into the handler's result.
+func (c *conn) recvStatus(err error) error {
+	if errors.Is(err, io.EOF) {
+		return nil // the client closed its side
+	}
+	if c.s.stopCtx.Err() != nil {
+		return errShuttingDown
+	}
+	return err
+}
+
+// ctxStatus is a stream's result once ctx, its context, has ended:
+// errShuttingDown if that is because the Server stops.
+func (s *Server) ctxStatus(ctx context.Context) error {
+	if s.stopCtx.Err() != nil {
+		return errShuttingDown
+	}
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+// handle runs one client request through the core.
+func (c *conn) handle(ctx context.Context, in inbound) error {
+	c.core.step(ctx, c.s.set.clock.Now())
+	err := c.core.request(in)
+	c.after()
+	return err
+}
+
+// loop is the handler goroutine's part once the stream is served: it
+// waits for what only it handles (see the top of this file) and returns
+// the error that ends the stream. It is entered, and returns, holding the
+// step lock; it releases it while it waits.
+func (c *conn) loop(ctx context.Context) error {
+	// The timer is made by the opening, before the first step, and steps
+	// arm and stop it. Its channel is nil when it calls back (see tick);
+	// otherwise it is watched here throughout, and a tick that finds
+	// nothing due re-arms it (onTick).
+	timerC := c.timer.C()
+	if c.stopped {
+		return c.failErr // the first step failed (see open)
+	}
+	for {
+		<-c.stepSem
+		var ev event
+		tick := false
+		select {
+		case ev = <-c.events:
+		case <-timerC:
+			tick = true
+		}
+		c.stepSem <- struct{}{}
+		switch {
+		case c.stopped:
+			return c.failErr // a step failed (evStepFailed)
+		case !tick:
+			return c.endedBy(ctx, ev) // serve stops the stream, still holding the lock
+		}
+		if err := c.onTick(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// endedBy returns the error that ev, taken from the mailbox by loop, ends
+// the stream with: nil when the client closed its side.
+func (c *conn) endedBy(ctx context.Context, ev event) error {
+	switch ev.kind {
+	case evRecvErr:
+		return c.recvStatus(ev.err)
+	case evWriteFailed:
+		if c.s.stopCtx.Err() != nil {
+			return errShuttingDown
+		}
+		return ev.err
+	}
+	return c.s.ctxStatus(ctx) // evCtxDone
+}
+
+// newTimer returns the stream's timer, not armed. With a Clock that calls
+// back (AfterFuncClock), what is due runs on the goroutine it calls back
+// on (tick); otherwise loop waits on the timer's channel.
+func (c *conn) newTimer() Timer {
+	if ac, ok := c.s.set.clock.(AfterFuncClock); ok {
+		t := ac.AfterFunc(time.Hour, c.tick)
+		t.Stop()
+		return t
+	}
+	return stoppedTimer(c.s.set.clock)
+}
+
+// tick runs what is due when a timer that calls back fires, as a step. A
+// tick that comes late, after a step re-armed or stopped the timer, finds
+// nothing due and re-arms it (see onTick).
+func (c *conn) tick() {
+	if c.lockStep() {
+		c.unlockStep(c.onTick(c.ctx))
+	}
+}
+
+// stoppedTimer returns a timer of clock that has not been armed.
+func stoppedTimer(clock Clock) Timer {
+	t := clock.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}
+
+// after takes what the core queued, re-admits parked pushes if the
+// connection is idle, re-arms the timer and publishes the status.
+//
+// The status is published before the writer starts: once a response can
+// reach the client, Status, Sync and WaitForVersion count it as unanswered.
+// A client that acts on what it received (a test that then asks for the
+// status) would otherwise find the Server reporting the state before it.
+func (c *conn) after() {
+	if batch := c.settle(true); batch != nil {
+		c.s.goStream(func() { c.write(batch) })
+	}
+}
+
+// settle is after without starting the writer: it returns the batch to
+// write, if a writer is to start on it (see nextBatch). stepped is false
+// when the core ran no step since the last settle (the end of a write), so
+// that what publishStatus would copy is as it last did.
+func (c *conn) settle(stepped bool) []*outMsg {
+	out := c.core.takeOut()
+	if stepped {
+		c.core.dropRare()
+	}
+	c.made += uint64(len(out))
+	c.outbox = append(c.outbox, out...)
+	c.resetTimer()
+	if c.writing || len(c.outbox) > 0 || c.core.busy() {
+		c.setBusy()
+	} else {
+		c.unpark()
+	}
+	if stepped {
+		c.publishStatus(false)
+	} else {
+		c.publishSynced()
+	}
+	batch := c.nextBatch()
+	c.pauseIfBacklogged()
+	return batch
+}
+
+// pauseIfBacklogged stops the receive goroutine reading requests while
+// answers queue up behind a blocked write, past maxQueuedAnswers, and lets
+// it read again once the writer progresses: gRPC flow control then slows
+// the client down, so a client that sends requests but does not read
+// cannot grow the outbox without bound.
+func (c *conn) pauseIfBacklogged() {
+	c.setPaused(c.writing && len(c.outbox) >= maxQueuedAnswers)
+}
+
+// onTick runs what is due when the timer fires: the check of a blocked
+// write, the core's timers.
+func (c *conn) onTick(ctx context.Context) error {
+	c.armedAt = 0
+	now := c.s.set.instant(c.s.set.clock.Now())
+	if c.writeAt != 0 && now >= c.writeAt {
+		if err := c.checkWrite(ctx); err != nil {
+			return err
+		}
+	}
+	if c.timerAt != 0 && now >= c.timerAt {
+		c.timerAt = 0
+		return c.onTimer(ctx)
+	}
+	c.arm() // early, or for the other of the two
+	return nil
+}
+
+// onTimer runs the core's timers: phase timeouts, retries.
+func (c *conn) onTimer(ctx context.Context) error {
+	retryPush, err := c.core.tick(ctx, c.s.set.clock.Now())
+	if retryPush {
+		// Generated again under a push slot, merged with what arrives
+		// meanwhile.
+		c.giveBack(c.core.takeFailed())
+	}
+	c.after()
+	return err
+}
+
+// resetTimer arms the timer for the core's next deadline.
+func (c *conn) resetTimer() {
+	c.timerAt = c.s.set.instant(c.core.deadline())
+	c.arm()
+}
+
+// arm sets the timer for the earlier of timerAt and writeAt, if it is not
+// set for it already.
+func (c *conn) arm() {
+	at := c.timerAt
+	if w := c.writeAt; w != 0 && (at == 0 || w < at) {
+		at = w
+	}
+	if at == c.armedAt {
+		return
+	}
+	c.armedAt = at
+	c.timer.Stop()
+	if at != 0 {
+		c.timer.Reset(max(c.s.set.time(at).Sub(c.s.set.clock.Now()), 0))
+	}
+}
+
+// post hands a push to the connection, adding it to the inbox. It reports
+// whether deliver is to generate it now: false if the connection is
+// initialising, writing or in a push's phases (unpark queues it again when
+// it is free) or has ended.
+func (c *conn) post(item *pushItem) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.inbox = c.inbox.Merge(item)
+	c.kicked = false // whatever the queue held for c, this is it
+	return !c.busy && !c.inbox.empty()
+}
+
+// onKick generates the pushes in the inbox, as a step. It settles the
+// connection as after does, but returns the batch to write rather than
+// start a writer: the caller writes it once the step is over (see
+// inline.go).
+func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
+	c.mu.Lock()
+	var item *pushItem
+	if !c.busy && !c.core.busy() {
+		item, c.inbox = c.inbox, nil
+	}
+	c.mu.Unlock()
+	if item.empty() {
+		return nil, nil
+	}
+	now := c.s.set.clock.Now()
+	callHook(c.s.set, c.s.set.hooks.Load().OnQueue, QueueEvent{
+		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: now.Sub(item.start), Merged: item.merged,
+	})
+	err := c.core.push(ctx, now, item)
+	if err == nil {
+		err = c.core.flushDeferred()
+	}
+	return c.settle(true), err
+}
+
+// giveBack returns a push the core gave up on (see core.takeFailed) to the
+// inbox, ahead of what arrived since, for the next kick to generate.
+func (c *conn) giveBack(item *pushItem) {
+	c.mu.Lock()
+	if !c.closed {
+		c.inbox = item.Merge(c.inbox)
+	}
+	c.mu.Unlock()
+}
+
+// unpark ends a busy phase: if the inbox holds pushes, the connection
+// queues itself again, so that they are generated under a push slot. What
+// it queues is a kick, an empty item: the pushes stay in the inbox, where
+// any push handed over meanwhile joins them, rather than race them to the
+// core.
+func (c *conn) unpark() {
+	c.mu.Lock()
+	c.busy = false
+	kick := !c.inbox.empty() && !c.kicked
+	c.kicked = c.kicked || kick
+	c.mu.Unlock()
+	if kick {
+		c.s.queue.Enqueue(c, new(pushItem)) // a kick: an item that carries no push
+	}
+}
+
+// setBusy makes the inbox wait until the connection is idle again (see
+// unpark). A deliver already past post and waiting for the step lock then
+// finds nothing to do, and does not make its push slot wait for the write
+// or the phases to end.
+func (c *conn) setBusy() {
+	c.mu.Lock()
+	c.busy = true
+	c.mu.Unlock()
+}

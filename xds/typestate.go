@@ -1,0 +1,292 @@
+package xds
+
+import (
+	"time"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// typeState is a connection's state for one type.
+//
+// Status reads some of it, under the connection's status lock (core.pub):
+// sub, the sent and acknowledged fields below, nack, fault and timeouts.
+// A step changes those holding that lock too, so that Status needs no
+// copy of them and never waits for a step; the rest is the step's alone.
+type typeState struct {
+	idx      int
+	sub      *subscription
+	subBytes int // bytes of sub's names
+
+	// order and star describe the resource names of the last SotW request
+	// as the client sent them, so that a request that repeats them (every
+	// ACK does) is recognised without sorting: order is nil when they were
+	// the subscription's names themselves (sorted, unique, without "*");
+	// otherwise it holds, for each name sent, its index in the names
+	// (starIndex for "*"). star reports a "*" among them.
+	order []uint32
+
+	// held is what the client holds, assuming it accepts every response
+	// sent (held, or reported in Delta's initial_resource_versions, and
+	// still subscribed to). It is what makes pushes incremental: a
+	// resource whose content is unchanged is not sent again.
+	held holding
+	// flights are the responses sent that the client has neither ACKed
+	// nor NACKed, oldest first, each able to undo what it did to held: a
+	// NACK reverts held to what the client keeps.
+	flights []*flight
+	// lastTarget is the resources of the type the proxy's configuration
+	// last had, as last generated in full (the rare part's lastChanges
+	// says what partial targets changed of it since): what tells a
+	// reference the configuration breaks from one a client still holds on
+	// its way to the configuration (see removable). Read them with
+	// lastGet. lastSub is the subscription lastTarget was generated for:
+	// of a name it does not cover, the Server does not know whether the
+	// configuration has it (see lastKnows).
+	lastTarget *resSet
+	lastSub    *subscription
+	// lastPush is the PushContext the last of them was generated from.
+	lastPush *pushcontext.PushContext
+
+	// The flags and the count below are kept together, in one word.
+	//
+	// star: see order. alwaysRespond forces a full answer to the next
+	// request with the current nonce: set on EDS when CDS is requested
+	// anew, because the client re-warms its clusters and waits for their
+	// endpoints. resumed marks a Delta subscription whose first request
+	// reported what the client holds (a client reconnecting with its
+	// state). dirty asks the next push to regenerate the type in full (a
+	// NACK stopped its phase, a push failed, something was held back).
+	// timeouts counts the phases sent after a timeout without this type's
+	// ACK.
+	star, alwaysRespond, resumed, dirty bool
+	timeouts                            int32
+
+	// rareRec is what is empty while the client is in step with its
+	// configuration: nil then. Read it with the methods named as its
+	// fields (rejected, retry, ...), change it through rareW; a step that
+	// empties it drops it (see core.dropRare).
+	rareRec *typeRare
+
+	// fault is the type's run of failures (pushes and answers), from the
+	// first until the type succeeds again; nil while it succeeds.
+	fault *typeFault
+
+	// The last response sent and the last the client accepted: their
+	// nonces, which give their versions (versionOf), the Seq of the
+	// PushContext each was made from, when, and the connection's
+	// appliedSeq when each was made.
+	nonceSent string
+	seqSent   uint64
+	sentAt    instant
+	startSent instant // Start of the push that produced the last response; zero for answers
+	pSent     uint64
+
+	nonceAcked string
+	seqAcked   uint64
+	ackedAt    instant
+	pAcked     uint64
+
+	nack *NACK // last NACK since the last ACK
+}
+
+// typeRare is the part of a type's state that is empty while the client
+// is in step with its configuration (see typeState.rareRec).
+type typeRare struct {
+	// rejected maps the names of resources the client NACKed to the
+	// content it rejected: that content is not sent to it again (a NACK is
+	// terminal), unless it changes or a push is Forced.
+	rejected map[string]*encoded
+	// lastChanges is what partial targets (a DeltaGenerator's) released
+	// since the type's last full generation (typeState.lastTarget) changed of
+	// it; nil: the name was removed.
+	lastChanges map[string]*encoded
+	// removing names the resources of a deferred-removal type that the
+	// client still holds although its configuration no longer has them:
+	// the push's removal phase removes them, after every upsert
+	// (make-before-break).
+	removing map[string]struct{}
+	// deferred is an answer waiting for the current push's phases up to
+	// the type (answers do not overtake them); retry is an answer whose
+	// generation failed, tried again at retryAt.
+	deferred *answer
+	retry    *answer
+	retryAt  instant // while retry is set
+	// holds counts the responses in a row that held something back for a
+	// reference the client is on its way to resolve (see retryType).
+	holds int
+}
+
+// empty reports whether r holds nothing.
+func (r *typeRare) empty() bool {
+	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
+		r.deferred == nil && r.retry == nil && r.holds == 0
+}
+
+func (ts *typeState) rejected() map[string]*encoded {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.rejected
+}
+
+func (ts *typeState) lastChanges() map[string]*encoded {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.lastChanges
+}
+
+func (ts *typeState) removing() map[string]struct{} {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.removing
+}
+
+func (ts *typeState) deferred() *answer {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.deferred
+}
+
+func (ts *typeState) retry() *answer {
+	if ts.rareRec == nil {
+		return nil
+	}
+	return ts.rareRec.retry
+}
+
+// markRemoving adds names to the removals the type holds back (see
+// typeRare.removing).
+func (ts *typeState) markRemoving(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	r := ts.rareW()
+	if r.removing == nil {
+		r.removing = make(map[string]struct{}, len(names))
+	}
+	for _, n := range names {
+		r.removing[n] = struct{}{}
+	}
+}
+
+// forgetChanges drops what partial targets changed since the last full
+// generation.
+func (ts *typeState) forgetChanges() {
+	if ts.rareRec != nil {
+		ts.rareRec.lastChanges = nil
+	}
+}
+
+// rareW returns the rare part of ts's state to change, made if ts has none.
+func (ts *typeState) rareW() *typeRare {
+	if ts.rareRec == nil {
+		ts.rareRec = &typeRare{}
+	}
+	return ts.rareRec
+}
+
+// typeFault is a run of failures of one type in a row. A failure replaces
+// the typeFault rather than change it, so that the status published (see
+// typePub) shares it.
+type typeFault struct {
+	err   error // the last failure
+	stage string
+	since time.Time // the first failure
+	fails int
+}
+
+// failure returns the type's last failure, nil while it succeeds.
+func (ts *typeState) failure() error {
+	if ts.fault == nil {
+		return nil
+	}
+	return ts.fault.err
+}
+
+// fails returns the type's failures in a row.
+func (ts *typeState) fails() int {
+	if ts.fault == nil {
+		return 0
+	}
+	return ts.fault.fails
+}
+
+func newTypeState(i int, sub *subscription) *typeState {
+	return &typeState{idx: i, sub: sub, held: newHolding()}
+}
+
+// lastGet returns the configuration's resource name of the type as last
+// generated (see lastTarget), or nil.
+func (ts *typeState) lastGet(name string) *encoded {
+	if e, ok := ts.lastChanges()[name]; ok {
+		return e
+	}
+	if ts.lastTarget == nil {
+		return nil
+	}
+	return ts.lastTarget.get(name)
+}
+
+// lastKnows reports whether what lastGet returns for name tells what the
+// configuration has: the last full generation was for a subscription that
+// covers name, or a partial target since changed it. A target generated
+// before the client subscribed to name did not look for it.
+func (ts *typeState) lastKnows(name string) bool {
+	if _, ok := ts.lastChanges()[name]; ok {
+		return true
+	}
+	return ts.lastTarget != nil && ts.lastSub.covers(name)
+}
+
+// generated records tgt, generated from pc and released, as what the
+// configuration has of the type. A partial target changes what was
+// generated before; past a bound (a quarter of the resources, at least
+// 32) the changes are forgotten rather than kept beside the set, and the
+// next push generates the type in full. Only the types whose resources
+// name others (listeners, routes, clusters: refers) keep partial changes;
+// nothing reads the others' (see removable).
+func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers bool) {
+	if !tgt.partial {
+		ts.lastTarget, ts.lastSub, ts.lastPush = tgt.set, tgt.sub, pc
+		ts.forgetChanges()
+		return
+	}
+	if ts.lastTarget == nil || !refers {
+		return // nothing to apply the changes to, or no one to read them
+	}
+	if n := len(ts.lastChanges()) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
+		ts.lastTarget, ts.lastSub, ts.lastPush = nil, nil, nil
+		ts.forgetChanges()
+		ts.dirty = true
+		return
+	}
+	r := ts.rareW()
+	if r.lastChanges == nil {
+		r.lastChanges = make(map[string]*encoded, tgt.set.len()+len(tgt.removed))
+	}
+	for _, e := range tgt.set.ents {
+		r.lastChanges[e.name] = e.enc
+	}
+	for _, n := range tgt.removed {
+		r.lastChanges[n] = nil
+	}
+	ts.lastPush = pc
+}
+
+// synced reports whether the client has ACKed the last response of the type.
+func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
+
+// nackStands reports whether the client's NACK of the type stands: it
+// rejected the last response sent, or an earlier one whose content is
+// still withheld from it (see typeRare.rejected). Either way the client
+// holds other content than the configuration's, and is not sent it again
+// until the configuration changes it: its NACK is what Sync reports.
+func (ts *typeState) nackStands() bool {
+	return ts.nack != nil && (ts.nack.Nonce == ts.nonceSent || len(ts.rejected()) > 0)
+}
+
+// covers reports whether the type's subscription covers name.
+func (ts *typeState) covers(name string) bool { return ts.sub.covers(name) }
