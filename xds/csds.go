@@ -255,84 +255,82 @@ func genericXDSConfigs(st ConnStatus, d *ConnDump, contents *csdsContents) []*st
 		if !ok {
 			continue // no longer watched
 		}
-		cfg := configStatus(ts)
-		var errState *adminv3.UpdateFailureState
-		if ts.NACK != nil {
-			errState = &adminv3.UpdateFailureState{
-				Details:     ts.NACK.Message,
-				VersionInfo: ts.NACK.Version,
-			}
-			if !ts.NACK.At.IsZero() {
-				errState.LastUpdateAttempt = timestamppb.New(ts.NACK.At)
-			}
+		out = appendTypeConfigs(out, td, ts, d.Delta, contents)
+	}
+	return out
+}
+
+// appendTypeConfigs appends the CSDS entries of one type of a connection:
+// one per resource held, rejected or requested, or the type's status alone.
+func appendTypeConfigs(out []*statusv3.ClientConfig_GenericXdsConfig, td TypeDump, ts TypeStatus, delta bool, contents *csdsContents) []*statusv3.ClientConfig_GenericXdsConfig {
+	cfg := configStatus(ts)
+	errState := nackState(ts.NACK)
+	entry := func(name string, cs adminv3.ClientResourceStatus) *statusv3.ClientConfig_GenericXdsConfig {
+		g := &statusv3.ClientConfig_GenericXdsConfig{
+			TypeUrl:      string(td.Type),
+			Name:         name,
+			ConfigStatus: cfg,
+			ClientStatus: cs,
+			ErrorState:   errState,
 		}
-		entry := func(name string, cs adminv3.ClientResourceStatus) *statusv3.ClientConfig_GenericXdsConfig {
-			g := &statusv3.ClientConfig_GenericXdsConfig{
-				TypeUrl:      string(td.Type),
-				Name:         name,
-				ConfigStatus: cfg,
-				ClientStatus: cs,
-				ErrorState:   errState,
-			}
-			at := ts.AckedAt
-			if cs == adminv3.ClientResourceStatus_UNKNOWN {
-				at = ts.SentAt
-			}
-			if !at.IsZero() && cs != adminv3.ClientResourceStatus_REQUESTED {
-				g.LastUpdated = timestamppb.New(at)
-			}
-			return g
+		at := ts.AckedAt
+		if cs == adminv3.ClientResourceStatus_UNKNOWN {
+			at = ts.SentAt
 		}
-		held := resourceStatus(cfg)
-		missing := adminv3.ClientResourceStatus_REQUESTED
-		if d.Delta && cfg == statusv3.ConfigStatus_SYNCED {
-			missing = adminv3.ClientResourceStatus_DOES_NOT_EXIST
+		if !at.IsZero() && cs != adminv3.ClientResourceStatus_REQUESTED {
+			g.LastUpdated = timestamppb.New(at)
 		}
-		n := len(out)
-		// Resources, Rejected and Names are sorted: merge them. A name
-		// both held and rejected is one entry: the version the client
-		// holds, NACKED.
-		rejected := make(map[string]DumpedResource, len(td.Rejected))
-		for _, r := range td.Rejected {
-			rejected[r.Name] = r
+		return g
+	}
+	held := resourceStatus(cfg)
+	missing := adminv3.ClientResourceStatus_REQUESTED
+	if delta && cfg == statusv3.ConfigStatus_SYNCED {
+		missing = adminv3.ClientResourceStatus_DOES_NOT_EXIST
+	}
+	n := len(out)
+	// Resources, Rejected and Names are sorted: merge them. A name
+	// both held and rejected is one entry: the version the client
+	// holds, NACKED.
+	rejected := make(map[string]DumpedResource, len(td.Rejected))
+	for _, r := range td.Rejected {
+		rejected[r.Name] = r
+	}
+	rs := slices.Clone(td.Resources)
+	for _, r := range td.Rejected {
+		if !slices.ContainsFunc(td.Resources, func(h DumpedResource) bool { return h.Name == r.Name }) {
+			rs = append(rs, r)
 		}
-		rs := slices.Clone(td.Resources)
-		for _, r := range td.Rejected {
-			if !slices.ContainsFunc(td.Resources, func(h DumpedResource) bool { return h.Name == r.Name }) {
-				rs = append(rs, r)
+	}
+	slices.SortFunc(rs, func(a, b DumpedResource) int { return strings.Compare(a.Name, b.Name) })
+	names := td.Names
+	for len(rs) > 0 || len(names) > 0 {
+		switch {
+		case len(names) == 0 || (len(rs) > 0 && rs[0].Name <= names[0]):
+			r := rs[0]
+			cs := held
+			if _, bad := rejected[r.Name]; bad {
+				cs = adminv3.ClientResourceStatus_NACKED
 			}
-		}
-		slices.SortFunc(rs, func(a, b DumpedResource) int { return strings.Compare(a.Name, b.Name) })
-		names := td.Names
-		for len(rs) > 0 || len(names) > 0 {
-			switch {
-			case len(names) == 0 || (len(rs) > 0 && rs[0].Name <= names[0]):
-				r := rs[0]
-				cs := held
-				if _, bad := rejected[r.Name]; bad {
-					cs = adminv3.ClientResourceStatus_NACKED
-				}
-				g := entry(r.Name, cs)
-				g.VersionInfo = r.Version
-				g.XdsConfig = contents.get(r.Resource)
-				out = append(out, g)
-				if len(names) > 0 && names[0] == r.Name {
-					names = names[1:]
-				}
-				rs = rs[1:]
-			default:
-				out = append(out, entry(names[0], missing))
+			g := entry(r.Name, cs)
+			g.VersionInfo = r.Version
+			g.XdsConfig = contents.get(r.Resource)
+			out = append(out, g)
+			if len(names) > 0 && names[0] == r.Name {
 				names = names[1:]
 			}
+			rs = rs[1:]
+		default:
+			out = append(out, entry(names[0], missing))
+			names = names[1:]
 		}
-		if len(out) == n {
-			// Nothing held or requested: the type's status alone.
-			status := adminv3.ClientResourceStatus_UNKNOWN
-			if cfg == statusv3.ConfigStatus_ERROR {
-				status = adminv3.ClientResourceStatus_NACKED
-			}
-			out = append(out, entry("", status))
+	}
+	if len(out) == n {
+		// Nothing held or requested: the type's status alone.
+		status := adminv3.ClientResourceStatus_UNKNOWN
+		if cfg == statusv3.ConfigStatus_ERROR {
+			status = adminv3.ClientResourceStatus_NACKED
 		}
+		out = append(out, entry("", status))
 	}
 	return out
 }
@@ -542,4 +540,16 @@ func compileValue(m *matcherv3.ValueMatcher) (func(*structpb.Value) bool, error)
 	default:
 		return nil, errors.New("no match pattern")
 	}
+}
+
+// nackState returns the CSDS error state of a standing NACK, or nil.
+func nackState(n *NACK) *adminv3.UpdateFailureState {
+	if n == nil {
+		return nil
+	}
+	st := &adminv3.UpdateFailureState{Details: n.Message, VersionInfo: n.Version}
+	if !n.At.IsZero() {
+		st.LastUpdateAttempt = timestamppb.New(n.At)
+	}
+	return st
 }

@@ -65,24 +65,41 @@ type kindLister interface {
 	Kinds() []string
 }
 
+// settings checks cfg and returns what the Server runs with.
 func (cfg *Config) settings() (*settings, error) {
-	if cfg.Builder == nil {
-		return nil, errors.New("xds: Config.Builder is nil")
-	}
-	if len(cfg.Generators) == 0 {
-		return nil, errors.New("xds: Config.Generators is empty")
-	}
-	for t, g := range cfg.Generators {
-		if t == "" {
-			return nil, errors.New("xds: Config.Generators has an empty type URL")
-		}
-		if g == nil {
-			return nil, fmt.Errorf("xds: Config.Generators[%s] is nil", t)
-		}
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	order, err := pushOrder(cfg.Order, cfg.Generators)
 	if err != nil {
 		return nil, err
+	}
+	s := cfg.withDefaults(order)
+	if err := s.typeRoles(cfg); err != nil {
+		return nil, err
+	}
+	if err := s.configKinds(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// check refuses a Config whose required fields are missing or whose
+// numbers are out of range.
+func (cfg *Config) check() error {
+	if cfg.Builder == nil {
+		return errors.New("xds: Config.Builder is nil")
+	}
+	if len(cfg.Generators) == 0 {
+		return errors.New("xds: Config.Generators is empty")
+	}
+	for t, g := range cfg.Generators {
+		if t == "" {
+			return errors.New("xds: Config.Generators has an empty type URL")
+		}
+		if g == nil {
+			return fmt.Errorf("xds: Config.Generators[%s] is nil", t)
+		}
 	}
 	for _, c := range []struct {
 		name string
@@ -95,31 +112,37 @@ func (cfg *Config) settings() (*settings, error) {
 		{"FirstRequestTimeout", cfg.FirstRequestTimeout},
 	} {
 		if c.v < 0 {
-			return nil, fmt.Errorf("xds: Config.%s %v is negative", c.name, c.v)
+			return fmt.Errorf("xds: Config.%s %v is negative", c.name, c.v)
 		}
 	}
 	switch {
 	case cfg.Concurrency < 0:
-		return nil, fmt.Errorf("xds: Config.Concurrency %d is negative", cfg.Concurrency)
+		return fmt.Errorf("xds: Config.Concurrency %d is negative", cfg.Concurrency)
 	case cfg.NewStreamRate < 0 || math.IsNaN(cfg.NewStreamRate):
-		return nil, fmt.Errorf("xds: Config.NewStreamRate %v is negative", cfg.NewStreamRate)
+		return fmt.Errorf("xds: Config.NewStreamRate %v is negative", cfg.NewStreamRate)
 	case cfg.NewStreamWait < 0:
-		return nil, fmt.Errorf("xds: Config.NewStreamWait %v is negative", cfg.NewStreamWait)
+		return fmt.Errorf("xds: Config.NewStreamWait %v is negative", cfg.NewStreamWait)
 	case cfg.NewStreamBurst < 0:
-		return nil, fmt.Errorf("xds: Config.NewStreamBurst %d is negative", cfg.NewStreamBurst)
+		return fmt.Errorf("xds: Config.NewStreamBurst %d is negative", cfg.NewStreamBurst)
 	case cfg.MaxResourceNames < 0:
-		return nil, fmt.Errorf("xds: Config.MaxResourceNames %d is negative", cfg.MaxResourceNames)
+		return fmt.Errorf("xds: Config.MaxResourceNames %d is negative", cfg.MaxResourceNames)
 	case cfg.MaxNameLength < 0:
-		return nil, fmt.Errorf("xds: Config.MaxNameLength %d is negative", cfg.MaxNameLength)
+		return fmt.Errorf("xds: Config.MaxNameLength %d is negative", cfg.MaxNameLength)
 	case cfg.MaxSubscriptionBytes < 0:
-		return nil, fmt.Errorf("xds: Config.MaxSubscriptionBytes %d is negative", cfg.MaxSubscriptionBytes)
+		return fmt.Errorf("xds: Config.MaxSubscriptionBytes %d is negative", cfg.MaxSubscriptionBytes)
 	case cfg.MaxRequestBytes < 0:
-		return nil, fmt.Errorf("xds: Config.MaxRequestBytes %d is negative", cfg.MaxRequestBytes)
+		return fmt.Errorf("xds: Config.MaxRequestBytes %d is negative", cfg.MaxRequestBytes)
 	case cfg.MaxStreamsPerConnection < 0:
-		return nil, fmt.Errorf("xds: Config.MaxStreamsPerConnection %d is negative", cfg.MaxStreamsPerConnection)
+		return fmt.Errorf("xds: Config.MaxStreamsPerConnection %d is negative", cfg.MaxStreamsPerConnection)
 	case cfg.Backoff.Max > 0 && cfg.Backoff.Initial > cfg.Backoff.Max:
-		return nil, fmt.Errorf("xds: Config.Backoff.Initial %v exceeds Backoff.Max %v", cfg.Backoff.Initial, cfg.Backoff.Max)
+		return fmt.Errorf("xds: Config.Backoff.Initial %v exceeds Backoff.Max %v", cfg.Backoff.Initial, cfg.Backoff.Max)
 	}
+	return nil
+}
+
+// withDefaults returns the settings of cfg, each zero field given its
+// default, for types in order.
+func (cfg *Config) withDefaults(order []TypeURL) *settings {
 	s := &settings{
 		builder:    cfg.Builder,
 		order:      order,
@@ -173,6 +196,13 @@ func (cfg *Config) settings() (*settings, error) {
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
+	return s
+}
+
+// typeRoles records each type's place: its index, generator, whether it is
+// a leaf, full-state, or has its removals deferred.
+func (s *settings) typeRoles(cfg *Config) error {
+	order := s.order
 	s.leaf = make([]bool, len(order))
 	for i, t := range order {
 		s.index[t] = i
@@ -189,7 +219,7 @@ func (cfg *Config) settings() (*settings, error) {
 	}
 	for _, t := range full {
 		if t == "" {
-			return nil, errors.New("xds: Config.FullStateTypes has an empty type URL")
+			return errors.New("xds: Config.FullStateTypes has an empty type URL")
 		}
 		if i := s.typeIndex(t); i >= 0 {
 			s.fullState[i] = true
@@ -201,18 +231,23 @@ func (cfg *Config) settings() (*settings, error) {
 	}
 	for _, t := range deferred {
 		if t == "" {
-			return nil, errors.New("xds: Config.Phases.DeferredRemovals has an empty type URL")
+			return errors.New("xds: Config.Phases.DeferredRemovals has an empty type URL")
 		}
 		if i := s.typeIndex(t); i >= 0 && !s.deferred[i] {
 			s.deferred[i] = true
 			s.removalOrder = append(s.removalOrder, i)
 		}
 	}
+	return nil
+}
 
+// configKinds checks and records the config kinds of each type
+// (TypeKinds) and of InitProxy (ProxyKinds).
+func (s *settings) configKinds(cfg *Config) error {
 	external := make(map[string]bool, len(cfg.ExternalKinds))
 	for _, k := range cfg.ExternalKinds {
 		if k == "" {
-			return nil, errors.New("xds: Config.ExternalKinds has an empty kind")
+			return errors.New("xds: Config.ExternalKinds has an empty kind")
 		}
 		external[k] = true
 	}
@@ -223,31 +258,31 @@ func (cfg *Config) settings() (*settings, error) {
 	for t, kinds := range cfg.TypeKinds {
 		i := s.typeIndex(t)
 		if i < 0 {
-			return nil, fmt.Errorf("xds: Config.TypeKinds names %s, which has no generator", t)
+			return fmt.Errorf("xds: Config.TypeKinds names %s, which has no generator", t)
 		}
 		if kinds == nil {
 			kinds = []string{} // declared, fed by no kind: only Forced pushes
 		}
 		for _, k := range kinds {
 			if k == "" {
-				return nil, fmt.Errorf("xds: Config.TypeKinds[%s] has an empty kind", t)
+				return fmt.Errorf("xds: Config.TypeKinds[%s] has an empty kind", t)
 			}
 			if !s.knownKinds(k) {
-				return nil, fmt.Errorf("xds: Config.TypeKinds[%s] has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", t, k)
+				return fmt.Errorf("xds: Config.TypeKinds[%s] has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", t, k)
 			}
 		}
 		s.kinds[i] = slices.Clone(kinds)
 	}
 	for _, k := range cfg.ProxyKinds {
 		if k == "" {
-			return nil, errors.New("xds: Config.ProxyKinds has an empty kind")
+			return errors.New("xds: Config.ProxyKinds has an empty kind")
 		}
 		if !s.knownKinds(k) {
-			return nil, fmt.Errorf("xds: Config.ProxyKinds has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", k)
+			return fmt.Errorf("xds: Config.ProxyKinds has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", k)
 		}
 	}
 	s.proxyKinds = slices.Clone(cfg.ProxyKinds)
-	return s, nil
+	return nil
 }
 
 func cmpOr[T comparable](v, def T) T {

@@ -305,32 +305,10 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	if err := s.admitRate(ctx, gone); err != nil {
 		return false, s.refused(ctx, peerAddr, nil, err, err)
 	}
-	var identity any
-	if auth := s.set.authenticate; auth != nil {
-		if err := s.enterOpening(ctx, gone, nil); err != nil {
-			return false, s.refused(ctx, peerAddr, nil, err, err)
-		}
-		// Authenticate's ctx ends if the client leaves. This goroutine
-		// lives as long as the call, of which at most MaxOpeningStreams
-		// run at once.
-		called := make(chan struct{})
-		go func() {
-			select {
-			case <-gone:
-				c.cancel()
-			case <-called:
-			}
-		}()
-		var err error
-		identity, err = guarded(s, ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), auth)
-		close(called)
-		s.leaveOpening() // the first request may take its time
-		if err != nil {
-			toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
-			return false, s.refused(ctx, peerAddr, nil, toClient, detail)
-		}
+	identity, err := s.authenticated(ctx, c, gone, peerAddr)
+	if err != nil {
+		return false, err
 	}
-
 	c.seq = s.connSeq.Add(1)
 	s.goStream(func() { c.receive(true) })
 
@@ -355,14 +333,8 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		Identity: identity,
 	}
 	c.proxy = p
-	if authz := s.set.authorize; authz != nil {
-		err := s.guard(ctx, "Authorize", s.set.genTimeout, errors.New("timed out"), func(ctx context.Context) error {
-			return authz(ctx, p)
-		})
-		if err != nil {
-			toClient, detail := s.hostError(ctx, codes.PermissionDenied, "not authorized", p, err)
-			return false, s.refused(ctx, peerAddr, p, toClient, detail)
-		}
+	if err := s.authorized(ctx, p); err != nil {
+		return false, err
 	}
 	c.core = newCore(s.set, s, &c.statusMu, p, c.delta, c.seq)
 	c.st.connectedAt = s.set.instant(s.set.clock.Now())
@@ -403,6 +375,54 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		c.failErr = err
 	}
 	return true, nil
+}
+
+// authenticated runs Config.Authenticate, if any, for the stream of c,
+// holding an opening while it runs. It returns the identity, or the error
+// that refuses the stream.
+func (s *Server) authenticated(ctx context.Context, c *conn, gone <-chan struct{}, peerAddr net.Addr) (any, error) {
+	auth := s.set.authenticate
+	if auth == nil {
+		return nil, nil
+	}
+	if err := s.enterOpening(ctx, gone, nil); err != nil {
+		return nil, s.refused(ctx, peerAddr, nil, err, err)
+	}
+	// Authenticate's ctx ends if the client leaves. This goroutine lives
+	// as long as the call, of which at most MaxOpeningStreams run at once.
+	called := make(chan struct{})
+	go func() {
+		select {
+		case <-gone:
+			c.cancel()
+		case <-called:
+		}
+	}()
+	identity, err := guarded(s, ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), auth)
+	close(called)
+	s.leaveOpening() // the first request may take its time
+	if err != nil {
+		toClient, detail := s.hostError(ctx, codes.Unauthenticated, "authentication failed", nil, err)
+		return nil, s.refused(ctx, peerAddr, nil, toClient, detail)
+	}
+	return identity, nil
+}
+
+// authorized runs Config.Authorize, if any, for proxy p; it returns the
+// error that refuses the stream.
+func (s *Server) authorized(ctx context.Context, p *Proxy) error {
+	authz := s.set.authorize
+	if authz == nil {
+		return nil
+	}
+	err := s.guard(ctx, "Authorize", s.set.genTimeout, errors.New("timed out"), func(ctx context.Context) error {
+		return authz(ctx, p)
+	})
+	if err != nil {
+		toClient, detail := s.hostError(ctx, codes.PermissionDenied, "not authorized", p, err)
+		return s.refused(ctx, p.Peer, p, toClient, detail)
+	}
+	return nil
 }
 
 // closed turns what ended loop into the stream's result, and logs it.
