@@ -84,16 +84,8 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
 	set := c.set
 	full := set.fullState[i]
-	if err := c.checkNames(req.TypeUrl, req.ResourceNamesSubscribe); err != nil {
+	if err := c.checkDeltaNames(req); err != nil {
 		return nil, err
-	}
-	if err := c.checkNames(req.TypeUrl, req.ResourceNamesUnsubscribe); err != nil {
-		return nil, err
-	}
-	for n := range req.InitialResourceVersions {
-		if len(n) > set.maxNameLen {
-			return nil, c.nameTooLong(req.TypeUrl, n)
-		}
 	}
 	ts := c.types[i]
 	first := ts == nil
@@ -118,14 +110,8 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	}
 
 	var initial []string
-	if first && len(req.InitialResourceVersions) > 0 {
-		initial = make([]string, 0, len(req.InitialResourceVersions))
-		for n := range req.InitialResourceVersions {
-			if n != "" && n != "*" {
-				initial = append(initial, n)
-			}
-		}
-		slices.Sort(initial)
+	if first {
+		initial = initialNames(req.InitialResourceVersions)
 	}
 	want := sub
 	if !wildcard && len(initial) > 0 {
@@ -151,32 +137,82 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		c.setSubBytes(ts, names)
 	}
 
-	// What the client reported holding.
-	if first && len(initial) > 0 {
-		ts.resumed = true
-		ents := make([]entry, 0, len(initial))
-		for _, n := range initial {
-			if ts.covers(n) {
-				ents = append(ents, entry{n, reported(req.InitialResourceVersions[n])})
-			}
-		}
-		ts.held.reset(newSet(ents))
+	if len(initial) > 0 {
+		ts.resume(initial, req.InitialResourceVersions)
 	}
 	// What the client no longer subscribes to, it drops.
 	if len(removed) > 0 || (wasWildcard && !wildcard) {
-		var drop []string
-		ts.held.each(func(n string, _ *encoded) {
-			if !ts.covers(n) {
-				drop = append(drop, n)
-			}
-		})
-		for _, n := range drop {
-			ts.forget(n)
-			delete(ts.removing(), n)
-		}
-		ts.unrejectUncovered()
+		ts.dropUncovered()
 	}
+	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, added, removed), nil
+}
 
+// checkDeltaNames checks the names of a Delta request against the bounds
+// on names.
+func (c *core) checkDeltaNames(req *discoveryv3.DeltaDiscoveryRequest) error {
+	if err := c.checkNames(req.TypeUrl, req.ResourceNamesSubscribe); err != nil {
+		return err
+	}
+	if err := c.checkNames(req.TypeUrl, req.ResourceNamesUnsubscribe); err != nil {
+		return err
+	}
+	for n := range req.InitialResourceVersions {
+		if len(n) > c.set.maxNameLen {
+			return c.nameTooLong(req.TypeUrl, n)
+		}
+	}
+	return nil
+}
+
+// initialNames returns the names of a reconnecting client's
+// initial_resource_versions, sorted, "*" and "" left out.
+func initialNames(versions map[string]string) []string {
+	if len(versions) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(versions))
+	for n := range versions {
+		if n != "" && n != "*" {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// resume records what a reconnecting client reported holding: the names
+// of initial that ts covers, at the versions given.
+func (ts *typeState) resume(initial []string, versions map[string]string) {
+	ts.resumed = true
+	ents := make([]entry, 0, len(initial))
+	for _, n := range initial {
+		if ts.covers(n) {
+			ents = append(ents, entry{n, reported(versions[n])})
+		}
+	}
+	ts.held.reset(newSet(ents))
+}
+
+// dropUncovered forgets what the client holds that its subscription no
+// longer covers: the client drops it.
+func (ts *typeState) dropUncovered() {
+	var drop []string
+	ts.held.each(func(n string, _ *encoded) {
+		if !ts.covers(n) {
+			drop = append(drop, n)
+		}
+	})
+	for _, n := range drop {
+		ts.forget(n)
+		delete(ts.removing(), n)
+	}
+	ts.unrejectUncovered()
+}
+
+// deltaAnswer returns how a Delta request is answered (nil: it is not),
+// from what it subscribed to (sub, added) and unsubscribed from (unsub,
+// removed), and the wildcard before and after it.
+func deltaAnswer(first, wildcard, wasWildcard bool, sub, unsub, added, removed []string) *answer {
 	var delta pushcontext.ResourceDelta
 	if len(added) > 0 {
 		delta.Subscribed = nameSet(added)
@@ -186,9 +222,9 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	}
 	switch {
 	case first:
-		return &answer{initial: true, notFound: true, delta: delta}, nil
+		return &answer{initial: true, notFound: true, delta: delta}
 	case wildcard && !wasWildcard:
-		return &answer{delta: delta}, nil
+		return &answer{delta: delta}
 	case len(sub) > 0 || (wildcard && len(unsub) > 0):
 		// Every name this request subscribes to is answered, even one
 		// the Server believes the client holds: the client may have
@@ -208,8 +244,8 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 			}
 		}
 		if len(only) > 0 {
-			return &answer{force: only, restrict: true, notFound: true, delta: delta}, nil
+			return &answer{force: only, restrict: true, notFound: true, delta: delta}
 		}
 	}
-	return nil, nil
+	return nil
 }
