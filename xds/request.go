@@ -103,9 +103,7 @@ func (c *core) retryHeldBack(i int) error {
 // NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
 // subscription change, and answers when it should.
 func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
-	set := c.set
-	full := set.fullState[i]
-	ts := c.types[i]
+	set, full, ts := c.set, c.set.fullState[i], c.types[i]
 
 	// 1. NACK: record it. The rejected content is not sent again to this
 	// client (see typeRare.rejected). A NACK of the last response also
@@ -129,33 +127,16 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		}
 	}
 
-	// The names of an ACK are most often those of the previous request,
-	// in the same order: then they need no sorting (a SotW client repeats
-	// every name it subscribes to in every ACK).
-	same := ts != nil && ts.sameNames(req.ResourceNames)
-	var names []string
-	var star bool
-	var order []uint32
-	if same {
-		names, star, order = ts.sub.names, ts.star, ts.order
-	} else {
-		if err := c.checkNames(req.TypeUrl, req.ResourceNames); err != nil {
-			return err
-		}
-		names, star, order = parseNames(req.ResourceNames)
+	rn, err := c.sotwRequestNames(ts, req)
+	if err != nil {
+		return err
 	}
+	names, star, order := rn.names, rn.star, rn.order
 
 	// 2. Unsubscribe: a by-name type with no names.
 	if !full && len(names) == 0 {
 		if ts != nil {
-			set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: unsubscribed",
-				slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])))
-			c.subBytes -= ts.subBytes
-			c.setType(i, nil)
-			if c.dropped == nil {
-				c.dropped = make([]bool, len(c.types))
-			}
-			c.dropped[i] = true
+			c.unwatch(i)
 		}
 		return nil
 	}
@@ -174,35 +155,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// nonce once a response was sent is answered in full too, but as a
 	// change of the subscription (5).
 	if ts == nil || ts.nonceSent == "" {
-		if err := c.checkSubscription(i, names); err != nil {
-			return err
-		}
-		sub, order := c.sotwSubscription(names, wildcard, order)
-		nts := newTypeState(i, sub)
-		if ts != nil {
-			c.subBytes -= ts.subBytes
-		}
-		c.setSubBytes(nts, names)
-		nts.order, nts.star = order, star
-		if ts != nil {
-			nts.timeouts = ts.timeouts
-			if len(ts.removing()) > 0 {
-				// A push is holding removals back: the client still holds
-				// them and the answer keeps them until the push removes them.
-				nts.held, nts.rareW().removing = ts.held, ts.rareRec.removing
-				for n := range nts.removing() {
-					if nts.covers(n) && !ts.covers(n) {
-						delete(nts.removing(), n) // see resubscribed
-					}
-				}
-			}
-		}
-		c.setType(i, nts)
-		if c.dropped != nil {
-			c.dropped[i] = false
-		}
-		c.rewarm(i)
-		return c.answer(i, &answer{all: true})
+		return c.sotwInitial(i, names, star, wildcard, order)
 	}
 
 	// 4. Stale (or unknown) nonce: the client has not seen our last
@@ -226,6 +179,91 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// on their way send. Answered from a fresh state, it would remove what
 	// the client reads in them, and what the routes it read since name (a
 	// gRPC client whose route moved before its first clusters arrived).
+	return c.sotwUpdate(i, rn, wildcard, renewed, nacked, again)
+}
+
+// unwatch ends the watch of by-name type i: the client unsubscribed from
+// every name. It is marked dropped (see core.dropped).
+func (c *core) unwatch(i int) {
+	c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: unsubscribed",
+		slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])))
+	c.subBytes -= c.types[i].subBytes
+	c.setType(i, nil)
+	if c.dropped == nil {
+		c.dropped = make([]bool, len(c.types))
+	}
+	c.dropped[i] = true
+}
+
+// sotwInitial answers in full a SotW request of type i that starts its
+// watch, or comes when nothing was sent since (step 3 of sotwRequest). A
+// new typeState takes over what a push holds back for removal.
+func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32) error {
+	ts := c.types[i]
+	if err := c.checkSubscription(i, names); err != nil {
+		return err
+	}
+	sub, order := c.sotwSubscription(names, wildcard, order)
+	nts := newTypeState(i, sub)
+	if ts != nil {
+		c.subBytes -= ts.subBytes
+	}
+	c.setSubBytes(nts, names)
+	nts.order, nts.star = order, star
+	if ts != nil {
+		nts.timeouts = ts.timeouts
+		if len(ts.removing()) > 0 {
+			// A push is holding removals back: the client still holds
+			// them and the answer keeps them until the push removes them.
+			nts.held, nts.rareW().removing = ts.held, ts.rareRec.removing
+			for n := range nts.removing() {
+				if nts.covers(n) && !ts.covers(n) {
+					delete(nts.removing(), n) // see resubscribed
+				}
+			}
+		}
+	}
+	c.setType(i, nts)
+	if c.dropped != nil {
+		c.dropped[i] = false
+	}
+	c.rewarm(i)
+	return c.answer(i, &answer{all: true})
+}
+
+// sotwNames are the names of a SotW request: sorted, whether "*" was
+// among them, the client's order, and whether they are those of the
+// previous request.
+type sotwNames struct {
+	names []string
+	star  bool
+	order []uint32
+	same  bool
+}
+
+// sotwRequestNames returns the names of req, a SotW request of the type of
+// ts (nil if not watched), checked against the bounds on names. The names
+// of an ACK are most often those of the previous request, in the same
+// order: then they need no sorting (a SotW client repeats every name it
+// subscribes to in every ACK).
+func (c *core) sotwRequestNames(ts *typeState, req *discoveryv3.DiscoveryRequest) (sotwNames, error) {
+	if ts != nil && ts.sameNames(req.ResourceNames) {
+		return sotwNames{ts.sub.names, ts.star, ts.order, true}, nil
+	}
+	if err := c.checkNames(req.TypeUrl, req.ResourceNames); err != nil {
+		return sotwNames{}, err
+	}
+	names, star, order := parseNames(req.ResourceNames)
+	return sotwNames{names, star, order, false}, nil
+}
+
+// sotwUpdate applies an ACK of the last response of type i, or a request
+// with no nonce from a client that has read no response yet (renewed),
+// with the subscription it carries, and answers what changed (step 5 of
+// sotwRequest). again is the answer a NACK asked for, if any.
+func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, again *answer) error {
+	ts, full := c.types[i], c.set.fullState[i]
+	names, star, order, same := req.names, req.star, req.order, req.same
 	if !same {
 		if err := c.checkSubscription(i, names); err != nil {
 			return err
