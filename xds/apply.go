@@ -40,25 +40,10 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	}
 	dirty := slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
 	req := item.req
-	pc := req.Push
-	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
-		pc = c.proxy.Push // never go back to an older snapshot
+	before, pc, err := c.moveTo(req)
+	if err != nil {
+		return err
 	}
-	// If the push fails, the proxy stays where it was: answers to its
-	// requests keep coming from the snapshot its client holds, not from
-	// one whose other types it has not been sent.
-	before := proxyAt{push: c.proxy.Push, data: c.proxy.Data, scope: c.proxy.Scope, view: c.proxy.View,
-		prevScope: c.prevScope, initSeq: c.initSeq}
-	if req.Full && pc.Seq() > c.initSeq {
-		if c.reinit(req, pc) {
-			if err := c.initProxy(pc); err != nil {
-				return err
-			}
-		} else {
-			c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
-		}
-	}
-	c.proxy.Push = pc
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
 	if !ok {
 		c.explained(req, pc, nil)
@@ -76,12 +61,110 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		cp.Push = pc
 		filtered = &cp
 	}
+	pl := newPlan(filtered, len(c.set.order))
+	failed, err := c.generatePush(pl, filtered)
+	if err != nil {
+		pl.free()
+		return err
+	}
+	if failed != nil {
+		c.pushFailed(pl, failed, &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged})
+		if len(pl.phases) == 0 {
+			// Nothing of the push is sent: the proxy stays where it was,
+			// so that answers to its requests keep coming from the
+			// snapshot its client holds, not from one whose other types
+			// it has not been sent.
+			pl.free()
+			c.moveBack(before)
+			return nil
+		}
+	} else {
+		c.pushFails = 0
+	}
+	c.generatedFrom(pl, pc, req)
+	if failed == nil {
+		c.applied(item.seq, false)
+	}
+	return c.startPlan(pl, failed == nil)
+}
+
+// startPlan starts releasing pl, the phases of the push just generated,
+// with its removal phases if removals (a push released in part removes
+// nothing: what it would remove, its retry does, after every upsert).
+func (c *core) startPlan(pl *plan, removals bool) error {
+	if len(pl.phases) == 0 {
+		pl.free()
+		c.completedSeq = max(c.completedSeq, c.appliedSeq)
+		return nil
+	}
+	if removals {
+		for _, i := range c.set.removalOrder {
+			if c.types[i] != nil {
+				pl.phases = append(pl.phases, phase{typeIdx: i, removal: true})
+			}
+		}
+	}
+	pl.seq = c.appliedSeq
+	pl.phaseBuf = pl.phases
+	c.plan = pl
+	c.advance(false)
+	return c.flushDeferred()
+}
+
+// pushFailed keeps the push retry, whose generation failed for the types
+// failed, to be retried, merged with later pushes, after a backoff.
+// Meanwhile the types of pl that cannot name what a failed type did not
+// send (endpoints, when routes fail) are released, and the rest waits:
+// regenerated in full by the retry.
+func (c *core) pushFailed(pl *plan, failed []bool, retry *pushItem) {
+	pl.phases = c.independent(pl.phases, failed)
+	c.failed = retry
+	c.pushFails++
+	c.pushRetryAt = c.now.Add(c.set.backoffFor(c.pushFails, c.seed))
+}
+
+// moveTo moves the proxy to the snapshot of the push req (never back to
+// an older one), calling InitProxy again if a Full push asks for it. It
+// returns where the proxy stood before: if the push fails, the proxy
+// stays there (moveBack), so that answers to its requests keep coming
+// from the snapshot its client holds, not from one whose other types it
+// has not been sent.
+func (c *core) moveTo(req *pushcontext.PushRequest) (proxyAt, *pushcontext.PushContext, error) {
+	pc := req.Push
+	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
+		pc = c.proxy.Push // never go back to an older snapshot
+	}
+	before := proxyAt{push: c.proxy.Push, data: c.proxy.Data, scope: c.proxy.Scope, view: c.proxy.View,
+		prevScope: c.prevScope, initSeq: c.initSeq}
+	if req.Full && pc.Seq() > c.initSeq {
+		if c.reinit(req, pc) {
+			if err := c.initProxy(pc); err != nil {
+				return before, nil, err
+			}
+		} else {
+			c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
+		}
+	}
+	c.proxy.Push = pc
+	return before, pc, nil
+}
+
+// moveBack puts the proxy back where it stood before a push (see moveTo).
+func (c *core) moveBack(before proxyAt) {
+	c.proxy.Push, c.proxy.Data, c.proxy.Scope, c.proxy.View = before.push, before.data, before.scope, before.view
+	c.prevScope, c.initSeq = before.prevScope, before.initSeq
+}
+
+// generatePush generates every type the push filtered affects into the
+// phases of pl. It returns, by type index, the types whose generation
+// failed (nil if none did), or the error that ends the stream (a
+// generator timed out).
+func (c *core) generatePush(pl *plan, filtered *pushcontext.PushRequest) ([]bool, error) {
 	set := c.set
 	// A cluster that is sent re-warms on the client, which then waits for
 	// its endpoints: when CDS is generated, so is EDS.
 	cdsAffected := set.cdsIdx >= 0 && c.types[set.cdsIdx] != nil && c.affected(set.cdsIdx, filtered)
-	pl := newPlan(filtered, len(set.order))
-	var failed []bool // by type index; nil while no type failed
+	var failed []bool
 	for i, ts := range c.types {
 		if ts == nil {
 			continue
@@ -97,8 +180,7 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		if err != nil {
 			c.typeFailed(ts, "generate", err, true)
 			if err == ErrGenerateTimeout {
-				pl.free()
-				return errStreamGenerateTimeout
+				return nil, errStreamGenerateTimeout
 			}
 			if failed == nil {
 				failed = make([]bool, len(c.types))
@@ -108,28 +190,12 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		}
 		pl.phases = append(pl.phases, phase{typeIdx: i, tgt: tgt})
 	}
-	if failed != nil {
-		// The push is retried, merged with later pushes, after a backoff.
-		// Meanwhile the types that cannot name what a failed type did not
-		// send (endpoints, when routes fail) are released, and the rest
-		// waits: regenerated in full by the retry.
-		pl.phases = c.independent(pl.phases, failed)
-		c.failed = &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged}
-		c.pushFails++
-		c.pushRetryAt = now.Add(set.backoffFor(c.pushFails, c.seed))
-		if len(pl.phases) == 0 {
-			// Nothing of the push is sent: the proxy stays where it was,
-			// so that answers to its requests keep coming from the
-			// snapshot its client holds, not from one whose other types
-			// it has not been sent.
-			pl.free()
-			c.proxy.Push, c.proxy.Data, c.proxy.Scope, c.proxy.View = before.push, before.data, before.scope, before.view
-			c.prevScope, c.initSeq = before.prevScope, before.initSeq
-			return nil
-		}
-	} else {
-		c.pushFails = 0
-	}
+	return failed, nil
+}
+
+// generatedFrom records that the types of pl's phases were generated from
+// pc for the push req, and succeeded.
+func (c *core) generatedFrom(pl *plan, pc *pushcontext.PushContext, req *pushcontext.PushRequest) {
 	var genBuf [8]bool
 	var generated []bool
 	if n := len(c.types); n <= len(genBuf) {
@@ -145,26 +211,6 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		c.typeOK(ts)
 	}
 	c.explained(req, pc, generated)
-	if failed == nil {
-		c.applied(item.seq, false)
-	}
-	if len(pl.phases) == 0 {
-		pl.free()
-		c.completedSeq = max(c.completedSeq, c.appliedSeq)
-		return nil
-	}
-	// A push released in part removes nothing: what it would remove, its
-	// retry does, after every upsert.
-	for _, i := range set.removalOrder {
-		if c.types[i] != nil && failed == nil {
-			pl.phases = append(pl.phases, phase{typeIdx: i, removal: true})
-		}
-	}
-	pl.seq = c.appliedSeq
-	pl.phaseBuf = pl.phases
-	c.plan = pl
-	c.advance(false)
-	return c.flushDeferred()
 }
 
 // independent returns, of the phases of a push in which the types marked
