@@ -146,19 +146,14 @@ func (d *diffResult) done() {
 // diff compares tgt with what the client holds of type i. It changes
 // nothing. The caller calls done on the result once it has used it.
 func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
-	set := c.set
-	ts := c.types[i]
-	full := set.fullState[i]
+	set, ts, full := c.set, c.types[i], c.set.fullState[i]
 	removes := c.delta || full
 	var answered map[string]struct{} // names an answer sent during the push
 	if o.push && c.plan != nil {
 		answered = c.plan.t[i].answered
 	}
 	covered := tgt.sub == ts.sub
-	// A route or listener must not name a cluster the client does not
-	// hold, when the client holds every cluster it is sent (wildcard CDS).
-	checkClusters := (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 &&
-		c.types[set.cdsIdx] != nil && c.types[set.cdsIdx].sub.wildcard
+	checkClusters := c.checksClusters(i)
 	b := diffPool.Get().(*diffBufs)
 	d := diffResult{bufs: b, kept: b.kept[:0], changed: b.changed[:0], ups: b.ups[:0]}
 	inHeld := 0
@@ -214,46 +209,38 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		if differs {
 			d.changed = append(d.changed, r)
 		}
-		if !full || c.delta {
-			if differs || o.all || forced || o.warm.has(r.name) {
-				d.ups = append(d.ups, r) // SotW full-state responses carry kept
-			}
+		// SotW full-state responses carry kept; the others, what changed.
+		if (!full || c.delta) && (differs || o.all || forced || o.warm.has(r.name)) {
+			d.ups = append(d.ups, r)
 		}
 	}
 
-	// What the client holds and the target no longer has. SotW by-name
-	// types never remove: the client unsubscribes.
-	var gone []string
-	switch {
-	case !removes:
-	case tgt.partial:
-		for _, n := range tgt.removed {
-			if ts.held.get(n) != nil && ts.covers(n) {
-				gone = append(gone, n)
-			}
-		}
-	case !o.restrict && inHeld < ts.held.len():
-		if len(ts.held.over) > 0 {
-			ts.held.each(func(n string, _ *encoded) {
-				if ts.covers(n) && tgt.covers(n) && !hasEntry(d.kept, n) {
-					gone = append(gone, n)
-				}
-			})
-			break
-		}
-		k := 0 // both sorted: one walk
-		for _, e := range ts.held.set.ents {
-			for k < len(d.kept) && d.kept[k].name < e.name {
-				k++
-			}
-			if (k == len(d.kept) || d.kept[k].name != e.name) && ts.covers(e.name) && tgt.covers(e.name) {
-				gone = append(gone, e.name)
-			}
-		}
+	d.inHeld = inHeld
+	c.removeOrDefer(&d, i, tgt, c.gone(ts, tgt, d.kept, inHeld, removes, o.restrict), removes, o)
+	d.unreject(ts, tgt, o)
+	if c.delta && o.notFound {
+		d.findNotFound(ts, o)
 	}
-	slices.Sort(gone)
-	if set.deferred[i] && removes && !o.restrict &&
-		(o.push || len(ts.removing()) > 0 || (o.initial && set.phaseWait)) {
+	return d
+}
+
+// checksClusters reports whether the responses of type i are checked for
+// clusters the client does not hold: a route or listener must not name
+// one, when the client holds every cluster it is sent (wildcard CDS).
+func (c *core) checksClusters(i int) bool {
+	set := c.set
+	return (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 &&
+		c.types[set.cdsIdx] != nil && c.types[set.cdsIdx].sub.wildcard
+}
+
+// removeOrDefer settles what the response removes of type i, gone: held
+// back for the push's removal phase (make-before-break), or removed now,
+// but for what a resource the client holds still names, which the
+// response keeps.
+func (c *core) removeOrDefer(d *diffResult, i int, tgt *target, gone []string, removes bool, o relOpts) {
+	ts := c.types[i]
+	if c.set.deferred[i] && removes && !o.restrict &&
+		(o.push || len(ts.removing()) > 0 || (o.initial && c.set.phaseWait)) {
 		// Make-before-break: hold the removals until the push's removal
 		// phase (answers keep holding what a push holds), or, for what a
 		// reconnecting Delta client reported holding, until its removal
@@ -270,8 +257,48 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		}
 	}
 	d.gone = gone
-	d.inHeld = inHeld
+}
 
+// gone returns what the client holds of ts's type and the target tgt no
+// longer has, sorted: kept is what the response keeps (inHeld of it the
+// client holds). SotW by-name types never remove (removes false): the
+// client unsubscribes.
+func (c *core) gone(ts *typeState, tgt *target, kept []entry, inHeld int, removes, restrict bool) []string {
+	var gone []string
+	switch {
+	case !removes:
+	case tgt.partial:
+		for _, n := range tgt.removed {
+			if ts.held.get(n) != nil && ts.covers(n) {
+				gone = append(gone, n)
+			}
+		}
+	case !restrict && inHeld < ts.held.len():
+		if len(ts.held.over) > 0 {
+			ts.held.each(func(n string, _ *encoded) {
+				if ts.covers(n) && tgt.covers(n) && !hasEntry(kept, n) {
+					gone = append(gone, n)
+				}
+			})
+			break
+		}
+		k := 0 // both sorted: one walk
+		for _, e := range ts.held.set.ents {
+			for k < len(kept) && kept[k].name < e.name {
+				k++
+			}
+			if (k == len(kept) || kept[k].name != e.name) && ts.covers(e.name) && tgt.covers(e.name) {
+				gone = append(gone, e.name)
+			}
+		}
+	}
+	slices.Sort(gone)
+	return gone
+}
+
+// unreject lists in d.unrejected the rejected names the target does not
+// have, and says whether the client's NACK no longer stands (resync).
+func (d *diffResult) unreject(ts *typeState, tgt *target, o relOpts) {
 	if !tgt.partial && !o.restrict {
 		// What the target was generated for and does not have, the
 		// configuration no longer has (even if the client's subscription
@@ -286,26 +313,28 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		d.resync = true
 	}
 
-	if c.delta && o.notFound {
-		asked := ts.sub.names
-		if o.restrict {
-			asked = sortedKeys(o.force)
+}
+
+// findNotFound lists in d.notFound the names a Delta client asked for
+// that the response neither sends nor keeps and that do not exist.
+func (d *diffResult) findNotFound(ts *typeState, o relOpts) {
+	asked := ts.sub.names
+	if o.restrict {
+		asked = sortedKeys(o.force)
+	}
+	for _, n := range asked {
+		if !ts.covers(n) {
+			continue // no longer asked for: nothing to say of it
 		}
-		for _, n := range asked {
-			if !ts.covers(n) {
-				continue // no longer asked for: nothing to say of it
+		if !hasEntry(d.kept, n) && ts.held.get(n) == nil {
+			if _, ok := slices.BinarySearch(d.withheld, n); ok {
+				continue // it exists, held back or rejected: not missing
 			}
-			if !hasEntry(d.kept, n) && ts.held.get(n) == nil {
-				if _, ok := slices.BinarySearch(d.withheld, n); ok {
-					continue // it exists, held back or rejected: not missing
-				}
-				if _, ok := slices.BinarySearch(d.gone, n); !ok {
-					d.notFound = append(d.notFound, n)
-				}
+			if _, ok := slices.BinarySearch(d.gone, n); !ok {
+				d.notFound = append(d.notFound, n)
 			}
 		}
 	}
-	return d
 }
 
 func hasEntry(ents []entry, name string) bool {
@@ -339,8 +368,6 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	if ts == nil || tgt == nil {
 		return nil
 	}
-	set := c.set
-	full := set.fullState[i]
 	same := c.sameStep(i, tgt, o)
 	var k transKey
 	if same && tgt.shared {
@@ -355,6 +382,43 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	// even if the client's subscription has moved since: what removable
 	// reads to tell a broken reference from a stale one.
 	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
+	c.settleWithheld(ts, &d)
+	if !d.sends(c, i, o) {
+		d.shareIfExact(ts, tgt)
+		if same {
+			c.record(k, i, nil, &d, tgt.shared)
+		}
+		return nil
+	}
+
+	f := c.hold(i, tgt, &d)
+	for _, r := range d.changed {
+		if o.changed != nil {
+			o.changed(r)
+		}
+	}
+	if !o.push && c.plan != nil && len(d.ups) > 0 {
+		if c.plan.t[i].answered == nil {
+			c.plan.t[i].answered = make(map[string]struct{}, len(d.ups))
+		}
+		for _, r := range d.ups {
+			c.plan.t[i].answered[r.name] = struct{}{}
+		}
+	}
+
+	m := c.response(i, &d, o)
+	f.response = ts.lastSent()
+	ts.flights = append(ts.flights, f)
+	if same {
+		c.record(k, i, m, &d, tgt.shared)
+	}
+	return m
+}
+
+// settleWithheld applies what the diff d of ts's type found: references
+// held back, rejected content the configuration no longer has, a NACK
+// that no longer stands, and removals held back for the removal phase.
+func (c *core) settleWithheld(ts *typeState, d *diffResult) {
 	c.referencesHeld(ts, d.refErrs)
 	for _, n := range d.unrejected {
 		delete(ts.rejected(), n)
@@ -378,20 +442,22 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		}
 		ts.markRemoving(d.deferGone)
 	}
-	exact := func() {
-		if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() &&
-			ts.held.len() == tgt.set.len() && len(ts.removing()) == 0 {
-			ts.held.reset(tgt.set) // the same content, shared with other clients
-		}
-	}
-	if !d.sends(c, i, o) {
-		exact()
-		if same {
-			c.record(k, i, nil, &d, tgt.shared)
-		}
-		return nil
-	}
+}
 
+// shareIfExact makes what the client holds of ts's type the target's own
+// set when the response leaves it holding exactly the target: the same
+// content, shared with other clients.
+func (d *diffResult) shareIfExact(ts *typeState, tgt *target) {
+	if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() &&
+		ts.held.len() == tgt.set.len() && len(ts.removing()) == 0 {
+		ts.held.reset(tgt.set)
+	}
+}
+
+// hold updates what the client holds of type i as if the response of the
+// diff d were delivered, and returns the flight that can undo it.
+func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
+	ts, full := c.types[i], c.set.fullState[i]
 	f := newFlight()
 	if full && !c.delta {
 		before := ts.held.snapshot()
@@ -406,7 +472,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 			}
 		}
 		ts.held.reset(newSet(state))
-		exact()
+		d.shareIfExact(ts, tgt)
 		after := ts.held.snapshot()
 		f.setHoldings(before, after)
 	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() && len(ts.removing()) == 0 &&
@@ -430,23 +496,15 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		for _, n := range d.gone {
 			f.del(&ts.held, n)
 		}
-		exact()
+		d.shareIfExact(ts, tgt)
 		ts.held.compact()
 	}
-	for _, r := range d.changed {
-		if o.changed != nil {
-			o.changed(r)
-		}
-	}
-	if !o.push && c.plan != nil && len(d.ups) > 0 {
-		if c.plan.t[i].answered == nil {
-			c.plan.t[i].answered = make(map[string]struct{}, len(d.ups))
-		}
-		for _, r := range d.ups {
-			c.plan.t[i].answered[r.name] = struct{}{}
-		}
-	}
+	return f
+}
 
+// response makes the response of type i that the diff d sends.
+func (c *core) response(i int, d *diffResult, o relOpts) *outMsg {
+	ts, full := c.types[i], c.set.fullState[i]
 	var m *outMsg
 	switch {
 	case c.delta:
@@ -479,11 +537,6 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 			size += len(r.enc.any.Value)
 		}
 		m = c.sotwMsg(i, anys, size, o)
-	}
-	f.response = ts.lastSent()
-	ts.flights = append(ts.flights, f)
-	if same {
-		c.record(k, i, m, &d, tgt.shared)
 	}
 	return m
 }
