@@ -72,13 +72,13 @@ func (f *flight) reset() {
 // the connection's appliedSeq then (see typeState's nonceSent and the
 // rest).
 type response struct {
-	nonce  string
-	seq, p uint64
+	nonce        string
+	seq, applied uint64
 }
 
 // lastSent returns the last response of ts stamped (see core.stamp).
 func (ts *typeState) lastSent() response {
-	return response{ts.nonceSent, ts.seqSent, ts.pSent}
+	return response{ts.nonceSent, ts.seqSent, ts.appliedSent}
 }
 
 // versionOf returns the version of the response with nonce, "" for none: a
@@ -128,7 +128,7 @@ func (f *flight) undo(h *holding) {
 
 // redo applies f again to h, which an earlier response's rejection has
 // changed, and records what h held before as what f changed from: undoing
-// or judging f later (a NACK of it, holdsWhatever, upserts) must reason on
+// or judging f later (a NACK of it, holdsEitherWay, upserts) must reason on
 // what the client holds without the rejected response, not on what the
 // Server believed it held when f was sent.
 func (f *flight) redo(h *holding) {
@@ -193,10 +193,10 @@ func (f *flight) upserts() []entry {
 	return out
 }
 
-// holdsWhatever reports whether the client holds name, which held has,
+// holdsEitherWay reports whether the client holds name, which held has,
 // whichever of the responses it has not answered yet it accepts or
 // rejects: it held name before them and none of them removes it.
-func (ts *typeState) holdsWhatever(name string) bool {
+func (ts *typeState) holdsEitherWay(name string) bool {
 	for _, f := range ts.flights {
 		if f.before != nil {
 			if f.before.get(name) == nil || f.after.get(name) == nil {
@@ -280,7 +280,7 @@ func (c *core) acked(ts *typeState, r response) {
 		ts.nack = nil
 	}
 	c.pub.Unlock()
-	ts.seqAcked, ts.pAcked = r.seq, r.p
+	ts.seqAcked, ts.appliedAcked = r.seq, r.applied
 }
 
 // reject settles the flights before the one with nonce as accepted and
@@ -328,7 +328,7 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 		bad = nil
 	}
 	for _, e := range bad {
-		r := ts.rareW()
+		r := ts.rareForWrite()
 		if r.rejected == nil {
 			r.rejected = make(map[string]*encoded)
 		}

@@ -63,7 +63,7 @@ func (c *core) answer(i int, a *answer) error {
 		return nil
 	}
 	if c.blocked(i) {
-		r := ts.rareW()
+		r := ts.rareForWrite()
 		r.deferred = r.deferred.merge(a)
 		return nil
 	}
@@ -174,8 +174,8 @@ func (c *core) flushDeferred() error {
 			if ts == nil || ts.deferred() == nil || c.blocked(i) {
 				continue
 			}
-			a := ts.rareRec.deferred
-			ts.rareRec.deferred = nil
+			a := ts.rare.deferred
+			ts.rare.deferred = nil
 			if err := c.answer(i, a); err != nil {
 				return err
 			}

@@ -115,7 +115,7 @@ type coreHost interface {
 }
 
 // The rare part of ts's state, read: each is zero if ts has none. Change
-// it through rareW; the maps returned are ts's own, to delete from.
+// it through rareForWrite; the maps returned are ts's own, to delete from.
 
 // fail records a failure of type ts at the current step, one more in a
 // row if count (not when the failure is recorded again).
@@ -138,7 +138,7 @@ func (c *core) fail(ts *typeState, err error, stage string, count bool) {
 // route, warm a listener). A client whose last response of some type
 // stands rejected may keep what it rejected, and with it the hold, for
 // good: its NACK is what Sync reports then, rather than wait. A NACK that
-// stands for content withheld since (see nackStands) does not excuse a
+// stands for content withheld since (see nackStands) does not excuseWaiting a
 // hold: the client ACKed a later response, and Sync waits for what is
 // held back (which may be until the configuration changes what was
 // rejected) rather than report the client in step.
@@ -239,12 +239,12 @@ func (c *core) takeOut() []*outMsg {
 }
 
 // dropRare drops the rare part of each type's state that a step emptied,
-// so that an idle connection keeps none (see typeState.rareRec). The
+// so that an idle connection keeps none (see typeState.rare). The
 // runner calls it after each step.
 func (c *core) dropRare() {
 	for _, ts := range c.types {
-		if ts != nil && ts.rareRec != nil && ts.rareRec.empty() {
-			ts.rareRec = nil
+		if ts != nil && ts.rare != nil && ts.rare.empty() {
+			ts.rare = nil
 		}
 	}
 }
@@ -272,7 +272,7 @@ func (c *core) deadline() time.Time {
 		for _, ts := range c.types {
 			if ts != nil && ts.retry() != nil {
 				c.retrying = true
-				earlier(c.set.time(ts.rareRec.retryAt))
+				earlier(c.set.time(ts.rare.retryAt))
 			}
 		}
 	}
@@ -288,9 +288,9 @@ func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err err
 		c.phaseTimedOut()
 	}
 	for _, ts := range c.types {
-		if ts != nil && ts.retry() != nil && !now.Before(c.set.time(ts.rareRec.retryAt)) {
-			a := ts.rareRec.retry
-			ts.rareRec.retry = nil
+		if ts != nil && ts.retry() != nil && !now.Before(c.set.time(ts.rare.retryAt)) {
+			a := ts.rare.retry
+			ts.rare.retry = nil
 			if err := c.answer(ts.idx, a); err != nil {
 				return false, err
 			}
@@ -345,7 +345,7 @@ func (c *core) typeOK(ts *typeState) {
 // retryLater merges a into the answer that tick makes of type ts after a
 // backoff for its failures in a row.
 func (c *core) retryLater(ts *typeState, a *answer) {
-	r := ts.rareW()
+	r := ts.rareForWrite()
 	r.retry = r.retry.merge(a)
 	c.retrying = true
 	r.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(ts.fails(), c.seed+uint64(ts.idx))))
@@ -357,7 +357,7 @@ func (c *core) retryLater(ts *typeState, a *answer) {
 // client that keeps what holds it back is retried less and less often;
 // its next ACK retries at once, see retryHeldBack).
 func (c *core) retryType(ts *typeState) {
-	r := ts.rareW()
+	r := ts.rareForWrite()
 	r.retry = r.retry.merge(&answer{})
 	c.retrying = true
 	r.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.idx))))

@@ -453,7 +453,7 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	if r.c.failed == nil {
 		t.Fatal("the push was dropped; want it kept for after the answer")
 	}
-	if !r.wait(r.c.set.time(cds.rareRec.retryAt).Sub(r.now)) {
+	if !r.wait(r.c.set.time(cds.rare.retryAt).Sub(r.now)) {
 		t.Fatal("the push is not due once the answer is retried")
 	}
 	r.expect("the first answer, from the stream's snapshot", "CDS [c0]")
@@ -514,7 +514,7 @@ func TestCoreSotWFirstRouteAnswerBeforePush(t *testing.T) {
 	if r.c.failed == nil {
 		t.Fatal("the push was dropped; want it kept for after the answer")
 	}
-	if !r.wait(r.c.set.time(rds.rareRec.retryAt).Sub(r.now)) {
+	if !r.wait(r.c.set.time(rds.rare.retryAt).Sub(r.now)) {
 		t.Fatal("the push is not due once the answer is retried")
 	}
 	r.expect("the first answer, from the stream's snapshot", "RDS [r0]")

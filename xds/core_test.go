@@ -1051,9 +1051,9 @@ func TestCoreAcceptedBeforeAnswered(t *testing.T) {
 			cds := r.c.types[h.set.cdsIdx]
 			accepted := func(when string) {
 				t.Helper()
-				if cds.nonceAcked != answer.nonce || cds.seqAcked != answer.seq || cds.pAcked != answer.p || versionOf(cds.nonceAcked) == "" {
+				if cds.nonceAcked != answer.nonce || cds.seqAcked != answer.seq || cds.appliedAcked != answer.applied || versionOf(cds.nonceAcked) == "" {
 					t.Errorf("%s: acked nonce %q, version %q, seq %d, p %d; want the answer's: %q, seq %d, p %d",
-						when, cds.nonceAcked, versionOf(cds.nonceAcked), cds.seqAcked, cds.pAcked, answer.nonce, answer.seq, answer.p)
+						when, cds.nonceAcked, versionOf(cds.nonceAcked), cds.seqAcked, cds.appliedAcked, answer.nonce, answer.seq, answer.applied)
 				}
 			}
 			if tc.staleACK {
@@ -1136,7 +1136,7 @@ func TestCoreRetryKeepsTheTimerArmed(t *testing.T) {
 			if at.IsZero() || !r.c.retrying {
 				t.Fatalf("after a failed answer: deadline %v, retrying %v; want the retry due", at, r.c.retrying)
 			}
-			if retryAt := r.h.set.time(r.typeState(RouteType).rareRec.retryAt); !at.Equal(retryAt) {
+			if retryAt := r.h.set.time(r.typeState(RouteType).rare.retryAt); !at.Equal(retryAt) {
 				t.Errorf("deadline %v; want the retry's %v", at, retryAt)
 			}
 			if r.c.deadline() != at {

@@ -555,7 +555,7 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 			gone = append(gone, n)
 		}
 	}
-	ts.rareRec.removing = nil
+	ts.rare.removing = nil
 	slices.Sort(gone)
 	var errs []*ReferenceError
 	gone, _, errs = c.removable(i, gone, nil)

@@ -327,10 +327,10 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 	return true
 }
 
-// excuse lists the types that keep the gate closed, counts the timeout
+// excuseWaiting lists the types that keep the gate closed, counts the timeout
 // against each, and excuses them: later phases of the push do not wait for
 // them again, unless the push sends them a new response.
-func (c *core) excuse(pl *plan) []TypeURL {
+func (c *core) excuseWaiting(pl *plan) []TypeURL {
 	var out []TypeURL
 	listed := make([]bool, len(c.types))
 	if pl.reconnect {
@@ -393,7 +393,7 @@ func (c *core) phaseTimedOut() {
 		ProxyID: c.proxy.ID,
 		ConnID:  c.proxy.ConnID,
 		Version: pl.req.Push.Version(),
-		Waiting: c.excuse(pl),
+		Waiting: c.excuseWaiting(pl),
 		Waited:  waited,
 	}
 	if len(pl.phases) > 0 {

@@ -114,7 +114,7 @@ func TestFlightReset(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &flight{}
 			f.changes = f.inline[:0]
-			f.response = response{nonce: "v/1", seq: 3, p: 2}
+			f.response = response{nonce: "v/1", seq: 3, applied: 2}
 			tc.fill(f)
 			f.reset()
 			if f.response != (response{}) || f.before != nil || f.after != nil || f.held[0].set != nil || f.held[1].set != nil || f.held[1].over != nil || len(f.changes) != 0 {

@@ -122,7 +122,7 @@ func (c *core) danglingCluster(i int, r entry, settled bool) *ReferenceError {
 	cds := c.types[c.set.cdsIdx]
 	for _, name := range c.set.refsOf(i, r.enc).clusters {
 		held := cds.held.get(name) != nil
-		if held && (!settled || cds.holdsWhatever(name)) {
+		if held && (!settled || cds.holdsEitherWay(name)) {
 			continue
 		}
 		// The client lacks the cluster because it has not accepted it
@@ -315,12 +315,12 @@ func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 		}
 	}
 	if !heldBack {
-		if ts.rareRec != nil {
-			ts.rareRec.holds = 0
+		if ts.rare != nil {
+			ts.rare.holds = 0
 		}
 		return
 	}
-	ts.rareW().holds++
+	ts.rareForWrite().holds++
 	ts.dirty = true
 	if c.failed == nil && ts.retry() == nil {
 		// Try again later even if nothing is pushed: what was missing

@@ -90,8 +90,8 @@ func (c *core) retryHeldBack(i int) error {
 		if j == i || ts == nil || ts.retry() == nil || ts.fault != nil || c.blocked(j) {
 			continue
 		}
-		a := ts.rareRec.retry
-		ts.rareRec.retry = nil
+		a := ts.rare.retry
+		ts.rare.retry = nil
 		if err := c.answer(j, a); err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 		if len(ts.removing()) > 0 {
 			// A push is holding removals back: the client still holds
 			// them and the answer keeps them until the push removes them.
-			nts.held, nts.rareW().removing = ts.held, ts.rareRec.removing
+			nts.held, nts.rareForWrite().removing = ts.held, ts.rare.removing
 			for n := range nts.removing() {
 				if nts.covers(n) && !ts.covers(n) {
 					delete(nts.removing(), n) // see resubscribed

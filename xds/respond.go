@@ -18,7 +18,7 @@ type outMsg struct {
 	nonce   string
 	bytes   int
 	push    bool
-	p       uint64 // the connection's appliedSeq when the response was made
+	applied uint64 // the connection's appliedSeq when the response was made
 	seq     uint64 // Seq of the PushContext the response was made from
 	made    time.Time
 	// shared is set when other connections are sent the same response
@@ -45,7 +45,7 @@ func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o r
 	c.pub.Lock()
 	ts.nonceSent, ts.sentAt = nonce, c.set.instant(c.now)
 	c.pub.Unlock()
-	ts.seqSent, ts.pSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
+	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
 	if c.set.logger.Enabled(c.ctx, slog.LevelDebug) {
 		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: response",
 			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
@@ -54,7 +54,7 @@ func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o r
 			slog.Bool("push", o.push))
 	}
 	m := outPool.Get().(*outMsg)
-	*m = outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, p: c.appliedSeq, seq: o.pc.Seq(), made: c.now}
+	*m = outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, applied: c.appliedSeq, seq: o.pc.Seq(), made: c.now}
 	return m
 }
 
@@ -99,12 +99,13 @@ func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
 	return m
 }
 
-// lowestP returns the lowest push stamp of msgs, or 0 if there is none.
-func lowestP(msgs []*outMsg) uint64 {
+// lowestApplied returns the lowest appliedSeq stamped on msgs, or 0 if
+// there is none.
+func lowestApplied(msgs []*outMsg) uint64 {
 	var p uint64
 	for _, m := range msgs {
-		if p == 0 || m.p < p {
-			p = m.p
+		if p == 0 || m.applied < p {
+			p = m.applied
 		}
 	}
 	return p

@@ -279,7 +279,7 @@ func TestNACK(t *testing.T) {
 }
 
 // rareTypes returns the types for which f's one connection keeps the rare
-// part of its state (see typeState.rareRec), read between two steps.
+// part of its state (see typeState.rare), read between two steps.
 func rareTypes(t *testing.T, f *fixture) []string {
 	t.Helper()
 	conns := f.srv.connections()
@@ -293,7 +293,7 @@ func rareTypes(t *testing.T, f *fixture) []string {
 	defer c.unlockStep(nil)
 	var out []string
 	for i, ts := range c.core.types {
-		if ts != nil && ts.rareRec != nil {
+		if ts != nil && ts.rare != nil {
 			out = append(out, f.srv.set.order[i].Short())
 		}
 	}

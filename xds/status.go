@@ -162,8 +162,8 @@ func (c *conn) syncedTo() uint64 {
 	if c.writing || len(c.outbox) > 0 {
 		// Responses still being written (their OnSend hooks not run): not
 		// synced to the pushes they carry.
-		low := c.writingP
-		if q := lowestP(c.outbox); q != 0 && (low == 0 || q < low) {
+		low := c.writingApplied
+		if q := lowestApplied(c.outbox); q != 0 && (low == 0 || q < low) {
 			low = q
 		}
 		if low > 0 {
@@ -187,10 +187,10 @@ func (c *core) syncedTo() uint64 {
 		if ts == nil {
 			continue
 		}
-		if ts.pAcked > 0 && c.awaitsHeldBack(ts) {
+		if ts.appliedAcked > 0 && c.awaitsHeldBack(ts) {
 			// What a reference held back is still to be sent: not
 			// synced to the push it belongs to.
-			x = min(x, ts.pAcked-1)
+			x = min(x, ts.appliedAcked-1)
 		}
 		if ts.nonceSent == "" || ts.nonceAcked == ts.nonceSent ||
 			(ts.nack != nil && ts.nack.Nonce == ts.nonceSent) {
@@ -199,9 +199,9 @@ func (c *core) syncedTo() uint64 {
 		// Not synced to the push whose response is unanswered, even when
 		// an earlier response of that push was ACKed (a removal held back
 		// and sent after it, an answer to a request made meanwhile).
-		x = min(x, ts.pAcked)
-		if ts.pSent > 0 {
-			x = min(x, ts.pSent-1)
+		x = min(x, ts.appliedAcked)
+		if ts.appliedSent > 0 {
+			x = min(x, ts.appliedSent-1)
 		}
 	}
 	return x

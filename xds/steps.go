@@ -181,7 +181,7 @@ func (s *Server) ctxStatus(ctx context.Context) error {
 func (c *conn) handle(ctx context.Context, in inbound) error {
 	c.core.step(ctx, c.s.set.clock.Now())
 	err := c.core.request(in)
-	c.after()
+	c.afterStep()
 	return err
 }
 
@@ -263,20 +263,20 @@ func stoppedTimer(clock Clock) Timer {
 	return t
 }
 
-// after takes what the core queued, re-admits parked pushes if the
+// afterStep takes what the core queued, re-admits parked pushes if the
 // connection is idle, re-arms the timer and publishes the status.
 //
 // The status is published before the writer starts: once a response can
 // reach the client, Status, Sync and WaitForVersion count it as unanswered.
 // A client that acts on what it received (a test that then asks for the
 // status) would otherwise find the Server reporting the state before it.
-func (c *conn) after() {
+func (c *conn) afterStep() {
 	if batch := c.settle(true); batch != nil {
 		c.s.goStream(func() { c.write(batch) })
 	}
 }
 
-// settle is after without starting the writer: it returns the batch to
+// settle is afterStep without starting the writer: it returns the batch to
 // write, if a writer is to start on it (see nextBatch). stepped is false
 // when the core ran no step since the last settle (the end of a write), so
 // that what publishStatus would copy is as it last did.
@@ -338,7 +338,7 @@ func (c *conn) onTimer(ctx context.Context) error {
 		// meanwhile.
 		c.giveBack(c.core.takeFailed())
 	}
-	c.after()
+	c.afterStep()
 	return err
 }
 

@@ -90,12 +90,12 @@ type conn struct {
 	// goroutine holds it from the stream's start until loop first waits,
 	// and again from loop's return to the handler's; in between, each step
 	// takes it (see lockStep).
-	stepSem  chan struct{}
-	ctx      context.Context    // the stream's context, for steps
-	cancel   context.CancelFunc // cancels ctx: at the stream's end, or the Server's shutdown
-	failErr  error              // why a step ended the stream (see unlockStep)
-	outbox   []*outMsg
-	writingP uint64 // the lowest push stamp of the batch being written (0 when none)
+	stepSem        chan struct{}
+	ctx            context.Context    // the stream's context, for steps
+	cancel         context.CancelFunc // cancels ctx: at the stream's end, or the Server's shutdown
+	failErr        error              // why a step ended the stream (see unlockStep)
+	outbox         []*outMsg
+	writingApplied uint64 // the lowest appliedSeq stamped on the batch being written (0 when none)
 	// timer (made by the opening, before the first step) fires at the
 	// earlier of timerAt, the core's next deadline, and writeAt, when a
 	// write in progress is checked for being blocked (see arm); armedAt is

@@ -61,11 +61,11 @@ type typeState struct {
 	star, alwaysRespond, resumed, dirty bool
 	timeouts                            int32
 
-	// rareRec is what is empty while the client is in step with its
+	// rare is what is empty while the client is in step with its
 	// configuration: nil then. Read it with the methods named as its
-	// fields (rejected, retry, ...), change it through rareW; a step that
-	// empties it drops it (see core.dropRare).
-	rareRec *typeRare
+	// fields (rejected, retry, ...), change it through rareForWrite; a
+	// step that empties it drops it (see core.dropRare).
+	rare *typeRare
 
 	// fault is the type's run of failures (pushes and answers), from the
 	// first until the type succeeds again; nil while it succeeds.
@@ -75,22 +75,22 @@ type typeState struct {
 	// nonces, which give their versions (versionOf), the Seq of the
 	// PushContext each was made from, when, and the connection's
 	// appliedSeq when each was made.
-	nonceSent string
-	seqSent   uint64
-	sentAt    instant
-	startSent instant // Start of the push that produced the last response; zero for answers
-	pSent     uint64
+	nonceSent   string
+	seqSent     uint64
+	sentAt      instant
+	startSent   instant // Start of the push that produced the last response; zero for answers
+	appliedSent uint64
 
-	nonceAcked string
-	seqAcked   uint64
-	ackedAt    instant
-	pAcked     uint64
+	nonceAcked   string
+	seqAcked     uint64
+	ackedAt      instant
+	appliedAcked uint64
 
 	nack *NACK // last NACK since the last ACK
 }
 
 // typeRare is the part of a type's state that is empty while the client
-// is in step with its configuration (see typeState.rareRec).
+// is in step with its configuration (see typeState.rare).
 type typeRare struct {
 	// rejected maps the names of resources the client NACKed to the
 	// content it rejected: that content is not sent to it again (a NACK is
@@ -123,38 +123,38 @@ func (r *typeRare) empty() bool {
 }
 
 func (ts *typeState) rejected() map[string]*encoded {
-	if ts.rareRec == nil {
+	if ts.rare == nil {
 		return nil
 	}
-	return ts.rareRec.rejected
+	return ts.rare.rejected
 }
 
 func (ts *typeState) lastChanges() map[string]*encoded {
-	if ts.rareRec == nil {
+	if ts.rare == nil {
 		return nil
 	}
-	return ts.rareRec.lastChanges
+	return ts.rare.lastChanges
 }
 
 func (ts *typeState) removing() map[string]struct{} {
-	if ts.rareRec == nil {
+	if ts.rare == nil {
 		return nil
 	}
-	return ts.rareRec.removing
+	return ts.rare.removing
 }
 
 func (ts *typeState) deferred() *answer {
-	if ts.rareRec == nil {
+	if ts.rare == nil {
 		return nil
 	}
-	return ts.rareRec.deferred
+	return ts.rare.deferred
 }
 
 func (ts *typeState) retry() *answer {
-	if ts.rareRec == nil {
+	if ts.rare == nil {
 		return nil
 	}
-	return ts.rareRec.retry
+	return ts.rare.retry
 }
 
 // markRemoving adds names to the removals the type holds back (see
@@ -163,7 +163,7 @@ func (ts *typeState) markRemoving(names []string) {
 	if len(names) == 0 {
 		return
 	}
-	r := ts.rareW()
+	r := ts.rareForWrite()
 	if r.removing == nil {
 		r.removing = make(map[string]struct{}, len(names))
 	}
@@ -175,17 +175,17 @@ func (ts *typeState) markRemoving(names []string) {
 // forgetChanges drops what partial targets changed since the last full
 // generation.
 func (ts *typeState) forgetChanges() {
-	if ts.rareRec != nil {
-		ts.rareRec.lastChanges = nil
+	if ts.rare != nil {
+		ts.rare.lastChanges = nil
 	}
 }
 
-// rareW returns the rare part of ts's state to change, made if ts has none.
-func (ts *typeState) rareW() *typeRare {
-	if ts.rareRec == nil {
-		ts.rareRec = &typeRare{}
+// rareForWrite returns the rare part of ts's state to change, made if ts has none.
+func (ts *typeState) rareForWrite() *typeRare {
+	if ts.rare == nil {
+		ts.rare = &typeRare{}
 	}
-	return ts.rareRec
+	return ts.rare
 }
 
 // typeFault is a run of failures of one type in a row. A failure replaces
@@ -263,7 +263,7 @@ func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers 
 		ts.dirty = true
 		return
 	}
-	r := ts.rareW()
+	r := ts.rareForWrite()
 	if r.lastChanges == nil {
 		r.lastChanges = make(map[string]*encoded, tgt.set.len()+len(tgt.removed))
 	}

@@ -21,7 +21,7 @@ func (c *conn) nextBatch() []*outMsg {
 	batch := c.outbox
 	c.outbox = nil
 	c.writing = true
-	c.writingP = lowestP(batch)
+	c.writingApplied = lowestApplied(batch)
 	low := batch[0].seq
 	for _, m := range batch[1:] {
 		low = min(low, m.seq)
@@ -38,7 +38,7 @@ func (c *conn) nextBatch() []*outMsg {
 // writer goroutine, and returns the next batch for it to write, if any.
 func (c *conn) onWritten() []*outMsg {
 	c.writing = false
-	c.writingP = 0
+	c.writingApplied = 0
 	c.writeAt = 0 // settle re-arms the timer
 	c.statusMu.Lock()
 	c.st.writingSeq = 0
