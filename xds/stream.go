@@ -160,12 +160,10 @@ type conn struct {
 // handler parked in loop uses over 2 KiB (grpc-go's frames under it among
 // them): a stack that opening grew to 8 KiB, decoding the first request
 // and initialising the proxy, would stay 8 KiB for the stream's life. On a
-// goroutine that ends, that growth is given back: this took
-// BenchmarkIdleConnection's stack-KiB/idle-client (beyond a bare handler's,
-// which parks in Recv) from 4.4 to 0.7. Even the connection is made
+// goroutine that ends, that growth is given back (BenchmarkIdleConnection
+// reports the stack an idle client keeps). Even the connection is made
 // there: made on the handler goroutine, near the top of its 4 KiB, it
-// grew that stack to 8 KiB for one stream in thirteen (of 1,000 in
-// BenchmarkIdleConnection's setup).
+// would grow that stack to 8 KiB for some streams.
 func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	if err := s.admit(); err != nil {
 		return err
@@ -293,9 +291,8 @@ func (s *Server) newConn(stream sotwStream, dstream deltaStream) *conn {
 //
 // The admission's waits are here, on the opening's goroutine, although a
 // waiting stream then holds its connection: waited for on the handler
-// goroutine, before the connection is made, it grew that goroutine's
-// stack for the stream's life (0.9 KiB more per client at 10,000
-// clients, in the benchmarks module's load benchmark).
+// goroutine, before the connection is made, they would grow that
+// goroutine's stack for the stream's life.
 func (s *Server) open(c *conn) (registered bool, err error) {
 	ctx := c.ctx
 	// Until the receive goroutine runs, the client's end of the stream is
