@@ -16,7 +16,7 @@ import (
 // also posts to the mailbox, so first does not watch ctx: that would make
 // its Done channel, kept for the stream's life.
 func (c *conn) first(ctx context.Context) (inbound, error) {
-	clock, wait := c.s.set.clock, c.s.set.firstTimeout
+	clock, wait := c.s.set.clock, c.s.set.firstRequestTimeout
 	start := clock.Now()
 	t := clock.NewTimer(wait)
 	defer t.Stop()
@@ -49,7 +49,7 @@ func (s *Server) admitRate(ctx context.Context, gone <-chan struct{}) error {
 	now := s.set.clock.Now()
 	r := s.limiter.ReserveN(now, 1)
 	d := r.DelayFrom(now)
-	if !r.OK() || d > s.set.streamWait {
+	if !r.OK() || d > s.set.newStreamWait {
 		r.CancelAt(now)
 		return status.Errorf(codes.ResourceExhausted, "xds: too many new streams; retry later")
 	}
@@ -103,7 +103,7 @@ func (s *Server) enterOpening(ctx context.Context, gone <-chan struct{}, mailbox
 		return nil
 	default:
 	}
-	wait := s.set.streamWait
+	wait := s.set.newStreamWait
 	start := s.set.clock.Now()
 	t := s.set.clock.NewTimer(wait)
 	defer t.Stop()

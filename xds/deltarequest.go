@@ -121,9 +121,9 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if len(unsub) > 0 {
 		names = sortedset.Subtract(names, unsub)
 	}
-	if len(names) > set.maxNames {
+	if len(names) > set.maxResourceNames {
 		return nil, status.Errorf(codes.InvalidArgument,
-			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxNames)
+			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxResourceNames)
 	}
 	added, removed := diffNames(ts.sub.names, names)
 	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
@@ -157,7 +157,7 @@ func (c *core) checkDeltaNames(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return err
 	}
 	for n := range req.InitialResourceVersions {
-		if len(n) > c.set.maxNameLen {
+		if len(n) > c.set.maxNameLength {
 			return c.nameTooLong(req.TypeUrl, n)
 		}
 	}

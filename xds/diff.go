@@ -196,7 +196,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		if differs && checkClusters {
 			if e := c.danglingCluster(i, r, !o.push && set.phaseWait); e != nil {
 				d.refErrs = append(d.refErrs, e)
-				if e.Rejected || !set.sendMissing {
+				if e.Rejected || !set.sendMissingReferences {
 					keep(r, prev)
 					continue
 				}

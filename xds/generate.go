@@ -195,7 +195,7 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
 	start := s.set.clock.Now()
-	res, err := guarded(s, ctx, "Generate", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
+	res, err := guarded(s, ctx, "Generate", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
 		return s.set.generators[i].Generate(ctx, c.proxy, w, req)
 	})
 	if h := s.set.hooks.Load().OnGenerate; h != nil {
@@ -230,7 +230,7 @@ func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGene
 		ok bool
 	}
 	start := s.set.clock.Now()
-	d, err := guarded(s, ctx, "GenerateDelta", s.set.genTimeout, ErrGenerateTimeout, func(ctx context.Context) (delta, error) {
+	d, err := guarded(s, ctx, "GenerateDelta", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) (delta, error) {
 		ch, ok, err := dg.GenerateDelta(ctx, c.proxy, w, req)
 		return delta{ch, ok}, err
 	})

@@ -245,7 +245,7 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 		switch {
 		case e == nil:
 			ok = append(ok, n)
-		case !e.Rejected && set.sendMissing:
+		case !e.Rejected && set.sendMissingReferences:
 			ok = append(ok, n) // removed anyway, as asked; reported
 			errs = append(errs, e)
 		default:
@@ -305,10 +305,10 @@ func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 	heldBack, failed := false, false
 	for _, e := range errs {
 		callHook(c.set, c.set.hooks.Load().OnReferenceError, ReferenceErrorEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Err: e})
-		if e.Rejected || !c.set.sendMissing {
+		if e.Rejected || !c.set.sendMissingReferences {
 			heldBack = true
 		}
-		if !e.Rejected && !c.set.sendMissing && !failed {
+		if !e.Rejected && !c.set.sendMissingReferences && !failed {
 			failed = true
 			f := ts.fault
 			c.fail(ts, e, "reference", f == nil || f.stage != "reference" || f.err.Error() != e.Error())

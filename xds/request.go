@@ -52,14 +52,14 @@ func (c *core) request(in inbound) error {
 	if t == "" {
 		return status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
-	if n := in.names(); n > c.set.maxNames {
+	if n := in.names(); n > c.set.maxResourceNames {
 		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
-			t, n, c.set.maxNames)
+			t, n, c.set.maxResourceNames)
 	}
 	i := c.set.typeIndex(TypeURL(t))
 	if i < 0 {
 		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: request for a type without generator ignored",
-			slog.String("proxy", c.proxy.ID), slog.String("type_url", truncate(t, c.set.maxNameLen)))
+			slog.String("proxy", c.proxy.ID), slog.String("type_url", truncate(t, c.set.maxNameLength)))
 		return nil
 	}
 	var err error
@@ -413,7 +413,7 @@ func (c *core) resendAnswer(i int, names []string) *answer {
 // checkNames checks the length of every name of a request of type t.
 func (c *core) checkNames(t string, names []string) error {
 	for _, n := range names {
-		if len(n) > c.set.maxNameLen {
+		if len(n) > c.set.maxNameLength {
 			return c.nameTooLong(t, n)
 		}
 	}
@@ -422,7 +422,7 @@ func (c *core) checkNames(t string, names []string) error {
 
 func (c *core) nameTooLong(t, n string) error {
 	return status.Errorf(codes.InvalidArgument, "xds: request for %s names a resource of %d bytes; the limit is %d",
-		t, len(n), c.set.maxNameLen)
+		t, len(n), c.set.maxNameLength)
 }
 
 // checkSubscription checks that subscribing to names for type i keeps the
@@ -436,9 +436,9 @@ func (c *core) checkSubscription(i int, names []string) error {
 	if ts := c.types[i]; ts != nil {
 		old = ts.subBytes
 	}
-	if total := c.subBytes - old + n; total > c.set.maxSubBytes {
+	if total := c.subBytes - old + n; total > c.set.maxSubscriptionBytes {
 		return status.Errorf(codes.InvalidArgument, "xds: the stream's subscriptions would hold %d bytes of names; the limit is %d",
-			total, c.set.maxSubBytes)
+			total, c.set.maxSubscriptionBytes)
 	}
 	return nil
 }

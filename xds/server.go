@@ -114,11 +114,11 @@ func New(cfg Config) (*Server, error) {
 	s.inline.init(s, set.clock, set.concurrency)
 	s.track.init()
 	s.stopCtx, s.stop = context.WithCancel(context.Background())
-	if !math.IsInf(set.streamRate, 1) {
-		s.limiter = rate.NewLimiter(rate.Limit(set.streamRate), set.streamBurst)
+	if !math.IsInf(set.newStreamRate, 1) {
+		s.limiter = rate.NewLimiter(rate.Limit(set.newStreamRate), set.newStreamBurst)
 	}
-	if set.opening > 0 {
-		s.openings = make(chan struct{}, set.opening)
+	if set.maxOpeningStreams > 0 {
+		s.openings = make(chan struct{}, set.maxOpeningStreams)
 	}
 	var bypass func(*update) bool
 	if set.debounce.Bypass != nil {
@@ -149,8 +149,8 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		s.CodecOption(),
-		grpc.MaxRecvMsgSize(s.set.maxReqBytes),
-		grpc.MaxConcurrentStreams(uint32(s.set.maxStreams)),
+		grpc.MaxRecvMsgSize(s.set.maxRequestBytes),
+		grpc.MaxConcurrentStreams(uint32(s.set.maxStreamsPerConnection)),
 	}
 }
 
@@ -259,7 +259,7 @@ func (s *Server) awaitHostCalls() {
 		s.hostCalls.Wait()
 		close(done)
 	}()
-	if !sleepCtx(s.set.clock, s.set.genTimeout, done) {
+	if !sleepCtx(s.set.clock, s.set.generateTimeout, done) {
 		return
 	}
 	s.set.logger.LogAttrs(context.Background(), slog.LevelWarn, "xds: host calls still running after shutdown; not waiting for them",
@@ -450,12 +450,12 @@ func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushCo
 		return ProxyState{}, nil
 	}
 	if s.set.proxyKinds == nil {
-		return guarded(s, ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
+		return guarded(s, ctx, "InitProxy", s.set.generateTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
 			return init(ctx, p, pc)
 		})
 	}
 	watched, reads := pc.WatchReads()
-	st, err := guarded(s, ctx, "InitProxy", s.set.genTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
+	st, err := guarded(s, ctx, "InitProxy", s.set.generateTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
 		return init(ctx, p, watched)
 	})
 	s.stale.check(s.set, reads())

@@ -13,47 +13,48 @@ import (
 	"github.com/xdspush/xdspush/pushqueue"
 )
 
-// settings is the validated, defaulted form of a Config.
+// settings is the validated, defaulted form of a Config. A field taken
+// from the Config keeps its name (phaseWait is !Phases.NoWait).
 type settings struct {
-	builder      Builder
-	generators   []Generator // by type index
-	order        []TypeURL   // type index → type URL
-	index        map[TypeURL]int
-	fullState    []bool     // by type index
-	kinds        [][]string // by type index; nil = every kind
-	proxyKinds   []string   // Config.ProxyKinds; nil = every kind
-	knownKinds   func(kind string) bool
-	leaf         []bool // by type index: its resources name no other resource (EDS, SDS)
-	edsIdx       int    // index of EndpointType, -1 if not served
-	cdsIdx       int    // index of ClusterType, -1 if not served
-	ldsIdx       int    // index of ListenerType, -1 if not served
-	rdsIdx       int    // index of RouteType, -1 if not served
-	initProxy    InitProxyFunc
-	authenticate AuthenticateFunc
-	authorize    func(context.Context, *Proxy) error
-	debounce     DebounceConfig
-	concurrency  int
-	writeTimeout time.Duration
-	genTimeout   time.Duration
-	backoff      BackoffConfig
-	streamRate   float64 // +Inf: no rate limit
-	streamWait   time.Duration
-	streamBurst  int
-	opening      int // bound of the streams opening at once; 0: none
-	firstTimeout time.Duration
-	maxNames     int
-	maxNameLen   int
-	maxSubBytes  int
-	maxReqBytes  int
-	maxStreams   int
-	phaseWait    bool
-	phaseTimeout time.Duration
-	sendMissing  bool
-	deferred     []bool // by type index: removals wait for the end of the push
-	removalOrder []int  // deferred type indexes, in the order of their removal phases
-	clock        Clock
-	epoch        time.Time // the clock's time at New; see instant
-	logger       *slog.Logger
+	builder                 Builder
+	generators              []Generator // by type index
+	order                   []TypeURL   // type index → type URL
+	index                   map[TypeURL]int
+	fullState               []bool     // by type index
+	kinds                   [][]string // by type index; nil = every kind
+	proxyKinds              []string   // Config.ProxyKinds; nil = every kind
+	knownKinds              func(kind string) bool
+	leaf                    []bool // by type index: its resources name no other resource (EDS, SDS)
+	edsIdx                  int    // index of EndpointType, -1 if not served
+	cdsIdx                  int    // index of ClusterType, -1 if not served
+	ldsIdx                  int    // index of ListenerType, -1 if not served
+	rdsIdx                  int    // index of RouteType, -1 if not served
+	initProxy               InitProxyFunc
+	authenticate            AuthenticateFunc
+	authorize               func(context.Context, *Proxy) error
+	debounce                DebounceConfig
+	concurrency             int
+	writeTimeout            time.Duration
+	generateTimeout         time.Duration
+	backoff                 BackoffConfig
+	newStreamRate           float64 // +Inf: no rate limit
+	newStreamWait           time.Duration
+	newStreamBurst          int
+	maxOpeningStreams       int // bound of the streams opening at once; 0: none
+	firstRequestTimeout     time.Duration
+	maxResourceNames        int
+	maxNameLength           int
+	maxSubscriptionBytes    int
+	maxRequestBytes         int
+	maxStreamsPerConnection int
+	phaseWait               bool
+	phaseTimeout            time.Duration
+	sendMissingReferences   bool
+	deferred                []bool // by type index: removals wait for the end of the push
+	removalOrder            []int  // deferred type indexes, in the order of their removal phases
+	clock                   Clock
+	epoch                   time.Time // the clock's time at New; see instant
+	logger                  *slog.Logger
 	// hooks are the Config's Hooks and those added by Server.Observe; a
 	// caller loads them once per event.
 	hooks atomic.Pointer[Hooks]
@@ -151,40 +152,40 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 		fullState:  make([]bool, len(order)),
 		kinds:      make([][]string, len(order)),
 
-		initProxy:    cfg.InitProxy,
-		authenticate: cfg.Authenticate,
-		authorize:    cfg.Authorize,
-		debounce:     cfg.Debounce,
-		concurrency:  cfg.Concurrency,
-		writeTimeout: cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
-		genTimeout:   cmpOr(cfg.GenerateTimeout, DefaultGenerateTimeout),
+		initProxy:       cfg.InitProxy,
+		authenticate:    cfg.Authenticate,
+		authorize:       cfg.Authorize,
+		debounce:        cfg.Debounce,
+		concurrency:     cfg.Concurrency,
+		writeTimeout:    cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
+		generateTimeout: cmpOr(cfg.GenerateTimeout, DefaultGenerateTimeout),
 		backoff: BackoffConfig{
 			Initial: cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
 			Max:     cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
 		},
-		streamRate:   cmpOr(cfg.NewStreamRate, math.Inf(1)),
-		opening:      max(cmpOr(cfg.MaxOpeningStreams, DefaultMaxOpeningStreams()), 0),
-		streamBurst:  cfg.NewStreamBurst,
-		streamWait:   cmpOr(cfg.NewStreamWait, DefaultNewStreamWait),
-		firstTimeout: cmpOr(cfg.FirstRequestTimeout, DefaultFirstRequestTimeout),
-		maxNames:     cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
-		maxNameLen:   cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
-		maxSubBytes:  cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
-		maxReqBytes:  cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
-		maxStreams:   cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),
-		phaseWait:    !cfg.Phases.NoWait,
-		phaseTimeout: cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
-		sendMissing:  cfg.Phases.SendMissingReferences,
-		deferred:     make([]bool, len(order)),
-		clock:        cfg.Clock,
-		logger:       cfg.Logger,
+		newStreamRate:           cmpOr(cfg.NewStreamRate, math.Inf(1)),
+		maxOpeningStreams:       max(cmpOr(cfg.MaxOpeningStreams, DefaultMaxOpeningStreams()), 0),
+		newStreamBurst:          cfg.NewStreamBurst,
+		newStreamWait:           cmpOr(cfg.NewStreamWait, DefaultNewStreamWait),
+		firstRequestTimeout:     cmpOr(cfg.FirstRequestTimeout, DefaultFirstRequestTimeout),
+		maxResourceNames:        cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
+		maxNameLength:           cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
+		maxSubscriptionBytes:    cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
+		maxRequestBytes:         cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		maxStreamsPerConnection: cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),
+		phaseWait:               !cfg.Phases.NoWait,
+		phaseTimeout:            cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
+		sendMissingReferences:   cfg.Phases.SendMissingReferences,
+		deferred:                make([]bool, len(order)),
+		clock:                   cfg.Clock,
+		logger:                  cfg.Logger,
 	}
 	s.hooks.Store(&cfg.Hooks)
 	if s.backoff.Initial > s.backoff.Max {
 		s.backoff.Initial = s.backoff.Max
 	}
-	if s.streamBurst == 0 {
-		s.streamBurst = max(1, int(min(s.streamRate, 1<<20)))
+	if s.newStreamBurst == 0 {
+		s.newStreamBurst = max(1, int(min(s.newStreamRate, 1<<20)))
 	}
 	if s.concurrency == 0 {
 		s.concurrency = pushqueue.DefaultConcurrency()

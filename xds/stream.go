@@ -395,7 +395,7 @@ func (s *Server) authenticated(ctx context.Context, c *conn, gone <-chan struct{
 		case <-called:
 		}
 	}()
-	identity, err := guarded(s, ctx, "Authenticate", s.set.genTimeout, errors.New("timed out"), auth)
+	identity, err := guarded(s, ctx, "Authenticate", s.set.generateTimeout, errors.New("timed out"), auth)
 	close(called)
 	s.leaveOpening() // the first request may take its time
 	if err != nil {
@@ -412,7 +412,7 @@ func (s *Server) authorized(ctx context.Context, p *Proxy) error {
 	if authz == nil {
 		return nil
 	}
-	err := s.guard(ctx, "Authorize", s.set.genTimeout, errors.New("timed out"), func(ctx context.Context) error {
+	err := s.guard(ctx, "Authorize", s.set.generateTimeout, errors.New("timed out"), func(ctx context.Context) error {
 		return authz(ctx, p)
 	})
 	if err != nil {
