@@ -100,7 +100,10 @@ func (v Violation) String() string {
 //     in Envoy: the version it replaces stays in service until they have.
 //     A route only arrives after the first listener naming it, so a
 //     warming listener is not a dangling reference; a listener in service
-//     whose route is removed is.
+//     whose route is removed is. A gRPC client (Behavior GRPC) watches the
+//     routes of a listener's latest version only: while that version
+//     warms, the one in service serves from what its routes held, and a
+//     removal of those routes takes nothing from it.
 //   - Only what is in service is checked: the Listeners in service and the
 //     routes they use. Clusters' endpoints are not checked.
 //
@@ -241,6 +244,13 @@ func (k *Checker) observe(resp *Response) error {
 		case xds.ListenerType:
 			delete(k.listeners, ref.Name)
 		case xds.RouteType:
+			if k.servedOnly(ref.Name) {
+				// A gRPC client no longer watches it: it serves from the
+				// configuration it built from it until the new routes
+				// arrive, and the removal takes nothing from it.
+				delete(removed, ref)
+				continue
+			}
 			delete(k.routes, ref.Name)
 		}
 	}
@@ -364,6 +374,30 @@ func (k *Checker) step(idx int, summary string, removed map[Ref]bool) {
 			Until:    -1,
 		})
 	}
+}
+
+// servedOnly reports whether route r is named, by the listeners the
+// client holds, only as a version in service that a warming version
+// replaces with other routes, and the client is a gRPC client: grpc-go
+// watches the routes of a listener's latest version only, and serves from
+// the configuration it built from the old ones until the new ones arrive.
+func (k *Checker) servedOnly(r string) bool {
+	if k.wildcardClusters { // Envoy: the version in service keeps its routes
+		return false
+	}
+	served := false
+	for _, ls := range k.listeners {
+		if ls.warming != nil && slices.Contains(ls.warming.routes, r) {
+			return false
+		}
+		if ls.active != nil && slices.Contains(ls.active.routes, r) {
+			if ls.warming == nil {
+				return false
+			}
+			served = true
+		}
+	}
+	return served
 }
 
 func (k *Checker) allRoutesHeld(routes []string) bool {

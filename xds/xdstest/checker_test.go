@@ -112,6 +112,34 @@ func TestChecker(t *testing.T) {
 			want: []v{{3, `route "r0"`, `cluster "c1"`, true, 4}},
 		},
 		{
+			name: "old route removed while the new one warms (Envoy)",
+			steps: []proto.Message{
+				cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")),
+				lds(xdsfixture.Listener("l0", "r1")), delta(xds.RouteType, []string{"r0"}), rds(xdsfixture.Route("r1", "c1")),
+			},
+			want: []v{{4, `listener "l0"`, `route "r0"`, true, 5}},
+		},
+		{
+			name: "old route removed while the new one warms (gRPC)",
+			cfg:  grpc,
+			steps: []proto.Message{
+				cds("c0", "c1"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")),
+				lds(xdsfixture.Listener("l0", "r1")), delta(xds.RouteType, []string{"r0"}),
+				delta(xds.ClusterType, []string{"c0"}), // the configuration in service still uses it
+				rds(xdsfixture.Route("r1", "c1")),
+			},
+			want: []v{{5, `route "r0"`, `cluster "c0"`, true, 6}},
+		},
+		{
+			name: "the latest listener's route removed (gRPC)",
+			cfg:  grpc,
+			steps: []proto.Message{
+				cds("c0"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c0")),
+				delta(xds.RouteType, []string{"r0"}),
+			},
+			want: []v{{3, `listener "l0"`, `route "r0"`, true, -1}},
+		},
+		{
 			name:  "route to a cluster never sent",
 			steps: []proto.Message{cds("c0"), lds(xdsfixture.Listener("l0", "r0")), rds(xdsfixture.Route("r0", "c9"))},
 			want:  []v{{2, `route "r0"`, `cluster "c9"`, false, -1}},
