@@ -81,7 +81,9 @@
 //     clusters of a new route when it subscribes to clusters by name, their
 //     endpoints) and what a reference held back meanwhile, unless one of
 //     the client's NACKs stands; WaitForVersion does the same for a
-//     PushContext version. Connections report their progress as
+//     PushContext version, and SyncProxies for the connections a selector
+//     picks (the proxies of one group or tenant), with their NACKs only.
+//     Connections report their progress as
 //     it happens; neither polls. A client that has never subscribed to a
 //     type on the stream is not waited for on it (it may take that type
 //     from elsewhere); one that unsubscribed from every name of it (a SotW
@@ -234,7 +236,8 @@
 // generated on the push queue's goroutines while a push slot
 // (Config.Concurrency) is held. Generators and InitProxy for one
 // proxy are never called concurrently, for different proxies they are.
-// Hooks are called synchronously from these goroutines and must not block. When Run's
+// Hooks are called synchronously from these goroutines and must not block;
+// an observer adds its own to a running Server with Observe. When Run's
 // ctx ends, new streams are refused, live ones end with codes.Unavailable,
 // and Run returns after every goroutine it or a stream started has exited,
 // waiting at most Config.GenerateTimeout for a host call that ignores its
