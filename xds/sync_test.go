@@ -173,17 +173,24 @@ func TestSyncUnconcernedChange(t *testing.T) {
 	})
 }
 
+// endpointChangeForTwo starts a Server whose proxies a and b hold two
+// clusters, then changes the endpoints of c0, which both use.
+func endpointChangeForTwo(t *testing.T) (f *fixture, a, b *client, subsA, subsB map[TypeURL][]string) {
+	t.Helper()
+	st := newStore()
+	world(st, 2)
+	f = start(t, st, nil, false)
+	cc := f.dialConn()
+	a, b = f.connect("a", cc, true), f.connect("b", cc, true)
+	subsA, subsB = a.subscribeAll(2), b.subscribeAll(2)
+	f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+	return f, a, b, subsA, subsB
+}
+
 // A NACK settles a proxy: Sync returns it instead of waiting for an ACK.
 func TestSyncReportsNACK(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 2)
-		f := start(t, st, nil, false)
-		cc := f.dialConn()
-		a, b := f.connect("a", cc, true), f.connect("b", cc, true)
-		subsA, subsB := a.subscribeAll(2), b.subscribeAll(2)
-
-		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f, a, b, subsA, subsB := endpointChangeForTwo(t)
 		done := goSync(t.Context(), f.srv)
 		settle()
 		a.ackAll(subsA)
@@ -379,14 +386,7 @@ func TestTrackerHistogram(t *testing.T) {
 // NACKs only.
 func TestSyncProxies(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 2)
-		f := start(t, st, nil, false)
-		cc := f.dialConn()
-		a, b := f.connect("a", cc, true), f.connect("b", cc, true)
-		subsA, subsB := a.subscribeAll(2), b.subscribeAll(2)
-
-		f.update(false, func(s *store) { s.endpoints["c0"] = xdsfixture.CLA("c0", "10.0.0.9:80") }, key(kindEndpoint, "c0"))
+		f, a, b, subsA, subsB := endpointChangeForTwo(t)
 		only := func(id string) <-chan syncResult {
 			done := make(chan syncResult, 1)
 			go func() {
