@@ -328,15 +328,18 @@ func (s *Server) goStream(f func()) {
 }
 
 // Ready returns a channel that is closed once Loaded has been called and
-// the first PushContext built, when streams start being admitted (for
-// readiness probes). It stays closed after Run returns.
+// the first PushContext built, when streams start being admitted. It stays
+// closed after Run returns. It is the readiness signal itself, for a
+// select or a probe that only asks "ready yet?"; WaitReady waits on it and
+// says why the Server is not ready.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 
 // WaitReady blocks until Ready is closed, once Loaded has been called: it
 // returns ErrNotLoaded at once if it has not. While the first build fails
 // it returns a *FailureError naming the failure (the Server keeps
 // retrying); it returns ctx.Err() if ctx ends first, and ErrStopped if Run
-// stops.
+// stops. It is the call for a host or test that starts a Server and must
+// know it serves, or why not.
 func (s *Server) WaitReady(ctx context.Context) error {
 	if !s.isLoaded() {
 		return ErrNotLoaded
