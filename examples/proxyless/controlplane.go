@@ -18,6 +18,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -46,6 +47,8 @@ type controlPlaneConfig struct {
 	Endpoints map[string][]string
 	// Logger receives the xds.Server's logs; nil means silent.
 	Logger *slog.Logger
+	// Hooks are the xds.Server's hooks.
+	Hooks xds.Hooks
 }
 
 // controlPlane is the host program of the demo: it states, in a
@@ -56,10 +59,9 @@ type controlPlaneConfig struct {
 //
 // It is safe for concurrent use.
 type controlPlane struct {
-	store  *resources.Store
-	srv    *xds.Server
-	gs     *grpc.Server
-	pushes *pushCounts
+	store *resources.Store
+	srv   *xds.Server
+	gs    *grpc.Server
 
 	mu        sync.Mutex // serialises changes; protects endpoints
 	services  []string   // sorted; immutable
@@ -73,7 +75,6 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 		return nil, errors.New("proxyless: no service to serve")
 	}
 	cp := &controlPlane{
-		pushes:    newPushCounts(),
 		services:  slices.Sorted(slices.Values(cfg.Services)),
 		endpoints: make(map[string][]string, len(cfg.Services)),
 	}
@@ -84,7 +85,7 @@ func newControlPlane(cfg controlPlaneConfig) (*controlPlane, error) {
 			// Endpoint-only changes skip the debounce window.
 			Debounce: xds.DebounceConfig{Bypass: func(r *pushcontext.PushRequest) bool { return !r.Full }},
 			Logger:   cfg.Logger,
-			Hooks:    cp.pushes.hooks(),
+			Hooks:    cfg.Hooks,
 		},
 	})
 	if err != nil {
@@ -134,29 +135,19 @@ func (cp *controlPlane) set(endpoints map[string][]string) (*pushcontext.PushReq
 // serve serves ADS on lis and runs the xds.Server until ctx ends. It
 // returns once both have stopped: the first error of either, or nil.
 func (cp *controlPlane) serve(ctx context.Context, lis net.Listener) error {
-	var (
-		wg      sync.WaitGroup
-		serveMu sync.Mutex
-		serve   error // protected by serveMu
-	)
-	wg.Go(func() {
-		if err := cp.gs.Serve(lis); err != nil {
-			serveMu.Lock()
-			serve = fmt.Errorf("proxyless: control plane: %w", err)
-			serveMu.Unlock()
-		}
-	})
+	var g errgroup.Group
+	g.Go(func() error { return cp.gs.Serve(lis) })
 	// Run closes every ADS stream before it returns, so Stop has nothing
 	// left to cut short.
 	err := cp.srv.Run(ctx)
 	cp.gs.Stop()
-	wg.Wait()
+	if serr := g.Wait(); err == nil {
+		err = serr
+	}
 	if err != nil {
 		return fmt.Errorf("proxyless: control plane: %w", err)
 	}
-	serveMu.Lock()
-	defer serveMu.Unlock()
-	return serve
+	return nil
 }
 
 // moveEndpoints replaces the endpoints of svc and states the result in the
@@ -170,7 +161,6 @@ func (cp *controlPlane) moveEndpoints(svc string, addrs []string) (*pushcontext.
 	defer cp.mu.Unlock()
 	next := maps.Clone(cp.endpoints)
 	next[svc] = addrs
-	cp.pushes.reset()
 	req, err := cp.set(next)
 	if err != nil {
 		return nil, err
@@ -179,57 +169,11 @@ func (cp *controlPlane) moveEndpoints(svc string, addrs []string) (*pushcontext.
 	return req, nil
 }
 
-// pushCounts counts the responses the xds.Server pushes, by type, through
-// Hooks.OnSend. Server.Sync returns only once the OnSend hooks of the
-// responses it waited for have returned, so the counts are complete then.
-//
-// It is safe for concurrent use.
-type pushCounts struct {
-	mu sync.Mutex
-	// byType counts the responses sent by pushes since the last reset.
-	// Protected by mu.
-	byType map[xds.TypeURL]int
-}
-
-func newPushCounts() *pushCounts {
-	return &pushCounts{byType: map[xds.TypeURL]int{}}
-}
-
-// hooks returns the xds.Hooks that feed p.
-func (p *pushCounts) hooks() xds.Hooks {
-	return xds.Hooks{
-		OnSend: func(ev xds.SendEvent) {
-			if !ev.Push {
-				return // an answer to a client's request
-			}
-			p.mu.Lock()
-			p.byType[ev.Type]++
-			p.mu.Unlock()
-		},
-	}
-}
-
-// reset forgets the responses counted so far.
-func (p *pushCounts) reset() {
-	p.mu.Lock()
-	p.byType = map[xds.TypeURL]int{}
-	p.mu.Unlock()
-}
-
-// counts returns the responses counted since the last reset, by type.
-func (p *pushCounts) counts() map[xds.TypeURL]int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return maps.Clone(p.byType)
-}
-
-// ---- xDS resources a grpc-go client accepts ---------------------------------
+// ---- the xDS resources of a service, as grpc-go accepts them ----------------
 
 // ads is the config source "the same ADS stream", which grpc-go requires
 // for RDS and EDS.
-func ads() *corev3.ConfigSource {
-	return &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
-}
+var ads = &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
 
 // makeListener returns the client-side (API) listener of svc: an HTTP
 // connection manager that takes its routes from RDS and ends with the
@@ -237,44 +181,29 @@ func ads() *corev3.ConfigSource {
 func makeListener(svc string) (*listenerv3.Listener, error) {
 	router, err := anypb.New(&routerv3.Router{})
 	if err != nil {
-		return nil, fmt.Errorf("proxyless: listener %s: %w", svc, err)
+		return nil, err
 	}
 	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
-		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
-			ConfigSource:    ads(),
-			RouteConfigName: routeName(svc),
-		}},
-		HttpFilters: []*hcmv3.HttpFilter{{
-			Name:       "envoy.filters.http.router",
-			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router},
-		}},
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{ConfigSource: ads, RouteConfigName: routeName(svc)}},
+		HttpFilters:    []*hcmv3.HttpFilter{{Name: "envoy.filters.http.router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("proxyless: listener %s: %w", svc, err)
+		return nil, err
 	}
-	return &listenerv3.Listener{
-		Name:        listenerName(svc),
-		ApiListener: &listenerv3.ApiListener{ApiListener: hcm},
-	}, nil
+	return &listenerv3.Listener{Name: listenerName(svc), ApiListener: &listenerv3.ApiListener{ApiListener: hcm}}, nil
 }
 
 // makeRoute returns the route configuration of svc: one virtual host whose
 // domain is the dial target's authority, sending everything to the
 // service's cluster.
 func makeRoute(svc string) *routev3.RouteConfiguration {
-	return &routev3.RouteConfiguration{
-		Name: routeName(svc),
-		VirtualHosts: []*routev3.VirtualHost{{
-			Name:    svc,
-			Domains: []string{svc},
-			Routes: []*routev3.Route{{
-				Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
-				Action: &routev3.Route_Route{Route: &routev3.RouteAction{
-					ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: clusterName(svc)},
-				}},
-			}},
+	return &routev3.RouteConfiguration{Name: routeName(svc), VirtualHosts: []*routev3.VirtualHost{{
+		Name: svc, Domains: []string{svc},
+		Routes: []*routev3.Route{{
+			Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+			Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: clusterName(svc)}}},
 		}},
-	}
+	}}}
 }
 
 // makeCluster returns the cluster of svc: EDS over ADS, round robin.
@@ -282,7 +211,7 @@ func makeCluster(svc string) *clusterv3.Cluster {
 	return &clusterv3.Cluster{
 		Name:                 clusterName(svc),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: endpointsName(svc)},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads, ServiceName: endpointsName(svc)},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 	}
 }
@@ -290,7 +219,7 @@ func makeCluster(svc string) *clusterv3.Cluster {
 // makeCLA returns a ClusterLoadAssignment named name with addrs
 // ("host:port") in one locality of weight 1, as grpc-go requires.
 func makeCLA(name string, addrs []string) (*endpointv3.ClusterLoadAssignment, error) {
-	lbs := make([]*endpointv3.LbEndpoint, 0, len(addrs))
+	loc := &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{Region: "local", Zone: "loopback"}, LoadBalancingWeight: wrapperspb.UInt32(1)}
 	for _, a := range addrs {
 		host, portStr, err := net.SplitHostPort(a)
 		if err != nil {
@@ -300,21 +229,10 @@ func makeCLA(name string, addrs []string) (*endpointv3.ClusterLoadAssignment, er
 		if err != nil {
 			return nil, fmt.Errorf("proxyless: endpoint %q: bad port: %w", a, err)
 		}
-		lbs = append(lbs, &endpointv3.LbEndpoint{
-			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-				Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-					Address:       host,
-					PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)},
-				}}},
-			}},
-		})
+		loc.LbEndpoints = append(loc.LbEndpoints, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+				Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)}}}},
+		}}})
 	}
-	return &endpointv3.ClusterLoadAssignment{
-		ClusterName: name,
-		Endpoints: []*endpointv3.LocalityLbEndpoints{{
-			Locality:            &corev3.Locality{Region: "local", Zone: "loopback"},
-			LoadBalancingWeight: wrapperspb.UInt32(1),
-			LbEndpoints:         lbs,
-		}},
-	}, nil
+	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{loc}}, nil
 }

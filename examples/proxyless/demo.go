@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -39,6 +41,7 @@ type demo struct {
 	cfg      demoConfig
 	backends []*backend
 	cp       *controlPlane
+	pushes   *pushCounts // what the control plane pushed since the last move
 	cpCancel context.CancelFunc
 	cpDone   chan struct{} // closed when controlPlane.serve has returned
 	cpErr    error         // what it returned; read after cpDone is closed
@@ -75,10 +78,12 @@ func startDemo(ctx context.Context, cfg demoConfig) (_ *demo, err error) {
 		log.Debug("backend serving", "name", name, "addr", b.addr)
 	}
 
+	d.pushes = newPushCounts()
 	d.cp, err = newControlPlane(controlPlaneConfig{
 		Services:  []string{service},
 		Endpoints: map[string][]string{service: {d.backends[0].addr}},
 		Logger:    log,
+		Hooks:     d.pushes.hooks(),
 	})
 	if err != nil {
 		return nil, err
@@ -201,6 +206,7 @@ func (d *demo) callUntil(ctx context.Context, want string) error {
 // and reports the change to the control plane. It returns the request
 // handed over, formatted.
 func (d *demo) moveEndpoints(i int) (string, error) {
+	d.pushes.reset()
 	r, err := d.cp.moveEndpoints(service, []string{d.backends[i].addr})
 	if err != nil || r == nil {
 		return "nothing changed", err
@@ -230,7 +236,7 @@ func (d *demo) waitEndpointPush(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	byType := d.cp.pushes.counts()
+	byType := d.pushes.counts()
 	pushed := make(map[string]int, len(byType))
 	for t, n := range byType {
 		pushed[t.Short()] = n
@@ -260,4 +266,40 @@ func (d *demo) close() error {
 		errs = append(errs, b.stop())
 	}
 	return errors.Join(errs...)
+}
+
+// pushCounts counts, by type, the responses the xds.Server pushes
+// (Hooks.OnSend of pushes, not of answers to requests). Server.Sync
+// returns only once the OnSend hooks of the responses it waited for have
+// returned, so the counts are complete then. It is safe for concurrent use.
+type pushCounts struct {
+	mu     sync.Mutex
+	byType map[xds.TypeURL]int // since the last reset; protected by mu
+}
+
+func newPushCounts() *pushCounts { return &pushCounts{byType: map[xds.TypeURL]int{}} }
+
+// hooks returns the xds.Hooks that feed p.
+func (p *pushCounts) hooks() xds.Hooks {
+	return xds.Hooks{OnSend: func(ev xds.SendEvent) {
+		if ev.Push {
+			p.mu.Lock()
+			p.byType[ev.Type]++
+			p.mu.Unlock()
+		}
+	}}
+}
+
+// reset forgets the responses counted so far.
+func (p *pushCounts) reset() {
+	p.mu.Lock()
+	p.byType = map[xds.TypeURL]int{}
+	p.mu.Unlock()
+}
+
+// counts returns the responses counted since the last reset, by type.
+func (p *pushCounts) counts() map[xds.TypeURL]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.byType)
 }
