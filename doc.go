@@ -146,9 +146,10 @@
 // # When something fails
 //
 // A failing Build keeps its request pending and is retried; a failing
-// Generator holds back that proxy's push (never half of it) and is retried;
-// a configuration whose references are broken has the breaking resources
-// held back. Each is retried with capped exponential backoff, reported to
+// Generator holds back, for that proxy, the failed type and the types that
+// may name its resources (the rest of the push goes out, nothing is
+// removed), and is retried; a configuration whose references are broken
+// has the breaking resources held back. Each is retried with capped exponential backoff, reported to
 // Hooks and the log, and returned by Sync and WaitForVersion as an
 // *xds.FailureError naming the build, proxy and type, until it succeeds. A
 // panic in host code is recovered as an error of that call. A host's error
