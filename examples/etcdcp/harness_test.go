@@ -22,6 +22,12 @@ import (
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
 
+// etcdClients makes clients of an etcd: one member (testEtcd) or a
+// cluster (etcdCluster).
+type etcdClients interface {
+	newClient(t testing.TB) *clientv3.Client
+}
+
 // testReplica is a Replica serving on loopback ports, in this process,
 // with its own etcd client: replicas share nothing but etcd.
 type testReplica struct {
@@ -46,7 +52,7 @@ func replicaTuning(cfg ReplicaConfig) ReplicaConfig {
 
 // startReplica starts a replica of e's testPrefix, stopped when the test
 // ends (if it has not been), and waits until it serves.
-func startReplica(t testing.TB, e *testEtcd, name string, tune func(ReplicaConfig) ReplicaConfig) *testReplica {
+func startReplica(t testing.TB, e etcdClients, name string, tune func(ReplicaConfig) ReplicaConfig) *testReplica {
 	t.Helper()
 	c := e.newClient(t)
 	tr := &testReplica{name: name, done: make(chan error, 1), updates: make(chan UpdateEvent, 1000), connections: make(chan ConnectionEvent, 100)}
