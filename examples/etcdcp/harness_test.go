@@ -232,6 +232,17 @@ type clientKind struct {
 	fleet    string // Node.cluster
 }
 
+// clientKinds are the clients the replica tests connect, one of each:
+// SotW and Delta, Envoy-like and gRPC-like, of no fleet and of edge.
+var clientKinds = []clientKind{
+	{protocol: xdstest.SotW},
+	{protocol: xdstest.Delta, fleet: "edge"},
+	{protocol: xdstest.SotW, grpc: true},
+	{protocol: xdstest.Delta},
+	{protocol: xdstest.Delta, grpc: true, fleet: "edge"},
+	{protocol: xdstest.SotW, fleet: "edge"},
+}
+
 // testClient is a fake xDS client of the replicas.
 type testClient struct {
 	*xdstest.Client

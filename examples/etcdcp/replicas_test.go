@@ -69,16 +69,8 @@ func TestReplicas(t *testing.T) {
 	}
 
 	res := newReplicaResolver()
-	kinds := []clientKind{
-		{protocol: xdstest.SotW},
-		{protocol: xdstest.Delta, fleet: "edge"},
-		{protocol: xdstest.SotW, grpc: true},
-		{protocol: xdstest.Delta},
-		{protocol: xdstest.Delta, grpc: true, fleet: "edge"},
-		{protocol: xdstest.SotW, fleet: "edge"},
-	}
 	var clients []*testClient
-	for i, kind := range kinds {
+	for i, kind := range clientKinds {
 		id := fmt.Sprintf("c%d", i)
 		res.set(id, addrs(i%3, (i+1)%3, (i+2)%3)...)
 		clients = append(clients, dialClient(t, res, id, kind))
