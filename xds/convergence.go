@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"sync"
 )
@@ -262,12 +261,9 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 		// answer, or a reference held back, leaves it without what the
 		// configuration gives it.
 		var done bool
-		var failing []*conn
+		var failing []*conn // with pick: the failing connections it picked
 		if pick == nil {
 			done = ok && (t.conns == 0 || t.min >= seq) && len(t.failing) == 0
-			if !done {
-				failing = slices.Collect(maps.Keys(t.failing))
-			}
 		} else {
 			done = ok
 			for _, c := range picked {
@@ -285,6 +281,11 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 		if !done {
 			if t.buildFail != nil && buildPending {
 				fails = append(fails, *t.buildFail)
+			}
+			if pick == nil {
+				for c := range t.failing {
+					fails = append(fails, c.failures()...)
+				}
 			}
 			for _, c := range failing {
 				fails = append(fails, c.failures()...)

@@ -216,7 +216,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	}
 
 	d.inHeld = inHeld
-	c.removeOrDefer(&d, i, tgt, c.gone(ts, tgt, d.kept, inHeld, removes, o.restrict), removes, o)
+	c.removeOrDefer(&d, i, tgt, goneNames(ts, tgt, d.kept, inHeld, removes, o.restrict), removes, o)
 	d.unreject(ts, tgt, o)
 	if c.delta && o.notFound {
 		d.findNotFound(ts, o)
@@ -259,11 +259,11 @@ func (c *core) removeOrDefer(d *diffResult, i int, tgt *target, gone []string, r
 	d.gone = gone
 }
 
-// gone returns what the client holds of ts's type and the target tgt no
+// goneNames returns what the client holds of ts's type and the target tgt no
 // longer has, sorted: kept is what the response keeps (inHeld of it the
 // client holds). SotW by-name types never remove (removes false): the
 // client unsubscribes.
-func (c *core) gone(ts *typeState, tgt *target, kept []entry, inHeld int, removes, restrict bool) []string {
+func goneNames(ts *typeState, tgt *target, kept []entry, inHeld int, removes, restrict bool) []string {
 	var gone []string
 	switch {
 	case !removes:

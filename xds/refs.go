@@ -182,16 +182,6 @@ func (r *encRefs) of(kind int) []string {
 	return r.clusters
 }
 
-func (r *setRefs) of(kind int) []string {
-	switch kind {
-	case refRoutes:
-		return r.routes
-	case refEndpoints:
-		return r.eds
-	}
-	return r.clusters
-}
-
 // removable splits names, resources of type i to remove from the client,
 // into those it may remove and those a resource it holds still names (a
 // cluster named by a route or listener, a route named by a listener, an

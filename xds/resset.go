@@ -226,9 +226,7 @@ func (h *holding) names() []string {
 // RDS over ADS) and the endpoint sets (EDS clusters' over ADS), each sorted
 // and unique.
 type setRefs struct {
-	clusters []string
-	routes   []string
-	eds      []string
+	encRefs // the union of its resources'; of reads them
 	// unknown marks a set holding a resource whose content the Server
 	// does not know (a version a Delta client reported holding): it may
 	// name anything.
@@ -256,7 +254,7 @@ func (s *resSet) refsOf(set *settings, typeIdx int) *setRefs {
 			ep = append(ep, r.eds)
 		}
 	}
-	r := &setRefs{clusters: unionAll(cl), routes: unionAll(rt), eds: unionAll(ep), unknown: unknown}
+	r := &setRefs{encRefs: encRefs{clusters: unionAll(cl), routes: unionAll(rt), eds: unionAll(ep)}, unknown: unknown}
 	s.refs.Store(r)
 	return r
 }

@@ -187,6 +187,19 @@ func endpointChangeForTwo(t *testing.T) (f *fixture, a, b *client, subsA, subsB 
 	return f, a, b, subsA, subsB
 }
 
+// rejectEndpoints makes b, which must have received one EDS response,
+// NACK it; it returns what b received.
+func rejectEndpoints(t *testing.T, b *client, subsB map[TypeURL][]string) []*discoveryv3.DiscoveryResponse {
+	t.Helper()
+	rs := b.pending()
+	if len(rs) != 1 || TypeURL(rs[0].TypeUrl) != EndpointType {
+		t.Fatalf("b received %v; want [EDS]", typesOf(rs))
+	}
+	b.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, ResponseNonce: rs[0].Nonce,
+		ResourceNames: subsB[EndpointType], ErrorDetail: errDetail("bad endpoints")})
+	return rs
+}
+
 // A NACK settles a proxy: Sync returns it instead of waiting for an ACK.
 func TestSyncReportsNACK(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -195,12 +208,7 @@ func TestSyncReportsNACK(t *testing.T) {
 		settle()
 		a.ackAll(subsA)
 		notYet(t, done, "before b answers")
-		rs := b.pending()
-		if len(rs) != 1 || TypeURL(rs[0].TypeUrl) != EndpointType {
-			t.Fatalf("b received %v; want [EDS]", typesOf(rs))
-		}
-		b.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, ResponseNonce: rs[0].Nonce,
-			ResourceNames: subsB[EndpointType], ErrorDetail: errDetail("bad endpoints")})
+		rs := rejectEndpoints(t, b, subsB)
 		r := returned(t, done, "after b's NACK")
 		if r.err != nil || len(r.nacks) != 1 {
 			t.Fatalf("Sync() = %+v, %v; want one NACK, nil", r.nacks, r.err)
@@ -407,12 +415,7 @@ func TestSyncProxies(t *testing.T) {
 		}
 		notYet(t, doneB, "before b answers")
 		notYet(t, doneAll, "before b answers")
-		rs := b.pending()
-		if len(rs) != 1 || TypeURL(rs[0].TypeUrl) != EndpointType {
-			t.Fatalf("b received %v; want [EDS]", typesOf(rs))
-		}
-		b.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, ResponseNonce: rs[0].Nonce,
-			ResourceNames: subsB[EndpointType], ErrorDetail: errDetail("bad endpoints")})
+		rejectEndpoints(t, b, subsB)
 		for name, done := range map[string]<-chan syncResult{"SyncProxies(b)": doneB, "Sync": doneAll} {
 			r := returned(t, done, "after b's NACK")
 			if r.err != nil || len(r.nacks) != 1 || r.nacks[0].ProxyID != "b" {
