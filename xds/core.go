@@ -243,6 +243,9 @@ func (c *core) takeOut() []*outMsg {
 // runner calls it after each step.
 func (c *core) dropRare() {
 	for _, ts := range c.types {
+		if ts != nil && len(ts.awaited()) > 0 {
+			c.awaiting(ts, true)
+		}
 		if ts != nil && ts.rare != nil && ts.rare.empty() {
 			ts.rare = nil
 		}

@@ -277,6 +277,71 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 	}
 }
 
+// A Delta client that unsubscribes from a cluster decides from the routes
+// it had read: a route the Server sent since may name the cluster again.
+// The client drops the cluster at once and subscribes to it again once it
+// reads that route; until then it holds a route naming a cluster it lacks,
+// and the connection is not synced, although every response is ACKed.
+// Before, it was: Sync returned nil while the client lacked the cluster
+// (TestFault seed 36720). Once nothing the client holds names the cluster
+// (the route moves off it), or the client subscribes to it again and ACKs
+// it, the connection is synced.
+func TestCoreDeltaDroppedClusterStillNamedIsAwaited(t *testing.T) {
+	tests := []struct {
+		name string
+		then string
+	}{
+		{name: "the client subscribes again", then: "resubscribe"},
+		{name: "the route moves off it", then: "unname"},
+		{name: "the client rejects the route", then: "nack"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCoreRun(t, true, nil)
+			r.grpcLike("c0", "c0", "c1")
+			h := r.h
+			synced := func(what string, want bool) {
+				t.Helper()
+				if got := r.c.syncedTo() >= r.pc.Seq(); got != want {
+					t.Fatalf("%s: synced = %v (syncedTo %d, push %d); want %v", what, got, r.c.syncedTo(), r.pc.Seq(), want)
+				}
+			}
+			// The route moves to c1; the client reads it and will drop c0.
+			r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
+			r.expect("r0 → c1", "RDS [r0] -[]")
+			r.ack(RouteType)
+			// The route moves back to c0 before the client's unsubscribe
+			// arrives.
+			r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c0")) }, ckey(kindRoute, "r0"))
+			r.expect("r0 → c0 again, on its way", "RDS [r0] -[]")
+			routeBack := r.last[RouteType]
+			r.unsubscribe(ClusterType, "c0")
+			r.expect("an unsubscribe is not answered")
+			r.expectHeld("c0 dropped", ClusterType, "c1")
+			if tt.then == "nack" {
+				r.replyTo(routeBack, "r0 is invalid")
+				synced("the route that names c0 rejected", true)
+				return
+			}
+			r.ack(RouteType)
+			synced("every response ACKed, c0 dropped under r0", false)
+			switch tt.then {
+			case "resubscribe":
+				r.resubscribe(ClusterType, "c0")
+				r.expect("c0 again, and the endpoints it warms with", "CDS [c0] -[]", "EDS [c0] -[]")
+				synced("c0 on its way", false)
+				r.ack(ClusterType)
+				r.ack(EndpointType)
+			case "unname":
+				r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))
+				r.expect("r0 → c1", "RDS [r0] -[]")
+				r.ack(RouteType)
+			}
+			synced("at the end", true)
+		})
+	}
+}
+
 // What a client still subscribes to by name and holds is not removed,
 // even when the configuration drops it and nothing the client holds names
 // it: a version the client still serves while the new one warms may (an

@@ -142,7 +142,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	}
 	// What the client no longer subscribes to, it drops.
 	if len(removed) > 0 || (wasWildcard && !wildcard) {
-		ts.dropUncovered()
+		c.await(ts, ts.dropUncovered())
 	}
 	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, added, removed), nil
 }
@@ -194,9 +194,8 @@ func (ts *typeState) resume(initial []string, versions map[string]string) {
 }
 
 // dropUncovered forgets what the client holds that its subscription no
-// longer covers: the client drops it.
-func (ts *typeState) dropUncovered() {
-	var drop []string
+// longer covers, and returns it: the client drops it.
+func (ts *typeState) dropUncovered() (drop []string) {
 	ts.held.each(func(n string, _ *encoded) {
 		if !ts.covers(n) {
 			drop = append(drop, n)
@@ -207,6 +206,43 @@ func (ts *typeState) dropUncovered() {
 		delete(ts.removing(), n)
 	}
 	ts.unrejectUncovered()
+	return drop
+}
+
+// await records dropped, names of type ts the client no longer holds
+// because it unsubscribed from them, that a resource it holds still names
+// (see typeRare.awaited). A client decides what to unsubscribe from on
+// what it has read: a response on its way may name them again, and the
+// client subscribes to them again once it reads it.
+func (c *core) await(ts *typeState, dropped []string) {
+	for _, n := range dropped {
+		if c.heldNames(ts.idx, n) {
+			r := ts.rareForWrite()
+			if r.awaited == nil {
+				r.awaited = make(map[string]uint64, len(dropped))
+			}
+			r.awaited[n] = c.appliedSeq
+		}
+	}
+}
+
+// awaiting returns the lowest appliedSeq of the names of ts still awaited
+// (see typeRare.awaited): not subscribed to again, and named by a resource
+// the client holds; 0 if none is. With prune, it forgets the others.
+func (c *core) awaiting(ts *typeState, prune bool) uint64 {
+	var low uint64
+	for n, seq := range ts.awaited() {
+		if ts.covers(n) || !c.heldNames(ts.idx, n) {
+			if prune {
+				delete(ts.rare.awaited, n)
+			}
+			continue
+		}
+		if low == 0 || seq < low {
+			low = seq
+		}
+	}
+	return low
 }
 
 // deltaAnswer returns how a Delta request is answered (nil: it is not),

@@ -189,16 +189,8 @@ func (r *encRefs) of(kind int) []string {
 // one error per name held back.
 func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kept []string, _ []*ReferenceError) {
 	set := c.set
-	var from []int
-	kind := refClusters
-	switch i {
-	case set.cdsIdx:
-		from = []int{set.rdsIdx, set.ldsIdx}
-	case set.rdsIdx:
-		from, kind = []int{set.ldsIdx}, refRoutes
-	case set.edsIdx:
-		from, kind = []int{set.cdsIdx}, refEndpoints
-	default:
+	from, kind := set.referrers(i)
+	if from == nil {
 		return names, nil, errs
 	}
 	for _, n := range names {
@@ -244,6 +236,34 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 		}
 	}
 	return ok, kept, errs
+}
+
+// referrers returns the types whose resources may name those of type i
+// (routes and listeners name clusters, listeners routes, clusters their
+// endpoints), and how (see encRefs.of); nil for a type nothing names.
+func (s *settings) referrers(i int) (from []int, kind int) {
+	switch i {
+	case -1:
+	case s.cdsIdx:
+		return []int{s.rdsIdx, s.ldsIdx}, refClusters
+	case s.rdsIdx:
+		return []int{s.ldsIdx}, refRoutes
+	case s.edsIdx:
+		return []int{s.cdsIdx}, refEndpoints
+	}
+	return nil, 0
+}
+
+// heldNames reports whether a resource the client holds names n, of type
+// i.
+func (c *core) heldNames(i int, n string) bool {
+	from, kind := c.set.referrers(i)
+	for _, j := range from {
+		if j >= 0 && c.types[j] != nil && c.namedBy(j, n, kind) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // unnamed reports whether no resource the client holds names n, of type

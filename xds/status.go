@@ -187,6 +187,11 @@ func (c *core) syncedTo() uint64 {
 		if ts == nil {
 			continue
 		}
+		if seq := c.awaiting(ts, false); seq > 0 {
+			// The client holds a reference to what it dropped: not
+			// synced until it subscribes to it again.
+			x = min(x, seq-1)
+		}
 		if ts.appliedAcked > 0 && c.awaitsHeldBack(ts) {
 			// What a reference held back is still to be sent: not
 			// synced to the push it belongs to.

@@ -114,12 +114,19 @@ type typeRare struct {
 	// holds counts the responses in a row that held something back for a
 	// reference the client is on its way to resolve (see retryType).
 	holds int
+	// awaited maps the names a Delta client unsubscribed from while a
+	// resource it holds named them to the connection's appliedSeq then:
+	// the client decided from what it had read, a response sent since
+	// names them again, and it will subscribe to them again once it reads
+	// it. Until it does, or nothing it holds names them any longer, it
+	// holds a reference to what it lacks: not synced (see core.awaiting).
+	awaited map[string]uint64
 }
 
 // empty reports whether r holds nothing.
 func (r *typeRare) empty() bool {
 	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
-		r.deferred == nil && r.retry == nil && r.holds == 0
+		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0
 }
 
 func (ts *typeState) rejected() map[string]*encoded {
@@ -155,6 +162,13 @@ func (ts *typeState) retry() *answer {
 		return nil
 	}
 	return ts.rare.retry
+}
+
+func (ts *typeState) awaited() map[string]uint64 {
+	if ts.rare == nil {
+		return nil
+	}
+	return ts.rare.awaited
 }
 
 // markRemoving adds names to the removals the type holds back (see
