@@ -82,7 +82,7 @@ func (c *core) answer(i int, a *answer) error {
 		return nil
 	}
 	c.typeOK(ts)
-	c.genFrom[i] = c.proxy.Push
+	c.genFrom[i] = c.proxy.Push.Seq()
 	set := c.set
 	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.proxy.Push}
 	var warm *warmSet

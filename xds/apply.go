@@ -206,7 +206,7 @@ func (c *core) generatedFrom(pl *plan, pc *pushcontext.PushContext, req *pushcon
 	for _, ph := range pl.phases {
 		ts := c.types[ph.typeIdx]
 		ts.dirty = false
-		c.genFrom[ph.typeIdx] = pc
+		c.genFrom[ph.typeIdx] = pc.Seq()
 		generated[ph.typeIdx] = true
 		c.typeOK(ts)
 	}
@@ -297,12 +297,12 @@ func (c *core) applied(seq uint64, done bool) {
 // several kinds) make a type affected on their own.
 func (c *core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.PushContext, generated []bool) {
 	for i, ts := range c.types {
-		if ts == nil || (generated != nil && generated[i]) || c.genFrom[i] == nil {
+		if ts == nil || (generated != nil && generated[i]) || c.genFrom[i] == 0 {
 			continue
 		}
 		for _, k := range c.set.kinds[i] {
 			if req.ConfigsUpdated.HasKind(k) {
-				c.genFrom[i] = pc
+				c.genFrom[i] = pc.Seq()
 				break
 			}
 		}

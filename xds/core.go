@@ -54,10 +54,14 @@ type core struct {
 	// push waits for that as for any subscription (see unwatchedAwaited).
 	dropped []bool
 
-	// genFrom holds, by type index, the PushContext the type was last
-	// generated from by a push: a type is regenerated when an index of its
-	// kinds was rebuilt since (see affected).
-	genFrom []*pushcontext.PushContext
+	// genFrom holds, by type index, the Seq of the PushContext the type
+	// was last generated from by a push (0: none): a type is regenerated
+	// when an index of its kinds was rebuilt since (see affected). The
+	// number, not the PushContext: a type that no push regenerates (the
+	// listeners of a mesh whose changes are elsewhere) would keep alive
+	// the snapshot the connection started from, and a server whose
+	// clients come and go one per snapshot.
+	genFrom []uint64
 
 	plan *plan     // the push being released phase by phase; nil when none
 	out  []*outMsg // responses to write, in order
@@ -110,8 +114,8 @@ type coreHost interface {
 	// nonce returns a new nonce for a response of version.
 	nonce(version string) string
 	// rebuilt reports whether an index fed by type i's kinds was rebuilt
-	// between since and pc.
-	rebuilt(i int, since, pc *pushcontext.PushContext) bool
+	// after the PushContext of Seq since (0: none; true) and up to pc.
+	rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool
 }
 
 // The rare part of ts's state, read: each is zero if ts has none. Change
@@ -174,7 +178,7 @@ func newCore(set *settings, host coreHost, pub *sync.Mutex, p *Proxy, delta bool
 		delta:   delta,
 		seed:    seed,
 		types:   make([]*typeState, n),
-		genFrom: make([]*pushcontext.PushContext, n),
+		genFrom: make([]uint64, n),
 	}
 }
 

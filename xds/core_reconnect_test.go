@@ -559,9 +559,9 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 			r.nack(ClusterType, "rejected")
 			r.expect("the push stops")
 			lds := r.typeState(ListenerType)
-			if !lds.dirty || lds.lastPush == r.c.proxy.Push {
+			if !lds.dirty || lds.lastSeq == r.c.proxy.Push.Seq() {
 				t.Fatalf("listeners dirty = %v, last generated from the current snapshot = %v; want dirty, from an older one",
-					lds.dirty, lds.lastPush == r.c.proxy.Push)
+					lds.dirty, lds.lastSeq == r.c.proxy.Push.Seq())
 			}
 			_, kept, errs := r.c.removable(rds, []string{"r0"}, nil)
 			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].Rejected {

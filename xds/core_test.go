@@ -176,8 +176,8 @@ func (h *fakeHost) nonce(version string) string {
 	return fmt.Sprintf("%s/%d", version, h.nonces)
 }
 
-func (h *fakeHost) rebuilt(i int, since, pc *pushcontext.PushContext) bool {
-	return pc.RebuiltSince(since, h.set.kinds[i]...)
+func (h *fakeHost) rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool {
+	return rebuiltAfter(since, pc, h.set.kinds[i])
 }
 
 // build returns the next PushContext for keys.

@@ -150,7 +150,7 @@ func (c *core) current(i int) bool {
 	switch {
 	case ts.lastTarget == nil:
 		return false
-	case ts.lastPush == c.proxy.Push:
+	case ts.lastSeq == c.proxy.Push.Seq():
 		return true
 	case ts.dirty:
 		return false

@@ -473,7 +473,17 @@ func isPanic(err error) bool {
 }
 
 // rebuilt reports whether an index fed by type i's kinds was rebuilt
-// between since and pc (see core.affected).
-func (s *Server) rebuilt(i int, since, pc *pushcontext.PushContext) bool {
-	return pc.RebuiltSince(since, s.set.kinds[i]...)
+// after the PushContext of Seq since and up to pc (see core.affected).
+func (s *Server) rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool {
+	return rebuiltAfter(since, pc, s.set.kinds[i])
+}
+
+// rebuiltAfter reports whether an index of kinds was rebuilt after the
+// PushContext of Seq since and up to pc: true when since is 0 (nothing was
+// generated) and kinds is not empty.
+func rebuiltAfter(since uint64, pc *pushcontext.PushContext, kinds []string) bool {
+	if since == 0 {
+		return len(kinds) > 0
+	}
+	return pc.RebuiltAfter(since, kinds...)
 }

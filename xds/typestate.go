@@ -44,8 +44,10 @@ type typeState struct {
 	// configuration has it (see lastKnows).
 	lastTarget *resSet
 	lastSub    *subscription
-	// lastPush is the PushContext the last of them was generated from.
-	lastPush *pushcontext.PushContext
+	// lastSeq is the Seq of the PushContext the last of them was
+	// generated from (0: none); the number, not the PushContext, for the
+	// reason of core.genFrom.
+	lastSeq uint64
 
 	// The flags and the count below are kept together, in one word.
 	//
@@ -264,7 +266,7 @@ func (ts *typeState) lastKnows(name string) bool {
 // nothing reads the others' (see removable).
 func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers bool) {
 	if !tgt.partial {
-		ts.lastTarget, ts.lastSub, ts.lastPush = tgt.set, tgt.sub, pc
+		ts.lastTarget, ts.lastSub, ts.lastSeq = tgt.set, tgt.sub, pc.Seq()
 		ts.forgetChanges()
 		return
 	}
@@ -272,7 +274,7 @@ func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers 
 		return // nothing to apply the changes to, or no one to read them
 	}
 	if n := len(ts.lastChanges()) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
-		ts.lastTarget, ts.lastSub, ts.lastPush = nil, nil, nil
+		ts.lastTarget, ts.lastSub, ts.lastSeq = nil, nil, 0
 		ts.forgetChanges()
 		ts.dirty = true
 		return
@@ -287,7 +289,7 @@ func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers 
 	for _, n := range tgt.removed {
 		r.lastChanges[n] = nil
 	}
-	ts.lastPush = pc
+	ts.lastSeq = pc.Seq()
 }
 
 // synced reports whether the client has ACKed the last response of the type.
