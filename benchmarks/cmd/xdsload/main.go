@@ -21,6 +21,15 @@
 //
 //	go run ./benchmarks/cmd/xdsload -scenario storm -n 10000
 //
+// With -scenario soak it runs a long soak instead: changes of random kinds
+// at -rate per second for -duration while a share of the clients (-churn)
+// reconnects every second; every -window the changes pause until every
+// client holds the configuration, and the server's resident set and
+// goroutines are sampled. It fails unless every window converged with no
+// dangling reference and both stayed flat (see harness.SoakResult.Flat).
+//
+//	go run ./benchmarks/cmd/xdsload -scenario soak -n 10000 -duration 30m
+//
 // -json writes the results as JSON instead of markdown; -from FILE writes
 // the results of an earlier run, saved with -json, again.
 //
@@ -36,6 +45,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,7 +69,7 @@ func main() {
 }
 
 func run() error {
-	scenario := flag.String("scenario", "changes", "changes: the latency, cost and storm comparison; burst: bursts of changes, checking make-before-break; storm: the reconnect storm alone")
+	scenario := flag.String("scenario", "changes", "changes: the latency, cost and storm comparison; burst: bursts of changes, checking make-before-break; storm: the reconnect storm alone; soak: changes and reconnections for -duration, checking memory and goroutines stay flat")
 	n := flag.Int("n", 1000, "number of clients")
 	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
 	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(append(servers.Names, servers.Variants...), ", ")+" (burst: xdspush unless set)")
@@ -73,7 +83,12 @@ func run() error {
 	runs := flag.Int("runs", 10, "burst: runs per server and protocol")
 	changes := flag.Int("changes", 20, "burst: changes per run")
 	interval := flag.Duration("interval", 20*time.Millisecond, "burst: interval between two changes")
-	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1)")
+	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1); soak: of the first window's changes and of the reconnections")
+	duration := flag.Duration("duration", 30*time.Minute, "soak: how long changes flow (the pauses to check convergence left out)")
+	rate := flag.Float64("rate", 5, "soak: changes per second")
+	churn := flag.Float64("churn", 0.01, "soak: share of the clients that reconnect every second (negative: none)")
+	window := flag.Duration("window", 10*time.Second, "soak: time between two checks of convergence and samples of the server")
+	flat := flag.String("flat", strings.Join(harness.Measures, ","), "soak: the server's figures that must stay flat, some of "+strings.Join(harness.Measures, ", ")+" (a short soak: heap,goroutines; the resident set grows for minutes as the heap's spans fragment)")
 	backoffBase := flag.Duration("backoff-base", fleet.DefaultBackoffBase, "bound of the wait before a client's first retry of a failed stream (doubling with each retry in a row)")
 	backoffMax := flag.Duration("backoff-max", fleet.DefaultBackoffMax, "cap of the bound of a client's retry wait")
 	streamWait := flag.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission before they are refused (0: the library's default, xds.DefaultNewStreamWait)")
@@ -156,8 +171,33 @@ func run() error {
 			}
 		}
 		return nil
+	case "soak":
+		if !serversSet {
+			cfg.Servers = nil // xdspush
+		}
+		measures := split(*flat)
+		for _, m := range measures {
+			if !slices.Contains(harness.Measures, m) {
+				return fmt.Errorf("-flat: unknown figure %q (want some of %v)", m, harness.Measures)
+			}
+		}
+		rs, err := harness.RunSoak(cfg, harness.Soak{Duration: *duration, Rate: *rate, Churn: *churn, Window: *window, Seed: *seed})
+		report := func(w io.Writer, rs []harness.SoakResult) { harness.ReportSoak(w, rs, measures...) }
+		if jerr := output(os.Stdout, *asJSON, rs, report); jerr != nil && err == nil {
+			err = jerr
+		}
+		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
+		if err != nil {
+			return err
+		}
+		for _, r := range rs {
+			if !r.Clean() || !r.Flat(measures...) {
+				return fmt.Errorf("%s %s: the soak found violations, clients that did not converge, or growth of %s", r.Server, r.Protocol, *flat)
+			}
+		}
+		return nil
 	}
-	return fmt.Errorf("unknown scenario %q (want changes, burst or storm)", *scenario)
+	return fmt.Errorf("unknown scenario %q (want changes, burst, storm or soak)", *scenario)
 }
 
 // rewrite writes the results of scenario that file holds (JSON, as -json
@@ -172,8 +212,10 @@ func rewrite(w io.Writer, file, scenario string, asJSON bool) error {
 		return rewriteAs(w, b, file, scenario, asJSON, harness.Report)
 	case "burst":
 		return rewriteAs(w, b, file, scenario, asJSON, harness.ReportBurst)
+	case "soak":
+		return rewriteAs(w, b, file, scenario, asJSON, func(w io.Writer, rs []harness.SoakResult) { harness.ReportSoak(w, rs) })
 	}
-	return fmt.Errorf("unknown scenario %q (want changes, burst or storm)", scenario)
+	return fmt.Errorf("unknown scenario %q (want changes, burst, storm or soak)", scenario)
 }
 
 // rewriteAs decodes b, file's results of scenario, and writes them.

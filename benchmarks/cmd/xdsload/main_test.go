@@ -129,6 +129,8 @@ func TestRewrite(t *testing.T) {
 		Changes: map[string]harness.ChangeResult{"endpoint": {Latency: harness.Latency{Max: time.Second}}}}})
 	burst := write("burst.json", []harness.BurstResult{{Server: "xdspush", Protocol: "delta", Clients: 10,
 		Runs: []harness.BurstRun{{Seed: 1}}}})
+	soak := write("soak.json", []harness.SoakResult{{Server: "xdspush", Protocol: "sotw", Clients: 10,
+		Soak: harness.Soak{Duration: time.Minute, Window: 10 * time.Second}, Windows: []harness.SoakWindow{{Changes: 50}}}})
 	notJSON := filepath.Join(dir, "not.json")
 	if err := os.WriteFile(notJSON, []byte("| server |"), 0o644); err != nil {
 		t.Fatal(err)
@@ -144,7 +146,9 @@ func TestRewrite(t *testing.T) {
 		{name: "a burst file read as changes", file: burst, scenario: "changes"},
 		{name: "not JSON", file: notJSON, scenario: "changes"},
 		{name: "no such file", file: filepath.Join(dir, "none.json"), scenario: "changes"},
-		{name: "unknown scenario", file: changes, scenario: "soak"},
+		{name: "soak as markdown", file: soak, scenario: "soak", want: "| xdspush | sotw |"},
+		{name: "a changes file read as a soak", file: changes, scenario: "soak"},
+		{name: "unknown scenario", file: changes, scenario: "tide"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer

@@ -26,6 +26,10 @@
 //     they hold that differs, their violations, their last responses).
 //   - Storms: every client closes its connection and opens a new one at
 //     once, as an empty client; the moment each has converged again.
+//   - Churn: while it runs, a number of clients drawn at random close
+//     their connection and open a new one every second, as empty clients;
+//     a client that leaves is no longer counted as holding the
+//     configuration until it holds it again (not a regression).
 //   - Streams: a stream that fails (a server's admission refusing it with
 //     ResourceExhausted, or any error) is opened again on the same
 //     connection, as an empty client, after a jittered exponential backoff

@@ -39,6 +39,10 @@ type request struct {
 	// Nodes are node IDs, for "describe".
 	Nodes   []string `json:"nodes,omitempty"`
 	Timeout float64  `json:"timeout_s,omitempty"`
+	// PerSecond and Seed are a churn's: clients reconnected every second,
+	// drawn from Seed.
+	PerSecond int    `json:"per_second,omitempty"`
+	Seed      uint64 `json:"seed,omitempty"`
 }
 
 // handed is a server child's answer to a burst: when it handed each
@@ -66,6 +70,10 @@ type usage struct {
 	// RSS is its resident set after a garbage collection that returned
 	// free memory to the system, in bytes.
 	RSS int64 `json:"rss"`
+	// Heap is the bytes of live heap objects after that collection.
+	Heap int64 `json:"heap"`
+	// Goroutines is the number of the process's goroutines.
+	Goroutines int `json:"goroutines"`
 }
 
 // RunChild runs the child described by args (after ChildArg): "server"
@@ -438,7 +446,9 @@ func readUsage(rss bool) (usage, error) {
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
-	return usage{CPU: cpu, RSS: residentNow()}, nil
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return usage{CPU: cpu, RSS: residentNow(), Heap: int64(ms.HeapAlloc), Goroutines: runtime.NumGoroutine()}, nil
 }
 
 func runClientsChild(args []string, in io.Reader, out io.Writer) error {
@@ -464,6 +474,12 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 	defer f.Close()
 	prof := &profiler{dir: *profDir}
 	defer prof.stop()
+	var churn *fleet.Churn // between "churn" and "unchurn"
+	defer func() {
+		if churn != nil {
+			churn.Stop()
+		}
+	}()
 	deadline := func(req request) (context.Context, context.CancelFunc) {
 		return context.WithTimeout(context.Background(), time.Duration(req.Timeout*float64(time.Second)))
 	}
@@ -503,6 +519,19 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 			ctx, cancel := deadline(req)
 			defer cancel()
 			return f.Wait(ctx)
+		case "churn":
+			if churn != nil {
+				return nil, errors.New("churn: already churning")
+			}
+			churn = f.StartChurn(req.PerSecond, req.Seed)
+			return struct{}{}, nil
+		case "unchurn":
+			if churn == nil {
+				return nil, errors.New("unchurn: not churning")
+			}
+			n := churn.Stop()
+			churn = nil
+			return n, nil
 		case "profile":
 			return struct{}{}, prof.start(req.Name)
 		case "unprofile":

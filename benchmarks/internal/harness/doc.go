@@ -1,4 +1,4 @@
-// Package harness orchestrates the load benchmark. It runs three scenarios,
+// Package harness orchestrates the load benchmark. It runs four scenarios,
 // each server in a child process of its own and the N clients in another.
 //
 // Run, the comparison: for each server and protocol it waits for the
@@ -25,4 +25,12 @@
 // violations the clients' ordering checkers counted, the time from the
 // last hand-over until each client held the final configuration, and the
 // responses per client.
+//
+// RunSoak, the long run: for each server and protocol, changes of random
+// kinds flow at a fixed rate while a share of the clients reconnects every
+// second; at the end of each window both pause until every client holds
+// the window's configuration, and the server child reports its resident
+// set, live heap and goroutines after a garbage collection. It reports,
+// per window, the convergence and violations, and over the soak how the
+// server's figures moved (SoakResult.Growth, Flat).
 package harness
