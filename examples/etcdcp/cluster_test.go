@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -160,13 +161,32 @@ type seqWriter struct {
 const seqBase = 20000
 
 // startSeqWriter starts writing with sequence number from, which is
-// above every number written before.
+// above every number written before, as fast as etcd acknowledges.
 func startSeqWriter(t testing.TB, c *clientv3.Client, from int) *seqWriter {
+	return startSeqWriterEvery(t, c, from, 0)
+}
+
+// startSeqWriterEvery is startSeqWriter writing at most once every every.
+func startSeqWriterEvery(t testing.TB, c *clientv3.Client, from int, every time.Duration) *seqWriter {
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &seqWriter{c: c, acked: from - 1, wake: make(chan struct{}), cancel: cancel, done: make(chan error, 1)}
 	ep := bundledFile(t, "endpoints.json")
 	go func() {
+		var tick <-chan time.Time
+		if every > 0 {
+			tk := time.NewTicker(every)
+			defer tk.Stop()
+			tick = tk.C
+		}
 		for seq := from; ; seq++ {
+			if tick != nil {
+				select {
+				case <-tick:
+				case <-ctx.Done():
+					w.done <- nil
+					return
+				}
+			}
 			data := strings.Replace(ep, "18080", fmt.Sprint(seqBase+seq), 1)
 			for {
 				if ctx.Err() != nil {

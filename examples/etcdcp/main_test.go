@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,7 +18,21 @@ import (
 	"github.com/xdspush/xdspush/examples/internal/meshconfig"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain runs a replica process when the test binary is started as one
+// (see startReplicaProcess), and the tests otherwise.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == replicaArg {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := run(ctx, os.Args[2:], io.Discard, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // Test timeouts, as grpc's tests have them: a generous bound on what must
 // happen.
