@@ -45,6 +45,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -94,6 +96,7 @@ func run() error {
 	streamWait := flag.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission before they are refused (0: the library's default, xds.DefaultNewStreamWait)")
 	streamRate := flag.Float64("stream-rate", 0, "xdspush's new-stream rate limit, streams per second (0: none, the library's default)")
 	openings := flag.Int("openings", 0, "xdspush's bound of the streams opening at once (0: the library's default, xds.DefaultMaxOpeningStreams; -1: none)")
+	filecpBin := flag.String("filecp", "", "the built examples/filecp that server filecp runs (empty: built with go build, from the workspace)")
 	asJSON := flag.Bool("json", false, "write the results as JSON rather than markdown")
 	from := flag.String("from", "", "run nothing: read the results of an earlier run from this file, written with -json by the same -scenario, and write them (as markdown unless -json)")
 	flag.Parse()
@@ -114,6 +117,16 @@ func run() error {
 			return err
 		}
 	}
+	if slices.Contains(split(*srvs), "filecp") && *filecpBin == "" {
+		dir, err := os.MkdirTemp("", "xdsload-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if *filecpBin, err = buildFilecp(dir); err != nil {
+			return err
+		}
+	}
 	start := time.Now()
 	cfg := harness.Config{
 		Clients:       *n,
@@ -130,6 +143,7 @@ func run() error {
 		NewStreamRate: *streamRate,
 		Openings:      *openings,
 		NewStreamWait: *streamWait,
+		Filecp:        *filecpBin,
 		Executable:    exe,
 		Stderr:        os.Stderr,
 		Progress:      os.Stderr,
@@ -198,6 +212,17 @@ func run() error {
 		return nil
 	}
 	return fmt.Errorf("unknown scenario %q (want changes, burst, storm or soak)", *scenario)
+}
+
+// buildFilecp builds examples/filecp into dir, as users build it (from
+// the workspace this program is run in), and returns its path.
+func buildFilecp(dir string) (string, error) {
+	bin := filepath.Join(dir, "filecp")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/xdspush/xdspush/examples/filecp")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building examples/filecp: %v\n%s", err, out)
+	}
+	return bin, nil
 }
 
 // rewrite writes the results of scenario that file holds (JSON, as -json

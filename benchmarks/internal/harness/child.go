@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -126,6 +129,7 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	streamRate := fs.Float64("stream-rate", 0, "xdspush's new streams admitted per second (0: no limit, the library's default)")
 	openings := fs.Int("openings", 0, "xdspush's bound of the streams opening at once (0: the library's default; -1: none)")
 	streamWait := fs.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission (0: the library's default)")
+	filecp := fs.String("filecp", "", "the built examples/filecp (server filecp)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -135,7 +139,7 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	}
 	srv, err := servers.New(*name, servers.Config{
 		Clients: *n, NodeID: fleet.NodeID, Services: *services, Endpoints: *endpoints, NoDebounce: *noDebounce,
-		NewStreamRate: *streamRate, Openings: *openings, NewStreamWait: *streamWait,
+		NewStreamRate: *streamRate, Openings: *openings, NewStreamWait: *streamWait, Filecp: *filecp,
 	})
 	if err != nil {
 		return err
@@ -153,6 +157,13 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	if err := json.NewEncoder(out).Encode(map[string]string{"addr": lis.Addr().String()}); err != nil {
 		return err
 	}
+	// pid is the serving process: this one (0), or another's (Processor).
+	pid := func() int {
+		if p, ok := srv.(servers.Processor); ok {
+			return p.Process()
+		}
+		return 0
+	}
 	prof := &profiler{dir: *profDir, heapDir: *heapDir}
 	defer prof.stop()
 	var w *watch // between "watch" and "unwatch"
@@ -164,13 +175,13 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	return serve(in, out, func(req request) (any, error) {
 		switch req.Op {
 		case "usage":
-			u, err := readUsage(true)
+			u, err := readUsage(pid(), true)
 			if err == nil && req.Name != "" {
 				err = prof.heap(req.Name)
 			}
 			return u, err
 		case "cpu":
-			return readUsage(false)
+			return readUsage(pid(), false)
 		case "change":
 			if req.Change == nil {
 				return nil, errors.New("change: no change")
@@ -199,7 +210,7 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 			if r, ok := srv.(servers.AdmissionReporter); ok {
 				r.ResetAdmission()
 			}
-			nw, err := startWatch()
+			nw, err := startWatch(pid())
 			if err != nil {
 				return nil, err
 			}
@@ -253,6 +264,7 @@ const watchInterval = 100 * time.Millisecond
 
 // watch samples the process's CPU time every watchInterval.
 type watch struct {
+	pid     int // the process watched; 0: this one
 	done    chan struct{}
 	stopped chan struct{}
 	samples []sample // written by the sampling goroutine until stopped
@@ -266,9 +278,10 @@ type sample struct {
 	rss        int64
 }
 
-func startWatch() (*watch, error) {
-	w := &watch{done: make(chan struct{}), stopped: make(chan struct{})}
-	s, err := takeSample()
+// startWatch starts sampling process pid (0: this one).
+func startWatch(pid int) (*watch, error) {
+	w := &watch{done: make(chan struct{}), stopped: make(chan struct{}), pid: pid}
+	s, err := takeSample(pid)
 	if err != nil {
 		return nil, err
 	}
@@ -283,7 +296,7 @@ func startWatch() (*watch, error) {
 				return
 			case <-t.C:
 			}
-			if s, err := takeSample(); err == nil {
+			if s, err := takeSample(pid); err == nil {
 				w.samples = append(w.samples, s)
 			}
 		}
@@ -291,10 +304,15 @@ func startWatch() (*watch, error) {
 	return w, nil
 }
 
-func takeSample() (sample, error) {
-	u, err := readUsage(false)
+// takeSample samples process pid (0: this one; of another, the goroutines
+// are not known: 0).
+func takeSample(pid int) (sample, error) {
+	u, err := readUsage(pid, false)
 	if err != nil {
 		return sample{}, err
+	}
+	if pid != 0 {
+		return sample{t: time.Now().UnixNano(), cpu: u.CPU, rss: u.RSS}, nil
 	}
 	return sample{t: time.Now().UnixNano(), cpu: u.CPU, goroutines: runtime.NumGoroutine(), rss: residentNow()}, nil
 }
@@ -317,7 +335,7 @@ func residentNow() int64 {
 func (w *watch) stop() (watched, error) {
 	close(w.done)
 	<-w.stopped
-	last, err := takeSample()
+	last, err := takeSample(w.pid)
 	if err != nil {
 		return watched{}, err
 	}
@@ -434,8 +452,14 @@ func (p *profiler) stop() error {
 }
 
 // readUsage returns the process's CPU time and, if rss, after collecting
-// garbage and returning free memory to the system, its resident set.
-func readUsage(rss bool) (usage, error) {
+// garbage and returning free memory to the system, its resident set. Of
+// another process than this one (pid ≠ 0), it reads the CPU time and the
+// resident set as they are (it cannot collect that process's garbage), and
+// knows no heap or goroutines.
+func readUsage(pid int, rss bool) (usage, error) {
+	if pid != 0 {
+		return usageOf(pid)
+	}
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return usage{}, err
@@ -449,6 +473,43 @@ func readUsage(rss bool) (usage, error) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return usage{CPU: cpu, RSS: residentNow(), Heap: int64(ms.HeapAlloc), Goroutines: runtime.NumGoroutine()}, nil
+}
+
+// clockTicks is the unit of the CPU times of /proc/PID/stat: USER_HZ,
+// 100 on Linux whatever the kernel's own tick.
+const clockTicks = 100
+
+// usageOf reads the CPU time and resident set of process pid from /proc.
+func usageOf(pid int) (usage, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return usage{}, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces:
+	// the fields after it start at the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return usage{}, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state): utime and stime are fields 14 and 15.
+	if len(f) < 13 {
+		return usage{}, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return usage{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	m, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pid))
+	if err != nil {
+		return usage{}, err
+	}
+	var size, resident int64
+	if _, err := fmt.Sscan(string(m), &size, &resident); err != nil {
+		return usage{}, fmt.Errorf("/proc/%d/statm: %w", pid, err)
+	}
+	return usage{CPU: (utime + stime) * int64(time.Second/clockTicks), RSS: resident * int64(os.Getpagesize())}, nil
 }
 
 func runClientsChild(args []string, in io.Reader, out io.Writer) error {

@@ -71,6 +71,9 @@ type Config struct {
 	// Timeout bounds each phase (convergence, a change, a storm). Zero
 	// means 60s plus 10ms per client.
 	Timeout time.Duration
+	// Filecp is the path of the built examples/filecp, for server
+	// "filecp" (see servers.Config.Filecp).
+	Filecp string
 	// Executable and Prefix start a child: Executable Prefix... ChildArg
 	// ROLE FLAGS. Required.
 	Executable string
@@ -591,7 +594,7 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 
 // serverArgs are the arguments of the child of server name.
 func serverArgs(cfg Config, name string) []string {
-	return append([]string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients),
+	return append([]string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients), "-filecp", cfg.Filecp,
 		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64),
 		"-openings", strconv.Itoa(cfg.Openings),
 		"-stream-wait", cfg.NewStreamWait.String()}, meshArgs(cfg)...)

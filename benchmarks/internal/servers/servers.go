@@ -17,7 +17,10 @@ var Names = []string{"xdspush", "floor", "gcp", "gcp-pertype"}
 // xdspush with its new-stream admission off (no rate limit, and no bound
 // on the streams opening at once), to compare a storm with and without
 // it.
-var Variants = []string{"xdspush-unlimited"}
+//
+// "filecp" is the example users run, examples/filecp, built, in a process of
+// its own, changed by writing its files (see Config.Filecp).
+var Variants = []string{"xdspush-unlimited", "filecp"}
 
 // Config configures a server.
 type Config struct {
@@ -49,6 +52,9 @@ type Config struct {
 	// stream waits for admission before it is refused. Zero means the
 	// library's default (xds.DefaultNewStreamWait).
 	NewStreamWait time.Duration
+	// Filecp is the path of the built examples/filecp, which "filecp"
+	// runs.
+	Filecp string
 }
 
 // Stats is what a server counts about its own work, for the servers that
@@ -157,6 +163,8 @@ func New(name string, cfg Config) (Server, error) {
 	case "xdspush-unlimited":
 		cfg.NewStreamRate, cfg.Openings = 0, -1
 		return newXDSPush(cfg)
+	case "filecp":
+		return newFilecp(cfg)
 	case "floor":
 		return newFloor(cfg), nil
 	case "gcp":

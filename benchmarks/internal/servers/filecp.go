@@ -1,0 +1,264 @@
+package servers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
+)
+
+// filecpServer runs the example users run, examples/filecp, built
+// (Config.Filecp), as a process of its own, with its defaults but for
+// -max-conn-age (off, as the other servers have none). The mesh is written
+// to a directory, one file per resource, which filecp serves and watches;
+// a change rewrites the files of the resources it touched, each replaced
+// whole by a rename (as an editor or a configuration-management tool
+// does), and removes those it removed. A change is handed over when the
+// first rename is made, so its latency holds filecp's settling of file
+// events (100ms: see the example's README). Its CPU time and resident set
+// are the filecp process's (Process).
+type filecpServer struct {
+	bin string
+	dir string // removed by Stop
+
+	mu sync.Mutex // serialises Change; protects m
+	m  *mesh.Mesh
+
+	cmd    *exec.Cmd
+	done   chan struct{} // closed once the process has exited
+	stderr *tail
+}
+
+// Processor is implemented by the servers that serve from another process
+// than the benchmark's server child: its CPU time and resident set are
+// what is measured.
+type Processor interface {
+	// Process returns the serving process's ID, once started.
+	Process() int
+}
+
+func newFilecp(cfg Config) (*filecpServer, error) {
+	if cfg.Filecp == "" {
+		return nil, errors.New("servers: filecp needs Config.Filecp, the built examples/filecp")
+	}
+	dir, err := os.MkdirTemp("", "xdsload-filecp-")
+	if err != nil {
+		return nil, err
+	}
+	s := &filecpServer{bin: cfg.Filecp, dir: dir, m: mesh.New(cfg.Services, cfg.Endpoints), done: make(chan struct{}), stderr: &tail{max: 16 << 10}}
+	snap := s.m.Snapshot()
+	for _, c := range snap.Clusters {
+		if err := s.write(mesh.ClusterType, c.GetName(), c); err != nil {
+			return nil, s.cleanup(err)
+		}
+	}
+	for _, a := range snap.Assignments {
+		if err := s.write(mesh.EndpointType, a.GetClusterName(), a); err != nil {
+			return nil, s.cleanup(err)
+		}
+	}
+	if err := s.write(mesh.ListenerType, snap.Listener.GetName(), snap.Listener); err != nil {
+		return nil, s.cleanup(err)
+	}
+	if err := s.write(mesh.RouteType, snap.Route.GetName(), snap.Route); err != nil {
+		return nil, s.cleanup(err)
+	}
+	return s, nil
+}
+
+// cleanup removes the directory and returns err.
+func (s *filecpServer) cleanup(err error) error {
+	_ = os.RemoveAll(s.dir)
+	return err
+}
+
+// file is the name of the file of a resource.
+func (s *filecpServer) file(typ, name string) string {
+	short := map[string]string{mesh.ClusterType: "cluster", mesh.EndpointType: "endpoints",
+		mesh.ListenerType: "listener", mesh.RouteType: "route"}[typ]
+	return filepath.Join(s.dir, short+"-"+name+".json")
+}
+
+// encode returns the file of msg: {"resources": [msg]}, msg with its @type.
+func encode(msg proto.Message) ([]byte, error) {
+	a, err := anypb.New(msg)
+	if err != nil {
+		return nil, err
+	}
+	b, err := protojson.Marshal(a)
+	if err != nil {
+		return nil, err
+	}
+	return append(append([]byte(`{"resources": [`), b...), "]}\n"...), nil
+}
+
+// write writes the file of a resource in place (before filecp starts).
+func (s *filecpServer) write(typ, name string, msg proto.Message) error {
+	b, err := encode(msg)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(s.file(typ, name), b, 0o644)
+}
+
+// Start starts filecp on lis's address (lis is closed) and an admin
+// address of its own, and returns once its /readyz says it serves.
+func (s *filecpServer) Start(ctx context.Context, lis net.Listener) error {
+	addr := lis.Addr().String()
+	lis.Close()
+	al, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	admin := al.Addr().String()
+	al.Close()
+	s.cmd = exec.Command(s.bin, "-dir", s.dir, "-addr", addr, "-admin", admin, "-max-conn-age", "0")
+	s.cmd.Stdout = nil // its push log: not read
+	s.cmd.Stderr = s.stderr
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	go func() {
+		_ = s.cmd.Wait()
+		close(s.done)
+	}()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("filecp exited: %s", s.stderr.String())
+		case <-ctx.Done():
+			return fmt.Errorf("filecp not ready: %w: %s", ctx.Err(), s.stderr.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Change applies c to the mesh and rewrites the files it touched: each
+// new content is written to a temporary file first, then every file is
+// renamed into place (or removed) at once.
+func (s *filecpServer) Change(c mesh.Change) (time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	tg, err := s.m.Apply(c)
+	if err != nil {
+		return time.Time{}, err
+	}
+	snap := s.m.Snapshot()
+	type op struct{ tmp, path string } // tmp "": remove path
+	var ops []op
+	for _, r := range tg.Changed {
+		path := s.file(r.Type, r.Name)
+		if r.Removed {
+			ops = append(ops, op{path: path})
+			continue
+		}
+		msg := resourceOf(snap, r)
+		if msg == nil {
+			return time.Time{}, fmt.Errorf("filecp: %s %s changed but not in the mesh", r.Type, r.Name)
+		}
+		b, err := encode(msg)
+		if err != nil {
+			return time.Time{}, err
+		}
+		tmp := filepath.Join(s.dir, ".tmp-"+filepath.Base(path))
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return time.Time{}, err
+		}
+		ops = append(ops, op{tmp: tmp, path: path})
+	}
+	t0 := time.Now()
+	for _, o := range ops {
+		var err error
+		if o.tmp == "" {
+			err = os.Remove(o.path)
+		} else {
+			err = os.Rename(o.tmp, o.path)
+		}
+		if err != nil {
+			return time.Time{}, err
+		}
+	}
+	return t0, nil
+}
+
+// resourceOf returns the message of r in snap, nil if it has none.
+func resourceOf(snap *mesh.Snapshot, r mesh.Ref) proto.Message {
+	switch r.Type {
+	case mesh.ListenerType:
+		return snap.Listener
+	case mesh.RouteType:
+		return snap.Route
+	}
+	i, ok := snap.Service(r.Name)
+	if !ok {
+		return nil
+	}
+	if r.Type == mesh.ClusterType {
+		return snap.Clusters[i]
+	}
+	return snap.Assignments[i]
+}
+
+// Stop stops filecp (SIGTERM), waits until it has exited, and removes the
+// directory.
+func (s *filecpServer) Stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		<-s.done
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// Process returns filecp's process ID.
+func (s *filecpServer) Process() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+var _ Processor = (*filecpServer)(nil)
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (w *tail) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = append(w.b, p...)
+	if len(w.b) > w.max {
+		w.b = append(w.b[:0], w.b[len(w.b)-w.max:]...)
+	}
+	return len(p), nil
+}
+
+func (w *tail) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
+}
