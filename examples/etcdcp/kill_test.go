@@ -16,6 +16,7 @@ import (
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 
+	"github.com/xdspush/xdspush/examples/internal/testout"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -32,7 +33,7 @@ var killClients = flag.Int("etcdcp.kill-clients", 30,
 type replicaProcess struct {
 	name, ads, admin string
 	cmd              *exec.Cmd
-	stderr           *tailWriter
+	stderr           *testout.Buffer
 	done             chan struct{} // closed once the process has exited
 }
 
@@ -40,7 +41,7 @@ type replicaProcess struct {
 // when the test ends if it is still running, and waits until it is ready.
 func startReplicaProcess(t testing.TB, etcdAddr, name string) *replicaProcess {
 	t.Helper()
-	p := &replicaProcess{name: name, ads: freeAddr(t), admin: freeAddr(t), stderr: &tailWriter{max: 16 << 10}, done: make(chan struct{})}
+	p := &replicaProcess{name: name, ads: freeAddr(t), admin: freeAddr(t), stderr: newSyncBuffer(), done: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], replicaArg, "-etcd", etcdAddr, "-prefix", testPrefix,
 		"-addr", p.ads, "-admin", p.admin, "-max-conn-age", "0")
 	p.cmd.Stderr = p.stderr
@@ -88,29 +89,6 @@ func (p *replicaProcess) kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.b = append(w.b, p...)
-	if len(w.b) > w.max {
-		w.b = append(w.b[:0], w.b[len(w.b)-w.max:]...)
-	}
-	return len(p), nil
-}
-
-func (w *tailWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.b)
 }
 
 // envoyBackoff is the wait before the n-th attempt in a row to open a

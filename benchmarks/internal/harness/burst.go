@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -137,6 +138,37 @@ func RunBurst(cfg Config, b Burst) ([]BurstResult, error) {
 	return out, nil
 }
 
+// startPair starts a server child of server name with srvArgs and a
+// clients child of it for protocol. stop stops the clients child, then the
+// server child, and returns the first error.
+func startPair(cfg Config, name, protocol string, srvArgs []string) (srv, cl *child, stop func() error, err error) {
+	srv, err = start(cfg, name, srvArgs...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var hello struct{ Addr string }
+	if err := srv.line(&hello); err != nil {
+		_ = srv.stop()
+		return nil, nil, nil, err
+	}
+	cl, err = start(cfg, "clients", clientsArgs(cfg, hello.Addr, protocol)...)
+	if err != nil {
+		_ = srv.stop()
+		return nil, nil, nil, err
+	}
+	stop = func() error {
+		var errs []error
+		if err := cl.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("clients child: %w", err))
+		}
+		if err := srv.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("server child: %w", err))
+		}
+		return errors.Join(errs...)
+	}
+	return srv, cl, stop, nil
+}
+
 // burstOnce runs one burst of changes drawn from seed, with a server and
 // clients of its own.
 func burstOnce(cfg Config, b Burst, name, protocol string, seed uint64) (res BurstRun, err error) {
@@ -146,26 +178,13 @@ func burstOnce(cfg Config, b Burst, name, protocol string, seed uint64) (res Bur
 		res.Kinds[c.Kind]++
 	}
 	timeout := cfg.Timeout.Seconds()
-	srv, err := start(cfg, name, serverArgs(cfg, name)...)
+	srv, cl, stop, err := startPair(cfg, name, protocol, serverArgs(cfg, name))
 	if err != nil {
 		return res, err
 	}
 	defer func() {
-		if e := srv.stop(); err == nil && e != nil {
-			err = fmt.Errorf("server child: %w", e)
-		}
-	}()
-	var hello struct{ Addr string }
-	if err := srv.line(&hello); err != nil {
-		return res, err
-	}
-	cl, err := start(cfg, "clients", clientsArgs(cfg, hello.Addr, protocol)...)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if e := cl.stop(); err == nil && e != nil {
-			err = fmt.Errorf("clients child: %w", e)
+		if e := stop(); err == nil {
+			err = e
 		}
 	}()
 

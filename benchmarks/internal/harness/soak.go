@@ -234,26 +234,13 @@ func soakOnce(cfg Config, s Soak, name, protocol string) (res SoakResult, err er
 	if cfg.HeapProfile != "" {
 		srvArgs = append(srvArgs, "-heapprofile", cfg.HeapProfile)
 	}
-	srv, err := start(cfg, name, srvArgs...)
+	srv, cl, stop, err := startPair(cfg, name, protocol, srvArgs)
 	if err != nil {
 		return res, err
 	}
 	defer func() {
-		if e := srv.stop(); err == nil && e != nil {
-			err = fmt.Errorf("server child: %w", e)
-		}
-	}()
-	var hello struct{ Addr string }
-	if err := srv.line(&hello); err != nil {
-		return res, err
-	}
-	cl, err := start(cfg, "clients", clientsArgs(cfg, hello.Addr, protocol)...)
-	if err != nil {
-		return res, err
-	}
-	defer func() {
-		if e := cl.stop(); err == nil && e != nil {
-			err = fmt.Errorf("clients child: %w", e)
+		if e := stop(); err == nil {
+			err = e
 		}
 	}()
 
