@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,8 +130,10 @@ func (r SoakResult) Clean() bool {
 // Growth is how the server's resident set, live heap and goroutines over
 // the last third of a soak compare with those over its second sixth (for
 // 30 minutes: minutes 20 to 30 with minutes 5 to 10), as the ratio of their
-// means (1: flat; 0: a span has no sample). The first sixth is left out:
-// caches fill and the heap finds its size.
+// medians over the samples of each span (1: flat; 0: a span has no
+// sample): a sample taken while something passed through the server (a
+// few MiB of a push's buffers) does not decide it. The first sixth is left
+// out: caches fill and the heap finds its size.
 type Growth struct {
 	RSS, Heap, Goroutines float64
 }
@@ -146,7 +149,7 @@ func (r SoakResult) Growth() Growth {
 		if len(base) == 0 || len(last) == 0 {
 			return 0
 		}
-		return meanOf(last, f) / meanOf(base, f)
+		return medianOf(last, f) / medianOf(base, f)
 	}
 	return Growth{
 		RSS:        ratio(func(w SoakWindow) float64 { return float64(w.RSS) }),
@@ -362,7 +365,7 @@ func ReportSoak(w io.Writer, rs []SoakResult, measures ...string) {
 		"every %v the changes and the reconnections pause until every client holds the configuration, and the server is sampled. "+
 		"settle: the window's last change → each client's ACK completing the window's configuration (p50 over windows of their max / worst max). "+
 		"violations: dangling references the clients counted over the soak. "+
-		"RSS, heap (live objects), goroutines: the server's, after a garbage collection, their mean over the soak's second sixth (%v–%v) → over its last third (%v–%v), and the ratio; "+
+		"RSS, heap (live objects), goroutines: the server's, after a garbage collection, their median over the soak's second sixth (%v–%v) → over its last third (%v–%v), and the ratio; "+
 		"flat: %s within ±%g %%.\n\n",
 		r0.Clients, r0.Services, s.Duration, s.Rate, s.perSecond(r0.Clients), max(s.Churn, 0)*100, s.Window,
 		s.Duration/6, s.Duration/3, s.Duration-s.Duration/3, s.Duration, strings.Join(measures, ", "), SoakGrowthBound*100)
@@ -399,7 +402,7 @@ func ReportSoak(w io.Writer, rs []SoakResult, measures ...string) {
 		d := r.Soak.Duration
 		base, last := r.span(d/6, d/3), r.span(d-d/3, d+time.Hour)
 		moved := func(f func(SoakWindow) float64, format func(float64) string) string {
-			return format(meanOf(base, f)) + " → " + format(meanOf(last, f))
+			return format(medianOf(base, f)) + " → " + format(medianOf(last, f))
 		}
 		row := []string{r.Server, r.Protocol, dur(r.Init.Max), fmt.Sprint(len(r.Windows)), fmt.Sprint(changes), fmt.Sprint(reconnects),
 			fmt.Sprintf("%s / %s", dur(settle.P50), dur(settle.Max)), fmt.Sprint(missing), fmt.Sprint(violations), fmt.Sprint(regressions),
@@ -415,16 +418,20 @@ func ReportSoak(w io.Writer, rs []SoakResult, measures ...string) {
 	}
 }
 
-// meanOf returns the mean of f over ws, 0 for none.
-func meanOf(ws []SoakWindow, f func(SoakWindow) float64) float64 {
+// medianOf returns the median of f over ws, 0 for none.
+func medianOf(ws []SoakWindow, f func(SoakWindow) float64) float64 {
 	if len(ws) == 0 {
 		return 0
 	}
-	var s float64
-	for _, w := range ws {
-		s += f(w)
+	v := make([]float64, len(ws))
+	for i, w := range ws {
+		v[i] = f(w)
 	}
-	return s / float64(len(ws))
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 func yes(b bool) string {

@@ -61,8 +61,8 @@ func TestSoak(t *testing.T) {
 }
 
 // TestSoakGrowth checks how a soak's growth is measured: the mean of the
-// samples of its last third over those of its second sixth, and which
-// figures Flat judges.
+// samples of its last third over those of its second sixth (medians), and
+// which figures Flat judges.
 func TestSoakGrowth(t *testing.T) {
 	win := func(rss, heap int64, g int) SoakWindow { return SoakWindow{RSS: rss, Heap: heap, Goroutines: g} }
 	for _, tt := range []struct {
@@ -83,12 +83,20 @@ func TestSoakGrowth(t *testing.T) {
 			want: Growth{RSS: 1.15, Heap: 1.3, Goroutines: 1}, measures: []string{"heap"}, clean: true},
 		{name: "goroutines leak", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 12), win(100, 50, 12)},
 			want: Growth{RSS: 1, Heap: 1, Goroutines: 1.2}, clean: true},
+		{name: "a sample taken while a push passed through", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10),
+			win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 80, 10), win(100, 50, 10)},
+			want: Growth{RSS: 1, Heap: 1, Goroutines: 1}, flat: true, clean: true},
 		{name: "no window"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			// Six windows of a minute: the second sixth is window 2, the
-			// last third windows 5 and 6.
-			r := SoakResult{Soak: Soak{Duration: 6 * time.Minute, Window: time.Minute}, Windows: tt.windows}
+			// last third windows 5 and 6; twelve of 30 seconds: windows 3
+			// and 4, and 9 to 12.
+			window := time.Minute
+			if len(tt.windows) == 12 {
+				window = 30 * time.Second
+			}
+			r := SoakResult{Soak: Soak{Duration: 6 * time.Minute, Window: window}, Windows: tt.windows}
 			g := r.Growth()
 			if math.Abs(g.RSS-tt.want.RSS) > 1e-9 || math.Abs(g.Heap-tt.want.Heap) > 1e-9 || math.Abs(g.Goroutines-tt.want.Goroutines) > 1e-9 {
 				t.Errorf("Growth = %+v; want %+v", g, tt.want)
