@@ -14,8 +14,9 @@ import (
 // TestRunFilecp runs the comparison, small, with the example users run:
 // examples/filecp, built here as users build it, serving 10 SotW clients
 // from files the server child writes. Every client must converge and
-// receive each change, with no dangling reference, and the server CPU time
-// must be filecp's process's.
+// receive each change, with no dangling reference. (That the CPU time and
+// resident set are read of filecp's process, TestUsageOfAnotherProcess
+// checks: a change of 10 clients may take filecp less than /proc's tick.)
 func TestRunFilecp(t *testing.T) {
 	bin := filepath.Join(t.TempDir(), "filecp")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/xdspush/xdspush/examples/filecp").CombinedOutput(); err != nil {
@@ -51,8 +52,8 @@ func TestRunFilecp(t *testing.T) {
 		if c.Latency.Missing != 0 || c.Latency.P50 <= 0 {
 			t.Errorf("%s change: latency %+v; want every client to ACK it", k, c.Latency)
 		}
-		if c.CPU <= 0 {
-			t.Errorf("%s change: server CPU %v; want filecp's, > 0", k, c.CPU)
+		if c.CPU < 0 {
+			t.Errorf("%s change: server CPU %v; want filecp's, ≥ 0 (/proc counts it in 10 ms ticks)", k, c.CPU)
 		}
 	}
 }
