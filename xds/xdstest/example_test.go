@@ -291,6 +291,11 @@ func serveTCP(ctx context.Context, cfg xds.Config) (addr string, stop func()) {
 	wg.Go(func() { _ = gs.Serve(lis) })
 	wg.Go(func() { _ = srv.Run(ctx) })
 	srv.Loaded()
+	// Until its first configuration is built, the Server refuses streams
+	// (Unavailable): a host reports itself ready once it is.
+	if err := srv.WaitReady(ctx); err != nil {
+		log.Fatal(err)
+	}
 	return lis.Addr().String(), func() {
 		cancel()
 		gs.Stop()
