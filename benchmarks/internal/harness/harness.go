@@ -412,9 +412,6 @@ func openSession(cfg Config, name, protocol string) (*session, error) {
 	if cfg.CPUProfile != "" {
 		srvArgs = append(srvArgs, "-cpuprofile", cfg.CPUProfile)
 	}
-	if cfg.HeapProfile != "" {
-		srvArgs = append(srvArgs, "-heapprofile", cfg.HeapProfile)
-	}
 	srv, err := start(cfg, name, srvArgs...)
 	if err != nil {
 		return nil, err
@@ -595,6 +592,7 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 // serverArgs are the arguments of the child of server name.
 func serverArgs(cfg Config, name string) []string {
 	return append([]string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients), "-filecp", cfg.Filecp,
+		"-heapprofile", cfg.HeapProfile,
 		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64),
 		"-openings", strconv.Itoa(cfg.Openings),
 		"-stream-wait", cfg.NewStreamWait.String()}, meshArgs(cfg)...)

@@ -233,11 +233,7 @@ func RunSoak(cfg Config, s Soak) ([]SoakResult, error) {
 func soakOnce(cfg Config, s Soak, name, protocol string) (res SoakResult, err error) {
 	res = SoakResult{Server: name, Protocol: protocol, Clients: cfg.Clients, Services: cfg.Services, Soak: s}
 	timeout := cfg.Timeout.Seconds()
-	srvArgs := serverArgs(cfg, name)
-	if cfg.HeapProfile != "" {
-		srvArgs = append(srvArgs, "-heapprofile", cfg.HeapProfile)
-	}
-	srv, cl, stop, err := startPair(cfg, name, protocol, srvArgs)
+	srv, cl, stop, err := startPair(cfg, name, protocol, serverArgs(cfg, name))
 	if err != nil {
 		return res, err
 	}
