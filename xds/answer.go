@@ -107,6 +107,17 @@ func (c *core) answer(i int, a *answer) error {
 			answered(pl, r)
 		}
 	}
+	if set.fetchesByName(i) {
+		// What the answer sends may name what the client subscribes to
+		// by name and has not yet: it asks for it once it reads it.
+		prev := o.changed
+		o.changed = func(r entry) {
+			if prev != nil {
+				prev(r)
+			}
+			c.awaitNamed(i, r.enc)
+		}
+	}
 	c.send(c.release(i, tgt, o))
 	if a.initial && len(ts.removing()) > 0 {
 		c.planRemoval(i)

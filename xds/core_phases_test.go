@@ -292,6 +292,10 @@ func TestCoreDeltaDroppedClusterStillNamedIsAwaited(t *testing.T) {
 		then string
 	}{
 		{name: "the client subscribes again", then: "resubscribe"},
+		// A gRPC client drops a cluster's endpoints with it, and asks for
+		// them again only once it reads the cluster again: the answer
+		// that sends the cluster is not the end.
+		{name: "the client subscribes again, endpoints dropped too", then: "resubscribe endpoints"},
 		{name: "the route moves off it", then: "unname"},
 		{name: "the client rejects the route", then: "nack"},
 	}
@@ -317,6 +321,10 @@ func TestCoreDeltaDroppedClusterStillNamedIsAwaited(t *testing.T) {
 			routeBack := r.last[RouteType]
 			r.unsubscribe(ClusterType, "c0")
 			r.expect("an unsubscribe is not answered")
+			if tt.then == "resubscribe endpoints" {
+				r.unsubscribe(EndpointType, "c0")
+				r.expect("an unsubscribe is not answered")
+			}
 			r.expectHeld("c0 dropped", ClusterType, "c1")
 			if tt.then == "nack" {
 				r.replyTo(routeBack, "r0 is invalid")
@@ -331,6 +339,15 @@ func TestCoreDeltaDroppedClusterStillNamedIsAwaited(t *testing.T) {
 				r.expect("c0 again, and the endpoints it warms with", "CDS [c0] -[]", "EDS [c0] -[]")
 				synced("c0 on its way", false)
 				r.ack(ClusterType)
+				r.ack(EndpointType)
+			case "resubscribe endpoints":
+				r.resubscribe(ClusterType, "c0")
+				r.expect("c0 again, its endpoints not subscribed to", "CDS [c0] -[]")
+				r.ack(ClusterType)
+				synced("c0 held, its endpoints not asked for yet", false)
+				r.resubscribe(EndpointType, "c0")
+				r.expect("c0's endpoints", "EDS [c0] -[]")
+				synced("c0's endpoints on their way", false)
 				r.ack(EndpointType)
 			case "unname":
 				r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "c1")) }, ckey(kindRoute, "r0"))

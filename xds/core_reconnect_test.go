@@ -654,3 +654,39 @@ func TestTypeStateGenerated(t *testing.T) {
 		})
 	}
 }
+
+// A SotW client that reconnects holds, of a by-name type, what its earlier
+// stream sent it, which the Server cannot read: until a response sends
+// those names, each may name any cluster. Here the first route answer is
+// held back (r0's cluster is on its way, unACKed) when a push moves l0 to
+// a new route r1 and drops r0 and c0: the client keeps r0 (its old
+// listener stays in service while the new one warms), and asks for r0 and
+// r1 before any route response reached it. c0 stays until it drops r0.
+func TestCoreSotWReconnectKeepsWhatOldRoutesName(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	r.meshWorld()
+	old := r.pc.Version()
+	names := map[TypeURL][]string{EndpointType: {"c0"}, RouteType: {"r0"}}
+	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
+		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old, ResourceNames: names[typ]}})
+	}
+	r.expect("the route held back until c0 is ACKed", "CDS [c0]", "EDS [c0]", "LDS [l0]")
+	r.expectHeld("routes the client reported", RouteType, "r0")
+
+	r.moveToNewRoute()
+	r.expect("cluster phase", "CDS [c0 c1]")
+	r.resubscribe(EndpointType, "c0", "c1")
+	r.expect("c1's endpoints", "EDS [c1]")
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.expect("listener phase", "LDS [l0]")
+	r.ack(ListenerType)
+	// The client has read no route response on this stream.
+	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(RouteType), VersionInfo: old, ResourceNames: []string{"r0", "r1"}}})
+	r.expect("the routes the configuration has", "RDS [r1]")
+	r.ack(RouteType)
+	r.expect("c0's removal held back while the client may hold r0")
+	r.expectHeld("clusters", ClusterType, "c0", "c1")
+	r.resubscribe(RouteType, "r1")
+	r.expect("c0 removed once the client drops r0", "CDS [c1]")
+}

@@ -217,13 +217,46 @@ func (ts *typeState) dropUncovered() (drop []string) {
 func (c *core) await(ts *typeState, dropped []string) {
 	for _, n := range dropped {
 		if c.heldNames(ts.idx, n) {
-			r := ts.rareForWrite()
-			if r.awaited == nil {
-				r.awaited = make(map[string]uint64, len(dropped))
-			}
-			r.awaited[n] = c.appliedSeq
+			ts.awaitName(n, c.appliedSeq)
 		}
 	}
+}
+
+// awaitNamed records, for e, a resource of type i an answer sends, the
+// names it fetches or names of a type the client subscribes to by name and
+// does not subscribe to yet (see typeRare.awaited): the client asks for
+// them once it reads e (the endpoints of a cluster, the routes of a
+// listener, the clusters of a route for a gRPC client), and until it holds
+// them, it holds a reference to what it lacks. A push's phases wait for
+// them on their own (see plan.need); an answer is not part of a push.
+func (c *core) awaitNamed(i int, e *encoded) {
+	set := c.set
+	await := func(j int, names []string) {
+		if j < 0 || c.types[j] == nil || c.types[j].sub.wildcard {
+			return
+		}
+		for _, n := range names {
+			if !c.types[j].covers(n) {
+				c.types[j].awaitName(n, c.appliedSeq)
+			}
+		}
+	}
+	switch i {
+	case set.cdsIdx:
+		await(set.edsIdx, set.refsOf(i, e).eds)
+	case set.ldsIdx:
+		r := set.refsOf(i, e)
+		await(set.rdsIdx, r.routes)
+		await(set.cdsIdx, r.clusters)
+	case set.rdsIdx:
+		await(set.cdsIdx, set.refsOf(i, e).clusters)
+	}
+}
+
+// fetchesByName reports whether the resources of type i name those of a
+// type a client may subscribe to by name (see awaitNamed).
+func (s *settings) fetchesByName(i int) bool {
+	return i >= 0 && (i == s.cdsIdx || i == s.ldsIdx || i == s.rdsIdx)
 }
 
 // awaiting returns the lowest appliedSeq of the names of ts still awaited

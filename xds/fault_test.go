@@ -95,7 +95,7 @@ func TestFault(t *testing.T) {
 // regression cases. Two runs of a seed are alike but not identical, so a
 // seed guards its defect well but not surely; the core tests that each fix
 // added are the sure ones.
-var faultSeeds = []uint64{1, 3, 6, 23, 153, 239, 585, 5139, 20015, 22012, 24041, 30047, 30106, 30752, 32079, 32690, 32709, 33208, 35577, 36720}
+var faultSeeds = []uint64{1, 3, 6, 23, 153, 239, 585, 5139, 20015, 22012, 24041, 30047, 30106, 30752, 32079, 32690, 32709, 33208, 35577, 36720, 40630}
 
 // raceFaultSeeds is how many of faultSeeds, the last ones, TestFaultSeeds
 // runs under the race detector: a seed's run takes about 20 seconds there,

@@ -3,6 +3,7 @@ package xds
 import (
 	"log/slog"
 	"slices"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -155,7 +156,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// nonce once a response was sent is answered in full too, but as a
 	// change of the subscription (5).
 	if ts == nil || ts.nonceSent == "" {
-		return c.sotwInitial(i, names, star, wildcard, order)
+		return c.sotwInitial(i, names, star, wildcard, order, ts == nil && req.VersionInfo != "")
 	}
 
 	// 4. Stale (or unknown) nonce: the client has not seen our last
@@ -197,8 +198,10 @@ func (c *core) unwatch(i int) {
 
 // sotwInitial answers in full a SotW request of type i that starts its
 // watch, or comes when nothing was sent since (step 3 of sotwRequest). A
-// new typeState takes over what a push holds back for removal.
-func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32) error {
+// new typeState takes over what a push holds back for removal. With
+// before, the client holds a response of the type from an earlier stream
+// (see heldBefore).
+func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32, before bool) error {
 	ts := c.types[i]
 	if err := c.checkSubscription(i, names); err != nil {
 		return err
@@ -223,12 +226,57 @@ func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 			}
 		}
 	}
+	switch {
+	case before && ts == nil:
+		c.heldBefore(nts, names)
+	case ts != nil && len(ts.removing()) == 0:
+		// Nothing was sent since the type was subscribed to: what the
+		// client held from an earlier stream, it still holds if it still
+		// subscribes to it.
+		keepUnknown(nts, ts)
+	}
 	c.setType(i, nts)
 	if c.dropped != nil {
 		c.dropped[i] = false
 	}
 	c.rewarm(i)
 	return c.answer(i, &answer{all: true})
+}
+
+// heldBefore records what a SotW client that reconnects holds of ts's
+// type, a by-name type whose resources name others (routes), from its
+// earlier stream: the names it subscribes to, at content the Server cannot
+// read (SotW reports only the type's version). Until a response sends
+// them, each may name anything (see namedBy), so nothing they may name is
+// removed from under them: a route the configuration has dropped since,
+// which a listener the client keeps in service still names, stays with
+// the client until it unsubscribes from it (a SotW response of the type
+// cannot remove it).
+func (c *core) heldBefore(ts *typeState, names []string) {
+	i := ts.idx
+	if c.set.fullState[i] || !c.set.refers(i) || ts.sub.wildcard {
+		return
+	}
+	ents := make([]entry, 0, len(names))
+	for _, n := range names {
+		ents = append(ents, entry{n, reported("")})
+	}
+	ts.held.reset(newSet(ents))
+}
+
+// keepUnknown makes ts hold what was holds that the Server has not sent
+// (see heldBefore) and ts's subscription covers.
+func keepUnknown(ts, was *typeState) {
+	var ents []entry
+	was.held.each(func(n string, e *encoded) {
+		if e.unknown() && ts.covers(n) {
+			ents = append(ents, entry{n, e})
+		}
+	})
+	if len(ents) > 0 {
+		slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+		ts.held.reset(newSet(ents))
+	}
 }
 
 // sotwNames are the names of a SotW request: sorted, whether "*" was

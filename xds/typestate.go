@@ -116,12 +116,15 @@ type typeRare struct {
 	// holds counts the responses in a row that held something back for a
 	// reference the client is on its way to resolve (see retryType).
 	holds int
-	// awaited maps the names a Delta client unsubscribed from while a
-	// resource it holds named them to the connection's appliedSeq then:
-	// the client decided from what it had read, a response sent since
-	// names them again, and it will subscribe to them again once it reads
-	// it. Until it does, or nothing it holds names them any longer, it
-	// holds a reference to what it lacks: not synced (see core.awaiting).
+	// awaited maps names the client is expected to subscribe to, of a
+	// type it subscribes to by name, to the connection's appliedSeq when
+	// that became so: names a Delta client unsubscribed from while a
+	// resource it held named them (it decided from what it had read, a
+	// response sent since names them again, and it subscribes to them
+	// again once it reads it), and names that a resource an answer sent
+	// names (see core.awaitNamed). Until the client subscribes to them,
+	// or nothing it holds names them any longer, it holds a reference to
+	// what it lacks: not synced (see core.awaiting).
 	awaited map[string]uint64
 }
 
@@ -171,6 +174,19 @@ func (ts *typeState) awaited() map[string]uint64 {
 		return nil
 	}
 	return ts.rare.awaited
+}
+
+// awaitName records that the client is expected to subscribe to name,
+// which a resource it holds names, since push seq (see typeRare.awaited);
+// a name already awaited keeps its earlier push.
+func (ts *typeState) awaitName(name string, seq uint64) {
+	r := ts.rareForWrite()
+	if r.awaited == nil {
+		r.awaited = make(map[string]uint64, 1)
+	}
+	if _, ok := r.awaited[name]; !ok {
+		r.awaited[name] = seq
+	}
 }
 
 // markRemoving adds names to the removals the type holds back (see
