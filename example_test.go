@@ -107,7 +107,9 @@ func Example() {
 	// The store is loaded: the Server may serve it. Until now it refused
 	// clients, which would otherwise have been told there is nothing.
 	srv.Loaded()
-	<-srv.Ready()
+	if err := srv.WaitReady(ctx); err != nil {
+		log.Fatal(err)
+	}
 
 	// 4. A client: subscribe to every cluster, print and ACK what arrives.
 	conn, err := grpc.NewClient("passthrough:///bufnet", grpc.WithTransportCredentials(insecure.NewCredentials()),

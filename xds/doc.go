@@ -8,7 +8,7 @@
 //
 //   - Loaded before served. Until the host calls Loaded and the first
 //     PushContext builds, every stream is refused with codes.Unavailable
-//     and Ready stays open (WaitReady returns ErrNotLoaded before Loaded):
+//     and WaitReady waits (its error says ErrNotLoaded if ctx ends first):
 //     a client served before the configuration is there would be told it
 //     holds nothing.
 //   - Pipeline. ConfigUpdate never blocks; it returns an error, and does

@@ -9,9 +9,11 @@ import (
 // Errors the Server returns.
 var (
 	// ErrStopped is returned by Sync and WaitForVersion when Run stops
-	// before what they wait for has converged.
+	// before what they wait for has converged, and by WaitReady once Run
+	// has returned.
 	ErrStopped = errors.New("xds: server stopped")
-	// ErrNotLoaded is returned by WaitReady before Loaded is called.
+	// ErrNotLoaded is what a WaitReady whose context ended before Loaded
+	// was called wraps.
 	ErrNotLoaded = errors.New("xds: the host has not called Loaded: its configuration is not loaded")
 	// ErrGenerateTimeout is the error of a Generator call that overran
 	// Config.GenerateTimeout.

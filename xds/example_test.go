@@ -61,7 +61,9 @@ func Example() {
 	go func() { done <- srv.Run(ctx) }()
 	srv.Loaded() // the configuration above is all there is
 	defer func() { cancel(); <-done }()
-	<-srv.Ready()
+	if err := srv.WaitReady(ctx); err != nil {
+		panic(err)
+	}
 
 	// A client (Envoy, gRPC, …) subscribes to every cluster.
 	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -135,7 +137,9 @@ func Example_delta() {
 	go func() { done <- srv.Run(ctx) }()
 	srv.Loaded() // the configuration above is all there is
 	defer func() { cancel(); <-done }()
-	<-srv.Ready()
+	if err := srv.WaitReady(ctx); err != nil {
+		panic(err)
+	}
 	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
 	defer cc.Close()
@@ -231,7 +235,9 @@ func ExampleServer_Sync() {
 	go func() { done <- srv.Run(ctx) }()
 	srv.Loaded() // the configuration above is all there is
 	defer func() { cancel(); <-done }()
-	<-srv.Ready()
+	if err := srv.WaitReady(ctx); err != nil {
+		panic(err)
+	}
 	cc, _ := grpc.NewClient("passthrough:///example", grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
 	defer cc.Close()

@@ -560,8 +560,70 @@ func TestFailureNilIsEmpty(t *testing.T) {
 	}
 }
 
+// WaitReady waits through what keeps a Server from serving, and says what
+// it was when its context ends first: Loaded not called, the first build
+// failing (retried meanwhile). It returns nil once the Server serves, at
+// once for a probe's done context, and ErrStopped after Run.
+func TestFailureWaitReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errBroken := errors.New("index broken")
+		var b *failingBuilder
+		h := newHost(t, failureWorld(), func(cfg *xds.Config) {
+			b = &failingBuilder{inner: cfg.Builder}
+			cfg.Builder = b
+		})
+		srv, ts := h.srv, xdstest.NewServerFor(t, h.srv)
+		probe, ask := context.WithCancel(t.Context())
+		ask()
+		waitFor := func(d time.Duration) error {
+			ctx, cancel := context.WithTimeout(t.Context(), d)
+			defer cancel()
+			return srv.WaitReady(ctx)
+		}
+		failBuild := func() (*pushcontext.PushContext, error) { return nil, errBroken }
+		b.fail.Store(&failBuild)
+
+		tests := []struct {
+			name  string
+			setUp func()
+			err   func() error
+			want  func(error) bool
+		}{
+			{name: "not loaded", err: func() error { return waitFor(time.Minute) },
+				want: func(err error) bool {
+					return errors.Is(err, xds.ErrNotLoaded) && errors.Is(err, context.DeadlineExceeded)
+				}},
+			{name: "first build failing", setUp: srv.Loaded, err: func() error { return waitFor(time.Minute) },
+				want: func(err error) bool {
+					f, ok := failureOf(t, err)
+					return ok && f.Stage == "build" && errors.Is(f.Err, errBroken) && f.Attempts > 1 &&
+						errors.Is(err, context.DeadlineExceeded)
+				}},
+			{name: "probe while failing", err: func() error { return srv.WaitReady(probe) },
+				want: func(err error) bool {
+					_, ok := failureOf(t, err)
+					return ok && errors.Is(err, context.Canceled)
+				}},
+			{name: "the build recovers", setUp: func() { b.fail.Store(nil) }, err: func() error { return waitFor(time.Minute) },
+				want: func(err error) bool { return err == nil }},
+			{name: "probe when ready", err: func() error { return srv.WaitReady(probe) },
+				want: func(err error) bool { return err == nil }},
+			{name: "after Run", setUp: func() { _ = ts.Close() }, err: func() error { return srv.WaitReady(probe) },
+				want: func(err error) bool { return errors.Is(err, xds.ErrStopped) }},
+		}
+		for _, tt := range tests {
+			if tt.setUp != nil {
+				tt.setUp()
+			}
+			if err := tt.err(); !tt.want(err) {
+				t.Errorf("%s: WaitReady() = %v", tt.name, err)
+			}
+		}
+	})
+}
+
 // Before the host calls Loaded, streams are refused with Unavailable and
-// Ready stays open. A client that connects the moment Ready closes gets
+// WaitReady waits. A client that connects the moment WaitReady returns gets
 // the whole configuration at once, without any time passing.
 func TestFailureNotLoaded(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
@@ -573,13 +635,10 @@ func TestFailureNotLoaded(t *testing.T) {
 			if code := status.Code(c.Err()); code != codes.Unavailable {
 				t.Errorf("stream before Loaded ended with %v; want Unavailable", c.Err())
 			}
-			select {
-			case <-srv.Ready():
-				t.Error("Ready() is closed before Loaded")
-			default:
-			}
-			if err := srv.WaitReady(t.Context()); !errors.Is(err, xds.ErrNotLoaded) {
-				t.Errorf("WaitReady() = %v; want ErrNotLoaded", err)
+			asked, ask := context.WithCancel(t.Context())
+			ask()
+			if err := srv.WaitReady(asked); !errors.Is(err, xds.ErrNotLoaded) || !errors.Is(err, context.Canceled) {
+				t.Errorf("WaitReady(a done context) = %v; want ErrNotLoaded and context.Canceled", err)
 			}
 		})
 	})
@@ -590,7 +649,9 @@ func TestFailureNotLoaded(t *testing.T) {
 				srv, ts := h.srv, xdstest.NewServerFor(t, h.srv)
 				connected := make(chan *xdstest.Client)
 				go func() {
-					<-srv.Ready()
+					if err := srv.WaitReady(context.Background()); err != nil {
+						t.Error(err)
+					}
 					c, err := ts.Connect(context.Background(), xdstest.ClientConfig{NodeID: "eager", Protocol: protocol})
 					if err != nil {
 						t.Error(err)

@@ -299,10 +299,9 @@ func startCodec(t testing.TB, st *store, epoch string, tweak func(*Config), tcp,
 		wg.Wait()
 	})
 	// Wait for the first PushContext so streams are admitted.
-	select {
-	case <-srv.Ready():
-	case <-f.runDone:
-		t.Fatalf("Run() = %v", f.runErr)
+	if err := srv.WaitReady(ctx); err != nil {
+		<-f.runDone
+		t.Fatalf("WaitReady() = %v; Run() = %v", err, f.runErr)
 	}
 	return f
 }

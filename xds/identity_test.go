@@ -70,7 +70,9 @@ func TestMTLSIdentity(t *testing.T) {
 		gs.Stop()
 		<-serveDone
 	}()
-	<-srv.Ready()
+	if err := srv.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, tt := range []struct {
 		name   string

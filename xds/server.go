@@ -181,7 +181,7 @@ func (a *adsService) DeltaAggregatedResources(stream discoveryv3.AggregatedDisco
 
 // Loaded tells the Server that the host's configuration is loaded: the
 // first PushContext is built from it, and once that succeeds streams are
-// admitted and Ready is closed. Until then every stream is refused with
+// admitted and WaitReady returns. Until then every stream is refused with
 // codes.Unavailable, as istiod refuses discovery until its caches have
 // synced: a client served before the configuration is there would be told
 // it holds nothing (an Envoy drops every cluster). Call it once the config
@@ -327,31 +327,46 @@ func (s *Server) goStream(f func()) {
 	}()
 }
 
-// Ready returns a channel that is closed once Loaded has been called and
-// the first PushContext built, when streams start being admitted. It stays
-// closed after Run returns. It is the readiness signal itself, for a
-// select or a probe that only asks "ready yet?"; WaitReady waits on it and
-// says why the Server is not ready.
-func (s *Server) Ready() <-chan struct{} { return s.ready }
-
-// WaitReady blocks until Ready is closed, once Loaded has been called: it
-// returns ErrNotLoaded at once if it has not. While the first build fails
-// it returns a *FailureError naming the failure (the Server keeps
-// retrying); it returns ctx.Err() if ctx ends first, and ErrStopped if Run
-// stops. It is the call for a host or test that starts a Server and must
-// know it serves, or why not.
+// WaitReady blocks until the Server admits streams: Loaded has been
+// called and the first PushContext built. It is the Server's one
+// readiness call: for a host or test that starts a Server and must know
+// it serves, and for a readiness probe, which passes a ctx that is already
+// done and gets its answer at once.
+//
+// It returns nil once the Server is ready, and ErrStopped once Run has
+// returned, ready or not. It waits while Loaded has not been called and
+// while the first build fails (the Server retries it); if ctx ends first,
+// the error wraps ctx.Err() and says why the Server is not ready:
+// ErrNotLoaded, or a *FailureError naming the build's failure (errors.Is
+// and errors.As find each). What a connection fails to generate later is
+// not a matter of readiness; Sync and Failures report it.
 func (s *Server) WaitReady(ctx context.Context) error {
-	if !s.isLoaded() {
-		return ErrNotLoaded
-	}
-	return s.track.wait(ctx, func() (uint64, bool, bool) {
+	t := &s.track
+	for {
+		t.mu.Lock()
+		ch, stopped, fail := t.ch, t.stopped, t.buildFail
+		t.mu.Unlock()
+		if stopped {
+			return ErrStopped
+		}
 		select {
 		case <-s.ready:
-			return 0, true, false
+			return nil
 		default:
-			return 0, false, true
 		}
-	}, nil)
+		select {
+		case <-s.ready:
+		case <-ch:
+		case <-ctx.Done():
+			switch {
+			case !s.isLoaded():
+				return fmt.Errorf("%w: %w", ctx.Err(), ErrNotLoaded)
+			case fail != nil:
+				return fmt.Errorf("%w: %w", ctx.Err(), &FailureError{Failures: []Failure{*fail}})
+			}
+			return fmt.Errorf("%w: xds: the first configuration is being built", ctx.Err())
+		}
+	}
 }
 
 // Version returns the version of the current PushContext, or "" before the

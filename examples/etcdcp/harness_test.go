@@ -87,10 +87,8 @@ func startReplica(t testing.TB, e etcdClients, name string, tune func(ReplicaCon
 	t.Cleanup(func() { tr.stop(t) })
 	wctx, wcancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer wcancel()
-	select {
-	case <-tr.r.Server().Ready():
-	case <-wctx.Done():
-		t.Fatalf("replica %s: not ready", name)
+	if err := tr.r.Server().WaitReady(wctx); err != nil {
+		t.Fatalf("replica %s: not ready: %v", name, err)
 	}
 	return tr
 }

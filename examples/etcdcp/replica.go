@@ -171,10 +171,10 @@ func (r *Replica) Watcher() *Watcher { return r.w }
 // admits streams (a configuration is loaded) and etcd answers. If not, the
 // reason says why.
 func (r *Replica) Ready() (bool, string) {
-	select {
-	case <-r.srv.Ready():
-	default:
-		return false, "no configuration loaded yet"
+	asked, ask := context.WithCancel(context.Background())
+	ask() // a done context: WaitReady answers at once
+	if err := r.srv.WaitReady(asked); err != nil {
+		return false, "no configuration served yet: " + err.Error()
 	}
 	if st := r.w.Status(); !st.Connected {
 		return false, "etcd unreachable: " + st.Error
@@ -233,12 +233,10 @@ func (r *Replica) Serve(ctx context.Context, ads, admin net.Listener) error {
 		// SERVING once a configuration is loaded: a replica cut off from
 		// etcd still serves its last good one (/readyz tells the
 		// difference), NOT_SERVING from shutdown.
-		select {
-		case <-r.srv.Ready():
+		if r.srv.WaitReady(ctx) == nil {
 			for _, svc := range healthServices() {
 				hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 			}
-		case <-ctx.Done():
 		}
 		<-ctx.Done()
 		hs.Shutdown()

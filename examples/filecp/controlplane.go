@@ -147,10 +147,7 @@ func (cp *ControlPlane) Reloaded(ev ReloadEvent) {
 // Ready reports whether the Server admits streams and the Source has a
 // snapshot to serve.
 func (cp *ControlPlane) Ready() bool {
-	select {
-	case <-cp.srv.Ready():
-		return cp.src.Snapshot() != nil
-	default:
-		return false
-	}
+	asked, ask := context.WithCancel(context.Background())
+	ask() // a done context: WaitReady answers at once
+	return cp.srv.WaitReady(asked) == nil && cp.src.Snapshot() != nil
 }

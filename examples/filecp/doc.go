@@ -120,7 +120,7 @@
 // exporter into a registry of filecp's own, plus go_* and process_*). The
 // ADS port also serves CSDS (xds.Server.RegisterClientStatus), the gRPC
 // health service (grpc.health.v1.Health: NOT_SERVING until the
-// configuration is loaded and the Server ready (xds.Server.Ready), then
+// configuration is loaded and the Server ready (xds.Server.WaitReady), then
 // SERVING, and NOT_SERVING again from shutdown; for the service names ""
 // and envoy.service.discovery.v3.AggregatedDiscoveryService), and gRPC
 // server reflection, so that grpcurl can call these services by name.

@@ -187,7 +187,7 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 			fail(fmt.Errorf("filecp: ads: %w", err))
 		}
 	})
-	wg.Go(func() { reportHealth(ctx, hs, cp.Server().Ready()) })
+	wg.Go(func() { reportHealth(ctx, hs, cp.Server().WaitReady) })
 	wg.Go(func() {
 		if err := cp.Run(ctx); err != nil {
 			fail(err)

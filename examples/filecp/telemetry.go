@@ -96,17 +96,15 @@ func newHealth() *health.Server {
 	return hs
 }
 
-// reportHealth reports SERVING once ready is closed (the xds.Server's Ready:
-// the configuration is loaded and the first PushContext built, so streams
-// are served), and NOT_SERVING for good once ctx ends. It returns when ctx
-// ends.
-func reportHealth(ctx context.Context, hs *health.Server, ready <-chan struct{}) {
-	select {
-	case <-ready:
+// reportHealth reports SERVING once waitReady returns nil (the
+// xds.Server's WaitReady: the configuration is loaded and the first
+// PushContext built, so streams are served), and NOT_SERVING for good once
+// ctx ends. It returns when ctx ends.
+func reportHealth(ctx context.Context, hs *health.Server, waitReady func(context.Context) error) {
+	if waitReady(ctx) == nil {
 		for _, svc := range healthServices() {
 			hs.SetServingStatus(svc, healthpb.HealthCheckResponse_SERVING)
 		}
-	case <-ctx.Done():
 	}
 	<-ctx.Done()
 	hs.Shutdown()

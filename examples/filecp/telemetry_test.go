@@ -52,7 +52,14 @@ func TestReportHealth(t *testing.T) {
 				ready := make(chan struct{})
 				done := make(chan struct{})
 				go func() {
-					reportHealth(ctx, hs, ready)
+					reportHealth(ctx, hs, func(ctx context.Context) error {
+						select {
+						case <-ready:
+							return nil
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+					})
 					close(done)
 				}()
 				synctest.Wait()

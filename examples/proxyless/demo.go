@@ -102,17 +102,14 @@ func startDemo(ctx context.Context, cfg demoConfig) (_ *demo, err error) {
 	}()
 	log.Debug("control plane serving ADS", "addr", lis.Addr().String())
 	err = d.step(ctx, "the control plane to start", func(ctx context.Context) error {
-		select {
-		case <-d.cp.srv.Ready():
-			return nil
-		case <-d.cpDone:
-			if d.cpErr == nil {
-				return errors.New("the control plane stopped")
-			}
-			return fmt.Errorf("the control plane stopped: %w", d.cpErr)
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := d.cp.srv.WaitReady(ctx); !errors.Is(err, xds.ErrStopped) {
+			return err
 		}
+		<-d.cpDone // Run has returned
+		if d.cpErr == nil {
+			return errors.New("the control plane stopped")
+		}
+		return fmt.Errorf("the control plane stopped: %w", d.cpErr)
 	})
 	if err != nil {
 		return nil, err

@@ -459,11 +459,9 @@ func (h *Handler) pushStatus(w http.ResponseWriter) {
 		Types:     map[string]int{StatusSynced: 0, StatusNotSent: 0, StatusStale: 0, StatusError: 0},
 	}
 	ps.Pending = ps.Inbound - ps.Committed
-	select {
-	case <-h.srv.Ready():
-		ps.Ready = true
-	default:
-	}
+	asked, ask := context.WithCancel(context.Background())
+	ask() // a done context: WaitReady answers at once
+	ps.Ready = h.srv.WaitReady(asked) == nil
 	for _, cs := range h.srv.Status() {
 		ps.Connections++
 		if !cs.Initialised {

@@ -1,7 +1,7 @@
 // Package xdsdebug serves the debug pages of an xds.Server over HTTP, as
 // JSON: what every connected proxy was sent and has acknowledged, what it
 // holds, and how far the Server's pushes have got. It reads only the
-// Server's public API (Status, Dump, Version, Ready, Inbound, Committed).
+// Server's public API (Status, Dump, Version, WaitReady, Inbound, Committed).
 //
 // Contract:
 //

@@ -41,10 +41,10 @@ func TestServe(t *testing.T) {
 	if ts.Recorder() == nil || ts.Recorder() == rec {
 		t.Error("Recorder() of a served Server is nil or the host's; want the kit's own")
 	}
-	select {
-	case <-srv.Ready():
-	default:
-		t.Fatal("Serve returned before the Server admits streams")
+	asked, ask := context.WithCancel(t.Context())
+	ask()
+	if err := srv.WaitReady(asked); err != nil {
+		t.Fatalf("WaitReady() = %v once Serve returned; want nil: the Server admits streams", err)
 	}
 	c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "envoy-1"})
 	xdstest.Await(t, xdstest.HoldsNames(names{xds.ClusterType: {"c0", "c1"}, xds.RouteType: {"r0"}}), c)
@@ -95,7 +95,9 @@ func TestServeErrors(t *testing.T) {
 	runDone := make(chan error, 1)
 	go func() { runDone <- ran.Run(ctx) }()
 	ran.Loaded()
-	<-ran.Ready()
+	if err := ran.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
 	cancel()
 	if err := <-runDone; err != nil {
 		t.Fatal(err)
@@ -161,10 +163,8 @@ func tcpServer(t *testing.T, cfg xds.Config) (*xds.Server, string) {
 		gs.Stop()
 		<-serveDone
 	})
-	select {
-	case <-srv.Ready():
-	case err := <-runDone:
-		t.Fatalf("Run() = %v before it was ready", err)
+	if err := srv.WaitReady(t.Context()); err != nil {
+		t.Fatalf("WaitReady() = %v", err)
 	}
 	return srv, lis.Addr().String()
 }

@@ -55,7 +55,8 @@ type Server struct {
 // A Recorder is attached to the Server (Server.Recorder), as Serve does.
 //
 // It returns an error if xds.New refuses cfg, if the first Build fails
-// (the error names the failure; the Server would retry it) or if ctx ends
+// (the error names the failure; the Server would retry it, and its
+// WaitReady waits through it) or if ctx ends
 // first; nothing is left running then. Otherwise the caller must call
 // Close.
 func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
@@ -79,10 +80,10 @@ func Start(ctx context.Context, cfg xds.Config) (*Server, error) {
 // The kit owns Run: Serve calls srv.Run on a goroutine of its own, and
 // Close ends it and waits for it. The host must not call srv.Run itself,
 // before or after (an xds.Server runs once); Serve refuses a Server that
-// is running or has run (its Ready channel is closed), and if the host
-// starts Run as well, one of the two Runs fails. Everything else about
-// srv is the host's: its Config, its hooks, and any other gRPC server it
-// is registered on.
+// is running or has run (WaitReady says it is ready, or stopped), and if
+// the host starts Run as well, one of the two Runs fails. Everything else
+// about srv is the host's: its Config, its hooks, and any other gRPC
+// server it is registered on.
 //
 // Serve attaches a Recorder to srv (Recorder.Attach), which Server.Recorder
 // returns: it records what srv generates and sends for each proxy from
@@ -95,10 +96,10 @@ func Serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 	if srv == nil {
 		return nil, errors.New("xdstest: Serve a nil xds.Server")
 	}
-	select {
-	case <-srv.Ready():
+	asked, ask := context.WithCancel(ctx)
+	ask() // a done context: WaitReady answers at once
+	if err := srv.WaitReady(asked); err == nil || errors.Is(err, xds.ErrStopped) {
 		return nil, errors.New("xdstest: Serve: the xds.Server has been run already; Serve runs it")
-	default:
 	}
 	return serve(ctx, srv)
 }
@@ -107,6 +108,15 @@ func Serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 func serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 	rec := NewRecorder()
 	rec.Attach(srv)
+	// WaitReady waits through a failing first build (the Server retries
+	// it); a test learns of it at once.
+	buildErr := make(chan error, 1)
+	srv.Observe(xds.Hooks{OnBuildError: func(ev xds.BuildErrorEvent) {
+		select {
+		case buildErr <- ev.Err:
+		default:
+		}
+	}})
 	s := &Server{
 		xds:       srv,
 		rec:       rec,
@@ -126,15 +136,27 @@ func serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 		defer close(s.runDone)
 		s.runErr = srv.Run(runCtx)
 	}()
+	asked, ask := context.WithCancel(ctx)
+	ask() // a done context: WaitReady answers at once
+	if err := srv.WaitReady(asked); err == nil || errors.Is(err, xds.ErrNotLoaded) {
+		// Ready, or not loaded yet: streams are refused until the host
+		// calls Loaded.
+		return s, nil
+	}
 	wctx, wcancel := withDefaultTimeout(ctx)
 	defer wcancel()
 	readyErr := make(chan error, 1)
 	go func() { readyErr <- srv.WaitReady(wctx) }()
 	select {
+	case err := <-buildErr:
+		wcancel()
+		if <-readyErr == nil {
+			return s, nil // it recovered meanwhile
+		}
+		_ = s.Close()
+		return nil, fmt.Errorf("xdstest: start: the first build failed: %w", err)
 	case err := <-readyErr:
-		if err == nil || errors.Is(err, xds.ErrNotLoaded) {
-			// Ready, or not loaded yet: streams are refused until the
-			// host calls Loaded.
+		if err == nil {
 			return s, nil
 		}
 		_ = s.Close()

@@ -3,7 +3,6 @@ package servers
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -249,12 +248,10 @@ func (h *xdspushHost) Start(ctx context.Context, lis net.Listener) error {
 	h.wg.Go(func() { _ = h.srv.Run(ctx) })
 	h.wg.Go(func() { _ = h.gs.Serve(lis) })
 	h.srv.Loaded() // the mesh is built: serve it
-	select {
-	case <-h.srv.Ready():
-		return nil
-	case <-ctx.Done():
-		return errors.New("xdspush: stopped before it was ready")
+	if err := h.srv.WaitReady(ctx); err != nil {
+		return fmt.Errorf("xdspush: not ready: %w", err)
 	}
+	return nil
 }
 
 func (h *xdspushHost) Change(c mesh.Change) (time.Time, error) {
