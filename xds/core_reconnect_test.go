@@ -253,18 +253,7 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 			r.mesh()
 			h := r.h
 			r.moveToNewRoute()
-			if delta {
-				r.expect("CDS phase", "CDS [c1] -[]")
-				r.resubscribe(EndpointType, "c1")
-			} else {
-				r.expect("CDS phase", "CDS [c0 c1]")
-				r.resubscribe(EndpointType, "c0", "c1")
-			}
-			r.expect("c1's endpoints", "EDS [c1]"+r.none())
-			r.ack(ClusterType)
-			r.ack(EndpointType)
-			r.expect("LDS phase", "LDS [l0]"+r.none())
-			r.ack(ListenerType)
+			r.throughListenerPhase()
 			// An Envoy keeps r0 until the new listener is warm.
 			if delta {
 				r.resubscribe(RouteType, "r1")
@@ -353,13 +342,7 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	r.mesh()
 	h := r.h
 	r.moveToNewRoute()
-	r.expect("CDS phase", "CDS [c0 c1]")
-	r.resubscribe(EndpointType, "c0", "c1")
-	r.expect("c1's endpoints", "EDS [c1]")
-	r.ack(ClusterType)
-	r.ack(EndpointType)
-	r.expect("LDS phase", "LDS [l0]")
-	r.ack(ListenerType)
+	r.throughListenerPhase()
 	// The client asks for r1 but rejects it: it keeps r0, which names c0.
 	r.resubscribe(RouteType, "r0", "r1")
 	r.expect("r1", "RDS [r1]")
@@ -416,6 +399,25 @@ func (r *coreRun) moveToNewRoute() {
 		delete(h.world[ClusterType], "c0")
 		delete(h.world[EndpointType], "c0")
 	}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindRoute, "r0"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+}
+
+// throughListenerPhase takes the push of moveToNewRoute through its cluster
+// and listener phases, the client (Envoy-like) fetching c1's endpoints and
+// ACKing each: next comes its subscription to the new route.
+func (r *coreRun) throughListenerPhase() {
+	r.t.Helper()
+	if r.c.delta {
+		r.expect("cluster phase", "CDS [c1] -[]")
+		r.resubscribe(EndpointType, "c1")
+	} else {
+		r.expect("cluster phase, c0 kept", "CDS [c0 c1]")
+		r.resubscribe(EndpointType, "c0", "c1")
+	}
+	r.expect("c1's endpoints", "EDS [c1]"+r.none())
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.expect("listener phase", "LDS [l0]"+r.none())
+	r.ack(ListenerType)
 }
 
 // A SotW client that reconnects holds what the old stream sent it, which
@@ -522,20 +524,10 @@ func TestCoreSotWFirstRouteAnswerBeforePush(t *testing.T) {
 	if err := r.c.push(r.ctx(), r.now, r.c.takeFailed()); err != nil {
 		t.Fatal(err)
 	}
-	r.expect("then the push's cluster phase keeps c0", "CDS [c0 c1]")
-	r.resubscribe(EndpointType, "c0", "c1")
-	r.expect("c1's endpoints", "EDS [c1]")
-	r.ack(ClusterType)
-	r.ack(EndpointType)
-	r.expect("listener phase", "LDS [l0]")
-	r.ack(ListenerType)
+	r.throughListenerPhase() // the push's cluster phase keeps c0
 	r.resubscribe(RouteType, "r0", "r1")
 	r.expect("the new route; c0's removal held back, r0 names it", "RDS [r1]")
-	r.ack(RouteType)
-	r.expect("c0 held back while the client holds r0")
-	r.expectHeld("clusters", ClusterType, "c0", "c1")
-	r.resubscribe(RouteType, "r1")
-	r.expect("c0 removed once nothing names it", "CDS [c1]")
+	r.c0WaitsForR0()
 }
 
 // Whether a removal held back for a reference breaks the configuration is
@@ -674,16 +666,17 @@ func TestCoreSotWReconnectKeepsWhatOldRoutesName(t *testing.T) {
 	r.expectHeld("routes the client reported", RouteType, "r0")
 
 	r.moveToNewRoute()
-	r.expect("cluster phase", "CDS [c0 c1]")
-	r.resubscribe(EndpointType, "c0", "c1")
-	r.expect("c1's endpoints", "EDS [c1]")
-	r.ack(ClusterType)
-	r.ack(EndpointType)
-	r.expect("listener phase", "LDS [l0]")
-	r.ack(ListenerType)
+	r.throughListenerPhase()
 	// The client has read no route response on this stream.
 	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(RouteType), VersionInfo: old, ResourceNames: []string{"r0", "r1"}}})
 	r.expect("the routes the configuration has", "RDS [r1]")
+	r.c0WaitsForR0()
+}
+
+// c0WaitsForR0 ACKs the SotW route response that sent r1 while the client
+// (possibly) holds r0, which names c0: c0 stays until the client drops r0.
+func (r *coreRun) c0WaitsForR0() {
+	r.t.Helper()
 	r.ack(RouteType)
 	r.expect("c0's removal held back while the client may hold r0")
 	r.expectHeld("clusters", ClusterType, "c0", "c1")
