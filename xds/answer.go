@@ -85,36 +85,35 @@ func (c *core) answer(i int, a *answer) error {
 	c.genFrom[i] = c.proxy.Push.Seq()
 	set := c.set
 	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.proxy.Push}
+	// Delta clusters that are sent re-warm (see below).
 	var warm *warmSet
 	if c.delta && i == set.cdsIdx {
 		warm = &warmSet{}
-		o.changed = func(r entry) { warm.addCluster(r.enc) }
 	}
-	if pl := c.plan; pl != nil && (i == set.cdsIdx || i == set.rdsIdx) && pl.t[i].refs {
-		// A push waits for the clusters its routes name: it waits for
-		// their endpoints too. It waits for the routes its listeners
-		// name: it waits for the clusters a client that asks for them by
-		// name (a gRPC client) asks for once it reads them, too.
-		prev := o.changed
-		answered := c.answeredCluster
-		if i == set.rdsIdx {
+	// A push waits for the clusters its routes name: it waits for their
+	// endpoints too. It waits for the routes its listeners name: it waits
+	// for the clusters a client that asks for them by name (a gRPC client)
+	// asks for once it reads them, too.
+	var answered func(*plan, entry)
+	pl := c.plan
+	if pl != nil && pl.t[i].refs {
+		switch i {
+		case set.cdsIdx:
+			answered = c.answeredCluster
+		case set.rdsIdx:
 			answered = c.sentRoute
 		}
-		o.changed = func(r entry) {
-			if prev != nil {
-				prev(r)
-			}
-			answered(pl, r)
-		}
 	}
-	if set.fetchesByName(i) {
-		// What the answer sends may name what the client subscribes to
-		// by name and has not yet: it asks for it once it reads it.
-		prev := o.changed
+	if set.refers(i) {
 		o.changed = func(r entry) {
-			if prev != nil {
-				prev(r)
+			if warm != nil {
+				warm.addCluster(r.enc)
 			}
+			if answered != nil {
+				answered(pl, r)
+			}
+			// What it names that the client subscribes to by name and
+			// does not yet, it asks for once it reads it.
 			c.awaitNamed(i, r.enc)
 		}
 	}

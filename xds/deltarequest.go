@@ -253,12 +253,6 @@ func (c *core) awaitNamed(i int, e *encoded) {
 	}
 }
 
-// fetchesByName reports whether the resources of type i name those of a
-// type a client may subscribe to by name (see awaitNamed).
-func (s *settings) fetchesByName(i int) bool {
-	return i >= 0 && (i == s.cdsIdx || i == s.ldsIdx || i == s.rdsIdx)
-}
-
 // awaiting returns the lowest appliedSeq of the names of ts still awaited
 // (see typeRare.awaited): not subscribed to again, and named by a resource
 // the client holds; 0 if none is. With prune, it forgets the others.

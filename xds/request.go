@@ -3,7 +3,6 @@ package xds
 import (
 	"log/slog"
 	"slices"
-	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -199,8 +198,9 @@ func (c *core) unwatch(i int) {
 // sotwInitial answers in full a SotW request of type i that starts its
 // watch, or comes when nothing was sent since (step 3 of sotwRequest). A
 // new typeState takes over what a push holds back for removal. With
-// before, the client holds a response of the type from an earlier stream
-// (see heldBefore).
+// before (the type is not watched yet, and the request carries a
+// version), the client holds a response of the type from an earlier
+// stream (see heldBefore).
 func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32, before bool) error {
 	ts := c.types[i]
 	if err := c.checkSubscription(i, names); err != nil {
@@ -227,7 +227,7 @@ func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 		}
 	}
 	switch {
-	case before && ts == nil:
+	case before:
 		c.heldBefore(nts, names)
 	case ts != nil && len(ts.removing()) == 0:
 		// Nothing was sent since the type was subscribed to: what the
@@ -268,13 +268,12 @@ func (c *core) heldBefore(ts *typeState, names []string) {
 // (see heldBefore) and ts's subscription covers.
 func keepUnknown(ts, was *typeState) {
 	var ents []entry
-	was.held.each(func(n string, e *encoded) {
-		if e.unknown() && ts.covers(n) {
-			ents = append(ents, entry{n, e})
+	for _, r := range was.held.entries() {
+		if r.enc.unknown() && ts.covers(r.name) {
+			ents = append(ents, r)
 		}
-	})
+	}
 	if len(ents) > 0 {
-		slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 		ts.held.reset(newSet(ents))
 	}
 }

@@ -96,12 +96,18 @@ func Serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 	if srv == nil {
 		return nil, errors.New("xdstest: Serve a nil xds.Server")
 	}
-	asked, ask := context.WithCancel(ctx)
-	ask() // a done context: WaitReady answers at once
-	if err := srv.WaitReady(asked); err == nil || errors.Is(err, xds.ErrStopped) {
+	if err := readyNow(ctx, srv); err == nil || errors.Is(err, xds.ErrStopped) {
 		return nil, errors.New("xdstest: Serve: the xds.Server has been run already; Serve runs it")
 	}
 	return serve(ctx, srv)
+}
+
+// readyNow is srv.WaitReady's answer at once: nil if srv serves, or why
+// not.
+func readyNow(ctx context.Context, srv *xds.Server) error {
+	asked, ask := context.WithCancel(ctx)
+	ask() // a done context: WaitReady does not wait
+	return srv.WaitReady(asked)
 }
 
 // serve registers srv on a gRPC server over bufconn and runs both.
@@ -136,9 +142,7 @@ func serve(ctx context.Context, srv *xds.Server) (*Server, error) {
 		defer close(s.runDone)
 		s.runErr = srv.Run(runCtx)
 	}()
-	asked, ask := context.WithCancel(ctx)
-	ask() // a done context: WaitReady answers at once
-	if err := srv.WaitReady(asked); err == nil || errors.Is(err, xds.ErrNotLoaded) {
+	if err := readyNow(ctx, srv); err == nil || errors.Is(err, xds.ErrNotLoaded) {
 		// Ready, or not loaded yet: streams are refused until the host
 		// calls Loaded.
 		return s, nil

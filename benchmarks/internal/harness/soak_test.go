@@ -60,9 +60,9 @@ func TestSoak(t *testing.T) {
 	}
 }
 
-// TestSoakGrowth checks how a soak's growth is measured: the mean of the
-// samples of its last third over those of its second sixth (medians), and
-// which figures Flat judges.
+// TestSoakGrowth checks how a soak's growth is measured: the median of the
+// samples of its last third over that of its second sixth, and which
+// figures Flat judges.
 func TestSoakGrowth(t *testing.T) {
 	win := func(rss, heap int64, g int) SoakWindow { return SoakWindow{RSS: rss, Heap: heap, Goroutines: g} }
 	for _, tt := range []struct {
