@@ -237,11 +237,19 @@ func (c *client) decode(typ string, names []string, values [][]byte) ([]resource
 // next sends the subscriptions that follow a response: EDS for the
 // clusters held, LDS once the clusters are warm (as Envoy initialises
 // clusters before listeners), RDS for the routes the listeners name.
+// Clusters become warm on an endpoint response, or on a cluster response
+// that removes the only clusters still waiting for their endpoints.
 func (c *client) next(s sender, typ string) error {
 	switch typ {
 	case mesh.ClusterType:
 		if names := c.st.edsNames(); !slices.Equal(names, c.subs[mesh.EndpointType]) {
-			return s.subscribe(mesh.EndpointType, names)
+			if err := s.subscribe(mesh.EndpointType, names); err != nil {
+				return err
+			}
+		}
+		if !c.lds && c.st.clustersWarm() {
+			c.lds = true
+			return s.subscribe(mesh.ListenerType, nil)
 		}
 	case mesh.EndpointType:
 		if !c.lds && c.st.clustersWarm() {
