@@ -274,12 +274,10 @@ func (c *core) acked(ts *typeState, r response) {
 	if r.nonce == ts.nonceAcked {
 		return
 	}
-	c.pub.Lock()
 	ts.nonceAcked, ts.ackedAt = r.nonce, c.set.instant(c.now)
 	if len(ts.rejected()) == 0 {
 		ts.nack = nil
 	}
-	c.pub.Unlock()
 	ts.seqAcked, ts.appliedAcked = r.seq, r.applied
 }
 
@@ -408,9 +406,7 @@ func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 	}
 	if ts != nil {
 		resend = c.reject(ts, nonce)
-		c.pub.Lock()
 		ts.nack = &n
-		c.pub.Unlock()
 	}
 	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: NACK",
 		slog.String("proxy", n.ProxyID), slog.String("type_url", string(t)),

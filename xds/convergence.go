@@ -450,16 +450,12 @@ func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, er
 }
 
 // standingNACKs returns, for every connection of conns and type, the
-// client's NACK that stands.
+// client's NACK that stands, as the connection last published.
 func standingNACKs(conns []*conn) []NACK {
 	var out []NACK
 	for _, c := range conns {
 		c.statusMu.Lock()
-		for _, ts := range c.core.types {
-			if ts != nil && ts.nackStands() {
-				out = append(out, *ts.nack)
-			}
-		}
+		out = append(out, c.st.standing...)
 		c.statusMu.Unlock()
 	}
 	return out

@@ -3,7 +3,6 @@ package xds
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -35,14 +34,10 @@ type core struct {
 	set   *settings
 	host  coreHost
 	proxy *Proxy
-	// pub is the connection's status lock: Status reads types, and what
-	// each typeState publishes, under it (see typeState), so a step holds
-	// it while it changes them.
-	pub   *sync.Mutex
 	delta bool
 	seed  uint64 // per-connection jitter seed (the connection number)
 
-	types     []*typeState // by type index; nil when the type is not watched; see pub
+	types     []*typeState // by type index; nil when the type is not watched
 	subBytes  int          // bytes of the names subscribed to, over all types
 	prevScope pushcontext.Scope
 	initSeq   uint64 // Seq of the PushContext of the last InitProxy
@@ -131,9 +126,7 @@ func (c *core) fail(ts *typeState, err error, stage string, count bool) {
 	if count {
 		f.fails++
 	}
-	c.pub.Lock()
 	ts.fault = f
-	c.pub.Unlock()
 }
 
 // awaitsHeldBack reports whether convergence waits for type ts to send
@@ -163,17 +156,14 @@ func (c *core) awaitsHeldBack(ts *typeState) bool {
 
 // setType makes ts the state of type i (nil: the type is not watched).
 func (c *core) setType(i int, ts *typeState) {
-	c.pub.Lock()
 	c.types[i] = ts
-	c.pub.Unlock()
 }
 
-func newCore(set *settings, host coreHost, pub *sync.Mutex, p *Proxy, delta bool, seed uint64) *core {
+func newCore(set *settings, host coreHost, p *Proxy, delta bool, seed uint64) *core {
 	n := len(set.order)
 	return &core{
 		set:     set,
 		host:    host,
-		pub:     pub,
 		proxy:   p,
 		delta:   delta,
 		seed:    seed,
@@ -343,9 +333,7 @@ func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
 // failure; a reference held back since is recorded again by release.
 func (c *core) typeOK(ts *typeState) {
 	if ts.fault != nil {
-		c.pub.Lock()
 		ts.fault = nil
-		c.pub.Unlock()
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -754,7 +753,7 @@ func (r *modelRun) toggleFailure() {
 func (r *modelRun) reconnect() {
 	r.streams++
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*outMsg]bool{}
-	r.c = newCore(r.h.set, r.h, new(sync.Mutex), &Proxy{ID: "p", ConnID: fmt.Sprintf("p-%d", r.streams+1)}, true, 1)
+	r.c = newCore(r.h.set, r.h, &Proxy{ID: "p", ConnID: fmt.Sprintf("p-%d", r.streams+1)}, true, 1)
 	if err := r.c.init(context.Background(), r.now, r.pc, r.pc.Seq()); err != nil {
 		r.t.Fatal(err)
 	}

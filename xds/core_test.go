@@ -7,7 +7,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -215,7 +214,7 @@ func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool,
 // newCore returns a core of a proxy "p" on a fresh PushContext.
 func (h *fakeHost) newCore(delta bool) *core {
 	h.t.Helper()
-	c := newCore(h.set, h, new(sync.Mutex), &Proxy{ID: "p", ConnID: "p-1"}, delta, 1)
+	c := newCore(h.set, h, &Proxy{ID: "p", ConnID: "p-1"}, delta, 1)
 	pc := h.build(nil)
 	if err := c.init(context.Background(), epoch, pc, pc.Seq()); err != nil {
 		h.t.Fatal(err)

@@ -131,9 +131,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 			return nil, err
 		}
 		sub := c.host.intern(newSubscription(names, wildcard))
-		c.pub.Lock()
 		ts.sub = sub
-		c.pub.Unlock()
 		c.setSubBytes(ts, names)
 	}
 

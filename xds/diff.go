@@ -426,9 +426,7 @@ func (c *core) settleWithheld(ts *typeState, d *diffResult) {
 	if len(d.unrejected) > 0 && len(ts.rejected()) == 0 && ts.nack != nil && ts.nack.Nonce != ts.nonceSent {
 		// The NACK of an earlier response stood for the content withheld
 		// since: none is any longer.
-		c.pub.Lock()
 		ts.nack = nil
-		c.pub.Unlock()
 	}
 	if d.deferring {
 		if d.resetRemoving {

@@ -376,9 +376,7 @@ func (c *core) excuseWaiting(pl *plan) []TypeURL {
 
 // timedOut counts a phase sent after its timeout without type ts's ACK.
 func (c *core) timedOut(ts *typeState) {
-	c.pub.Lock()
 	ts.timeouts++
-	c.pub.Unlock()
 }
 
 // phaseTimedOut releases the head phase, which has waited for

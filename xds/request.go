@@ -327,9 +327,7 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	if !same {
 		var sub *subscription
 		sub, order = c.sotwSubscription(names, wildcard, order)
-		c.pub.Lock() // Status reads ts.sub (see typeState)
 		ts.sub = sub
-		c.pub.Unlock()
 		c.setSubBytes(ts, names)
 	}
 	ts.order, ts.star = order, star

@@ -42,9 +42,7 @@ func (c *core) stamp(i int, resources, removed, size int, o relOpts) *outMsg {
 // stampNonce is stamp with the nonce given.
 func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *outMsg {
 	ts := c.types[i]
-	c.pub.Lock()
 	ts.nonceSent, ts.sentAt = nonce, c.set.instant(c.now)
-	c.pub.Unlock()
 	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
 	if c.set.logger.Enabled(c.ctx, slog.LevelDebug) {
 		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: response",

@@ -81,9 +81,8 @@ type TypeStatus struct {
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// status returns the TypeStatus of ts, of type t. The caller holds the
-// connection's status lock, under which the core changes what it reads
-// (see typeState).
+// status returns the TypeStatus of ts, of type t. It runs under the step
+// lock, when the connection publishes its status (see publishStatus).
 func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
 	st := TypeStatus{
 		Type:          t,
@@ -104,25 +103,32 @@ func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
 	return st
 }
 
-// connState is what a connection publishes for Status, Sync and
-// WaitForVersion.
+// connState is what a connection publishes for Status, Failures, Sync and
+// WaitForVersion: a copy, made by publishStatus after each step, that the
+// reads take under the connection's status lock without ever touching the
+// core's state, which only the step that holds the step lock reads.
 type connState struct {
 	connectedAt instant
 	pending     int // phases of the current push not released
 	version     string
 	view        string
+	// types is the status of each watched type, in push order; standing
+	// the client's NACKs that stand (see typeState.nackStands). Both are
+	// rewritten in place by each publication: a read copies them.
+	types    []TypeStatus
+	standing []NACK
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
 	writingSeq  uint64
 	initialised bool
 }
 
-// publishStatus copies the connection's state where Status and the
-// convergence tracker read it, and tells the tracker how far the
-// connection is synced. It runs under the step lock. What Status reads of
-// each type the core keeps itself, under the same lock (see typeState).
+// publishStatus copies the connection's state where Status, Failures and
+// the convergence tracker read it, and tells the tracker how far the
+// connection is synced. It runs under the step lock, after each step.
 func (c *conn) publishStatus(initialised bool) {
 	core := c.core
+	failing := false
 	c.statusMu.Lock()
 	st := &c.st
 	if initialised {
@@ -136,8 +142,18 @@ func (c *conn) publishStatus(initialised bool) {
 	if core.plan != nil {
 		st.pending = len(core.plan.phases)
 	}
+	st.types, st.standing = st.types[:0], st.standing[:0]
+	for i, ts := range core.types {
+		if ts == nil {
+			continue
+		}
+		st.types = append(st.types, ts.status(c.s.set, c.s.set.order[i]))
+		if ts.nackStands() {
+			st.standing = append(st.standing, *ts.nack)
+		}
+		failing = failing || ts.fault != nil
+	}
 	c.statusMu.Unlock()
-	failing := slices.ContainsFunc(core.types, func(ts *typeState) bool { return ts != nil && ts.fault != nil })
 	c.s.track.set(c, c.syncedTo(), failing)
 }
 
@@ -212,17 +228,16 @@ func (c *core) syncedTo() uint64 {
 	return x
 }
 
-// failures returns the connection's failing types. The caller holds the
-// tracker's lock; statusMu is taken after it.
+// failures returns the connection's failing types, as last published.
+// The caller may hold the tracker's lock; statusMu is taken after it.
 func (c *conn) failures() []Failure {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	var out []Failure
-	for i, ts := range c.core.types {
-		if ts != nil && ts.fault != nil {
-			f := ts.fault
-			out = append(out, Failure{Stage: f.stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
-				Type: c.s.set.order[i], Err: f.err, Attempts: f.fails})
+	for _, t := range c.st.types {
+		if t.Error != nil {
+			out = append(out, Failure{Stage: t.ErrorStage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
+				Type: t.Type, Err: t.Error, Attempts: t.Failures})
 		}
 	}
 	return out
@@ -246,11 +261,7 @@ func (c *conn) status() ConnStatus {
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
 	}
-	for i, ts := range c.core.types {
-		if ts != nil {
-			cs.Types = append(cs.Types, ts.status(c.s.set, c.s.set.order[i]))
-		}
-	}
+	cs.Types = slices.Clone(c.st.types)
 	return cs
 }
 

@@ -333,7 +333,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	if err := s.authorized(ctx, p); err != nil {
 		return false, err
 	}
-	c.core = newCore(s.set, s, &c.statusMu, p, c.delta, c.seq)
+	c.core = newCore(s.set, s, p, c.delta, c.seq)
 	c.st.connectedAt = s.set.instant(s.set.clock.Now())
 
 	// Register for pushes BEFORE initialising the proxy. If we registered

@@ -8,10 +8,8 @@ import (
 
 // typeState is a connection's state for one type.
 //
-// Status reads some of it, under the connection's status lock (core.pub):
-// sub, the sent and acknowledged fields below, nack, fault and timeouts.
-// A step changes those holding that lock too, so that Status needs no
-// copy of them and never waits for a step; the rest is the step's alone.
+// Only the step that holds the connection's step lock reads or changes
+// it; Status and the other reads see what publishStatus copied of it.
 type typeState struct {
 	idx      int
 	sub      *subscription
@@ -221,8 +219,7 @@ func (ts *typeState) rareForWrite() *typeRare {
 }
 
 // typeFault is a run of failures of one type in a row. A failure replaces
-// the typeFault rather than change it, so that the status published (see
-// typePub) shares it.
+// the typeFault rather than change it.
 type typeFault struct {
 	err   error // the last failure
 	stage string
