@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -372,13 +371,14 @@ func (c *core) ack(ts *typeState) {
 	}
 	t := c.set.order[ts.idx]
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	callHook(c.set, c.set.hooks.Load().OnACK, ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
-		Took: c.now.Sub(c.set.time(ts.sentAt))})
+	ev := notice{kind: nACK, ack: ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
+		Took: c.now.Sub(c.set.time(ts.sentAt))}}
 	if ts.startSent != 0 {
-		callHook(c.set, c.set.hooks.Load().OnConvergence, ConvergenceEvent{
+		ev.conv, ev.converged = ConvergenceEvent{
 			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Took: c.now.Sub(c.set.time(ts.startSent)),
-		})
+		}, true
 	}
+	c.emit(ev)
 }
 
 // nack records a NACK of the response with nonce (version is the client's
@@ -408,10 +408,7 @@ func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 		resend = c.reject(ts, nonce)
 		ts.nack = &n
 	}
-	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: NACK",
-		slog.String("proxy", n.ProxyID), slog.String("type_url", string(t)),
-		slog.String("version", n.Version), slog.String("nonce", n.Nonce), slog.String("error", n.Message))
-	callHook(c.set, c.set.hooks.Load().OnNACK, n)
+	c.emit(notice{kind: nNACK, nack: n})
 	if matched {
 		c.stopOnNACK(i)
 	}

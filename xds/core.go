@@ -2,7 +2,6 @@ package xds
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -58,10 +57,14 @@ type core struct {
 	// clients come and go one per snapshot.
 	genFrom []uint64
 
-	plan *plan     // the push being released phase by phase; nil when none
-	out  []*outMsg // responses to write, in order
-	now  time.Time // the time of the current step
-	ctx  context.Context
+	plan    *plan     // the push being released phase by phase; nil when none
+	out     []*outMsg // responses to write, in order
+	notices []notice  // what the steps since the runner last reported did (see notice)
+	// debug is set by the runner when its logger records debug messages:
+	// the core then queues an event for each response (nResponse).
+	debug bool
+	now   time.Time // the time of the current step
+	ctx   context.Context
 
 	// Sync (convergence.go): the newest push applied (generated, or left
 	// out as not concerning the proxy), and the newest whose phases have
@@ -316,17 +319,13 @@ func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
 		retryIn = c.set.backoffFor(ts.fails(), c.seed+uint64(ts.idx))
 	}
 	t := c.set.order[ts.idx]
-	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: generate failed",
-		slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID), slog.String("type_url", string(t)),
-		slog.Bool("push", push), slog.Int("attempt", ts.fails()), slog.Duration("retry_in", retryIn), slog.Any("err", err))
-	if pe, ok := err.(*PanicError); ok {
-		c.set.logger.LogAttrs(c.ctx, slog.LevelError, "xds: host code panicked",
-			slog.String("func", pe.Func), slog.String("proxy", c.proxy.ID), slog.String("type_url", string(t)),
-			slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
-	}
-	callHook(c.set, c.set.hooks.Load().OnGenerateError, GenerateErrorEvent{
+	ev := notice{kind: nGenerateFailed, gen: GenerateErrorEvent{
 		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn,
-	})
+	}}
+	if pe, ok := err.(*PanicError); ok {
+		ev.panic = pe
+	}
+	c.emit(ev)
 }
 
 // typeOK records a successful generation of type ts, clearing its

@@ -243,7 +243,7 @@ func (b *burst) push(item *pushItem) {
 func (b *burst) after() {
 	b.t.Helper()
 	for {
-		b.inbox = append(b.inbox, b.c.takeOut()...)
+		b.inbox = append(b.inbox, b.h.takeOut(b.c)...)
 		if b.c.busy() || b.parked == nil {
 			return
 		}

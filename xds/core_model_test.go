@@ -564,7 +564,7 @@ func (r *modelRun) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 func (r *modelRun) settle() {
 	for {
 		r.c.dropRare()
-		for _, m := range r.c.takeOut() {
+		for _, m := range r.h.takeOut(r.c) {
 			r.sent(m)
 			r.inbox = append(r.inbox, m)
 		}

@@ -211,6 +211,15 @@ func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool,
 	return &pushItem{req: &out, seq: pc.Seq(), start: now, merged: 1}
 }
 
+// takeOut takes what c queued, as its runner does after a step: the
+// responses, returned, and the notices, reported (the hooks of h's
+// Config called).
+func (h *fakeHost) takeOut(c *core) []*outMsg {
+	h.set.report(context.Background(), c.proxy, c.delta, c.notices)
+	c.notices = c.notices[:0]
+	return c.takeOut()
+}
+
 // newCore returns a core of a proxy "p" on a fresh PushContext.
 func (h *fakeHost) newCore(delta bool) *core {
 	h.t.Helper()
@@ -442,7 +451,7 @@ func TestCoreSotWRequests(t *testing.T) {
 			if err := c.request(inbound{sotw: tt.req}); err != nil {
 				t.Fatalf("request() = %v", err)
 			}
-			if got := summaries(c.takeOut()); !slices.Equal(got, tt.want) {
+			if got := summaries(h.takeOut(c)); !slices.Equal(got, tt.want) {
 				t.Errorf("responses = %q; want %q", got, tt.want)
 			}
 			if !slices.Equal(h.gens, tt.wantGen) {
@@ -580,7 +589,7 @@ func (r *coreRun) ctx() context.Context { return context.Background() }
 // take returns the responses queued since the last call.
 func (r *coreRun) take() []string {
 	r.t.Helper()
-	ms := r.c.takeOut()
+	ms := r.h.takeOut(r.c)
 	for _, m := range ms {
 		r.last[r.h.set.order[m.typeIdx]] = m
 	}

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"log/slog"
 	"slices"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -45,9 +44,7 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 		// A spontaneous request: a subscription change only.
 	case req.ResponseNonce != ts.nonceSent:
 		c.accepted(ts, req.ResponseNonce)
-		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: stale nonce; subscription change still applied",
-			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
-			slog.String("nonce", req.ResponseNonce))
+		c.emit(notice{kind: nStaleNonceApplied, typ: string(c.set.order[i]), nonce: req.ResponseNonce})
 	default:
 		c.ack(ts)
 	}
@@ -96,8 +93,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	sub, subStar := normalizeNames(req.ResourceNamesSubscribe)
 	unsub, unsubStar := normalizeNames(req.ResourceNamesUnsubscribe)
 	if (subStar || unsubStar) && !full {
-		set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: wildcard on a by-name type ignored",
-			slog.String("proxy", c.proxy.ID), slog.String("type_url", req.TypeUrl))
+		c.emit(notice{kind: nWildcardIgnored, typ: req.TypeUrl})
 		subStar, unsubStar = false, false
 	}
 	wasWildcard := ts.sub.wildcard

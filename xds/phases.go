@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -397,11 +396,7 @@ func (c *core) phaseTimedOut() {
 	if len(pl.phases) > 0 {
 		ev.Next, ev.Removal = c.set.order[pl.phases[0].typeIdx], pl.phases[0].removal
 	}
-	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: phase sent without the ACKs it waited for",
-		slog.String("proxy", c.proxy.ID), slog.String("conn", c.proxy.ConnID),
-		slog.String("version", ev.Version), slog.Any("waiting", ev.Waiting),
-		slog.String("next", string(ev.Next)), slog.Duration("waited", waited))
-	callHook(c.set, c.set.hooks.Load().OnPhaseTimeout, ev)
+	c.emit(notice{kind: nPhaseTimeout, phase: ev})
 	c.advance(true)
 }
 
@@ -434,9 +429,7 @@ func (c *core) stopOnNACK(i int) {
 	c.plan = nil
 	c.completedSeq = max(c.completedSeq, pl.seq) // the push is over; its NACK stands
 	pl.free()
-	c.set.logger.LogAttrs(c.ctx, slog.LevelWarn, "xds: NACK stops the push; later phases not sent",
-		slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
-		slog.Any("not_sent", dropped))
+	c.emit(notice{kind: nNACKStopsPush, typ: string(c.set.order[i]), names: dropped})
 }
 
 // planRemoval gives the removals that the first answer of deferred type i

@@ -314,7 +314,7 @@ func (c *core) namedBy(j int, name string, kind int) string {
 func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 	heldBack, failed := false, false
 	for _, e := range errs {
-		callHook(c.set, c.set.hooks.Load().OnReferenceError, ReferenceErrorEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Err: e})
+		c.emit(notice{kind: nReferenceError, ref: ReferenceErrorEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Err: e}})
 		if e.Rejected || !c.set.sendMissingReferences {
 			heldBack = true
 		}

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"log/slog"
 	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -58,8 +57,7 @@ func (c *core) request(in inbound) error {
 	}
 	i := c.set.typeIndex(TypeURL(t))
 	if i < 0 {
-		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: request for a type without generator ignored",
-			slog.String("proxy", c.proxy.ID), slog.String("type_url", truncate(t, c.set.maxNameLength)))
+		c.emit(notice{kind: nUnknownType, typ: truncate(t, c.set.maxNameLength)})
 		return nil
 	}
 	var err error
@@ -166,9 +164,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	if !renewed && req.ResponseNonce != ts.nonceSent {
 		c.accepted(ts, req.ResponseNonce)
 		c.staleDropped(ts, names, star)
-		set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: stale nonce ignored",
-			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(set.order[i])),
-			slog.String("nonce", req.ResponseNonce), slog.String("sent", ts.nonceSent))
+		c.emit(notice{kind: nStaleNonce, typ: string(set.order[i]), nonce: req.ResponseNonce, sent: ts.nonceSent})
 		return nil
 	}
 
@@ -185,8 +181,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 // unwatch ends the watch of by-name type i: the client unsubscribed from
 // every name. It is marked dropped (see core.dropped).
 func (c *core) unwatch(i int) {
-	c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: unsubscribed",
-		slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])))
+	c.emit(notice{kind: nUnsubscribed, typ: string(c.set.order[i])})
 	c.subBytes -= c.types[i].subBytes
 	c.setType(i, nil)
 	if c.dropped == nil {

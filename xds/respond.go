@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"log/slog"
 	"sync"
 	"time"
 
@@ -44,12 +43,9 @@ func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o r
 	ts := c.types[i]
 	ts.nonceSent, ts.sentAt = nonce, c.set.instant(c.now)
 	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
-	if c.set.logger.Enabled(c.ctx, slog.LevelDebug) {
-		c.set.logger.LogAttrs(c.ctx, slog.LevelDebug, "xds: response",
-			slog.String("proxy", c.proxy.ID), slog.String("type_url", string(c.set.order[i])),
-			slog.String("version", o.pc.Version()), slog.String("nonce", nonce), slog.Bool("delta", c.delta),
-			slog.Int("resources", resources), slog.Int("removed", removed), slog.Int("bytes", size),
-			slog.Bool("push", o.push))
+	if c.debug {
+		c.emit(notice{kind: nResponse, resp: responseEvent{typ: c.set.order[i], version: o.pc.Version(), nonce: nonce,
+			resources: resources, removed: removed, bytes: size, push: o.push}})
 	}
 	m := outPool.Get().(*outMsg)
 	*m = outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, applied: c.appliedSeq, seq: o.pc.Seq(), made: c.now}

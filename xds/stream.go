@@ -354,6 +354,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
 		return true, s.refused(ctx, peerAddr, p, toClient, detail)
 	}
+	c.report()
 	c.publishStatus(true)
 
 	callHook(s.set, s.set.hooks.Load().OnConnect, ConnectEvent{Proxy: p})
