@@ -266,6 +266,21 @@ func (c *core) awaiting(ts *typeState, prune bool) uint64 {
 	return low
 }
 
+// answered returns the names of sub (sorted) not in unsub (sorted), and
+// those of covered: the names an answer must send, or list as removed.
+func answered(sub, unsub, covered []string) map[string]struct{} {
+	only := make(map[string]struct{}, len(sub)+len(covered))
+	for _, n := range sub {
+		if _, gone := slices.BinarySearch(unsub, n); !gone {
+			only[n] = struct{}{}
+		}
+	}
+	for _, n := range covered {
+		only[n] = struct{}{}
+	}
+	return only
+}
+
 // deltaAnswer returns how a Delta request is answered (nil: it is not),
 // from what it subscribed to (sub, added) and unsubscribed from (unsub,
 // removed), and the wildcard before and after it.
@@ -281,7 +296,13 @@ func deltaAnswer(first, wildcard, wasWildcard bool, sub, unsub, added, removed [
 	case first:
 		return &answer{initial: true, notFound: true, delta: delta}
 	case wildcard && !wasWildcard:
-		return &answer{delta: delta}
+		// "*" newly subscribed: what differs of everything, and the names
+		// subscribed with it, as any names subscribed are.
+		a := &answer{delta: delta}
+		if only := answered(sub, unsub, nil); len(only) > 0 {
+			a.force, a.notFound = only, true
+		}
+		return a
 	case len(sub) > 0 || (wildcard && len(unsub) > 0):
 		// Every name this request subscribes to is answered, even one
 		// the Server believes the client holds: the client may have
@@ -289,18 +310,11 @@ func deltaAnswer(first, wildcard, wasWildcard bool, sub, unsub, added, removed [
 		// unsubscribes from that the wildcard still covers: the client
 		// cannot tell whether the wildcard gives it the name, and waits
 		// to be told (sent it, or told it is removed).
-		only := make(map[string]struct{}, len(sub)+len(unsub))
-		for _, n := range sub {
-			if _, gone := slices.BinarySearch(unsub, n); !gone {
-				only[n] = struct{}{}
-			}
-		}
+		var covered []string
 		if wildcard {
-			for _, n := range unsub {
-				only[n] = struct{}{}
-			}
+			covered = unsub
 		}
-		if len(only) > 0 {
+		if only := answered(sub, unsub, covered); len(only) > 0 {
 			return &answer{force: only, restrict: true, notFound: true, delta: delta}
 		}
 	}
