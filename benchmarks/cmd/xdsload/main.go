@@ -28,7 +28,10 @@
 // goroutines are sampled. It fails unless every window converged with no
 // dangling reference and both stayed flat (see harness.SoakResult.Flat).
 //
-//	go run ./benchmarks/cmd/xdsload -scenario soak -n 10000 -duration 30m
+//	go run ./benchmarks/cmd/xdsload -scenario soak -n 10000 -duration 30m -save soak.json
+//
+// -save keeps the results of each protocol in a file as soon as it ends,
+// so that a soak stopped during the next one loses only that one.
 //
 // -json writes the results as JSON instead of markdown; -from FILE writes
 // the results of an earlier run, saved with -json, again.
@@ -98,6 +101,7 @@ func run() error {
 	openings := flag.Int("openings", 0, "xdspush's bound of the streams opening at once (0: the library's default, xds.DefaultMaxOpeningStreams; -1: none)")
 	filecpBin := flag.String("filecp", "", "the built examples/filecp that server filecp runs (empty: built with go build, from the workspace)")
 	asJSON := flag.Bool("json", false, "write the results as JSON rather than markdown")
+	save := flag.String("save", "", "soak: write the results so far to this file, as -json would, each time a server and protocol finish (-from writes them again)")
 	from := flag.String("from", "", "run nothing: read the results of an earlier run from this file, written with -json by the same -scenario, and write them (as markdown unless -json)")
 	flag.Parse()
 	if *from != "" {
@@ -195,7 +199,15 @@ func run() error {
 				return fmt.Errorf("-flat: unknown figure %q (want some of %v)", m, harness.Measures)
 			}
 		}
-		rs, err := harness.RunSoak(cfg, harness.Soak{Duration: *duration, Rate: *rate, Churn: *churn, Window: *window, Seed: *seed})
+		soak := harness.Soak{Duration: *duration, Rate: *rate, Churn: *churn, Window: *window, Seed: *seed}
+		if *save != "" {
+			soak.Finished = func(rs []harness.SoakResult) {
+				if err := saveJSON(*save, rs); err != nil {
+					fmt.Fprintf(os.Stderr, "xdsload: -save: %v\n", err)
+				}
+			}
+		}
+		rs, err := harness.RunSoak(cfg, soak)
 		report := func(w io.Writer, rs []harness.SoakResult) { harness.ReportSoak(w, rs, measures...) }
 		if jerr := output(os.Stdout, *asJSON, rs, report); jerr != nil && err == nil {
 			err = jerr
@@ -268,6 +280,20 @@ func output[R any](w io.Writer, asJSON bool, rs []R, report func(io.Writer, []R)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(rs)
+}
+
+// saveJSON writes rs to the file named path, as -json writes them, through
+// a temporary file renamed over it.
+func saveJSON[R any](path string, rs []R) error {
+	b, err := json.MarshalIndent(rs, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 func split(s string) []string {

@@ -34,6 +34,11 @@ type Soak struct {
 	// Seed is the seed of the first window's changes (window i: Seed+i)
 	// and of the churn. Zero means 1.
 	Seed uint64
+	// Finished, if not nil, is called with the results so far each time
+	// a (server, protocol) soak ends, so that a caller can keep them
+	// before the next begins (a long soak of several protocols may be
+	// interrupted).
+	Finished func([]SoakResult) `json:"-"`
 }
 
 func (s Soak) withDefaults() (Soak, error) {
@@ -221,6 +226,9 @@ func RunSoak(cfg Config, s Soak) ([]SoakResult, error) {
 		for _, p := range cfg.Protocols {
 			r, err := soakOnce(cfg, s, name, p)
 			out = append(out, r)
+			if s.Finished != nil {
+				s.Finished(slices.Clone(out))
+			}
 			if err != nil {
 				return out, fmt.Errorf("%s %s: %w", name, p, err)
 			}
