@@ -21,9 +21,13 @@ import (
 //     by phase in phases.go and fetch.go, each response made in diff.go;
 //   - tick: time has passed (phase deadlines, retries) — tick below;
 //
-// each of which may queue responses (take them with takeOut) and move the
-// deadline at which tick wants to run next (deadline). Generators and
-// InitProxy are called through c.host, synchronously.
+// each of which may queue responses (take them with takeOut) and notices
+// (what the host hears of: hooks and log records, which the runner
+// reports; see notice), and move the deadline at which tick wants to run
+// next (deadline). It logs nothing, calls no hook and takes no lock; what
+// Status and the other reads see, the runner copies after each step (see
+// conn.publishStatus). Generators and InitProxy are called through
+// c.host, synchronously.
 //
 // What it keeps per type is a typeState (typestate.go).
 //

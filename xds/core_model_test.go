@@ -32,9 +32,11 @@ import (
 // interleaving, stale requests, generation failures coming and going, and
 // time passing to the core's next deadline (retries, phase timeouts). The
 // client is SotW or Delta, Envoy-like (wildcard clusters and listeners,
-// endpoints and routes by name) or gRPC-like (everything by name, from one
-// listener), and ACKs before or after the requests a response makes it
-// send.
+// endpoints and routes by name; half of them with an explicit "*", and
+// subscribing to cluster names besides it and unsubscribing from them
+// again, names the wildcard covers or not) or gRPC-like (everything by
+// name, from one listener), and ACKs before or after the requests a
+// response makes it send.
 //
 // After every event it checks what must always hold (see modelRun.check):
 // no route the client holds names a cluster it lacks (Envoy-like), no
@@ -78,6 +80,7 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 29))
 	r := newModelRun(t, rng.IntN(2) == 1, rng.IntN(2) == 1, rng.IntN(2) == 1)
+	r.client.star = !r.client.grpc && rng.IntN(2) == 1
 	r.rng, r.verbose = rng, verbose
 	r.logf("seed %d: %s", seed, r.client)
 	r.start()
@@ -102,6 +105,12 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 // rejects every response carrying a cluster marked bad (see badCluster).
 type modelClient struct {
 	delta, grpc, ackFirst bool
+	// star: an Envoy-like client that subscribes to clusters and
+	// listeners with an explicit "*" rather than the legacy empty list,
+	// and subscribes to cluster names besides it (pins) and unsubscribes
+	// from them again, names the wildcard covers or not.
+	star bool
+	pins []string // the cluster names subscribed to besides "*", sorted
 
 	held    map[TypeURL]map[string]proto.Message
 	version map[TypeURL]string // SotW: of the last response accepted
@@ -127,6 +136,8 @@ func (m *modelClient) String() string {
 	kind := "Envoy-like"
 	if m.grpc {
 		kind = "gRPC-like"
+	} else if m.star {
+		kind = `Envoy-like with "*"`
 	}
 	return fmt.Sprintf("%s %s, ackFirst %v", protocols[m.delta], kind, m.ackFirst)
 }
@@ -150,7 +161,41 @@ func (m *modelClient) first() []inbound {
 	if m.grpc {
 		return []inbound{m.resubscribe(ListenerType, []string{"l0"})}
 	}
+	if m.star {
+		return []inbound{m.request(ClusterType, "", ""), m.request(ListenerType, "", "")}
+	}
 	return (&envoyModel{delta: m.delta}).start()
+}
+
+// wildcardNames returns the names a star client subscribes to of typ, a
+// type it subscribes to all of: "*", and the pins of clusters.
+func (m *modelClient) wildcardNames(typ TypeURL) []string {
+	if typ == ClusterType {
+		return append([]string{"*"}, m.pins...)
+	}
+	return []string{"*"}
+}
+
+// pin subscribes to cluster name besides "*" if the client does not yet,
+// and unsubscribes from it otherwise. A Delta client keeps what it holds
+// of it: the wildcard may still give it (the Server tells it which).
+func (m *modelClient) pin(name string) inbound {
+	i, pinned := slices.BinarySearch(m.pins, name)
+	if pinned {
+		m.pins = slices.Delete(m.pins, i, i+1)
+	} else {
+		m.pins = slices.Insert(m.pins, i, name)
+	}
+	if !m.delta {
+		return m.request(ClusterType, m.nonce[ClusterType], "")
+	}
+	req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}
+	if pinned {
+		req.ResourceNamesUnsubscribe = []string{name}
+	} else {
+		req.ResourceNamesSubscribe = []string{name}
+	}
+	return inbound{delta: req}
 }
 
 // reconnect returns the first requests of a Delta client on a new stream:
@@ -167,8 +212,11 @@ func (m *modelClient) reconnect() []inbound {
 			initial[n] = m.versions[typ][n]
 		}
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), InitialResourceVersions: initial}
-		if m.byName(typ) {
+		switch {
+		case m.byName(typ):
 			req.ResourceNamesSubscribe = slices.Clone(m.subs[typ])
+		case m.star:
+			req.ResourceNamesSubscribe = m.wildcardNames(typ)
 		}
 		out = append(out, inbound{delta: req})
 	}
@@ -333,11 +381,18 @@ func (m *modelClient) request(typ TypeURL, nonce, nack string) inbound {
 		detail = &status.Status{Code: 3, Message: nack}
 	}
 	if m.delta {
-		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: nonce, ErrorDetail: detail}}
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: nonce, ErrorDetail: detail}
+		if nonce == "" && m.star && !m.byName(typ) {
+			req.ResourceNamesSubscribe = m.wildcardNames(typ) // the first request
+		}
+		return inbound{delta: req}
 	}
 	var names []string
-	if m.byName(typ) {
+	switch {
+	case m.byName(typ):
 		names = slices.Clone(m.subs[typ])
+	case m.star:
+		names = m.wildcardNames(typ)
 	}
 	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names,
 		ResponseNonce: nonce, VersionInfo: m.version[typ], ErrorDetail: detail}}
@@ -607,7 +662,7 @@ func (r *modelRun) sent(m *outMsg) {
 			r.fail("%s carries %s, which the client does not subscribe to (%v)", summary(m), n, ts.sub.names)
 		}
 	}
-	r.logf("    sent %s", summary(m))
+	r.logf("    sent %s nonce %q", summary(m), m.nonce)
 	if r.resumeLeft > 0 {
 		r.early[m] = true
 	}
@@ -663,6 +718,7 @@ func (r *modelRun) random() {
 		{4, true, r.toggleFailure},
 		{4, len(r.client.read) > 0, r.stale},
 		{1, r.client.delta, r.reconnect},
+		{3, r.client.star, r.pin},
 	}
 	total := 0
 	for _, e := range events {
@@ -687,7 +743,7 @@ func (r *modelRun) random() {
 func (r *modelRun) readResponse() {
 	m := r.inbox[0]
 	r.inbox = r.inbox[1:]
-	r.logf("client reads %s", summary(m))
+	r.logf("client reads %s nonce %q", summary(m), m.nonce)
 	if r.early[m] {
 		delete(r.early, m)
 		r.timedOut = true
@@ -761,6 +817,15 @@ func (r *modelRun) reconnect() {
 	reqs := r.client.reconnect()
 	r.resumeLeft = len(reqs)
 	r.outbox = append(r.outbox, reqs...)
+}
+
+// pin has a star client subscribe to a cluster name besides "*", or
+// unsubscribe from one: a cluster of the configuration, or one it lacks.
+func (r *modelRun) pin() {
+	names := append(slices.Sorted(maps.Keys(r.h.world[ClusterType])), "c-none")
+	in := r.client.pin(names[r.rng.IntN(len(names))])
+	r.logf("client pins %v: %s", r.client.pins, describe(in))
+	r.outbox = append(r.outbox, in)
 }
 
 // stale has the client send a request naming a response it read earlier.
