@@ -2,6 +2,7 @@ package xds
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -83,6 +84,21 @@ func (ts *typeState) lastSent() response {
 // versionOf returns the version of the response with nonce, "" for none: a
 // nonce is the version, a slash and a number (see Server.nonce), and the
 // number has no slash.
+// nonceOrdinal returns the ordinal of the response with nonce: the number
+// after the version, which increases with every nonce the Server makes
+// (coreHost.nonce); 0 if nonce has none.
+func nonceOrdinal(nonce string) uint64 {
+	i := strings.LastIndexByte(nonce, '/')
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.ParseUint(nonce[i+1:], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
 func versionOf(nonce string) string {
 	if i := strings.LastIndexByte(nonce, '/'); i >= 0 {
 		return nonce[:i]

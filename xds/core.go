@@ -113,7 +113,9 @@ type coreHost interface {
 	knownSends(k transKey, sends bool)
 	// initProxy calls Config.InitProxy, bounded by Config.GenerateTimeout.
 	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
-	// nonce returns a new nonce for a response of version.
+	// nonce returns a new nonce for a response of version: the version,
+	// '/', and a number greater than that of every nonce before it (see
+	// nonceOrdinal).
 	nonce(version string) string
 	// rebuilt reports whether an index fed by type i's kinds was rebuilt
 	// after the PushContext of Seq since (0: none; true) and up to pc.

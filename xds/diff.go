@@ -562,8 +562,20 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 		return nil
 	}
 	f := newFlight()
-	for _, n := range gone {
-		f.del(&ts.held, n)
+	if c.set.fullState[i] && !c.delta {
+		// A SotW full-state response replaces what the client holds: a
+		// snapshot, as hold makes, so that the rejection of an earlier
+		// response does not bring back, when this one is redone, what this
+		// one leaves out.
+		before := ts.held.snapshot()
+		for _, n := range gone {
+			ts.held.del(n)
+		}
+		f.setHoldings(before, ts.held.snapshot())
+	} else {
+		for _, n := range gone {
+			f.del(&ts.held, n)
+		}
 	}
 	var m *outMsg
 	switch {

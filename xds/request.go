@@ -164,6 +164,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	if !renewed && req.ResponseNonce != ts.nonceSent {
 		c.accepted(ts, req.ResponseNonce)
 		c.staleDropped(ts, names, star)
+		ts.keptRequested(names, wildcard, nonceOrdinal(req.ResponseNonce))
 		c.emit(notice{kind: nStaleNonce, typ: string(set.order[i]), nonce: req.ResponseNonce, sent: ts.nonceSent})
 		return nil
 	}
@@ -319,6 +320,7 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 		added, removed = diffNames(ts.sub.names, names)
 	}
 	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.wildcard
+	old := ts.sub
 	if !same {
 		var sub *subscription
 		sub, order = c.sotwSubscription(names, wildcard, order)
@@ -328,6 +330,7 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	ts.order, ts.star = order, star
 	c.unsubscribed(i, removed)
 	ts.resubscribed(added)
+	ts.keptSettled(old)
 	if renewed {
 		c.rewarm(i)
 		return c.answer(i, &answer{all: true})
@@ -377,6 +380,84 @@ func (ts *typeState) resubscribed(names []string) {
 	}
 }
 
+// keptSettled settles the kept names (see typeRare.kept) after a request
+// naming the last response changed the subscription from old. A name it
+// covers again, the client holds only if it read a response carrying it
+// after it had subscribed to it again, in a request with a stale nonce:
+// this request names the last response, so the client has read every
+// response that carried it, and ignored those it read while it did not
+// subscribe to it. Otherwise it is forgotten: taken as held, a NACK of the
+// answer that sends it would leave the Server believing the client keeps
+// what it never had. A name the request leaves out, the client does not
+// subscribe to (again).
+func (ts *typeState) keptSettled(old *subscription) {
+	for n, k := range ts.kept() {
+		if !ts.covers(n) {
+			k.resub = 0
+			ts.rare.kept[n] = k
+			continue
+		}
+		if !old.covers(n) && (k.resub == 0 || k.sent <= k.resub) {
+			ts.forget(n)
+		}
+		delete(ts.rare.kept, n)
+	}
+}
+
+// kept returns the names tracked as kept (see typeRare.kept).
+func (ts *typeState) kept() map[string]keptName {
+	if ts.rare == nil {
+		return nil
+	}
+	return ts.rare.kept
+}
+
+// keep starts tracking names, which the client unsubscribed from and
+// which stay held (see unsubscribed), unless the subscription still
+// covers them (a wildcard): the client keeps those.
+func (ts *typeState) keep(names []string) {
+	for _, n := range names {
+		if ts.covers(n) {
+			continue
+		}
+		r := ts.rareForWrite()
+		if r.kept == nil {
+			r.kept = make(map[string]keptName, len(names))
+		}
+		r.kept[n] = keptName{}
+	}
+}
+
+// keptRequested records what a request with a stale nonce, which named
+// the response with ordinal ord, says of the kept names: subscribed to
+// again (by name, or by a wildcard), or not (dropped again, if it had).
+func (ts *typeState) keptRequested(names []string, wildcard bool, ord uint64) {
+	for n, k := range ts.kept() {
+		_, named := slices.BinarySearch(names, n)
+		switch {
+		case !named && !wildcard:
+			k.resub = 0
+		case k.resub == 0:
+			k.resub = ord
+		}
+		ts.rare.kept[n] = k
+	}
+}
+
+// keptSent records that the response with ordinal ord was sent: the kept
+// names still held it carried (a full-state response carries what is
+// held); those no longer held are no longer tracked.
+func (ts *typeState) keptSent(ord uint64) {
+	for n, k := range ts.kept() {
+		if ts.held.get(n) == nil {
+			delete(ts.rare.kept, n)
+			continue
+		}
+		k.sent = ord
+		ts.rare.kept[n] = k
+	}
+}
+
 // unsubscribed records that a SotW client no longer subscribes to names of
 // type i: it drops them. But a client that narrows a full-state
 // subscription (a gRPC client's clusters) decides from what it had read
@@ -404,6 +485,7 @@ func (c *core) unsubscribed(i int, removed []string) {
 		ts.forget(n)
 	}
 	ts.markRemoving(kept)
+	ts.keep(kept)
 }
 
 // staleDropped records what a SotW request with a stale nonce says the

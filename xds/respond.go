@@ -42,6 +42,9 @@ func (c *core) stamp(i int, resources, removed, size int, o relOpts) *outMsg {
 func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *outMsg {
 	ts := c.types[i]
 	ts.nonceSent, ts.sentAt = nonce, c.set.instant(c.now)
+	if len(ts.kept()) > 0 {
+		ts.keptSent(nonceOrdinal(nonce))
+	}
 	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
 	if c.debug {
 		c.emit(notice{kind: nResponse, resp: responseEvent{typ: c.set.order[i], version: o.pc.Version(), nonce: nonce,

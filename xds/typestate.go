@@ -124,12 +124,30 @@ type typeRare struct {
 	// or nothing it holds names them any longer, it holds a reference to
 	// what it lacks: not synced (see core.awaiting).
 	awaited map[string]uint64
+	// kept tracks the names a SotW client unsubscribed from that stay
+	// held for a route that names them (see core.unsubscribed), for
+	// deciding whether the client holds one when it subscribes to it
+	// again (see typeState.resubscribed).
+	kept map[string]keptName
+}
+
+// keptName is what decides whether a SotW client holds a name it
+// unsubscribed from, and which the responses sent since carried
+// regardless: it accepts a response's copy only if it had subscribed to
+// the name again when it read it.
+type keptName struct {
+	// resub is the ordinal (see nonceOrdinal) of the response the client
+	// had read when a request with a stale nonce subscribed to the name
+	// again; 0 when none has since the client last dropped it.
+	resub uint64
+	// sent is the ordinal of the last response that carried the name.
+	sent uint64
 }
 
 // empty reports whether r holds nothing.
 func (r *typeRare) empty() bool {
 	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
-		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0
+		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0
 }
 
 func (ts *typeState) rejected() map[string]*encoded {
