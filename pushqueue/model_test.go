@@ -239,7 +239,11 @@ func checkModel(t *testing.T, q *Queue[int, mreq], m *naive, fail func(string, .
 	defer q.mu.Unlock()
 	order := make([]int, 0, q.fifo.len())
 	for i := range q.fifo.len() {
-		order = append(order, q.fifo.buf[(q.fifo.head+i)&(len(q.fifo.buf)-1)])
+		e := q.fifo.buf[(q.fifo.head+i)&(len(q.fifo.buf)-1)]
+		if q.entries[e.key] != e {
+			fail("queued entry of key %d is not the key's entry", e.key)
+		}
+		order = append(order, e.key)
 	}
 	if !slices.Equal(order, m.order) {
 		fail("queue order = %v; want %v", order, m.order)
@@ -275,10 +279,15 @@ func checkModel(t *testing.T, q *Queue[int, mreq], m *naive, fail func(string, .
 	if q.drained != m.drained() {
 		fail("drained = %v; want %v", q.drained, m.drained())
 	}
-	// Released ring slots hold the zero key.
+	// Released ring slots hold no entry; an entry holds its own key.
 	for i := q.fifo.len(); i < len(q.fifo.buf); i++ {
-		if k := q.fifo.buf[(q.fifo.head+i)&(len(q.fifo.buf)-1)]; k != 0 {
-			fail("released ring slot holds key %d", k)
+		if e := q.fifo.buf[(q.fifo.head+i)&(len(q.fifo.buf)-1)]; e != nil {
+			fail("released ring slot holds the entry of key %d", e.key)
+		}
+	}
+	for key, e := range q.entries {
+		if e.key != key {
+			fail("the entry of key %d holds key %d", key, e.key)
 		}
 	}
 }

@@ -29,7 +29,10 @@ type Mergeable[R any] interface {
 
 // entry is the state of one key that is pending or processing. A key with no
 // entry is idle.
-type entry[R any] struct {
+type entry[K comparable, R any] struct {
+	// key is the entry's key, so that Dequeue finds the key at the head of
+	// the FIFO without hashing it again.
+	key K
 	// req is the pending request when !processing, and the follow-up when
 	// processing && follow. Otherwise it is the zero R, so that a dequeued
 	// request is not kept reachable by the queue.
@@ -44,7 +47,7 @@ type entry[R any] struct {
 	follow bool
 	// next links the entry into Queue.free while it is unused; it is nil
 	// while the entry is in use.
-	next *entry[R]
+	next *entry[K, R]
 }
 
 // Queue is a per-key coalescing FIFO: each key has at most one queued request
@@ -60,13 +63,13 @@ type Queue[K comparable, R Mergeable[R]] struct {
 	// entries holds each pending or processing key's entry by pointer, so
 	// that Enqueue of a known key, Dequeue and a MarkDone that queues a
 	// follow-up update it in place: one map lookup and no store.
-	entries    map[K]*entry[R]
-	free       *entry[R] // unused entries, linked by next; see alloc
-	fifo       ring[K]   // pending keys in dequeue order; each appears once
-	processing int       // number of entries with processing set
-	followups  int       // number of entries with follow set
-	dropped    uint64    // Enqueue calls refused after ShutDown
-	epoch      time.Time // origin of entry.since
+	entries    map[K]*entry[K, R]
+	free       *entry[K, R]       // unused entries, linked by next; see alloc
+	fifo       ring[*entry[K, R]] // pending keys' entries in dequeue order; each appears once
+	processing int                // number of entries with processing set
+	followups  int                // number of entries with follow set
+	dropped    uint64             // Enqueue calls refused after ShutDown
+	epoch      time.Time          // origin of entry.since
 
 	shut    bool // ShutDown has been called
 	drained bool // shut, fifo empty and no follow-ups: nothing can be dequeued ever again
@@ -93,7 +96,7 @@ func (q *Queue[K, R]) init() {
 	if q.entries != nil {
 		return
 	}
-	q.entries = make(map[K]*entry[R])
+	q.entries = make(map[K]*entry[K, R])
 	q.wake = make(chan struct{}, 1)
 	q.done = make(chan struct{})
 	q.epoch = time.Now()
@@ -110,12 +113,12 @@ const (
 )
 
 // alloc returns an unused, zero entry. q.mu must be held.
-func (q *Queue[K, R]) alloc() *entry[R] {
+func (q *Queue[K, R]) alloc() *entry[K, R] {
 	if q.free == nil {
 		// Every entry is in use: quadruple their number (within bounds), so
 		// that the number of blocks grows with the logarithm of the number of
 		// keys until blocks reach maxBlock entries.
-		block := make([]entry[R], min(max(3*len(q.entries), minBlock), maxBlock))
+		block := make([]entry[K, R], min(max(3*len(q.entries), minBlock), maxBlock))
 		for i := range len(block) - 1 {
 			block[i].next = &block[i+1]
 		}
@@ -129,8 +132,8 @@ func (q *Queue[K, R]) alloc() *entry[R] {
 // release zeroes an entry that no key uses any more, so that the queue keeps
 // no request reachable through it, and puts it on the free list. q.mu must be
 // held.
-func (q *Queue[K, R]) release(e *entry[R]) {
-	*e = entry[R]{next: q.free}
+func (q *Queue[K, R]) release(e *entry[K, R]) {
+	*e = entry[K, R]{next: q.free}
 	q.free = e
 }
 
@@ -189,9 +192,9 @@ func (q *Queue[K, R]) Enqueue(key K, req R) {
 	switch {
 	case e == nil:
 		e = q.alloc()
-		e.req, e.since, e.merged = req, q.now(), 1
+		e.key, e.req, e.since, e.merged = key, req, q.now(), 1
 		q.entries[key] = e
-		q.fifo.push(key)
+		q.fifo.push(e)
 		q.signal()
 	case !e.processing, e.follow:
 		e.req = e.req.Merge(req)
@@ -259,14 +262,13 @@ func (q *Queue[K, R]) dequeue(ctx context.Context, timed bool) (key K, req R, d 
 			return key, req, d, err
 		}
 	}
-	key = q.fifo.pop()
-	e := q.entries[key]
-	req = e.req
+	e := q.fifo.pop()
+	key, req = e.key, e.req
 	d = dequeued{since: e.since, merged: e.merged}
 	if timed {
 		d.at = q.now()
 	}
-	*e = entry[R]{processing: true} // drops the queue's reference to req
+	*e = entry[K, R]{key: key, processing: true} // drops the queue's reference to req
 	q.processing++
 	if q.fifo.len() > 0 {
 		q.signal()
@@ -298,7 +300,7 @@ func (q *Queue[K, R]) MarkDone(key K) {
 	e.processing = false
 	e.follow = false
 	q.followups--
-	q.fifo.push(key)
+	q.fifo.push(e)
 	q.signal()
 }
 
