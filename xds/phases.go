@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
+
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // A push is released in phases (make-before-break). It first generates,
@@ -507,4 +509,65 @@ func (c *core) anchorsACKed(pl *plan) bool {
 		}
 	}
 	return true
+}
+
+// releaseRemovals is the removal phase of a deferred-removal type: it
+// removes what the push's upsert phase held back, except what a resource
+// the client holds still names.
+func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
+	ts := c.types[i]
+	if ts == nil || len(ts.removing()) == 0 {
+		return nil
+	}
+	var gone []string
+	for n := range ts.removing() {
+		if ts.held.get(n) != nil && ts.covers(n) {
+			gone = append(gone, n)
+		}
+	}
+	ts.rare.removing = nil
+	slices.Sort(gone)
+	var errs []*ReferenceError
+	gone, _, errs = c.removable(i, gone, nil)
+	c.referencesHeld(ts, errs)
+	if len(gone) == 0 {
+		return nil
+	}
+	f := newFlight()
+	if c.set.fullState[i] && !c.delta {
+		// A SotW full-state response replaces what the client holds: a
+		// snapshot, as hold makes, so that the rejection of an earlier
+		// response does not bring back, when this one is redone, what this
+		// one leaves out.
+		before := ts.held.snapshot()
+		for _, n := range gone {
+			ts.held.del(n)
+		}
+		f.setHoldings(before, ts.held.snapshot())
+	} else {
+		for _, n := range gone {
+			f.del(&ts.held, n)
+		}
+	}
+	var m *outMsg
+	switch {
+	case c.delta:
+		m = c.deltaMsg(i, nil, gone, o)
+	case c.set.fullState[i]:
+		ents := ts.held.entries()
+		anys := make([]*anypb.Any, 0, len(ents))
+		size := 0
+		for _, e := range ents {
+			if e.enc.any != nil {
+				anys = append(anys, e.enc.any)
+				size += len(e.enc.any.Value)
+			}
+		}
+		m = c.sotwMsg(i, anys, size, o)
+	default:
+		return nil // SotW by-name: the client drops them with their parents
+	}
+	f.response = ts.lastSent()
+	ts.flights = append(ts.flights, f)
+	return m
 }
