@@ -85,7 +85,7 @@ func (c *core) answer(i int, a *answer) error {
 	c.genFrom[i] = c.proxy.Push.Seq()
 	set := c.set
 	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.proxy.Push}
-	// Delta clusters that are sent re-warm (see below).
+	// Delta clusters that are sent re-warm (see sendWarmed).
 	var warm *warmSet
 	if c.delta && i == set.cdsIdx {
 		warm = &warmSet{}
@@ -121,29 +121,35 @@ func (c *core) answer(i int, a *answer) error {
 	if a.initial && len(ts.removing()) > 0 {
 		c.planRemoval(i)
 	}
-	// Clusters that were sent re-warm: send their endpoints even if
-	// unchanged, as the client waits for them (envoy#33607).
-	if e := set.edsIdx; e >= 0 && !warm.empty() && c.types[e] != nil {
-		ea := &answer{force: warm.names, restrict: true}
-		if warm.all {
-			ea = &answer{}
-		}
-		etgt, err := c.generate(e, false, false, &pushcontext.PushRequest{
-			Forced: true,
-			Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
-			Push:   c.proxy.Push,
-		})
-		if err != nil {
-			c.typeFailed(c.types[e], "generate", err, false)
-			if err == ErrGenerateTimeout {
-				return errStreamGenerateTimeout
-			}
-			c.retryLater(c.types[e], ea)
-			return nil
-		}
-		eo := relOpts{force: ea.force, restrict: ea.restrict, pc: c.proxy.Push, warm: warm}
-		c.send(c.release(e, etgt, eo))
+	return c.sendWarmed(warm)
+}
+
+// sendWarmed sends the endpoints of the clusters an answer sent a Delta
+// client, even if unchanged: a cluster it receives re-warms, and the
+// client waits for its endpoints (envoy#33607).
+func (c *core) sendWarmed(warm *warmSet) error {
+	e := c.set.edsIdx
+	if e < 0 || warm.empty() || c.types[e] == nil {
+		return nil
 	}
+	a := &answer{force: warm.names, restrict: true}
+	if warm.all {
+		a = &answer{}
+	}
+	tgt, err := c.generate(e, false, false, &pushcontext.PushRequest{
+		Forced: true,
+		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
+		Push:   c.proxy.Push,
+	})
+	if err != nil {
+		c.typeFailed(c.types[e], "generate", err, false)
+		if err == ErrGenerateTimeout {
+			return errStreamGenerateTimeout
+		}
+		c.retryLater(c.types[e], a)
+		return nil
+	}
+	c.send(c.release(e, tgt, relOpts{force: a.force, restrict: a.restrict, pc: c.proxy.Push, warm: warm}))
 	return nil
 }
 

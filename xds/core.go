@@ -144,7 +144,7 @@ func (c *core) fail(ts *typeState, err error, stage string, count bool) {
 // route, warm a listener). A client whose last response of some type
 // stands rejected may keep what it rejected, and with it the hold, for
 // good: its NACK is what Sync reports then, rather than wait. A NACK that
-// stands for content withheld since (see nackStands) does not excuseWaiting a
+// stands for content withheld since (see nackStands) does not excuse a
 // hold: the client ACKed a later response, and Sync waits for what is
 // held back (which may be until the configuration changes what was
 // rejected) rather than report the client in step.

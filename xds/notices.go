@@ -1,10 +1,5 @@
 package xds
 
-import (
-	"context"
-	"log/slog"
-)
-
 // A notice is something a step did that the host hears of. The core
 // queues it (core.emit) and neither logs nor calls a hook; the runner
 // reports the step's notices, as log records and hook calls, once the step
@@ -60,85 +55,3 @@ type responseEvent struct {
 
 // emit queues a notice for the runner to report after the step.
 func (c *core) emit(ev notice) { c.notices = append(c.notices, ev) }
-
-// report turns the notices the core queued during the last step into log
-// records and hook calls, on the step's goroutine, and forgets them; and
-// tells the core whether the logger records debug messages. It runs under
-// the step lock.
-func (c *conn) report() {
-	core := c.core
-	if len(core.notices) > 0 {
-		c.s.set.report(c.ctx, c.proxy, c.delta, core.notices)
-		clear(core.notices) // keep nothing they refer to alive
-		core.notices = core.notices[:0]
-	}
-	core.debug = c.s.set.logger.Enabled(c.ctx, slog.LevelDebug)
-}
-
-// report logs ns and calls their hooks, in order, for the connection of
-// proxy p.
-func (set *settings) report(ctx context.Context, p *Proxy, delta bool, ns []notice) {
-	hooks := set.hooks.Load()
-	for i := range ns {
-		ev := &ns[i]
-		switch ev.kind {
-		case nACK:
-			callHook(set, hooks.OnACK, ev.ack)
-			if ev.converged {
-				callHook(set, hooks.OnConvergence, ev.conv)
-			}
-		case nNACK:
-			n := ev.nack
-			set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: NACK",
-				slog.String("proxy", n.ProxyID), slog.String("type_url", string(n.Type)),
-				slog.String("version", n.Version), slog.String("nonce", n.Nonce), slog.String("error", n.Message))
-			callHook(set, hooks.OnNACK, n)
-		case nGenerateFailed:
-			g := ev.gen
-			set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: generate failed",
-				slog.String("proxy", g.ProxyID), slog.String("conn", g.ConnID), slog.String("type_url", string(g.Type)),
-				slog.Bool("push", g.Push), slog.Int("attempt", g.Attempt), slog.Duration("retry_in", g.RetryIn), slog.Any("err", g.Err))
-			if pe := ev.panic; pe != nil {
-				set.logger.LogAttrs(ctx, slog.LevelError, "xds: host code panicked",
-					slog.String("func", pe.Func), slog.String("proxy", g.ProxyID), slog.String("type_url", string(g.Type)),
-					slog.Any("panic", pe.Value), slog.String("stack", string(pe.Stack)))
-			}
-			callHook(set, hooks.OnGenerateError, g)
-		case nPhaseTimeout:
-			ph := ev.phase
-			set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: phase sent without the ACKs it waited for",
-				slog.String("proxy", ph.ProxyID), slog.String("conn", ph.ConnID),
-				slog.String("version", ph.Version), slog.Any("waiting", ph.Waiting),
-				slog.String("next", string(ph.Next)), slog.Duration("waited", ph.Waited))
-			callHook(set, hooks.OnPhaseTimeout, ph)
-		case nNACKStopsPush:
-			set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: NACK stops the push; later phases not sent",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ), slog.Any("not_sent", ev.names))
-		case nReferenceError:
-			callHook(set, hooks.OnReferenceError, ev.ref)
-		case nStaleNonce:
-			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stale nonce ignored",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ),
-				slog.String("nonce", ev.nonce), slog.String("sent", ev.sent))
-		case nStaleNonceApplied:
-			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stale nonce; subscription change still applied",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ), slog.String("nonce", ev.nonce))
-		case nWildcardIgnored:
-			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: wildcard on a by-name type ignored",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ))
-		case nUnknownType:
-			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: request for a type without generator ignored",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ))
-		case nUnsubscribed:
-			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: unsubscribed",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ))
-		case nResponse:
-			r := ev.resp
-			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: response",
-				slog.String("proxy", p.ID), slog.String("type_url", string(r.typ)),
-				slog.String("version", r.version), slog.String("nonce", r.nonce), slog.Bool("delta", delta),
-				slog.Int("resources", r.resources), slog.Int("removed", r.removed), slog.Int("bytes", r.bytes),
-				slog.Bool("push", r.push))
-		}
-	}
-}

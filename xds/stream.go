@@ -335,7 +335,29 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	}
 	c.core = newCore(s.set, s, p, c.delta, c.seq)
 	c.st.connectedAt = s.set.instant(s.set.clock.Now())
+	if registered, err := s.initialise(ctx, c); err != nil {
+		return registered, err
+	}
 
+	// The first request is the stream's first step, run here under the
+	// handler goroutine's step lock: a step's stack growth goes with this
+	// goroutine, and the receive goroutine reads on. A failure ends the
+	// stream as a later step's would (see unlockStep), but with no event
+	// to post (the receive goroutine may have filled the mailbox): loop
+	// finds the stream stopped as it starts.
+	c.timer = c.newTimer()
+	if err := c.handle(ctx, first); err != nil {
+		c.stopped = true
+		c.failErr = err
+	}
+	return true, nil
+}
+
+// initialise registers the connection c for pushes and initialises its
+// proxy. It reports whether c was registered, and the error that refuses
+// the stream.
+func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err error) {
+	p := c.proxy
 	// Register for pushes BEFORE initialising the proxy. If we registered
 	// after InitProxy, a PushContext published while InitProxy runs would
 	// be pushed to every registered connection but this one, and the proxy
@@ -352,7 +374,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	}
 	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq()); err != nil {
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
-		return true, s.refused(ctx, peerAddr, p, toClient, detail)
+		return true, s.refused(ctx, p.Peer, p, toClient, detail)
 	}
 	c.report()
 	c.publishStatus(true)
@@ -360,18 +382,6 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	callHook(s.set, s.set.hooks.Load().OnConnect, ConnectEvent{Proxy: p})
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: connected",
 		slog.String("proxy", p.ID), slog.String("conn", p.ConnID), slog.String("version", pc.Version()))
-
-	// The first request is the stream's first step, run here under the
-	// handler goroutine's step lock: a step's stack growth goes with this
-	// goroutine, and the receive goroutine reads on. A failure ends the
-	// stream as a later step's would (see unlockStep), but with no event
-	// to post (the receive goroutine may have filled the mailbox): loop
-	// finds the stream stopped as it starts.
-	c.timer = c.newTimer()
-	if err := c.handle(ctx, first); err != nil {
-		c.stopped = true
-		c.failErr = err
-	}
 	return true, nil
 }
 

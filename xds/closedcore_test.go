@@ -1,0 +1,157 @@
+package xds
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"strconv"
+	"testing"
+)
+
+// coreFiles are the files of the connection's core (see core): the state
+// machine that steps take, which does no I/O, starts no goroutine, takes
+// no lock, reads no clock, logs nothing and calls no hook. What it needs of
+// the world comes in as the arguments of its steps; what it does goes out
+// as messages, notices and a deadline the runner applies. The one way out
+// it still has is its host (coreHost): the Generators and InitProxy, which
+// it calls synchronously, through the runner's guard.
+var coreFiles = []string{
+	"ack.go", "answer.go", "apply.go", "core.go", "deltarequest.go", "diff.go",
+	"fetch.go", "notices.go", "phases.go", "refs.go", "request.go", "respond.go",
+	"typestate.go",
+}
+
+// coreBannedImports are the packages a core file must not import: logging,
+// the network, gRPC's transport (its codes and status, which describe a
+// protocol error, are allowed), atomics, the process and the runtime.
+var coreBannedImports = map[string]bool{
+	"log":                             true,
+	"log/slog":                        true,
+	"net":                             true,
+	"os":                              true,
+	"runtime":                         true,
+	"sync/atomic":                     true,
+	"google.golang.org/grpc":          true,
+	"google.golang.org/grpc/peer":     true,
+	"google.golang.org/grpc/metadata": true,
+}
+
+// coreBannedCalls are the functions of the standard library a core file
+// must not use: the clock and timers (time comes in with each step), and
+// every kind of lock. sync.Pool is allowed: it recycles the core's own
+// values and neither blocks nor orders anything.
+var coreBannedCalls = map[string]map[string]bool{
+	"time": {"Now": true, "Since": true, "Until": true, "Sleep": true, "After": true, "AfterFunc": true, "NewTimer": true, "NewTicker": true, "Tick": true},
+	"sync": {"Mutex": true, "RWMutex": true, "WaitGroup": true, "Once": true, "Cond": true, "Map": true, "OnceFunc": true, "OnceValue": true, "OnceValues": true},
+}
+
+// TestCoreStaysClosed reads the core's files and fails on what a closed
+// core must not do: a banned import or call, a goroutine, a channel, a
+// select, or a call of a hook or a logger.
+func TestCoreStaysClosed(t *testing.T) {
+	fset := token.NewFileSet()
+	for _, name := range coreFiles {
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range coreViolations(fset, f) {
+			t.Errorf("%s: %s", name, v)
+		}
+	}
+}
+
+// TestCoreViolations checks that coreViolations finds what it looks for.
+func TestCoreViolations(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      int
+	}{
+		{"clean", `package p; import "slices"; func f(s []int) { slices.Sort(s) }`, 0},
+		{"pool", `package p; import "sync"; var p = sync.Pool{}`, 0},
+		{"slog", `package p; import "log/slog"; func f() { slog.Info("x") }`, 1},
+		{"grpc", `package p; import "google.golang.org/grpc"; var _ grpc.ServerStream`, 1},
+		{"clock", `package p; import "time"; func f() time.Time { return time.Now() }`, 1},
+		{"duration", `package p; import "time"; func f(t time.Time) time.Time { return t.Add(time.Second) }`, 0},
+		{"mutex", `package p; import "sync"; var mu sync.Mutex`, 1},
+		{"goroutine", `package p; func f() { go f() }`, 1},
+		{"channel", `package p; func f(c chan int) { c <- 1 }`, 2},
+		{"select", `package p; func f() { select {} }`, 1},
+		{"hook", `package p; type h struct{ OnACK func() }; func f(hooks *h) { hooks.OnACK() }`, 1},
+		{"callHook", `package p; func f() { callHook(nil, nil, 0) }`, 1},
+		{"logger", `package p; type s struct{ logger any }; func f(set *s) { _ = set.logger }`, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, tt.name+".go", tt.src, parser.SkipObjectResolution)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := coreViolations(fset, f); len(got) != tt.want {
+				t.Errorf("found %d (%q); want %d", len(got), got, tt.want)
+			}
+		})
+	}
+}
+
+// coreViolations lists what f does that a core file must not.
+func coreViolations(fset *token.FileSet, f *ast.File) []string {
+	var out []string
+	add := func(n ast.Node, what string) {
+		out = append(out, fset.Position(n.Pos()).String()+": "+what)
+	}
+	imported := map[string]string{} // local name → path
+	for _, im := range f.Imports {
+		path, _ := strconv.Unquote(im.Path.Value)
+		if coreBannedImports[path] {
+			add(im, "imports "+path)
+		}
+		local := path
+		for i := len(path) - 1; i >= 0; i-- {
+			if path[i] == '/' {
+				local = path[i+1:]
+				break
+			}
+		}
+		if im.Name != nil {
+			local = im.Name.Name
+		}
+		imported[local] = path
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			add(n, "starts a goroutine")
+		case *ast.CallExpr:
+			if id, ok := n.Fun.(*ast.Ident); ok && (id.Name == "callHook" || id.Name == "guarded") {
+				add(n, "calls "+id.Name)
+			}
+		case *ast.SelectStmt:
+			add(n, "selects")
+		case *ast.SendStmt:
+			add(n, "sends on a channel")
+		case *ast.ChanType:
+			add(n, "uses a channel")
+		case *ast.UnaryExpr:
+			if n.Op == token.ARROW {
+				add(n, "receives from a channel")
+			}
+		case *ast.SelectorExpr:
+			name := n.Sel.Name
+			if x, ok := n.X.(*ast.Ident); ok {
+				if banned := coreBannedCalls[imported[x.Name]]; banned[name] {
+					add(n, "uses "+imported[x.Name]+"."+name)
+				}
+			}
+			switch {
+			case name == "logger":
+				add(n, "reads the logger")
+			case len(name) > 2 && name[:2] == "On" && name[2] >= 'A' && name[2] <= 'Z':
+				add(n, "calls the hook "+name)
+			}
+		}
+		return true
+	})
+	return out
+}
