@@ -81,9 +81,6 @@ func (ts *typeState) lastSent() response {
 	return response{ts.nonceSent, ts.seqSent, ts.appliedSent}
 }
 
-// versionOf returns the version of the response with nonce, "" for none: a
-// nonce is the version, a slash and a number (see Server.nonce), and the
-// number has no slash.
 // nonceOrdinal returns the ordinal of the response with nonce: the number
 // after the version, which increases with every nonce the Server makes
 // (coreHost.nonce); 0 if nonce has none.
@@ -99,6 +96,9 @@ func nonceOrdinal(nonce string) uint64 {
 	return n
 }
 
+// versionOf returns the version of the response with nonce, "" for none: a
+// nonce is the version, a slash and a number (see Server.nonce), and the
+// number has no slash.
 func versionOf(nonce string) string {
 	if i := strings.LastIndexByte(nonce, '/'); i >= 0 {
 		return nonce[:i]
@@ -421,6 +421,7 @@ func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 		n.Version = versionOf(ts.nonceSent)
 	}
 	if ts != nil {
+		ts.unreadRejected(nonceOrdinal(nonce))
 		resend = c.reject(ts, nonce)
 		ts.nack = &n
 	}

@@ -18,7 +18,7 @@ import (
 var coreFiles = []string{
 	"ack.go", "answer.go", "apply.go", "core.go", "deltarequest.go", "diff.go",
 	"fetch.go", "notices.go", "phases.go", "refs.go", "request.go", "respond.go",
-	"typestate.go",
+	"typestate.go", "unread.go",
 }
 
 // coreBannedImports are the packages a core file must not import: logging,

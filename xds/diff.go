@@ -408,7 +408,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 
 	m := c.response(i, &d, o)
 	f.response = ts.lastSent()
-	ts.flights = append(ts.flights, f)
+	ts.addFlight(f)
 	if same {
 		c.record(k, i, m, &d, tgt.shared)
 	}
@@ -486,8 +486,17 @@ func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
 		after := ts.held.snapshot()
 		f.setHoldings(before, after)
 	} else {
+		// What the response carries is recorded even if the client holds
+		// it already (a resend): were an earlier response that carried it
+		// rejected, redoing this one must give it back. ups is in kept's
+		// order.
+		u := 0
 		for _, r := range d.kept {
-			if !ts.held.get(r.name).same(r.enc) {
+			for u < len(d.ups) && d.ups[u].name < r.name {
+				u++
+			}
+			carried := u < len(d.ups) && d.ups[u].name == r.name
+			if carried || !ts.held.get(r.name).same(r.enc) {
 				f.put(&ts.held, r.name, r.enc)
 			}
 		}

@@ -161,6 +161,13 @@ func (c *core) advance(force bool) {
 	set := c.set
 	for len(pl.phases) > 0 {
 		ph := pl.phases[0]
+		if ph.removal && !pl.t[ph.typeIdx].armed {
+			// Removals marked before this push (by one released in part,
+			// or by an answer) are this phase's to make as well.
+			if ts := c.types[ph.typeIdx]; ts != nil && len(ts.removing()) > 0 {
+				pl.t[ph.typeIdx].armed = true
+			}
+		}
 		if set.phaseWait && ph.removal && pl.t[ph.typeIdx].armed && !pl.heldNeeds &&
 			(!pl.reconnect || c.rootsReady(pl)) {
 			// Before anything is removed, everything the client holds
@@ -568,6 +575,6 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 		return nil // SotW by-name: the client drops them with their parents
 	}
 	f.response = ts.lastSent()
-	ts.flights = append(ts.flights, f)
+	ts.addFlight(f)
 	return m
 }

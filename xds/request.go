@@ -101,7 +101,7 @@ func (c *core) retryHeldBack(i int) error {
 // NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
 // subscription change, and answers when it should.
 func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
-	set, full, ts := c.set, c.set.fullState[i], c.types[i]
+	full, ts := c.set.fullState[i], c.types[i]
 
 	// 1. NACK: record it. The rejected content is not sent again to this
 	// client (see typeRare.rejected). A NACK of the last response also
@@ -162,10 +162,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// says it dropped (see staleDropped).
 	renewed := req.ResponseNonce == ""
 	if !renewed && req.ResponseNonce != ts.nonceSent {
-		c.accepted(ts, req.ResponseNonce)
-		c.staleDropped(ts, names, star)
-		ts.keptRequested(names, wildcard, nonceOrdinal(req.ResponseNonce))
-		c.emit(notice{kind: nStaleNonce, typ: string(set.order[i]), nonce: req.ResponseNonce, sent: ts.nonceSent})
+		c.sotwStale(i, req.ResponseNonce, names, star, wildcard)
 		return nil
 	}
 
@@ -177,6 +174,21 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	// the client reads in them, and what the routes it read since name (a
 	// gRPC client whose route moved before its first clusters arrived).
 	return c.sotwUpdate(i, rn, wildcard, renewed, nacked, again)
+}
+
+// sotwStale records what a SotW request of type i with a stale nonce says
+// (step 4 of sotwRequest): the client accepted the response it names, and
+// subscribes to names (star, wildcard) now.
+func (c *core) sotwStale(i int, nonce string, names []string, star, wildcard bool) {
+	ts, ord := c.types[i], nonceOrdinal(nonce)
+	c.accepted(ts, nonce)
+	c.staleDropped(ts, names, star, ord)
+	ts.keptRequested(names, wildcard, ord)
+	ts.unreadRequested(func(n string) bool {
+		_, named := slices.BinarySearch(names, n)
+		return named || wildcard
+	}, ord)
+	c.emit(notice{kind: nStaleNonce, typ: string(c.set.order[i]), nonce: nonce, sent: ts.nonceSent})
 }
 
 // unwatch ends the watch of by-name type i: the client unsubscribed from
@@ -314,6 +326,9 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	}
 	if !renewed && !nacked {
 		c.ack(ts)
+	}
+	if !renewed {
+		ts.settleUnread()
 	}
 	var added, removed []string
 	if !same {
@@ -458,8 +473,9 @@ func (ts *typeState) keptSent(ord uint64) {
 	}
 }
 
-// unsubscribed records that a SotW client no longer subscribes to names of
-// type i: it drops them. But a client that narrows a full-state
+// unsubscribed records that a SotW client no longer names removed, of
+// type i: it drops those its subscription no longer covers (a wildcard
+// still covers the others, and it keeps them). But a client that narrows a full-state
 // subscription (a gRPC client's clusters) decides from what it had read
 // when it sent the request, and a route the Server sent since may name
 // again what it drops: the answer, which the client reads after that
@@ -472,6 +488,9 @@ func (c *core) unsubscribed(i int, removed []string) {
 	ts.unrejectUncovered()
 	var held []string
 	for _, n := range removed {
+		if ts.covers(n) {
+			continue // still covered by the wildcard: the client keeps it
+		}
 		delete(ts.removing(), n)
 		if ts.held.get(n) != nil {
 			held = append(held, n)
@@ -492,8 +511,11 @@ func (c *core) unsubscribed(i int, removed []string) {
 // client dropped. Its subscription change waits for the client's next
 // request, but a client drops at once what it unsubscribes from: a name
 // the Server's subscription has and the request does not, the client no
-// longer holds, whatever the responses on their way carry (it ignores
-// what it does not subscribe to). The next request is answered in full,
+// longer holds, nor takes from the responses on their way unless it
+// subscribes to it again before it reads them (it ignores what it does
+// not subscribe to): the request that names the last response settles
+// that (see unreadName, ord the ordinal of the response this request
+// names). The next request is answered in full,
 // so that a client that subscribed to it again meanwhile is sent it, as
 // its next request may name the very names of the Server's subscription.
 // A name marked for removal (a push's removal phase removes it, or the
@@ -502,7 +524,7 @@ func (c *core) unsubscribed(i int, removed []string) {
 // the client, which may have subscribed to it again since, may hold it
 // from them; the answer in full, which the configuration no longer gives
 // it to, would otherwise remove it from under what names it.
-func (c *core) staleDropped(ts *typeState, names []string, star bool) {
+func (c *core) staleDropped(ts *typeState, names []string, star bool, ord uint64) {
 	if ts.sub.wildcard || star {
 		return
 	}
@@ -516,6 +538,7 @@ func (c *core) staleDropped(ts *typeState, names []string, star bool) {
 		}
 	})
 	for _, n := range gone {
+		ts.dropUnread(n, ord)
 		ts.forget(n)
 	}
 	if len(gone) > 0 {

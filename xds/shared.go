@@ -162,7 +162,7 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	f.setHoldings(before, after)
 	m := c.stampNonce(i, tr.msg.nonce, tr.msg.resources, tr.msg.removed, tr.msg.bytes, o)
 	f.response = ts.lastSent()
-	ts.flights = append(ts.flights, f)
+	ts.addFlight(f)
 	m.resp, m.dresp, m.shared = tr.msg.resp, tr.msg.dresp, tr.msg
 	return m
 }

@@ -129,6 +129,9 @@ type typeRare struct {
 	// deciding whether the client holds one when it subscribes to it
 	// again (see typeState.resubscribed).
 	kept map[string]keptName
+	// unread tracks the names a SotW request with a stale nonce dropped
+	// while responses it had not read touched them (see unreadName).
+	unread map[string]*unreadName
 }
 
 // keptName is what decides whether a SotW client holds a name it
@@ -147,7 +150,8 @@ type keptName struct {
 // empty reports whether r holds nothing.
 func (r *typeRare) empty() bool {
 	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
-		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0
+		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0 &&
+		len(r.unread) == 0
 }
 
 func (ts *typeState) rejected() map[string]*encoded {

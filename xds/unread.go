@@ -1,0 +1,149 @@
+package xds
+
+// What a SotW client holds of a name it dropped in a request with a stale
+// nonce (see core.staleDropped) depends on the order in which it read the
+// responses on their way and sent its later requests: it takes what a
+// response carries of a name only if it subscribes to the name when it
+// reads the response. Until its next request that names the last response
+// settles it, the Server takes the name as dropped from the responses the
+// client had not read yet, and as taken from those it sends since; the
+// type's unread names record what settles it then: the responses that
+// touched the name since the drop, and whether the client had subscribed
+// to it again, in a request with a stale nonce, before it read them.
+
+// unreadName is what settles a name a request with a stale nonce dropped.
+type unreadName struct {
+	// resub is the ordinal (see nonceOrdinal) of the last response the
+	// client had read when a request with a stale nonce subscribed to the
+	// name again; 0 when none has since it last dropped it.
+	resub uint64
+	// touched are the responses, oldest first, that carried or removed
+	// the name and that the client had not read when it dropped it.
+	touched []touch
+}
+
+// touch is what one response did to a name: the content it carried, nil
+// if it removed it; rejected when the client NACKed the response.
+type touch struct {
+	ord      uint64
+	enc      *encoded
+	rejected bool
+}
+
+// unread returns the names tracked as unread (see unreadName).
+func (ts *typeState) unread() map[string]*unreadName {
+	if ts.rare == nil {
+		return nil
+	}
+	return ts.rare.unread
+}
+
+// touches reports what f does to name: whether it carries or removes it,
+// and the content it carries (nil when it removes it). A full-state
+// response touches every name: what it does not carry it removes.
+func (f *flight) touches(name string) (e *encoded, touched bool) {
+	if f.after != nil {
+		return f.after.get(name), true
+	}
+	for k := len(f.changes) - 1; k >= 0; k-- {
+		if ch := f.changes[k]; ch.name == name {
+			return ch.next, true
+		}
+	}
+	return nil, false
+}
+
+// dropUnread starts tracking name, which a request with a stale nonce
+// naming the response with ordinal ord dropped, if a response the client
+// had not read then touches it (a name tracked already goes on with what
+// it has); the caller then forgets it.
+func (ts *typeState) dropUnread(name string, ord uint64) {
+	if _, ok := ts.unread()[name]; ok {
+		return
+	}
+	var u *unreadName
+	for _, f := range ts.flights {
+		o := nonceOrdinal(f.nonce)
+		if o <= ord {
+			continue
+		}
+		if e, ok := f.touches(name); ok {
+			if u == nil {
+				u = &unreadName{}
+			}
+			u.touched = append(u.touched, touch{ord: o, enc: e})
+		}
+	}
+	if u == nil {
+		return
+	}
+	r := ts.rareForWrite()
+	if r.unread == nil {
+		r.unread = make(map[string]*unreadName)
+	}
+	r.unread[name] = u
+}
+
+// addFlight records f, the response just sent, as in flight, and what it
+// does to the unread names.
+func (ts *typeState) addFlight(f *flight) {
+	ts.flights = append(ts.flights, f)
+	for n, u := range ts.unread() {
+		if e, ok := f.touches(n); ok {
+			u.touched = append(u.touched, touch{ord: nonceOrdinal(f.nonce), enc: e})
+		}
+	}
+}
+
+// unreadRequested records what a request with a stale nonce, which named
+// the response with ordinal ord, says of the unread names: subscribed to
+// again (by name, or by a wildcard), or not (dropped again, if it had).
+func (ts *typeState) unreadRequested(covers func(string) bool, ord uint64) {
+	for n, u := range ts.unread() {
+		switch {
+		case !covers(n):
+			u.resub = 0
+		case u.resub == 0:
+			u.resub = ord
+		}
+	}
+}
+
+// unreadRejected records that the client rejected the response with
+// ordinal ord.
+func (ts *typeState) unreadRejected(ord uint64) {
+	for _, u := range ts.unread() {
+		for k := range u.touched {
+			if u.touched[k].ord == ord {
+				u.touched[k].rejected = true
+			}
+		}
+	}
+}
+
+// settleUnread settles the unread names once the client has answered
+// every response (a request names the last one): it holds of each what
+// the last response it accepted after subscribing to it again did to it,
+// and nothing if it did not subscribe to it again before reading them.
+func (ts *typeState) settleUnread() {
+	if len(ts.unread()) == 0 || len(ts.flights) > 0 {
+		return
+	}
+	for n, u := range ts.rare.unread {
+		var e *encoded
+		if u.resub > 0 {
+			for k := len(u.touched) - 1; k >= 0; k-- {
+				if t := u.touched[k]; t.ord > u.resub && !t.rejected {
+					e = t.enc
+					break
+				}
+			}
+		}
+		if e != nil {
+			ts.held.put(n, e)
+		} else {
+			ts.held.del(n)
+		}
+	}
+	ts.rare.unread = nil
+}
