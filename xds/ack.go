@@ -208,6 +208,24 @@ func (f *flight) upserts() []entry {
 	return out
 }
 
+// removedKept reports whether f removed a name that h, what the client
+// holds once f is rejected, still has.
+func (f *flight) removedKept(h *holding) bool {
+	if f.after != nil {
+		kept := false
+		f.before.each(func(n string, _ *encoded) {
+			kept = kept || f.after.get(n) == nil && h.get(n) != nil
+		})
+		return kept
+	}
+	for _, ch := range f.changes {
+		if ch.next == nil && ch.prev != nil && h.get(ch.name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // holdsEitherWay reports whether the client holds name, which held has,
 // whichever of the responses it has not answered yet it accepts or
 // rejects: it held name before them and none of them removes it.
@@ -321,6 +339,12 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 		f.redo(&ts.held)
 	}
 	bad := ts.flights[k].upserts()
+	if ts.flights[k].removedKept(&ts.held) {
+		// What the rejected response removed, the client keeps: removed
+		// again by the next diff, after a backoff (nothing else may come
+		// to remove it).
+		c.retryType(ts)
+	}
 	fixed := false
 	carried := map[string]bool{}
 	for _, f := range ts.flights[k+1:] {

@@ -93,8 +93,18 @@ func TestCoreModel(t *testing.T) {
 // naming although the wildcard still covered it; 7182, a Delta client
 // taken to drop a cluster on the NACK of a response that carried it, when
 // a later response had sent it again (a resend of what the Server took as
-// held recorded nothing to redo).
-var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182}
+// held recorded nothing to redo); 23154, 3183's Delta kin (a subscription
+// change carries no nonce: see unreadName); 50157, a SotW gRPC-like
+// client whose route named a cluster it had dropped and subscribed to
+// again while a response carrying it was on its way: the next full-state
+// response, made while the Server took it as dropped, left it out, and so
+// removed it from under the route; 58650, a Delta client that rejected a
+// response removing clusters and kept them: nothing removed them again
+// until the next push (the endpoints' removal waited on them meanwhile);
+// 93285, 3183 again, through a request with no nonce (a client that has
+// read no response of the type) that dropped a route and another that
+// subscribed to it again.
+var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285}
 
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {

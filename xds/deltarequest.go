@@ -37,17 +37,23 @@ func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) error
 func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend []string) {
 	ts := c.types[i]
 	if req.ErrorDetail != nil {
-		return c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
+		resend = c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
+		if ts != nil {
+			ts.settleUnread()
+		}
+		return resend
 	}
 	switch {
 	case req.ResponseNonce == "" || ts == nil:
 		// A spontaneous request: a subscription change only.
+		return nil
 	case req.ResponseNonce != ts.nonceSent:
 		c.accepted(ts, req.ResponseNonce)
 		c.emit(notice{kind: nStaleNonceApplied, typ: string(c.set.order[i]), nonce: req.ResponseNonce})
 	default:
 		c.ack(ts)
 	}
+	ts.settleUnread()
 	return nil
 }
 
@@ -134,7 +140,12 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if len(initial) > 0 {
 		ts.resume(initial, req.InitialResourceVersions)
 	}
-	// What the client no longer subscribes to, it drops.
+	// What the client no longer subscribes to, it drops; what it
+	// subscribes to again, it takes from the responses it reads from now
+	// on (see unreadName).
+	if len(ts.unread()) > 0 {
+		ts.unreadRequested(ts.covers, ts.answered())
+	}
 	if len(removed) > 0 || (wasWildcard && !wildcard) {
 		c.await(ts, ts.dropUncovered())
 	}
@@ -195,7 +206,9 @@ func (ts *typeState) dropUncovered() (drop []string) {
 			drop = append(drop, n)
 		}
 	})
+	ord := ts.answered()
 	for _, n := range drop {
+		ts.dropUnread(n, ord)
 		ts.forget(n)
 		delete(ts.removing(), n)
 	}

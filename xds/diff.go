@@ -469,6 +469,7 @@ func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
 				state = insertEntry(state, entry{n, e})
 			}
 		}
+		state = ts.mayHoldUnread(state)
 		ts.held.reset(newSet(state))
 		d.shareIfExact(ts, tgt)
 		after := ts.held.snapshot()

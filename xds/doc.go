@@ -106,8 +106,13 @@
 //     as an ACK's is. A SotW request with a stale nonce changes no
 //     subscription, but what it no longer names the client has dropped:
 //     the Server no longer counts it as held, and answers the next request
-//     in full. request.go and deltarequest.go document each step next to
-//     its code.
+//     in full. A name a client drops while responses that carry it are on
+//     their way, and subscribes to again before it reads them, it takes
+//     from them: the Server settles which once the client has answered
+//     them (for Delta, whose subscription changes carry no nonce, it takes
+//     the client to have read what it has answered, as clients that answer
+//     each response as they read it have). request.go and deltarequest.go
+//     document each step next to its code.
 //
 // # Failures
 //

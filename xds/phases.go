@@ -550,6 +550,9 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 		for _, n := range gone {
 			ts.held.del(n)
 		}
+		if len(ts.unread()) > 0 {
+			ts.held.reset(newSet(ts.mayHoldUnread(slices.Clone(ts.held.entries()))))
+		}
 		f.setHoldings(before, ts.held.snapshot())
 	} else {
 		for _, n := range gone {

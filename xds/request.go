@@ -343,6 +343,9 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 		c.setSubBytes(ts, names)
 	}
 	ts.order, ts.star = order, star
+	if renewed {
+		ts.unreadRequested(ts.covers, 0)
+	}
 	c.unsubscribed(i, removed)
 	ts.resubscribed(added)
 	ts.keptSettled(old)
@@ -501,6 +504,9 @@ func (c *core) unsubscribed(i int, removed []string) {
 		held, kept, _ = c.removable(i, held, nil)
 	}
 	for _, n := range held {
+		// A request with no nonce (see sotwUpdate) comes from a client
+		// that has read none of the responses on their way.
+		ts.dropUnread(n, 0)
 		ts.forget(n)
 	}
 	ts.markRemoving(kept)

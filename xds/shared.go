@@ -102,7 +102,7 @@ func (tc *transitionCache) put(k transKey, t *transition) {
 func (c *core) sameStep(i int, tgt *target, o relOpts) bool {
 	ts := c.types[i]
 	if tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing()) > 0 ||
-		len(ts.rejected()) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
+		len(ts.rejected()) > 0 || len(ts.unread()) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
 		return false
 	}
 	if c.plan != nil && len(c.plan.t[i].answered) > 0 {

@@ -1,21 +1,28 @@
 package xds
 
-// What a SotW client holds of a name it dropped in a request with a stale
-// nonce (see core.staleDropped) depends on the order in which it read the
-// responses on their way and sent its later requests: it takes what a
-// response carries of a name only if it subscribes to the name when it
-// reads the response. Until its next request that names the last response
-// settles it, the Server takes the name as dropped from the responses the
-// client had not read yet, and as taken from those it sends since; the
-// type's unread names record what settles it then: the responses that
-// touched the name since the drop, and whether the client had subscribed
-// to it again, in a request with a stale nonce, before it read them.
+// What a client holds of a name it dropped while responses were on their
+// way (a SotW request with a stale nonce, see core.staleDropped; a Delta
+// unsubscribe) depends on the order in which it read those responses and
+// sent its later requests: it takes what a response carries of a name only
+// if it subscribes to the name when it reads the response. Until it has
+// answered every response, which settles it, the Server takes the name as
+// dropped from the responses the client had not read yet, and as taken
+// from those it sends since; the type's unread names record what settles
+// it then: the responses that touched the name since the drop, and
+// whether the client had subscribed to it again before it read them.
+//
+// What the client had read when it sent a request, a SotW request says
+// with its nonce. A Delta subscription change carries none: the Server
+// takes the client to have read the responses it has answered (see
+// typeState.answered), as a client that answers each response once it
+// has read it, before any request it decides on later, has.
 
 // unreadName is what settles a name a request with a stale nonce dropped.
 type unreadName struct {
-	// resub is the ordinal (see nonceOrdinal) of the last response the
-	// client had read when a request with a stale nonce subscribed to the
-	// name again; 0 when none has since it last dropped it.
+	// again reports that the client subscribed to the name again since
+	// it last dropped it, and resub is the ordinal (see nonceOrdinal) of
+	// the last response it had read then.
+	again bool
 	resub uint64
 	// touched are the responses, oldest first, that carried or removed
 	// the name and that the client had not read when it dropped it.
@@ -102,11 +109,45 @@ func (ts *typeState) unreadRequested(covers func(string) bool, ord uint64) {
 	for n, u := range ts.unread() {
 		switch {
 		case !covers(n):
-			u.resub = 0
-		case u.resub == 0:
-			u.resub = ord
+			u.again, u.resub = false, 0
+		case !u.again:
+			u.again, u.resub = true, ord
 		}
 	}
+}
+
+// mayHoldUnread adds to state, the resources of a SotW full-state
+// response, what the client may hold of the unread names the subscription
+// covers and state lacks: the content of the last response it did not
+// reject that touched the name, if that carried it. Whether the client
+// took it is settled later; left out, the response would remove it, from
+// under a route that names it, should the client hold it (a response the
+// client ignores a name in is harmless). state must be the caller's own.
+func (ts *typeState) mayHoldUnread(state []entry) []entry {
+	for n, u := range ts.unread() {
+		if !ts.covers(n) || hasEntry(state, n) {
+			continue
+		}
+		for k := len(u.touched) - 1; k >= 0; k-- {
+			if t := u.touched[k]; !t.rejected {
+				if t.enc != nil {
+					state = insertEntry(state, entry{n, t.enc})
+				}
+				break
+			}
+		}
+	}
+	return state
+}
+
+// answered returns the ordinal of the last response of ts the client has
+// answered (ACKed or NACKed): the responses still in flight are the later
+// ones.
+func (ts *typeState) answered() uint64 {
+	if len(ts.flights) > 0 {
+		return nonceOrdinal(ts.flights[0].nonce) - 1
+	}
+	return nonceOrdinal(ts.nonceSent)
 }
 
 // unreadRejected records that the client rejected the response with
@@ -131,7 +172,7 @@ func (ts *typeState) settleUnread() {
 	}
 	for n, u := range ts.rare.unread {
 		var e *encoded
-		if u.resub > 0 {
+		if u.again {
 			for k := len(u.touched) - 1; k >= 0; k-- {
 				if t := u.touched[k]; t.ord > u.resub && !t.rejected {
 					e = t.enc
