@@ -446,6 +446,7 @@ func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 	}
 	if ts != nil {
 		ts.unreadRejected(nonceOrdinal(nonce))
+		ts.keptRejected(nonceOrdinal(nonce))
 		resend = c.reject(ts, nonce)
 		ts.nack = &n
 	}

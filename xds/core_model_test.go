@@ -103,8 +103,10 @@ func TestCoreModel(t *testing.T) {
 // until the next push (the endpoints' removal waited on them meanwhile);
 // 93285, 3183 again, through a request with no nonce (a client that has
 // read no response of the type) that dropped a route and another that
-// subscribed to it again.
-var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285}
+// subscribed to it again; 145767, 671's kin: the client rejected the
+// response carrying the name it had subscribed to again, and so did not
+// take it from there.
+var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285, 145767}
 
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {

@@ -471,7 +471,23 @@ func (ts *typeState) keptSent(ord uint64) {
 			delete(ts.rare.kept, n)
 			continue
 		}
-		k.sent = ord
+		k.prev, k.sent = k.sent, ord
+		ts.rare.kept[n] = k
+	}
+}
+
+// keptRejected records that the client rejected the response with
+// ordinal ord: it took none of the kept names from it.
+func (ts *typeState) keptRejected(ord uint64) {
+	for n, k := range ts.kept() {
+		switch ord {
+		case k.sent:
+			k.sent, k.prev = k.prev, 0
+		case k.prev:
+			k.prev = 0
+		default:
+			continue
+		}
 		ts.rare.kept[n] = k
 	}
 }

@@ -143,8 +143,10 @@ type keptName struct {
 	// had read when a request with a stale nonce subscribed to the name
 	// again; 0 when none has since the client last dropped it.
 	resub uint64
-	// sent is the ordinal of the last response that carried the name.
-	sent uint64
+	// sent is the ordinal of the last response that carried the name,
+	// prev of the one before it (0: none since the name was kept): the
+	// client rejecting the last, prev takes its place.
+	sent, prev uint64
 }
 
 // empty reports whether r holds nothing.
