@@ -25,7 +25,10 @@
 //   - Validation. A group is refused, naming the resource and the problem,
 //     for a nil message, a type the Store does not serve, a resource
 //     without a name, two resources of one type with one name (resources of
-//     different types never collide), a message that fails its ValidateAll
+//     different types never collide), an xdstp:// name (gRFC A47) that does
+//     not parse, names a collection (a glob), is of another type, or is
+//     not canonical (the error gives the canonical spelling; see
+//     xdstp.Name.String), a message that fails its ValidateAll
 //     (Envoy's generated validation) or cannot be encoded, and, unless
 //     Config.AllowMissingReferences, a listener naming (through RDS over
 //     ADS) a route configuration, or a listener or route configuration

@@ -149,6 +149,30 @@ func TestApply(t *testing.T) {
 				`group "g": Runtime at [1]: type type.googleapis.com/envoy.service.runtime.v3.Runtime is not served by the Store (Config.Types)`,
 		}},
 	}, {
+		name: "xdstp names",
+		steps: []step{{
+			u: set("g", xdsfixture.Cluster("xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/c?b=2&a=1"),
+				xdsfixture.Cluster("xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/*"),
+				xdsfixture.Cluster("xdstp://a.example/envoy.config.listener.v3.Listener/l"),
+				xdsfixture.Cluster("xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/d?a=1&b=2"),
+				xdsfixture.Cluster("xdstp:///"+"envoy.config.cluster.v3.Cluster/e%zz")),
+			wantErr: "4 problems:\n\t" +
+				`group "g": Cluster "xdstp:///envoy.config.cluster.v3.Cluster/e%zz": ` + "xdstp: ",
+		}, {
+			u:       set("g", xdsfixture.Cluster("xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/c?b=2&a=1")),
+			wantErr: `group "g": Cluster "xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/c?b=2&a=1": not canonical: name it "xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/c?a=1&b=2"`,
+		}, {
+			u:       set("g", xdsfixture.Cluster("xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/*")),
+			wantErr: `group "g": Cluster "xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/*": a glob names a collection, not a resource`,
+		}, {
+			u:       set("g", xdsfixture.Cluster("xdstp://a.example/envoy.config.listener.v3.Listener/l")),
+			wantErr: `group "g": Cluster "xdstp://a.example/envoy.config.listener.v3.Listener/l": the name's type envoy.config.listener.v3.Listener is not the resource's`,
+		}, {
+			u:        set("g", xdsfixture.Cluster("xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/d?a=1&b=2")),
+			wantKeys: []pushcontext.ConfigKey{groupKey("g"), key(xds.ClusterType, "g", "xdstp://a.example/envoy.config.cluster.v3.Cluster/ns/d?a=1&b=2")},
+			wantFull: true,
+		}},
+	}, {
 		name: "type not served",
 		steps: []step{{
 			u:       set("g", &runtimev3.Runtime{Name: "rt"}),

@@ -16,6 +16,7 @@ import (
 
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
 // Error is what Apply (Set, Delete) returns for an invalid update: every
@@ -124,6 +125,12 @@ func (s *Store) prepare(name string, msgs []proto.Message, old *group, memo map[
 			bad(i, t, "", "empty name")
 			continue
 		}
+		if xdstp.Is(rn) {
+			if msg := checkXDSTP(rn, t); msg != "" {
+				bad(i, t, rn, "%s", msg)
+				continue
+			}
+		}
 		all = append(all, item{typ: ti, idx: i, name: rn, msg: m})
 	}
 	slices.SortStableFunc(all, func(a, b item) int { return cmp.Or(cmp.Compare(a.typ, b.typ), strings.Compare(a.name, b.name)) })
@@ -173,6 +180,26 @@ func (s *Store) prepare(name string, msgs []proto.Message, old *group, memo map[
 		return nil, problems
 	}
 	return g, nil
+}
+
+// checkXDSTP returns what is wrong with rn, the xdstp:// name of a
+// resource of type t, or "": it must parse, name one resource (not a
+// glob), be of t, and be canonical (see xdstp.Name.String), so that the
+// name a client derives from another spelling of it finds the resource.
+func checkXDSTP(rn string, t xds.TypeURL) string {
+	n, err := xdstp.Parse(rn)
+	switch {
+	case err != nil:
+		return err.Error()
+	case n.IsGlob():
+		return "a glob names a collection, not a resource"
+	case n.TypeURL() != string(t):
+		return fmt.Sprintf("the name's type %s is not the resource's", n.Type)
+	}
+	if c := n.String(); c != rn {
+		return fmt.Sprintf("not canonical: name it %q", c)
+	}
+	return ""
 }
 
 // nameOf returns the name xDS clients know m by; see xdsrefs.NameOf, which
