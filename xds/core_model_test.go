@@ -105,8 +105,10 @@ func TestCoreModel(t *testing.T) {
 // read no response of the type) that dropped a route and another that
 // subscribed to it again; 145767, 671's kin: the client rejected the
 // response carrying the name it had subscribed to again, and so did not
-// take it from there.
-var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285, 145767}
+// take it from there; 162985, a removal phase that dropped the mark of a
+// cluster the client had unsubscribed from but a route still named, so
+// that the next full-state response removed it from under the route.
+var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285, 145767, 162985}
 
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {

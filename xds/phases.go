@@ -526,13 +526,21 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	if ts == nil || len(ts.removing()) == 0 {
 		return nil
 	}
-	var gone []string
+	// A name the client unsubscribed from keeps its mark while it stays
+	// held for a route that names it (see core.unsubscribed): full-state
+	// responses carry it until nothing names it (see hold).
+	var gone, unsubscribed []string
 	for n := range ts.removing() {
-		if ts.held.get(n) != nil && ts.covers(n) {
+		switch {
+		case ts.held.get(n) == nil:
+		case ts.covers(n):
 			gone = append(gone, n)
+		default:
+			unsubscribed = append(unsubscribed, n)
 		}
 	}
 	ts.rare.removing = nil
+	ts.markRemoving(unsubscribed)
 	slices.Sort(gone)
 	var errs []*ReferenceError
 	gone, _, errs = c.removable(i, gone, nil)
