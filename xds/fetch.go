@@ -56,10 +56,32 @@ func (c *core) sentListener(pl *plan, r entry) {
 // gRPC client): the next phases, and the push's end, wait until it has
 // fetched the clusters the route names, which it asks for once it reads
 // the route.
+//
+// A client that asks for its listeners by name (a gRPC client) and has
+// not subscribed to clusters on the stream yet (its first routes named
+// none, or it rejected them) subscribes to those of the route once it
+// reads it: the push waits for them too (resolved, see unwatchedAwaited),
+// as for the endpoints of such a client's first clusters.
 func (c *core) sentRoute(pl *plan, r entry) {
-	if cds := c.set.cdsIdx; cds >= 0 && c.types[cds] != nil && !c.types[cds].sub.wildcard {
-		c.need(pl, cds, c.set.refsOf(c.set.rdsIdx, r.enc).clusters)
+	cds := c.set.cdsIdx
+	if cds < 0 {
+		return
 	}
+	clusters := c.set.refsOf(c.set.rdsIdx, r.enc).clusters
+	switch ts := c.types[cds]; {
+	case ts != nil && !ts.sub.wildcard:
+		c.need(pl, cds, clusters)
+	case ts == nil && c.listenersByName() && len(clusters) > 0:
+		c.need(pl, cds, clusters)
+		pl.t[cds].resolved = true
+	}
+}
+
+// listenersByName reports whether the client asks for listeners by name,
+// as a gRPC client does.
+func (c *core) listenersByName() bool {
+	l := c.set.ldsIdx
+	return l >= 0 && c.types[l] != nil && !c.types[l].sub.wildcard
 }
 
 // need adds names, of type i, to what pl waits for the client to fetch,
