@@ -1,5 +1,7 @@
 package xds
 
+import "slices"
+
 // What a client holds of a name it dropped while responses were on their
 // way (a SotW request with a stale nonce, see core.staleDropped; a Delta
 // unsubscribe) depends on the order in which it read those responses and
@@ -187,4 +189,102 @@ func (ts *typeState) settleUnread() {
 		}
 	}
 	ts.rare.unread = nil
+}
+
+// Kept names (typeRare.kept) are the SotW kin of unread ones: names the
+// client unsubscribed from that the Server keeps held, and sends, for a
+// route that names them (see core.unsubscribed).
+
+// keptSettled settles the kept names (see typeRare.kept) after a request
+// naming the last response changed the subscription from old. A name it
+// covers again, the client holds only if it read a response carrying it
+// after it had subscribed to it again, in a request with a stale nonce:
+// this request names the last response, so the client has read every
+// response that carried it, and ignored those it read while it did not
+// subscribe to it. Otherwise it is forgotten: taken as held, a NACK of the
+// answer that sends it would leave the Server believing the client keeps
+// what it never had. A name the request leaves out, the client does not
+// subscribe to (again).
+func (ts *typeState) keptSettled(old *subscription) {
+	for n, k := range ts.kept() {
+		if !ts.covers(n) {
+			k.resub = 0
+			ts.rare.kept[n] = k
+			continue
+		}
+		if !old.covers(n) && (k.resub == 0 || k.sent <= k.resub) {
+			ts.forget(n)
+		}
+		delete(ts.rare.kept, n)
+	}
+}
+
+// kept returns the names tracked as kept (see typeRare.kept).
+func (ts *typeState) kept() map[string]keptName {
+	if ts.rare == nil {
+		return nil
+	}
+	return ts.rare.kept
+}
+
+// keep starts tracking names, which the client unsubscribed from and
+// which stay held (see unsubscribed), unless the subscription still
+// covers them (a wildcard): the client keeps those.
+func (ts *typeState) keep(names []string) {
+	for _, n := range names {
+		if ts.covers(n) {
+			continue
+		}
+		r := ts.rareForWrite()
+		if r.kept == nil {
+			r.kept = make(map[string]keptName, len(names))
+		}
+		r.kept[n] = keptName{}
+	}
+}
+
+// keptRequested records what a request with a stale nonce, which named
+// the response with ordinal ord, says of the kept names: subscribed to
+// again (by name, or by a wildcard), or not (dropped again, if it had).
+func (ts *typeState) keptRequested(names []string, wildcard bool, ord uint64) {
+	for n, k := range ts.kept() {
+		_, named := slices.BinarySearch(names, n)
+		switch {
+		case !named && !wildcard:
+			k.resub = 0
+		case k.resub == 0:
+			k.resub = ord
+		}
+		ts.rare.kept[n] = k
+	}
+}
+
+// keptSent records that the response with ordinal ord was sent: the kept
+// names still held it carried (a full-state response carries what is
+// held); those no longer held are no longer tracked.
+func (ts *typeState) keptSent(ord uint64) {
+	for n, k := range ts.kept() {
+		if ts.held.get(n) == nil {
+			delete(ts.rare.kept, n)
+			continue
+		}
+		k.prev, k.sent = k.sent, ord
+		ts.rare.kept[n] = k
+	}
+}
+
+// keptRejected records that the client rejected the response with
+// ordinal ord: it took none of the kept names from it.
+func (ts *typeState) keptRejected(ord uint64) {
+	for n, k := range ts.kept() {
+		switch ord {
+		case k.sent:
+			k.sent, k.prev = k.prev, 0
+		case k.prev:
+			k.prev = 0
+		default:
+			continue
+		}
+		ts.rare.kept[n] = k
+	}
 }
