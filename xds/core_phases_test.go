@@ -833,3 +833,44 @@ func TestCoreStaleRequestKeepsWhatThePushHoldsBack(t *testing.T) {
 	r.expectBusy("at the end", false)
 	r.expectHeld("at the end", ClusterType, "c0", "c2")
 }
+
+// A client that asks for listeners and routes by name (gRPC) and has not
+// subscribed to clusters on the stream yet, here because its route named
+// none, asks for the clusters of the first route that names some once it
+// reads it: the push that sends that route waits for them, as it waits
+// for the first endpoints of a by-name client's clusters. Before, it
+// completed at the route's ACK, and Sync could return while the client
+// held no cluster (TestFault seed 50107).
+func TestCorePushWaitsForTheFirstClustersOfAByNameClient(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, nil)
+			h := r.h
+			h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+			h.put(RouteType, xdsfixture.Route("r0"))
+			r.change(true, func() {}, ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
+			r.subscribe(ListenerType, "l0")
+			r.expect("LDS answer", "LDS [l0]"+r.none())
+			r.ack(ListenerType)
+			r.subscribe(RouteType, "r0")
+			r.expect("RDS answer", "RDS [r0]"+r.none())
+			r.ack(RouteType)
+
+			r.change(true, func() {
+				h.put(ClusterType, xdsfixture.Cluster("c0"))
+				h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"))
+				h.put(RouteType, xdsfixture.Route("r0", "c0"))
+			}, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindRoute, "r0"))
+			r.expect("the route to c0", "RDS [r0]"+r.none())
+			r.ack(RouteType)
+			r.expectBusy("the route is ACKed, the client has not asked for c0", true)
+			r.subscribe(ClusterType, "c0")
+			r.expect("the answer for c0", "CDS [c0]"+r.none())
+			r.ack(ClusterType)
+			r.subscribe(EndpointType, "c0")
+			r.expect("the answer for c0's endpoints", "EDS [c0]"+r.none())
+			r.ack(EndpointType)
+			r.expectBusy("c0 and its endpoints fetched", false)
+		})
+	}
+}
