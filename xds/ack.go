@@ -325,6 +325,11 @@ func (c *core) acked(ts *typeState, r response) {
 // rejected content that no later response carries: they are to be sent
 // again.
 func (c *core) reject(ts *typeState, nonce string) (resend []string) {
+	// The names tracked for what the client takes from which response
+	// (see unreadName, keptName) take none from this one.
+	ord := nonceOrdinal(nonce)
+	ts.unreadRejected(ord)
+	ts.keptRejected(ord)
 	k := ts.flightIndex(nonce)
 	if k < 0 {
 		return nil
@@ -445,8 +450,6 @@ func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 		n.Version = versionOf(ts.nonceSent)
 	}
 	if ts != nil {
-		ts.unreadRejected(nonceOrdinal(nonce))
-		ts.keptRejected(nonceOrdinal(nonce))
 		resend = c.reject(ts, nonce)
 		ts.nack = &n
 	}

@@ -4,6 +4,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	pathpkg "path"
 	"strconv"
 	"testing"
 )
@@ -107,13 +108,7 @@ func coreViolations(fset *token.FileSet, f *ast.File) []string {
 		if coreBannedImports[path] {
 			add(im, "imports "+path)
 		}
-		local := path
-		for i := len(path) - 1; i >= 0; i-- {
-			if path[i] == '/' {
-				local = path[i+1:]
-				break
-			}
-		}
+		local := pathpkg.Base(path)
 		if im.Name != nil {
 			local = im.Name.Name
 		}

@@ -174,19 +174,20 @@ func (r *coreRun) grpcLike(route string, clusters ...string) {
 	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
 	h.put(RouteType, xdsfixture.Route("r0", route))
 	r.change(true, func() {}, keys...)
-	r.subscribe(ListenerType, "l0")
-	r.expect("LDS answer", "LDS [l0]"+r.none())
-	r.ack(ListenerType)
-	r.subscribe(RouteType, "r0")
-	r.expect("RDS answer", "RDS [r0]"+r.none())
-	r.ack(RouteType)
-	held := strings.Join(slices.Sorted(slices.Values(clusters)), " ")
-	r.subscribe(ClusterType, clusters...)
-	r.expect("CDS answer", "CDS ["+held+"]"+r.none())
-	r.ack(ClusterType)
-	r.subscribe(EndpointType, clusters...)
-	r.expect("EDS answer", "EDS ["+held+"]"+r.none())
-	r.ack(EndpointType)
+	r.subscribeAndAck(ListenerType, "l0")
+	r.subscribeAndAck(RouteType, "r0")
+	r.subscribeAndAck(ClusterType, clusters...)
+	r.subscribeAndAck(EndpointType, clusters...)
+}
+
+// subscribeAndAck has the client subscribe to names of typ, checks that
+// the answer carries them all, and ACKs it.
+func (r *coreRun) subscribeAndAck(typ TypeURL, names ...string) {
+	r.t.Helper()
+	r.subscribe(typ, names...)
+	held := strings.Join(slices.Sorted(slices.Values(names)), " ")
+	r.expect(typ.Short()+" answer", typ.Short()+" ["+held+"]"+r.none())
+	r.ack(typ)
 }
 
 // A SotW client that narrows its by-name cluster subscription decides from
@@ -849,12 +850,8 @@ func TestCorePushWaitsForTheFirstClustersOfAByNameClient(t *testing.T) {
 			h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
 			h.put(RouteType, xdsfixture.Route("r0"))
 			r.change(true, func() {}, ckey(kindListener, "l0"), ckey(kindRoute, "r0"))
-			r.subscribe(ListenerType, "l0")
-			r.expect("LDS answer", "LDS [l0]"+r.none())
-			r.ack(ListenerType)
-			r.subscribe(RouteType, "r0")
-			r.expect("RDS answer", "RDS [r0]"+r.none())
-			r.ack(RouteType)
+			r.subscribeAndAck(ListenerType, "l0")
+			r.subscribeAndAck(RouteType, "r0")
 
 			r.change(true, func() {
 				h.put(ClusterType, xdsfixture.Cluster("c0"))

@@ -36,14 +36,9 @@ func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) error
 // again (see reject).
 func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend []string) {
 	ts := c.types[i]
-	if req.ErrorDetail != nil {
-		resend = c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
-		if ts != nil {
-			ts.settleUnread()
-		}
-		return resend
-	}
 	switch {
+	case req.ErrorDetail != nil:
+		resend = c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
 	case req.ResponseNonce == "" || ts == nil:
 		// A spontaneous request: a subscription change only.
 		return nil
@@ -53,8 +48,10 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 	default:
 		c.ack(ts)
 	}
-	ts.settleUnread()
-	return nil
+	if ts != nil {
+		ts.settleUnread() // once every response is answered
+	}
+	return resend
 }
 
 // deltaSubscribe applies the subscription part of a request and says

@@ -512,7 +512,7 @@ func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
 
 // response makes the response of type i that the diff d sends.
 func (c *core) response(i int, d *diffResult, o relOpts) *outMsg {
-	ts, full := c.types[i], c.set.fullState[i]
+	full := c.set.fullState[i]
 	var m *outMsg
 	switch {
 	case c.delta:
@@ -523,16 +523,7 @@ func (c *core) response(i int, d *diffResult, o relOpts) *outMsg {
 		}
 		m = c.deltaMsg(i, d.ups, gone, o)
 	case full:
-		ents := ts.held.entries()
-		anys := make([]*anypb.Any, 0, len(ents))
-		size := 0
-		for _, e := range ents {
-			if e.enc.any != nil {
-				anys = append(anys, e.enc.any)
-				size += len(e.enc.any.Value)
-			}
-		}
-		m = c.sotwMsg(i, anys, size, o)
+		m = c.heldMsg(i, o)
 	default:
 		ups := d.ups
 		if d.resync && len(ups) == 0 {

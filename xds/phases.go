@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
-
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // A push is released in phases (make-before-break). It first generates,
@@ -572,16 +570,7 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	case c.delta:
 		m = c.deltaMsg(i, nil, gone, o)
 	case c.set.fullState[i]:
-		ents := ts.held.entries()
-		anys := make([]*anypb.Any, 0, len(ents))
-		size := 0
-		for _, e := range ents {
-			if e.enc.any != nil {
-				anys = append(anys, e.enc.any)
-				size += len(e.enc.any.Value)
-			}
-		}
-		m = c.sotwMsg(i, anys, size, o)
+		m = c.heldMsg(i, o)
 	default:
 		return nil // SotW by-name: the client drops them with their parents
 	}

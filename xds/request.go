@@ -183,11 +183,12 @@ func (c *core) sotwStale(i int, nonce string, names []string, star, wildcard boo
 	ts, ord := c.types[i], nonceOrdinal(nonce)
 	c.accepted(ts, nonce)
 	c.staleDropped(ts, names, star, ord)
-	ts.keptRequested(names, wildcard, ord)
-	ts.unreadRequested(func(n string) bool {
+	covers := func(n string) bool {
 		_, named := slices.BinarySearch(names, n)
 		return named || wildcard
-	}, ord)
+	}
+	ts.keptRequested(covers, ord)
+	ts.unreadRequested(covers, ord)
 	c.emit(notice{kind: nStaleNonce, typ: string(c.set.order[i]), nonce: nonce, sent: ts.nonceSent})
 }
 

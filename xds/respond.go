@@ -75,6 +75,21 @@ func (c *core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
 	return m
 }
 
+// heldMsg returns the SotW response of full-state type i that carries
+// everything the client holds of it, as held now says.
+func (c *core) heldMsg(i int, o relOpts) *outMsg {
+	ents := c.types[i].held.entries()
+	anys := make([]*anypb.Any, 0, len(ents))
+	size := 0
+	for _, e := range ents {
+		if e.enc.any != nil {
+			anys = append(anys, e.enc.any)
+			size += len(e.enc.any.Value)
+		}
+	}
+	return c.sotwMsg(i, anys, size, o)
+}
+
 func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
 	res := make([]*discoveryv3.Resource, 0, len(ups))
 	size := 0

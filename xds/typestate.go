@@ -129,8 +129,8 @@ type typeRare struct {
 	// deciding whether the client holds one when it subscribes to it
 	// again (see typeState.resubscribed).
 	kept map[string]keptName
-	// unread tracks the names a SotW request with a stale nonce dropped
-	// while responses it had not read touched them (see unreadName).
+	// unread tracks the names the client dropped while responses it had
+	// not read touched them (see unreadName).
 	unread map[string]*unreadName
 }
 

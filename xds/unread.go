@@ -1,7 +1,5 @@
 package xds
 
-import "slices"
-
 // What a client holds of a name it dropped while responses were on their
 // way (a SotW request with a stale nonce, see core.staleDropped; a Delta
 // unsubscribe) depends on the order in which it read those responses and
@@ -97,11 +95,27 @@ func (ts *typeState) dropUnread(name string, ord uint64) {
 // does to the unread names.
 func (ts *typeState) addFlight(f *flight) {
 	ts.flights = append(ts.flights, f)
+	if len(ts.unread()) == 0 {
+		return
+	}
+	ord := nonceOrdinal(f.nonce)
 	for n, u := range ts.unread() {
 		if e, ok := f.touches(n); ok {
-			u.touched = append(u.touched, touch{ord: nonceOrdinal(f.nonce), enc: e})
+			u.touched = append(u.touched, touch{ord: ord, enc: e})
 		}
 	}
+}
+
+// lastAfter returns what the last response after the one with ordinal
+// ord that the client did not reject did to the name: the content it
+// carried, nil if it removed it or if there is none.
+func (u *unreadName) lastAfter(ord uint64) *encoded {
+	for k := len(u.touched) - 1; k >= 0; k-- {
+		if t := u.touched[k]; t.ord > ord && !t.rejected {
+			return t.enc
+		}
+	}
+	return nil
 }
 
 // unreadRequested records what a request with a stale nonce, which named
@@ -130,13 +144,8 @@ func (ts *typeState) mayHoldUnread(state []entry) []entry {
 		if !ts.covers(n) || hasEntry(state, n) {
 			continue
 		}
-		for k := len(u.touched) - 1; k >= 0; k-- {
-			if t := u.touched[k]; !t.rejected {
-				if t.enc != nil {
-					state = insertEntry(state, entry{n, t.enc})
-				}
-				break
-			}
+		if e := u.lastAfter(0); e != nil {
+			state = insertEntry(state, entry{n, e})
 		}
 	}
 	return state
@@ -175,12 +184,7 @@ func (ts *typeState) settleUnread() {
 	for n, u := range ts.rare.unread {
 		var e *encoded
 		if u.again {
-			for k := len(u.touched) - 1; k >= 0; k-- {
-				if t := u.touched[k]; t.ord > u.resub && !t.rejected {
-					e = t.enc
-					break
-				}
-			}
+			e = u.lastAfter(u.resub)
 		}
 		if e != nil {
 			ts.held.put(n, e)
@@ -245,12 +249,12 @@ func (ts *typeState) keep(names []string) {
 
 // keptRequested records what a request with a stale nonce, which named
 // the response with ordinal ord, says of the kept names: subscribed to
-// again (by name, or by a wildcard), or not (dropped again, if it had).
-func (ts *typeState) keptRequested(names []string, wildcard bool, ord uint64) {
+// again (covers, by name or by a wildcard), or not (dropped again, if it
+// had).
+func (ts *typeState) keptRequested(covers func(string) bool, ord uint64) {
 	for n, k := range ts.kept() {
-		_, named := slices.BinarySearch(names, n)
 		switch {
-		case !named && !wildcard:
+		case !covers(n):
 			k.resub = 0
 		case k.resub == 0:
 			k.resub = ord
