@@ -17,7 +17,7 @@ import (
 // it still has is its host (coreHost): the Generators and InitProxy, which
 // it calls synchronously, through the runner's guard.
 var coreFiles = []string{
-	"ack.go", "answer.go", "apply.go", "core.go", "deltarequest.go", "diff.go",
+	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
 	"fetch.go", "notices.go", "phases.go", "refs.go", "request.go", "respond.go",
 	"typestate.go", "unread.go",
 }

@@ -88,10 +88,14 @@ const (
 	// DefaultGenerateTimeout is the default of Config.GenerateTimeout.
 	DefaultGenerateTimeout = 30 * time.Second
 	// Defaults of the bounds on what a client can make the Server hold.
-	DefaultFirstRequestTimeout     = 15 * time.Second
-	DefaultMaxNameLength           = 2 << 10
-	DefaultMaxSubscriptionBytes    = 4 << 20
-	DefaultMaxRequestBytes         = 4 << 20
+	DefaultFirstRequestTimeout  = 15 * time.Second
+	DefaultMaxNameLength        = 2 << 10
+	DefaultMaxSubscriptionBytes = 4 << 20
+	DefaultMaxRequestBytes      = 4 << 20
+	// DefaultMaxResponseBytes is the default of Config.MaxResponseBytes:
+	// 64 KiB under the 4 MiB that grpc-go and gRPC C-core clients accept by
+	// default, room for gRPC's framing and a response's own fields.
+	DefaultMaxResponseBytes        = 4<<20 - 64<<10
 	DefaultMaxStreamsPerConnection = 100
 	DefaultNewStreamWait           = 10 * time.Second
 )
@@ -303,6 +307,24 @@ type Config struct {
 	// DefaultMaxRequestBytes (4 MiB, gRPC's own default, which a SotW
 	// request of MaxResourceNames names of 80 bytes fits).
 	MaxRequestBytes int
+
+	// MaxResponseBytes is the budget of one response, in encoded bytes.
+	// A response over it is split where the protocol allows: a Delta
+	// response into several, each with its own nonce, in order (removals
+	// last), and a SotW Endpoint or Route response (which need not carry
+	// every resource) likewise; a push's phase waits for every part's ACK.
+	// A response that cannot be split under the budget — a SotW Listener
+	// or Cluster response, which must carry the client's whole state, or
+	// one resource bigger than the budget alone — fails its type with a
+	// *ResponseTooLargeError, reported and retried as a failed generation
+	// is (Failures, Hooks.OnGenerateError), unless SendOversized is set.
+	// Zero means DefaultMaxResponseBytes (4 MiB less 64 KiB).
+	MaxResponseBytes int
+
+	// SendOversized sends a response that cannot be split under
+	// MaxResponseBytes whole, for clients configured to receive larger
+	// messages, rather than fail its type.
+	SendOversized bool
 
 	// MaxStreamsPerConnection bounds the concurrent streams of one
 	// HTTP/2 connection; ServerOptions passes it to gRPC

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/types/known/anypb"
-
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -391,7 +389,14 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		return nil
 	}
 
-	f := c.hold(i, tgt, &d)
+	var last *outMsg
+	if parts := c.split(i, d.carried(c.delta), d.removals(c.delta)); parts != nil {
+		last = c.releaseParts(i, tgt, &d, parts, d.gone, o)
+	}
+	var f *flight
+	if last == nil {
+		f = c.hold(i, tgt, &d)
+	}
 	for _, r := range d.changed {
 		if o.changed != nil {
 			o.changed(r)
@@ -406,6 +411,9 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		}
 	}
 
+	if last != nil {
+		return last // a split response is not shared: see record
+	}
 	m := c.response(i, &d, o)
 	f.response = ts.lastSent()
 	ts.addFlight(f)
@@ -512,30 +520,32 @@ func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
 
 // response makes the response of type i that the diff d sends.
 func (c *core) response(i int, d *diffResult, o relOpts) *outMsg {
-	full := c.set.fullState[i]
-	var m *outMsg
 	switch {
 	case c.delta:
-		gone := d.gone
-		if len(d.notFound) > 0 {
-			gone = append(slices.Clone(gone), d.notFound...)
-			slices.Sort(gone)
-		}
-		m = c.deltaMsg(i, d.ups, gone, o)
-	case full:
-		m = c.heldMsg(i, o)
-	default:
-		ups := d.ups
-		if d.resync && len(ups) == 0 {
-			ups = d.kept
-		}
-		anys := make([]*anypb.Any, 0, len(ups))
-		size := 0
-		for _, r := range ups {
-			anys = append(anys, r.enc.any)
-			size += len(r.enc.any.Value)
-		}
-		m = c.sotwMsg(i, anys, size, o)
+		return c.deltaMsg(i, d.ups, d.removals(true), o)
+	case c.set.fullState[i]:
+		return c.heldMsg(i, o)
 	}
-	return m
+	return c.partMsg(i, part{ups: d.carried(false)}, o)
+}
+
+// carried returns the resources the response of d carries, but for a
+// SotW full-state one (which carries what the client holds).
+func (d *diffResult) carried(delta bool) []entry {
+	if !delta && d.resync && len(d.ups) == 0 {
+		return d.kept // sent again, for the client to ACK
+	}
+	return d.ups
+}
+
+// removals returns, sorted, the names a Delta response of d lists as
+// removed: those removed, and those asked for that do not exist. A SotW
+// response lists none; the names d removes are the Server's record.
+func (d *diffResult) removals(delta bool) []string {
+	if !delta || len(d.notFound) == 0 {
+		return d.gone
+	}
+	gone := append(slices.Clone(d.gone), d.notFound...)
+	slices.Sort(gone)
+	return gone
 }

@@ -135,6 +135,10 @@
 //	                         Make-before-break)
 //	Generator output         duplicate, empty or mismatched names:  as above, Err is a *ResourceError
 //	                         a Generator error
+//	a response too large     a SotW Listener or Cluster state, or   as above, Err is a
+//	(MaxResponseBytes)       one resource, over the budget: the     *ResponseTooLargeError
+//	                         type fails as a Generator does (other
+//	                         responses are split; see Bounds)
 //	Generator timeout        the push slot is released; the stream  Hooks.OnGenerateError
 //	(Config.GenerateTimeout) ends with Unavailable; the client      (ErrGenerateTimeout)
 //	                         reconnects
@@ -168,6 +172,16 @@
 // reading (once 32 answers wait behind a blocked write, its requests are no
 // longer read). Bad input ends that stream with InvalidArgument; requests
 // for types without a generator are ignored.
+//
+// What the Server sends one client is bounded too: no response is larger
+// than Config.MaxResponseBytes (4 MiB less 64 KiB, under what gRPC
+// clients accept by default). A larger Delta response, or a SotW Endpoint
+// or Route response, is sent in parts, each a response with its own
+// nonce, which the client ACKs or NACKs one by one; a push's phase waits
+// for every part. A SotW Listener or Cluster response carries the
+// client's whole state of its type and cannot be split: over the budget,
+// the type fails with a *ResponseTooLargeError, unless
+// Config.SendOversized.
 //
 // # Usage
 //

@@ -98,6 +98,28 @@ func (e *ReferenceError) Error() string {
 	return fmt.Sprintf("xds: %s %q held back: it references %s %q, %s", e.FromType.Short(), e.From, e.ToType.Short(), e.To, why)
 }
 
+// ResponseTooLargeError reports a response that cannot be split under
+// Config.MaxResponseBytes: a SotW Listener or Cluster response, which
+// carries the client's whole state of its type, or a single resource over
+// the budget on its own. The type is not sent; it fails as a failed
+// generation does (stage "generate"), and is retried.
+type ResponseTooLargeError struct {
+	Type TypeURL
+	// Resource names the resource over the budget alone; empty when the
+	// whole state of a SotW type is.
+	Resource string
+	// Bytes is the encoded size of what cannot be split; Max the budget.
+	Bytes, Max int
+}
+
+// Error describes the response.
+func (e *ResponseTooLargeError) Error() string {
+	if e.Resource != "" {
+		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", e.Type.Short(), e.Resource, e.Bytes, e.Max)
+	}
+	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", e.Type.Short(), e.Bytes, e.Max, e.Type.Short())
+}
+
 // Failure is one thing that keeps the configuration from reaching a
 // client, as Sync and WaitForVersion report it.
 type Failure struct {

@@ -19,7 +19,21 @@ import (
 // req.Push: the full target from Generate, or, for a push that may use a
 // DeltaGenerator, a partial target (Delta, SotW by-name) or what the client
 // holds with the changes applied (SotW full-state).
+//
+// A target that makes a response that cannot be split under
+// Config.MaxResponseBytes fails (see fits).
 func (c *core) generate(i int, push, mayDelta bool, req *pushcontext.PushRequest) (*target, error) {
+	tgt, err := c.generateTarget(i, push, mayDelta, req)
+	if err == nil {
+		err = c.fits(i, tgt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tgt, nil
+}
+
+func (c *core) generateTarget(i int, push, mayDelta bool, req *pushcontext.PushRequest) (*target, error) {
 	ts := c.types[i]
 	if push && mayDelta && !req.Forced && c.proxy.View == "" {
 		if dg, ok := c.set.generators[i].(DeltaGenerator); ok {

@@ -546,6 +546,9 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	if len(gone) == 0 {
 		return nil
 	}
+	if parts := c.split(i, nil, gone); parts != nil {
+		return c.releaseParts(i, nil, nil, parts, gone, o)
+	}
 	f := newFlight()
 	if c.set.fullState[i] && !c.delta {
 		// A SotW full-state response replaces what the client holds: a

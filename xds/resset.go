@@ -22,8 +22,9 @@ type entry struct {
 // resSet is an immutable set of resources sorted by name, without
 // duplicates. Nothing modifies one after it is built.
 type resSet struct {
-	ents []entry
-	refs atomic.Pointer[setRefs] // what the resources name, once computed (see refsOf)
+	ents  []entry
+	refs  atomic.Pointer[setRefs]  // what the resources name, once computed (see refsOf)
+	sizes atomic.Pointer[setSizes] // its encoded sizes, once computed (see sizesOf)
 }
 
 // emptySet holds nothing.
@@ -272,4 +273,28 @@ func unionAll(lists [][]string) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// setSizes are the encoded sizes of a set's resources in a response (see
+// chunk.go).
+type setSizes struct {
+	sotw    int    // of them all in a SotW response
+	largest int    // of the largest in a Delta response, alone
+	name    string // the largest's name
+}
+
+// sizesOf returns the encoded sizes of s, computing them once per set.
+func (s *resSet) sizesOf() *setSizes {
+	if z := s.sizes.Load(); z != nil {
+		return z
+	}
+	z := &setSizes{}
+	for _, e := range s.ents {
+		z.sotw += sotwSize(e.enc)
+		if n := deltaSize(e); n > z.largest {
+			z.largest, z.name = n, e.name
+		}
+	}
+	s.sizes.Store(z)
+	return z
 }

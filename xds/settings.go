@@ -46,6 +46,8 @@ type settings struct {
 	maxNameLength           int
 	maxSubscriptionBytes    int
 	maxRequestBytes         int
+	maxResponseBytes        int
+	sendOversized           bool
 	maxStreamsPerConnection int
 	phaseWait               bool
 	phaseTimeout            time.Duration
@@ -133,6 +135,8 @@ func (cfg *Config) check() error {
 		return fmt.Errorf("xds: Config.MaxSubscriptionBytes %d is negative", cfg.MaxSubscriptionBytes)
 	case cfg.MaxRequestBytes < 0:
 		return fmt.Errorf("xds: Config.MaxRequestBytes %d is negative", cfg.MaxRequestBytes)
+	case cfg.MaxResponseBytes < 0:
+		return fmt.Errorf("xds: Config.MaxResponseBytes %d is negative", cfg.MaxResponseBytes)
 	case cfg.MaxStreamsPerConnection < 0:
 		return fmt.Errorf("xds: Config.MaxStreamsPerConnection %d is negative", cfg.MaxStreamsPerConnection)
 	case cfg.Backoff.Max > 0 && cfg.Backoff.Initial > cfg.Backoff.Max:
@@ -172,6 +176,8 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 		maxNameLength:           cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
 		maxSubscriptionBytes:    cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
 		maxRequestBytes:         cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		maxResponseBytes:        cmpOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
+		sendOversized:           cfg.SendOversized,
 		maxStreamsPerConnection: cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),
 		phaseWait:               !cfg.Phases.NoWait,
 		phaseTimeout:            cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),

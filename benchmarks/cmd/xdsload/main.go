@@ -95,6 +95,7 @@ func run() error {
 	window := flag.Duration("window", 10*time.Second, "soak: time between two checks of convergence and samples of the server")
 	flat := flag.String("flat", strings.Join(harness.Measures, ","), "soak: the server's figures that must stay flat, some of "+strings.Join(harness.Measures, ", ")+" (a short soak: heap,goroutines; the resident set grows for minutes as the heap's spans fragment)")
 	backoffBase := flag.Duration("backoff-base", fleet.DefaultBackoffBase, "bound of the wait before a client's first retry of a failed stream (doubling with each retry in a row)")
+	recvLimit := flag.Int("recv-limit", 0, "largest response a client accepts, in bytes (0: 64 MiB; gRPC's default is 4 MiB, 4194304)")
 	backoffMax := flag.Duration("backoff-max", fleet.DefaultBackoffMax, "cap of the bound of a client's retry wait")
 	streamWait := flag.Duration("stream-wait", 0, "how long xdspush's new streams wait for admission before they are refused (0: the library's default, xds.DefaultNewStreamWait)")
 	streamRate := flag.Float64("stream-rate", 0, "xdspush's new-stream rate limit, streams per second (0: none, the library's default)")
@@ -144,6 +145,7 @@ func run() error {
 		HeapProfile:   *heapprofile,
 		Timeout:       *timeout,
 		Backoff:       fleet.Backoff{Base: *backoffBase, Max: *backoffMax},
+		RecvLimit:     *recvLimit,
 		NewStreamRate: *streamRate,
 		Openings:      *openings,
 		NewStreamWait: *streamWait,

@@ -28,6 +28,7 @@ type client struct {
 	// Counters, written by the client's goroutine and read by the Fleet.
 	responses atomic.Int64
 	bytes     atomic.Int64
+	largest   atomic.Int64 // the largest response received, in bytes
 	violated  atomic.Int64 // violations, mirrored from st
 	byRef     [numRefs]atomic.Int64
 	errs      atomic.Int64 // responses that did not decode
@@ -267,6 +268,9 @@ func (c *client) next(s sender, typ string) error {
 func (c *client) received(size int) {
 	c.responses.Add(1)
 	c.bytes.Add(int64(size))
+	if int64(size) > c.largest.Load() {
+		c.largest.Store(int64(size)) // the client's one reader writes it
+	}
 	c.f.lastRecv.Store(time.Now().UnixNano())
 }
 

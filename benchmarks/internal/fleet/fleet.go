@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,10 @@ type Config struct {
 	// the same connection and as an empty client, after one failed. Zero
 	// fields mean Envoy's bounds (see Backoff).
 	Backoff Backoff
+	// RecvLimit is the largest response a client accepts, in bytes (gRPC's
+	// MaxCallRecvMsgSize); a larger one fails its stream. Zero means 64
+	// MiB; gRPC's own default is 4 MiB.
+	RecvLimit int
 }
 
 // Fleet is a set of clients.
@@ -172,7 +177,7 @@ func New(cfg Config) (*Fleet, error) {
 		}),
 		grpc.WithReadBufferSize(16 << 10),
 		grpc.WithWriteBufferSize(16 << 10),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cmp.Or(cfg.RecvLimit, 64<<20))),
 	}
 	f.clients = make([]*client, cfg.Clients)
 	for i := range f.clients {
@@ -207,6 +212,9 @@ type Convergence struct {
 	// Start until the servers fell quiet.
 	Responses int64 `json:"responses"`
 	Bytes     int64 `json:"bytes"`
+	// Largest is the largest response a client received since it was
+	// made, in bytes.
+	Largest int64 `json:"largest"`
 	// Violations is the total of dangling references counted so far.
 	Violations int64 `json:"violations"`
 	// Streams is what the clients' streams went through from Start until
@@ -345,6 +353,9 @@ func (f *Fleet) converge(ctx context.Context, ph *convergence, start time.Time, 
 	}
 	r, b := f.totals()
 	out.Responses, out.Bytes = r-r0, b-b0
+	for _, c := range f.clients {
+		out.Largest = max(out.Largest, c.largest.Load())
+	}
 	out.Violations = f.violations()
 	out.Streams = f.streamsSince(sc)
 	out.Errors = f.errors()

@@ -523,12 +523,13 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 	endpoints := fs.Int("endpoints", mesh.DefaultEndpoints, "endpoints per service")
 	backoffBase := fs.Duration("backoff-base", 0, "bound of a refused stream's first retry wait (0: the fleet's default)")
 	backoffMax := fs.Duration("backoff-max", 0, "cap of the retry waits' bound (0: the fleet's default)")
+	recvLimit := fs.Int("recv-limit", 0, "largest response a client accepts, in bytes (0: the fleet's default)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	m := mesh.New(*services, *endpoints)
 	f, err := fleet.New(fleet.Config{Addr: *addr, Clients: *n, Delta: *protocol == "delta", Mesh: m.Snapshot(), Quiet: *quiet,
-		Backoff: fleet.Backoff{Base: *backoffBase, Max: *backoffMax}})
+		Backoff: fleet.Backoff{Base: *backoffBase, Max: *backoffMax}, RecvLimit: *recvLimit})
 	if err != nil {
 		return err
 	}

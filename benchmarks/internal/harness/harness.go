@@ -43,6 +43,9 @@ type Config struct {
 	// admission refusing it). Zero fields mean the fleet's defaults,
 	// Envoy's bounds.
 	Backoff fleet.Backoff
+	// RecvLimit is the largest response a client accepts (see
+	// fleet.Config.RecvLimit). Zero means the fleet's default, 64 MiB.
+	RecvLimit int
 	// NewStreamRate is xdspush's new-stream rate limit (see
 	// servers.Config.NewStreamRate). Zero means none, the library's
 	// default.
@@ -114,6 +117,9 @@ type Result struct {
 	// InitStreams counts the streams that failed (refused by admission)
 	// and were retried during the initial convergence.
 	InitStreams fleet.Streams
+	// InitResponses and InitBytes are what the clients received in all
+	// until they converged; InitLargest the largest response (bytes).
+	InitResponses, InitBytes, InitLargest int64
 	// RSSPerClient is the server's resident set after the clients
 	// converged minus before they connected, per client (bytes).
 	RSSPerClient float64
@@ -439,6 +445,7 @@ func openSession(cfg Config, name, protocol string) (*session, error) {
 	}
 	res.Init = since(conv.Start, conv.At)
 	res.InitStreams = conv.Streams
+	res.InitResponses, res.InitBytes, res.InitLargest = conv.Responses, conv.Bytes, conv.Largest
 	res.Errors = append(res.Errors, conv.Errors...)
 	if res.Init.Missing > 0 {
 		res.Errors = append(res.Errors, fmt.Sprintf("%d clients did not converge", res.Init.Missing))
@@ -601,7 +608,8 @@ func serverArgs(cfg Config, name string) []string {
 // clientsArgs are the arguments of a clients child of the server at addr.
 func clientsArgs(cfg Config, addr, protocol string) []string {
 	return append([]string{"clients", "-addr", addr, "-n", strconv.Itoa(cfg.Clients), "-protocol", protocol,
-		"-quiet", cfg.Quiet.String(), "-backoff-base", cfg.Backoff.Base.String(), "-backoff-max", cfg.Backoff.Max.String()},
+		"-quiet", cfg.Quiet.String(), "-backoff-base", cfg.Backoff.Base.String(), "-backoff-max", cfg.Backoff.Max.String(),
+		"-recv-limit", strconv.Itoa(cfg.RecvLimit)},
 		meshArgs(cfg)...)
 }
 

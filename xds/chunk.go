@@ -1,0 +1,210 @@
+package xds
+
+import (
+	"slices"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Responses are kept under Config.MaxResponseBytes (the budget) by
+// splitting those that the protocol lets a server split: a Delta
+// response, and a SotW response of a by-name type (Endpoint, Route; see
+// Config.FullStateTypes), whose resources not carried are kept by the
+// client. Each part is a response of its own, with its own nonce and
+// flight (ack.go), sent in order: upserts first, sorted by name, then
+// removals. A part changes what the client holds as if the client
+// accepted it, as any response does, and its ACK or NACK settles it
+// alone; a push's phase, which waits for the client to have answered the
+// type's last response (typeState.synced), waits for every part, since a
+// client answers them in the order it reads them.
+//
+// What cannot be split — a SotW Listener or Cluster response, which
+// carries the whole state, or one resource over the budget alone — fails
+// its type when it is generated (fits), unless Config.SendOversized.
+//
+// Sizes are of the protobuf encoding, taken from the encoded resources'
+// lengths: a resource's fields (name, version, the Any's type URL and
+// value) and their tags, and for the response's own fields a bound
+// (envelope).
+
+// envelopeSlack bounds a response's fields besides its resources, its
+// type URL, version and nonce (see envelope): the control plane
+// identifier, should a host set it.
+const envelopeSlack = 64
+
+// fieldSize is the encoded size of a length-delimited field of n bytes
+// whose number is under 16 (a one-byte tag).
+func fieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+
+func anySize(a *anypb.Any) int { return fieldSize(len(a.TypeUrl)) + fieldSize(len(a.Value)) }
+
+// sotwSize is what e adds to a SotW response: its Any.
+func sotwSize(e *encoded) int {
+	if e.any == nil {
+		return 0
+	}
+	return fieldSize(anySize(e.any))
+}
+
+// deltaSize is what r adds to a Delta response: a Resource with its name,
+// version and Any.
+func deltaSize(r entry) int {
+	if r.enc.any == nil {
+		return 0 // a version the client reported: not sent
+	}
+	return fieldSize(fieldSize(len(r.name)) + fieldSize(len(r.enc.version)) + fieldSize(anySize(r.enc.any)))
+}
+
+// envelope bounds the size of a response of type i besides its resources:
+// its type URL, version and nonce (the version, '/', and at most 20
+// digits).
+func (c *core) envelope(i int) int {
+	v := len(c.proxy.Push.Version())
+	return fieldSize(len(c.set.order[i])) + fieldSize(v) + fieldSize(v+21) + envelopeSlack
+}
+
+// budget is what the resources of one response of type i may take.
+func (c *core) budget(i int) int { return c.set.maxResponseBytes - c.envelope(i) }
+
+// fits returns a *ResponseTooLargeError if tgt, a target of type i, makes
+// a response that cannot be split under the budget.
+func (c *core) fits(i int, tgt *target) error {
+	if c.set.sendOversized || tgt == nil {
+		return nil
+	}
+	z, budget := tgt.set.sizesOf(), c.budget(i)
+	t := c.set.order[i]
+	if !c.delta && c.set.fullState[i] && z.sotw > budget {
+		return &ResponseTooLargeError{Type: t, Bytes: z.sotw + c.envelope(i), Max: c.set.maxResponseBytes}
+	}
+	if z.largest > budget {
+		return &ResponseTooLargeError{Type: t, Resource: z.name, Bytes: z.largest + c.envelope(i), Max: c.set.maxResponseBytes}
+	}
+	return nil
+}
+
+// part is one response of a split one: what it upserts and removes.
+type part struct {
+	ups  []entry
+	gone []string
+}
+
+// split returns the parts of a response of type i that carries ups and
+// removes gone (sorted), in order, or nil if it fits the budget whole or
+// is a SotW full-state response (checked by fits). SotW by-name responses
+// remove nothing: gone is the Server's record only, and goes with the last
+// part.
+func (c *core) split(i int, ups []entry, gone []string) []part {
+	if c.set.sendOversized || !c.delta && c.set.fullState[i] {
+		return nil
+	}
+	budget := c.budget(i)
+	size := 0
+	for _, r := range ups {
+		size += c.upSize(r)
+	}
+	if c.delta {
+		for _, n := range gone {
+			size += fieldSize(len(n))
+		}
+	}
+	if size <= budget {
+		return nil
+	}
+	var parts []part
+	cur, used := part{}, 0
+	cut := func(n int) {
+		if used+n > budget && (len(cur.ups) > 0 || len(cur.gone) > 0) {
+			parts = append(parts, cur)
+			cur, used = part{}, 0
+		}
+		used += n
+	}
+	for _, r := range ups {
+		cut(c.upSize(r))
+		cur.ups = append(cur.ups, r)
+	}
+	for _, n := range gone {
+		if c.delta {
+			cut(fieldSize(len(n)))
+		}
+		cur.gone = append(cur.gone, n)
+	}
+	return append(parts, cur)
+}
+
+// upSize is what r adds to a response on this stream.
+func (c *core) upSize(r entry) int {
+	if c.delta {
+		return deltaSize(r)
+	}
+	return sotwSize(r.enc)
+}
+
+// releaseParts sends the response of the diff d of type i in parts (see
+// split), each with its own flight, and returns the last, which the
+// caller sends. removed names what the parts remove from what the client
+// holds (a Delta response's removals also list names the client asked
+// for that do not exist, which it does not hold). What the client holds
+// that changes without being carried (kept content that differs from
+// what it reported) changes with the first part.
+func (c *core) releaseParts(i int, tgt *target, d *diffResult, parts []part, removed []string, o relOpts) *outMsg {
+	ts := c.types[i]
+	var m *outMsg
+	for k, p := range parts {
+		f := newFlight()
+		for _, r := range p.ups {
+			f.put(&ts.held, r.name, r.enc)
+		}
+		if k == 0 && d != nil {
+			c.holdUncarried(ts, d, f)
+		}
+		for _, n := range p.gone {
+			if _, ok := slices.BinarySearch(removed, n); ok {
+				f.del(&ts.held, n)
+			}
+		}
+		m = c.partMsg(i, p, o)
+		f.response = ts.lastSent()
+		ts.addFlight(f)
+		if k < len(parts)-1 {
+			c.send(m)
+		}
+	}
+	if d != nil {
+		d.shareIfExact(ts, tgt)
+	}
+	ts.held.compact()
+	return m
+}
+
+// holdUncarried records in f what the client holds of d's kept content
+// that differs from what the Server took it to hold, without a response
+// carrying it (see hold).
+func (c *core) holdUncarried(ts *typeState, d *diffResult, f *flight) {
+	u := 0
+	for _, r := range d.kept {
+		for u < len(d.ups) && d.ups[u].name < r.name {
+			u++
+		}
+		carried := u < len(d.ups) && d.ups[u].name == r.name
+		if !carried && !ts.held.get(r.name).same(r.enc) {
+			f.put(&ts.held, r.name, r.enc)
+		}
+	}
+}
+
+// partMsg makes the response of one part.
+func (c *core) partMsg(i int, p part, o relOpts) *outMsg {
+	if c.delta {
+		return c.deltaMsg(i, p.ups, p.gone, o)
+	}
+	anys := make([]*anypb.Any, 0, len(p.ups))
+	size := 0
+	for _, r := range p.ups {
+		anys = append(anys, r.enc.any)
+		size += len(r.enc.any.Value)
+	}
+	return c.sotwMsg(i, anys, size, o)
+}
