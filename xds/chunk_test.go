@@ -71,4 +71,3 @@ func TestDeltaLargeConfigurationInParts(t *testing.T) {
 		})
 	}
 }
-
