@@ -92,6 +92,9 @@ const (
 	DefaultMaxNameLength        = 2 << 10
 	DefaultMaxSubscriptionBytes = 4 << 20
 	DefaultMaxRequestBytes      = 4 << 20
+	// Defaults of the bounds on a request that opens a type on a stream.
+	DefaultMaxInitialRequestBytes     = 32 << 20
+	DefaultMaxInitialResourceVersions = 200_000
 	// DefaultMaxResponseBytes is the default of Config.MaxResponseBytes:
 	// 64 KiB under the 4 MiB that grpc-go and gRPC C-core clients accept by
 	// default, room for gRPC's framing and a response's own fields.
@@ -300,13 +303,34 @@ type Config struct {
 	// (4 MiB: 40,000 names of 100 bytes).
 	MaxSubscriptionBytes int
 
-	// MaxRequestBytes bounds the size of one request. The Server cannot
-	// see a request's size: ServerOptions passes it to gRPC
-	// (grpc.MaxRecvMsgSize), which refuses larger messages with
-	// ResourceExhausted before decoding them. Zero means
+	// MaxRequestBytes bounds the size of one request, but for one that
+	// opens a type on its stream (see MaxInitialRequestBytes); a larger
+	// one ends the stream with ResourceExhausted. Zero means
 	// DefaultMaxRequestBytes (4 MiB, gRPC's own default, which a SotW
 	// request of MaxResourceNames names of 80 bytes fits).
 	MaxRequestBytes int
+
+	// MaxInitialRequestBytes bounds the size of a request that opens a
+	// type on its stream, its first of that type: a reconnecting client's,
+	// which names (SotW) or reports (Delta initial_resource_versions)
+	// everything it holds. ServerOptions passes the larger of it and
+	// MaxRequestBytes to gRPC (grpc.MaxRecvMsgSize), which refuses larger
+	// messages with ResourceExhausted before decoding them; the Server
+	// checks every other request against MaxRequestBytes. Zero means
+	// DefaultMaxInitialRequestBytes (32 MiB: a Delta request reporting
+	// 200,000 resources with names of 100 bytes).
+	MaxInitialRequestBytes int
+
+	// MaxInitialResourceVersions bounds the initial_resource_versions of
+	// one Delta request: the resources a reconnecting client reports
+	// holding of one type. They are not names of its subscription (a
+	// wildcard client reports everything it holds), so MaxResourceNames
+	// does not count them; those of a type subscribed to by name join the
+	// subscription, which it bounds. Until the client is in step, the
+	// Server keeps, per reported resource, its name and at most 160 bytes
+	// more (a test checks it): 200,000 resources with names of 100 bytes
+	// take 52 MB. Zero means DefaultMaxInitialResourceVersions (200,000).
+	MaxInitialResourceVersions int
 
 	// MaxResponseBytes is the budget of one response, in encoded bytes.
 	// A response over it is split where the protocol allows: a Delta

@@ -495,6 +495,23 @@ func TestDeltaBadInput(t *testing.T) {
 			wantResps: []string{"EDS[c0]-[]"},
 		},
 		{
+			name: "more initial versions than MaxInitialResourceVersions",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{{Node: nodeOf("n"), TypeUrl: string(ClusterType),
+				InitialResourceVersions: reportedVersions(DefaultMaxInitialResourceVersions+1, "c")}},
+			want: codes.InvalidArgument,
+		},
+		{
+			// 40,000 names of 110 bytes: under MaxResourceNames, over
+			// MaxRequestBytes, which bounds every request but the one that
+			// opens a type (bounded by MaxInitialRequestBytes).
+			name: "a later request over MaxRequestBytes",
+			reqs: []*discoveryv3.DeltaDiscoveryRequest{
+				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0"}},
+				{TypeUrl: eds, ResourceNamesUnsubscribe: longNames(40_000, 110)},
+			},
+			want: codes.ResourceExhausted,
+		},
+		{
 			name: "initial versions after the first request are ignored",
 			reqs: []*discoveryv3.DeltaDiscoveryRequest{
 				{Node: nodeOf("n"), TypeUrl: eds, ResourceNamesSubscribe: []string{"c0"}},
@@ -843,5 +860,67 @@ func TestDeltaUnsubscribeUnderWildcard(t *testing.T) {
 		c.ackAll()
 		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), ResourceNamesUnsubscribe: []string{"c2"}})
 		c.expectNone(ListenerType)
+	})
+}
+
+// reportedVersions returns n initial resource versions of names prefix0,
+// prefix1, …, each at a version the Server never made.
+func reportedVersions(n int, prefix string) map[string]string {
+	out := make(map[string]string, n)
+	for i := range n {
+		out[fmt.Sprintf("%s%d", prefix, i)] = "1"
+	}
+	return out
+}
+
+// longNames returns n distinct names of size bytes.
+func longNames(n, size int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%0*d", size, i)
+	}
+	return out
+}
+
+// A Delta client that reconnects reporting 100,000 resources of a
+// wildcard type (its first request over MaxRequestBytes, under
+// MaxInitialRequestBytes) is served: it is sent nothing it holds, and,
+// once it has ACKed its answer, the removal of everything the
+// configuration does not have, within MaxResponseBytes.
+func TestDeltaReconnectReportingManyResources(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const clusters, reported = 1000, 100_000
+		st := newStore()
+		world(st, clusters)
+		f := start(t, st, nil, false)
+		held := reportedVersions(reported-clusters, "a-cluster-this-client-held-before-it-reconnected-")
+		for i := range clusters {
+			n := fmt.Sprintf("c%d", i)
+			held[n] = mustVersion(t, st.clusters[n])
+		}
+		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held}
+		if n := proto.Size(req); n <= DefaultMaxRequestBytes || n > DefaultMaxInitialRequestBytes {
+			t.Fatalf("the request is %d bytes; want it between the two bounds", n)
+		}
+		c := f.connectDelta("n", nil)
+		c.send(req)
+		removed := 0
+		for _, r := range c.ackUntilQuiet() {
+			if len(r.Resources) > 0 {
+				t.Errorf("sent %d clusters the client holds", len(r.Resources))
+			}
+			if n := proto.Size(r); n > DefaultMaxResponseBytes {
+				t.Errorf("a response of %d bytes", n)
+			}
+			removed += len(r.RemovedResources)
+		}
+		if removed != reported-clusters {
+			t.Errorf("removed %d clusters; want %d", removed, reported-clusters)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if nacks, err := f.srv.Sync(ctx); err != nil || len(nacks) > 0 {
+			t.Errorf("Sync() = %v, %v; want in step", nacks, err)
+		}
 	})
 }

@@ -163,8 +163,11 @@
 // What one client can make the Server hold or do is bounded: names per
 // request (Config.MaxResourceNames), bytes per name (MaxNameLength) and per
 // stream's subscriptions (MaxSubscriptionBytes), bytes per request
-// (MaxRequestBytes) and streams per connection (MaxStreamsPerConnection),
-// both enforced by gRPC through ServerOptions; the wait for a first request
+// (MaxRequestBytes; a request that opens a type, which a reconnecting
+// client fills with everything it holds, up to MaxInitialRequestBytes, and
+// a Delta one reporting up to MaxInitialResourceVersions resources) and
+// streams per connection (MaxStreamsPerConnection), the last enforced by
+// gRPC through ServerOptions; the wait for a first request
 // (FirstRequestTimeout); streams opening at once (MaxOpeningStreams) and
 // new streams per second (NewStreamRate), a stream waiting up to
 // NewStreamWait for each before it is refused; a blocked

@@ -7,6 +7,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -31,13 +32,43 @@ func (in inbound) typeURL() string {
 	return in.sotw.GetTypeUrl()
 }
 
-// names counts the resource names of the request (for Delta: subscribed,
-// unsubscribed and initial versions together).
+// names counts the resource names of the request (for Delta: subscribed
+// and unsubscribed together; initial versions are bounded apart).
 func (in inbound) names() int {
 	if d := in.delta; d != nil {
-		return len(d.ResourceNamesSubscribe) + len(d.ResourceNamesUnsubscribe) + len(d.InitialResourceVersions)
+		return len(d.ResourceNamesSubscribe) + len(d.ResourceNamesUnsubscribe)
 	}
 	return len(in.sotw.ResourceNames)
+}
+
+func (in inbound) size() int {
+	if in.delta != nil {
+		return proto.Size(in.delta)
+	}
+	return proto.Size(in.sotw)
+}
+
+// checkBounds checks a request of type t (index i; -1 for a type without a
+// generator) against the bounds on requests: its names, and, but for a
+// request that opens a watched type on the stream (which gRPC bounds by
+// Config.MaxInitialRequestBytes), its size.
+func (c *core) checkBounds(in inbound, t string, i int) error {
+	if n := in.names(); n > c.set.maxResourceNames {
+		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
+			t, n, c.set.maxResourceNames)
+	}
+	if d := in.delta; d != nil && len(d.InitialResourceVersions) > c.set.maxInitialVersions {
+		return status.Errorf(codes.InvalidArgument, "xds: request for %s reports %d initial resource versions; the limit is %d",
+			t, len(d.InitialResourceVersions), c.set.maxInitialVersions)
+	}
+	opening := i >= 0 && c.types[i] == nil
+	if !opening && c.set.maxInitialRequestBytes > c.set.maxRequestBytes {
+		if n := in.size(); n > c.set.maxRequestBytes {
+			return status.Errorf(codes.ResourceExhausted, "xds: request for %s is %d bytes; the limit is %d (Config.MaxRequestBytes; %d for the request that opens a type)",
+				t, n, c.set.maxRequestBytes, c.set.maxInitialRequestBytes)
+		}
+	}
+	return nil
 }
 
 // request handles one client request of either protocol, then releases the
@@ -51,11 +82,10 @@ func (c *core) request(in inbound) error {
 	if t == "" {
 		return status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
-	if n := in.names(); n > c.set.maxResourceNames {
-		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
-			t, n, c.set.maxResourceNames)
-	}
 	i := c.set.typeIndex(TypeURL(t))
+	if err := c.checkBounds(in, t, i); err != nil {
+		return err
+	}
 	if i < 0 {
 		c.emit(notice{kind: nUnknownType, typ: truncate(t, c.set.maxNameLength)})
 		return nil

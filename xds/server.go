@@ -139,7 +139,8 @@ func New(cfg Config) (*Server, error) {
 
 // ServerOptions returns the gRPC server options the Server is meant to be
 // served with: its codec (see CodecOption), the largest request it accepts
-// (Config.MaxRequestBytes, as grpc.MaxRecvMsgSize) and the streams one
+// (the larger of Config.MaxRequestBytes and MaxInitialRequestBytes, as
+// grpc.MaxRecvMsgSize) and the streams one
 // connection may open at once (Config.MaxStreamsPerConnection, as
 // grpc.MaxConcurrentStreams). Pass them to grpc.NewServer, with any of the
 // host's own:
@@ -149,7 +150,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		s.CodecOption(),
-		grpc.MaxRecvMsgSize(s.set.maxRequestBytes),
+		grpc.MaxRecvMsgSize(max(s.set.maxRequestBytes, s.set.maxInitialRequestBytes)),
 		grpc.MaxConcurrentStreams(uint32(s.set.maxStreamsPerConnection)),
 	}
 }

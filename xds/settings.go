@@ -46,6 +46,8 @@ type settings struct {
 	maxNameLength           int
 	maxSubscriptionBytes    int
 	maxRequestBytes         int
+	maxInitialRequestBytes  int
+	maxInitialVersions      int // Config.MaxInitialResourceVersions
 	maxResponseBytes        int
 	sendOversized           bool
 	maxStreamsPerConnection int
@@ -135,6 +137,10 @@ func (cfg *Config) check() error {
 		return fmt.Errorf("xds: Config.MaxSubscriptionBytes %d is negative", cfg.MaxSubscriptionBytes)
 	case cfg.MaxRequestBytes < 0:
 		return fmt.Errorf("xds: Config.MaxRequestBytes %d is negative", cfg.MaxRequestBytes)
+	case cfg.MaxInitialRequestBytes < 0:
+		return fmt.Errorf("xds: Config.MaxInitialRequestBytes %d is negative", cfg.MaxInitialRequestBytes)
+	case cfg.MaxInitialResourceVersions < 0:
+		return fmt.Errorf("xds: Config.MaxInitialResourceVersions %d is negative", cfg.MaxInitialResourceVersions)
 	case cfg.MaxResponseBytes < 0:
 		return fmt.Errorf("xds: Config.MaxResponseBytes %d is negative", cfg.MaxResponseBytes)
 	case cfg.MaxStreamsPerConnection < 0:
@@ -176,6 +182,8 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 		maxNameLength:           cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
 		maxSubscriptionBytes:    cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
 		maxRequestBytes:         cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+		maxInitialRequestBytes:  cmpOr(cfg.MaxInitialRequestBytes, DefaultMaxInitialRequestBytes),
+		maxInitialVersions:      cmpOr(cfg.MaxInitialResourceVersions, DefaultMaxInitialResourceVersions),
 		maxResponseBytes:        cmpOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
 		sendOversized:           cfg.SendOversized,
 		maxStreamsPerConnection: cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),

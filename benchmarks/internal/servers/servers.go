@@ -18,9 +18,13 @@ var Names = []string{"xdspush", "floor", "gcp", "gcp-pertype"}
 // on the streams opening at once), to compare a storm with and without
 // it.
 //
+// "xdspush-whole" is xdspush with xds.Config.SendOversized: it never
+// splits a response nor sizes one against xds.Config.MaxResponseBytes, to
+// measure what bounding responses costs.
+//
 // "filecp" is the example users run, examples/filecp, built, in a process of
 // its own, changed by writing its files (see Config.Filecp).
-var Variants = []string{"xdspush-unlimited", "filecp"}
+var Variants = []string{"xdspush-unlimited", "xdspush-whole", "filecp"}
 
 // Config configures a server.
 type Config struct {
@@ -52,6 +56,9 @@ type Config struct {
 	// stream waits for admission before it is refused. Zero means the
 	// library's default (xds.DefaultNewStreamWait).
 	NewStreamWait time.Duration
+	// SendOversized is xdspush's xds.Config.SendOversized, as
+	// "xdspush-whole" has.
+	SendOversized bool
 	// Filecp is the path of the built examples/filecp, which "filecp"
 	// runs.
 	Filecp string
@@ -162,6 +169,9 @@ func New(name string, cfg Config) (Server, error) {
 		return newXDSPush(cfg)
 	case "xdspush-unlimited":
 		cfg.NewStreamRate, cfg.Openings = 0, -1
+		return newXDSPush(cfg)
+	case "xdspush-whole":
+		cfg.SendOversized = true
 		return newXDSPush(cfg)
 	case "filecp":
 		return newFilecp(cfg)

@@ -148,6 +148,7 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		Debounce:          deb,
 		NewStreamRate:     cfg.NewStreamRate,
 		MaxOpeningStreams: cfg.Openings,
+		SendOversized:     cfg.SendOversized,
 		NewStreamBurst:    h.burst,
 		NewStreamWait:     cfg.NewStreamWait,
 		Hooks: xds.Hooks{
