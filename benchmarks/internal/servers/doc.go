@@ -5,7 +5,8 @@
 //     its new-stream admission as by default or as Config.Openings and
 //     Config.NewStreamRate set it;
 //     "xdspush-unlimited", run only when named, the same with admission
-//     off;
+//     off; "xdspush-whole", run only when named, the same without the
+//     bounds on message sizes the library checks itself (see Variants);
 //   - "floor": a minimal server that marshals each response once and writes
 //     the same bytes to every stream (floor.go);
 //   - "gcp" and "gcp-pertype": go-control-plane's SnapshotCache in ADS

@@ -18,9 +18,11 @@ var Names = []string{"xdspush", "floor", "gcp", "gcp-pertype"}
 // on the streams opening at once), to compare a storm with and without
 // it.
 //
-// "xdspush-whole" is xdspush with xds.Config.SendOversized: it never
-// splits a response nor sizes one against xds.Config.MaxResponseBytes, to
-// measure what bounding responses costs.
+// "xdspush-whole" is xdspush without the bounds on message sizes that
+// the library checks itself: xds.Config.SendOversized (it never sizes a
+// response nor splits one) and MaxInitialRequestBytes equal to
+// MaxRequestBytes (gRPC alone bounds every request), to measure what they
+// cost.
 //
 // "filecp" is the example users run, examples/filecp, built, in a process of
 // its own, changed by writing its files (see Config.Filecp).
@@ -56,9 +58,9 @@ type Config struct {
 	// stream waits for admission before it is refused. Zero means the
 	// library's default (xds.DefaultNewStreamWait).
 	NewStreamWait time.Duration
-	// SendOversized is xdspush's xds.Config.SendOversized, as
-	// "xdspush-whole" has.
-	SendOversized bool
+	// Whole is "xdspush-whole": xdspush with xds.Config.SendOversized and
+	// MaxInitialRequestBytes equal to MaxRequestBytes.
+	Whole bool
 	// Filecp is the path of the built examples/filecp, which "filecp"
 	// runs.
 	Filecp string
@@ -171,7 +173,7 @@ func New(name string, cfg Config) (Server, error) {
 		cfg.NewStreamRate, cfg.Openings = 0, -1
 		return newXDSPush(cfg)
 	case "xdspush-whole":
-		cfg.SendOversized = true
+		cfg.Whole = true
 		return newXDSPush(cfg)
 	case "filecp":
 		return newFilecp(cfg)

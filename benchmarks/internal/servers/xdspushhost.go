@@ -144,13 +144,14 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
 		// InitProxy reads no config: a Full push need not call it again.
-		ProxyKinds:        []string{},
-		Debounce:          deb,
-		NewStreamRate:     cfg.NewStreamRate,
-		MaxOpeningStreams: cfg.Openings,
-		SendOversized:     cfg.SendOversized,
-		NewStreamBurst:    h.burst,
-		NewStreamWait:     cfg.NewStreamWait,
+		ProxyKinds:             []string{},
+		Debounce:               deb,
+		NewStreamRate:          cfg.NewStreamRate,
+		MaxOpeningStreams:      cfg.Openings,
+		SendOversized:          cfg.Whole,
+		MaxInitialRequestBytes: whole(cfg.Whole),
+		NewStreamBurst:         h.burst,
+		NewStreamWait:          cfg.NewStreamWait,
 		Hooks: xds.Hooks{
 			OnConnect: func(xds.ConnectEvent) {
 				t := time.Now().UnixNano()
@@ -354,4 +355,14 @@ func (h *xdspushHost) Stop() {
 	}
 	h.gs.Stop()
 	h.wg.Wait()
+}
+
+// whole returns the xds.Config.MaxInitialRequestBytes of "xdspush-whole"
+// (the default MaxRequestBytes: gRPC bounds every request) if it is, else
+// zero, the library's default.
+func whole(w bool) int {
+	if w {
+		return xds.DefaultMaxRequestBytes
+	}
+	return 0
 }
