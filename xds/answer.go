@@ -78,6 +78,9 @@ func (c *core) answer(i int, a *answer) error {
 		if err == ErrGenerateTimeout {
 			return errStreamGenerateTimeout
 		}
+		if c.set.resourceErrors {
+			c.answerFailed(i, a)
+		}
 		c.retryLater(ts, a)
 		return nil
 	}

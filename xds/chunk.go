@@ -90,17 +90,18 @@ type part struct {
 	gone []string
 }
 
-// split returns the parts of a response of type i that carries ups and
-// removes gone (sorted), in order, or nil if it fits the budget whole or
-// is a SotW full-state response (checked by fits). SotW by-name responses
+// split returns the parts of a response of type i that carries ups,
+// removes gone (sorted) and carries errs (per-resource errors, which go
+// with the last part), in order, or nil if it fits the budget whole or is
+// a SotW full-state response (checked by fits). SotW by-name responses
 // remove nothing: gone is the Server's record only, and goes with the last
 // part.
-func (c *core) split(i int, ups []entry, gone []string) []part {
+func (c *core) split(i int, ups []entry, gone []string, errs []namedErr) []part {
 	if c.set.sendOversized || !c.delta && c.set.fullState[i] {
 		return nil
 	}
 	budget := c.budget(i)
-	size := 0
+	size := errsSize(errs)
 	for _, r := range ups {
 		size += c.upSize(r)
 	}
@@ -131,7 +132,20 @@ func (c *core) split(i int, ups []entry, gone []string) []part {
 		}
 		cur.gone = append(cur.gone, n)
 	}
+	if n := errsSize(errs); n > 0 {
+		cut(n)
+	}
 	return append(parts, cur)
+}
+
+// errsSize is what errs add to a response.
+func errsSize(errs []namedErr) int {
+	n := 0
+	for _, e := range errs {
+		detail := 1 + protowire.SizeVarint(uint64(e.err.code)) + fieldSize(len(e.err.msg))
+		n += fieldSize(fieldSize(fieldSize(len(e.name))) + fieldSize(detail))
+	}
+	return n
 }
 
 // upSize is what r adds to a response on this stream.

@@ -350,6 +350,20 @@ type Config struct {
 	// messages, rather than fail its type.
 	SendOversized bool
 
+	// ResourceErrors makes responses carry per-resource errors
+	// (resource_errors, xRFC TP3, gRFC A88) for the names a client
+	// subscribes to by name and is not sent: NOT_FOUND for one the
+	// configuration does not have, so that the client need not wait out
+	// its does-not-exist timer, and UNAVAILABLE for one the Server holds
+	// back (it names what the configuration does not have, or its
+	// generation failed; the message never carries the host's error).
+	// Each is sent once, and again only if it changes; a response is sent
+	// for it if none would be. Off by default: clients that do not know
+	// the field ignore it, but a response sent only for an error still
+	// costs them one. Status, CSDS and the debug pages show the errors
+	// sent (TypeStatus.ResourceErrors).
+	ResourceErrors bool
+
 	// MaxStreamsPerConnection bounds the concurrent streams of one
 	// HTTP/2 connection; ServerOptions passes it to gRPC
 	// (grpc.MaxConcurrentStreams). Envoy and gRPC open one ADS stream per

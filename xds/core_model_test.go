@@ -130,11 +130,11 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 29))
 	delta, grpc, ackFirst := rng.IntN(2) == 1, rng.IntN(2) == 1, rng.IntN(2) == 1
-	budget := modelBudget(seed, delta)
-	r := newModelRun(t, delta, grpc, ackFirst, budget)
+	budget, errs := modelBudget(seed, delta)
+	r := newModelRun(t, delta, grpc, ackFirst, func(cfg *Config) { cfg.MaxResponseBytes, cfg.ResourceErrors = budget, errs })
 	r.client.star = !r.client.grpc && rng.IntN(2) == 1
 	r.rng, r.verbose = rng, verbose
-	r.logf("seed %d: %s, MaxResponseBytes %d", seed, r.client, budget)
+	r.logf("seed %d: %s, MaxResponseBytes %d, ResourceErrors %v", seed, r.client, budget, errs)
 	r.start()
 	for range steps {
 		if r.failed != "" {
@@ -152,18 +152,22 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 	return true
 }
 
-// modelBudget returns the Config.MaxResponseBytes of the run of seed (0:
-// the default). Half the Delta runs take a budget of a few of the model's
-// resources, so that responses are split (chunk.go); a SotW run cannot,
-// since its full-state responses would fail, and the regression seeds run
-// as they were found. The draw has a stream of its own, so that the runs'
-// events are those of the seed either way.
-func modelBudget(seed uint64, delta bool) int {
-	rng := rand.New(rand.NewPCG(seed, 32))
-	if !delta || rng.IntN(2) == 0 || slices.Contains(modelRegressions, seed) {
-		return 0
+// modelBudget returns the Config.MaxResponseBytes (0: the default) and
+// ResourceErrors of the run of seed. Half the Delta runs take a budget of
+// a few of the model's resources, so that responses are split (chunk.go);
+// a SotW run cannot, since its full-state responses would fail. Half the
+// runs send per-resource errors (reserrors.go). The regression seeds run
+// as they were found. The draws have a stream of their own, so that the
+// runs' events are those of the seed either way.
+func modelBudget(seed uint64, delta bool) (budget int, errs bool) {
+	if slices.Contains(modelRegressions, seed) {
+		return 0, false
 	}
-	return 480 + rng.IntN(300)
+	rng := rand.New(rand.NewPCG(seed, 32))
+	if split := rng.IntN(2) == 1; delta && split {
+		budget = 480 + rng.IntN(300)
+	}
+	return budget, rand.New(rand.NewPCG(seed, 33)).IntN(2) == 1
 }
 
 // modelClient is an xDS client as the model sees it: it holds what the
@@ -527,7 +531,7 @@ type modelRun struct {
 	early      map[*outMsg]bool // sent while resumeLeft > 0
 }
 
-func newModelRun(t *testing.T, delta, grpc, ackFirst bool, budget int) *modelRun {
+func newModelRun(t *testing.T, delta, grpc, ackFirst bool, tweak func(*Config)) *modelRun {
 	r := &modelRun{t: t, now: epoch, client: &modelClient{delta: delta, grpc: grpc, ackFirst: ackFirst,
 		held: map[TypeURL]map[string]proto.Message{}, subs: map[TypeURL][]string{}, nonce: map[TypeURL]string{},
 		version: map[TypeURL]string{}, nonces: map[string]bool{}, versions: map[TypeURL]map[string]string{}}}
@@ -536,7 +540,7 @@ func newModelRun(t *testing.T, delta, grpc, ackFirst bool, budget int) *modelRun
 		r.client.versions[typ] = map[string]string{}
 	}
 	r.h = newFakeHost(t, func(cfg *Config) {
-		cfg.MaxResponseBytes = budget
+		tweak(cfg)
 		cfg.Hooks.OnPhaseTimeout = func(PhaseTimeoutEvent) {
 			r.timedOut = true
 			r.logf("    phase timeout")

@@ -80,6 +80,11 @@ const (
 //     REQUESTED otherwise (a SotW server says nothing about a name it does
 //     not have: the client decides it does not exist after its own
 //     timeout).
+//   - A resource the client was sent a per-resource error for
+//     (Config.ResourceErrors; TypeStatus.ResourceErrors) is
+//     DOES_NOT_EXIST if the error is NOT_FOUND and the client holds none
+//     of it, RECEIVED_ERROR otherwise (NACKED stays), and its error_state
+//     carries the error's message unless the type's NACK does.
 //   - Every entry of a NACKed type carries error_state: the NACK's
 //     error_detail message, time and version. The Server knows which
 //     response was rejected, and takes every resource that response
@@ -287,6 +292,7 @@ func appendTypeConfigs(out []*statusv3.ClientConfig_GenericXdsConfig, td TypeDum
 	if delta && cfg == statusv3.ConfigStatus_SYNCED {
 		missing = adminv3.ClientResourceStatus_DOES_NOT_EXIST
 	}
+	errs := newResourceErrors(ts.ResourceErrors)
 	n := len(out)
 	// Resources, Rejected and Names are sorted: merge them. A name
 	// both held and rejected is one entry: the version the client
@@ -314,13 +320,13 @@ func appendTypeConfigs(out []*statusv3.ClientConfig_GenericXdsConfig, td TypeDum
 			g := entry(r.Name, cs)
 			g.VersionInfo = r.Version
 			g.XdsConfig = contents.get(r.Resource)
-			out = append(out, g)
+			out = append(out, errs.mark(g, true))
 			if len(names) > 0 && names[0] == r.Name {
 				names = names[1:]
 			}
 			rs = rs[1:]
 		default:
-			out = append(out, entry(names[0], missing))
+			out = append(out, errs.mark(entry(names[0], missing), false))
 			names = names[1:]
 		}
 	}
@@ -333,6 +339,37 @@ func appendTypeConfigs(out []*statusv3.ClientConfig_GenericXdsConfig, td TypeDum
 		out = append(out, entry("", status))
 	}
 	return out
+}
+
+// resourceErrors are a type's per-resource errors, by name.
+type resourceErrors map[string]ResourceErrorStatus
+
+func newResourceErrors(list []ResourceErrorStatus) resourceErrors {
+	m := make(resourceErrors, len(list))
+	for _, e := range list {
+		m[e.Name] = e
+	}
+	return m
+}
+
+// mark marks the entry of a resource the client was sent an error for:
+// DOES_NOT_EXIST for NOT_FOUND if it holds none, else RECEIVED_ERROR
+// (unless it rejected it), with the error.
+func (errs resourceErrors) mark(g *statusv3.ClientConfig_GenericXdsConfig, held bool) *statusv3.ClientConfig_GenericXdsConfig {
+	e, ok := errs[g.Name]
+	if !ok {
+		return g
+	}
+	switch {
+	case e.Code == codes.NotFound && !held:
+		g.ClientStatus = adminv3.ClientResourceStatus_DOES_NOT_EXIST
+	case g.ClientStatus != adminv3.ClientResourceStatus_NACKED:
+		g.ClientStatus = adminv3.ClientResourceStatus_RECEIVED_ERROR
+	}
+	if g.ErrorState == nil {
+		g.ErrorState = &adminv3.UpdateFailureState{Details: e.Message}
+	}
+	return g
 }
 
 // resourceStatus is the ClientResourceStatus of a resource the connection

@@ -46,7 +46,7 @@ type csdsFixture struct {
 	kick chan struct{} // a hook ran: the Server's status may change
 }
 
-func startCSDS(t testing.TB, w *world) *csdsFixture {
+func startCSDS(t testing.TB, w *world, tweaks ...func(*xds.Config)) *csdsFixture {
 	t.Helper()
 	f := &csdsFixture{t: t, kick: make(chan struct{}, 1)}
 	kick := func() {
@@ -60,6 +60,9 @@ func startCSDS(t testing.TB, w *world) *csdsFixture {
 		cfg.Hooks.OnSend = func(xds.SendEvent) { kick() }
 		cfg.Hooks.OnACK = func(xds.ACKEvent) { kick() }
 		cfg.Hooks.OnNACK = func(xds.NACK) { kick() }
+		for _, tweak := range tweaks {
+			tweak(cfg)
+		}
 	})
 	gs := grpc.NewServer()
 	f.h.srv.RegisterClientStatus(gs)
@@ -731,5 +734,33 @@ func BenchmarkClientStatus(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// With per-resource errors (Config.ResourceErrors), a SotW gRPC client is
+// told that the names it asks for and the configuration does not have do
+// not exist: CSDS shows them DOES_NOT_EXIST, with the error, where without
+// them it shows REQUESTED (TestClientStatusMatchesStatus).
+func TestClientStatusResourceErrors(t *testing.T) {
+	f := startCSDS(t, csdsWorld(), func(cfg *xds.Config) { cfg.ResourceErrors = true })
+	c := f.h.ts.NewClient(t, xdstest.ClientConfig{Node: csdsNodes["grpc-sotw"], Behavior: xdstest.GRPC, Listeners: []string{"l", "l2", "missing"}})
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{
+		xds.ListenerType: {"l", "l2"}, xds.RouteType: {"r", "r2"},
+		xds.ClusterType: {"a", "c"}, xds.EndpointType: {"a"},
+	}), c)
+	f.settle(map[string]int{"grpc-sotw": 4})
+	resp := f.fetch(&statusv3.ClientStatusRequest{})
+	var got []string
+	for _, g := range resp.GetConfig()[0].GetGenericXdsConfigs() {
+		if g.ClientStatus != adminv3.ClientResourceStatus_ACKED {
+			got = append(got, fmt.Sprintf("%s %s %s %q", xds.TypeURL(g.TypeUrl).Short(), g.Name, g.ClientStatus, g.GetErrorState().GetDetails()))
+		}
+	}
+	want := []string{
+		`EDS c DOES_NOT_EXIST "xds: EDS \"c\" does not exist"`,
+		`LDS missing DOES_NOT_EXIST "xds: LDS \"missing\" does not exist"`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("entries not ACKED: %q; want %q", got, want)
 	}
 }

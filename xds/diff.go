@@ -100,6 +100,13 @@ type diffResult struct {
 	// longer has: it may be sent again.
 	unrejected []string
 	bufs       *diffBufs
+	// errs are the per-resource errors the response carries, cleared the
+	// names whose errors ended; resend is set when a resource the client
+	// holds is sent again so that it learns its error ended (see
+	// findErrors).
+	errs    []namedErr
+	cleared []string
+	resend  bool
 	// resync: the client's last response of the type stands NACKed and
 	// nothing of the rejected content is left in the target, so a response
 	// is sent even if nothing differs, for the client to ACK: its NACK no
@@ -110,7 +117,7 @@ type diffResult struct {
 // sends reports whether the response would be sent.
 func (d *diffResult) sends(c *core, i int, o relOpts) bool {
 	switch {
-	case d.resync:
+	case d.resync, d.resend, len(d.errs) > 0:
 		return true
 	case c.delta:
 		return len(d.ups) > 0 || len(d.gone) > 0 || len(d.notFound) > 0 || o.initial
@@ -216,10 +223,20 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	d.inHeld = inHeld
 	c.removeOrDefer(&d, i, tgt, goneNames(ts, tgt, d.kept, inHeld, removes, o.restrict), removes, o)
 	d.unreject(ts, tgt, o)
-	if c.delta && o.notFound {
-		d.findNotFound(ts, o)
-	}
+	c.findMissing(&d, i, tgt, o)
 	return d
+}
+
+// findMissing lists in d what the client asked for and is not sent: for a
+// Delta answer, the names that do not exist (see findNotFound), and the
+// per-resource errors (see findErrors).
+func (c *core) findMissing(d *diffResult, i int, tgt *target, o relOpts) {
+	if c.delta && o.notFound {
+		d.findNotFound(c.types[i], o)
+	}
+	if c.set.resourceErrors {
+		c.findErrors(d, i, tgt, o)
+	}
 }
 
 // checksClusters reports whether the responses of type i are checked for
@@ -382,6 +399,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
 	c.settleWithheld(ts, &d)
 	if !d.sends(c, i, o) {
+		c.settleErrors(ts, &d, nil)
 		d.shareIfExact(ts, tgt)
 		if same {
 			c.record(k, i, nil, &d, tgt.shared)
@@ -390,7 +408,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 
 	var last *outMsg
-	if parts := c.split(i, d.carried(c.delta), d.removals(c.delta)); parts != nil {
+	if parts := c.split(i, d.carried(c.delta), d.removals(c.delta), d.errs); parts != nil {
 		last = c.releaseParts(i, tgt, &d, parts, d.gone, o)
 	}
 	var f *flight
@@ -412,9 +430,11 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	}
 
 	if last != nil {
+		c.settleErrors(ts, &d, last)
 		return last // a split response is not shared: see record
 	}
 	m := c.response(i, &d, o)
+	c.settleErrors(ts, &d, m)
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	if same {

@@ -95,6 +95,11 @@
 //     resource of the type on the stream, "*" included; after that it
 //     unsubscribes from every resource of the type (the xDS protocol;
 //     istiod reads every empty list of those types as wildcard).
+//   - Per-resource errors (xRFC TP3), with Config.ResourceErrors: a name a
+//     client subscribes to by name and is not sent is reported in the
+//     response's resource_errors, NOT_FOUND if the configuration does not
+//     have it, UNAVAILABLE if the Server holds it back; once, until the
+//     resource is sent (reserrors.go).
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK),
 //     but for that wildcard rule and three more. A SotW request with no
@@ -173,8 +178,9 @@
 // NewStreamWait for each before it is refused; a blocked
 // write (WriteTimeout, then DeadlineExceeded); a client that sends without
 // reading (once 32 answers wait behind a blocked write, its requests are no
-// longer read). Bad input ends that stream with InvalidArgument; requests
-// for types without a generator are ignored.
+// longer read). Bad input ends that stream with InvalidArgument (a
+// request over its size bound, with ResourceExhausted); requests for types
+// without a generator are ignored.
 //
 // What the Server sends one client is bounded too: no response is larger
 // than Config.MaxResponseBytes (4 MiB less 64 KiB, under what gRPC

@@ -164,3 +164,100 @@ func testGRPCXDSClient(t *testing.T, interning bool) {
 		t.Errorf("RPC reached %s; want %s", got, b2)
 	}
 }
+
+// grpc-go (v1.85) with per-resource errors (Config.ResourceErrors): it
+// accepts the responses that carry them (no NACK, every type ACKed) and
+// otherwise ignores them. Each channel has a stream of its own. The
+// channel to a listener the configuration does not have is told NOT_FOUND
+// for it, and fails; the channel to a listener whose route names a
+// cluster the configuration does not have asks for that cluster by name,
+// is told NOT_FOUND for it, and waits; both errors stand in Status until
+// the configuration has the cluster, which is sent, its error cleared, and
+// that channel works.
+func TestGRPCXDSClientResourceErrors(t *testing.T) {
+	b1 := backend(t)
+	st := newStore()
+	st.listeners["target"] = xdsfixture.Listener("target", "route-target")
+	st.routes["route-target"] = xdsfixture.Route("route-target", "cluster-target")
+	st.clusters["cluster-target"] = xdsfixture.Cluster("cluster-target")
+	st.endpoints["cluster-target"] = xdsfixture.CLA("cluster-target", b1)
+	st.listeners["held"] = xdsfixture.Listener("held", "route-held")
+	st.routes["route-held"] = xdsfixture.Route("route-held", "cluster-later")
+	var mu sync.Mutex
+	nacks := 0
+	f := startCodec(t, st, "test", func(cfg *Config) {
+		cfg.ResourceErrors = true
+		cfg.Hooks.OnNACK = func(NACK) { mu.Lock(); nacks++; mu.Unlock() }
+	}, true, true)
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": "grpc-client", "locality": {}}
+	}`, f.tcp.Addr().String())
+	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func(target string) healthpb.HealthClient {
+		cc, err := grpc.NewClient("xds:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return healthpb.NewHealthClient(cc)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if _, err := dial("target").Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("RPC through xDS: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, time.Second)
+	defer cancelShort()
+	if _, err := dial("ghost").Check(short, &healthpb.HealthCheckRequest{}); err == nil {
+		t.Error("RPC to a listener the configuration does not have succeeded")
+	}
+	held := dial("held")
+	errorsOf := func(typ TypeURL) []string {
+		var out []string
+		for _, cs := range f.srv.Status() {
+			for _, ts := range cs.Types {
+				if ts.Type == typ {
+					for _, e := range ts.ResourceErrors {
+						out = append(out, e.Name+" "+e.Code.String())
+					}
+				}
+			}
+		}
+		return out
+	}
+	go held.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)) //nolint:errcheck // only asks for the listener
+	defer func() {
+		if t.Failed() {
+			for _, cs := range f.srv.Status() {
+				for _, ts := range cs.Types {
+					t.Logf("%s names %d sent %q acked %q errors %v nack %v err %v", ts.Type.Short(), ts.Names, ts.SentNonce, ts.AckedNonce, ts.ResourceErrors, ts.NACK, ts.Error)
+				}
+			}
+		}
+	}()
+	waitFor(t, "both errors in Status, every type ACKed", func() bool {
+		sts := f.srv.Status()
+		return len(sts) == 3 && slices.Equal(errorsOf(ListenerType), []string{"ghost NotFound"}) &&
+			slices.Equal(errorsOf(ClusterType), []string{"cluster-later NotFound"}) &&
+			!slices.ContainsFunc(sts, func(cs ConnStatus) bool {
+				return slices.ContainsFunc(cs.Types, func(ts TypeStatus) bool { return !ts.Synced() })
+			})
+	})
+	f.update(true, func(s *store) {
+		s.clusters["cluster-later"] = xdsfixture.Cluster("cluster-later")
+		s.endpoints["cluster-later"] = xdsfixture.CLA("cluster-later", b1)
+	}, key(kindCluster, "cluster-later"), key(kindEndpoint, "cluster-later"))
+	if _, err := held.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("RPC once the route went out: %v", err)
+	}
+	waitFor(t, "the cluster's error cleared", func() bool { return len(errorsOf(ClusterType)) == 0 })
+	mu.Lock()
+	defer mu.Unlock()
+	if nacks != 0 {
+		t.Errorf("%d NACKs; want none", nacks)
+	}
+}

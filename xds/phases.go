@@ -546,7 +546,7 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	if len(gone) == 0 {
 		return nil
 	}
-	if parts := c.split(i, nil, gone); parts != nil {
+	if parts := c.split(i, nil, gone, nil); parts != nil {
 		return c.releaseParts(i, nil, nil, parts, gone, o)
 	}
 	f := newFlight()

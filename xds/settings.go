@@ -50,6 +50,7 @@ type settings struct {
 	maxInitialVersions      int // Config.MaxInitialResourceVersions
 	maxResponseBytes        int
 	sendOversized           bool
+	resourceErrors          bool
 	maxStreamsPerConnection int
 	phaseWait               bool
 	phaseTimeout            time.Duration
@@ -186,6 +187,7 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 		maxInitialVersions:      cmpOr(cfg.MaxInitialResourceVersions, DefaultMaxInitialResourceVersions),
 		maxResponseBytes:        cmpOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
 		sendOversized:           cfg.SendOversized,
+		resourceErrors:          cfg.ResourceErrors,
 		maxStreamsPerConnection: cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),
 		phaseWait:               !cfg.Phases.NoWait,
 		phaseTimeout:            cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),

@@ -102,7 +102,7 @@ func (tc *transitionCache) put(k transKey, t *transition) {
 func (c *core) sameStep(i int, tgt *target, o relOpts) bool {
 	ts := c.types[i]
 	if tgt.partial || tgt.sub != ts.sub || len(ts.held.over) > 0 || len(ts.removing()) > 0 ||
-		len(ts.rejected()) > 0 || len(ts.unread()) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
+		len(ts.rejected()) > 0 || len(ts.unread()) > 0 || len(ts.errs()) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
 		return false
 	}
 	if c.plan != nil && len(c.plan.t[i].answered) > 0 {
@@ -178,7 +178,7 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 // cheaper for a stream to write.
 func (c *core) record(k transKey, i int, m *outMsg, d *diffResult, keep bool) {
 	ts := c.types[i]
-	if len(d.refErrs) > 0 || len(ts.held.over) > 0 || d.resync {
+	if len(d.refErrs) > 0 || len(ts.held.over) > 0 || d.resync || len(d.errs) > 0 || d.resend || len(ts.errs()) > 0 {
 		return
 	}
 	if m != nil {

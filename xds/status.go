@@ -5,6 +5,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc/codes"
 )
 
 // ConnStatus is the state of one connection, as returned by Server.Status.
@@ -75,6 +76,17 @@ type TypeStatus struct {
 	ErrorStage string
 	ErrorSince time.Time
 	Failures   int
+
+	// ResourceErrors are the per-resource errors the client was sent and
+	// that stand (see Config.ResourceErrors), sorted by name.
+	ResourceErrors []ResourceErrorStatus
+}
+
+// ResourceErrorStatus is a per-resource error a client was sent.
+type ResourceErrorStatus struct {
+	Name    string
+	Code    codes.Code
+	Message string
 }
 
 // Synced reports whether the client has ACKed the last response sent for
@@ -99,6 +111,12 @@ func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
 	}
 	if f := ts.fault; f != nil {
 		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = f.err, f.stage, f.since, f.fails
+	}
+	if errs := ts.errs(); len(errs) > 0 {
+		st.ResourceErrors = make([]ResourceErrorStatus, 0, len(errs))
+		for _, n := range sortedKeys(errs) {
+			st.ResourceErrors = append(st.ResourceErrors, ResourceErrorStatus{Name: n, Code: errs[n].code, Message: errs[n].msg})
+		}
 	}
 	return st
 }

@@ -132,6 +132,9 @@ type typeRare struct {
 	// unread tracks the names the client dropped while responses it had
 	// not read touched them (see unreadName).
 	unread map[string]*unreadName
+	// errs are the per-resource errors sent to the client and not
+	// cleared since (see findErrors).
+	errs map[string]resErr
 }
 
 // keptName is what decides whether a SotW client holds a name it
@@ -153,7 +156,7 @@ type keptName struct {
 func (r *typeRare) empty() bool {
 	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
 		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0 &&
-		len(r.unread) == 0
+		len(r.unread) == 0 && len(r.errs) == 0
 }
 
 func (ts *typeState) rejected() map[string]*encoded {

@@ -159,6 +159,16 @@ type TypeSync struct {
 	AckedAt       time.Time `json:"acked_at,omitzero"`
 	NACK          *NACK     `json:"nack,omitempty"`
 	PhaseTimeouts int       `json:"phase_timeouts"`
+	// ResourceErrors are the per-resource errors the client was sent and
+	// that stand (xds.Config.ResourceErrors).
+	ResourceErrors []ResourceError `json:"resource_errors,omitempty"`
+}
+
+// ResourceError is a per-resource error a client was sent.
+type ResourceError struct {
+	Name    string `json:"name"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // NACK is a client's last rejection of a type.
@@ -220,6 +230,9 @@ func (h *Handler) syncz(w http.ResponseWriter, r *http.Request) {
 			}
 			if n := ts.NACK; n != nil {
 				t.NACK = &NACK{Version: n.Version, Nonce: n.Nonce, Message: n.Message, At: n.At}
+			}
+			for _, e := range ts.ResourceErrors {
+				t.ResourceErrors = append(t.ResourceErrors, ResourceError{Name: e.Name, Code: e.Code.String(), Message: e.Message})
 			}
 			c.Types = append(c.Types, t)
 		}

@@ -608,3 +608,20 @@ func TestDumpTimeout(t *testing.T) {
 		}
 	})
 }
+
+// syncz shows the per-resource errors a client was sent
+// (xds.Config.ResourceErrors).
+func TestSynczResourceErrors(t *testing.T) {
+	cfg := config(t, nil)
+	cfg.ResourceErrors = true
+	ts := xdstest.NewServer(t, cfg)
+	c := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "grpc"}, Behavior: xdstest.GRPC, Listeners: []string{"https", "ghost"}})
+	xdstest.Await(t, xdstest.HoldsNames(map[xds.TypeURL][]string{xds.ListenerType: {"https"}}), c)
+	settle(t, ts.XDS(), map[string]int{"grpc": 1})
+	_, body := get(t, newHandler(t, ts.XDS(), xdsdebug.Config{}), http.MethodGet, "/syncz")
+	got := decode[[]xdsdebug.ConnSync](t, body)
+	want := []xdsdebug.ResourceError{{Name: "ghost", Code: "NotFound", Message: `xds: LDS "ghost" does not exist`}}
+	if len(got) != 1 || len(got[0].Types) != 1 || !slices.Equal(got[0].Types[0].ResourceErrors, want) {
+		t.Errorf("syncz = %s; want LDS with %+v", body, want)
+	}
+}

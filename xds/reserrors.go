@@ -1,0 +1,199 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+)
+
+// Per-resource errors (xRFC TP3, gRFC A88). With Config.ResourceErrors, a
+// response carries, in resource_errors, an error for each name the client
+// subscribes to by name and is not sent:
+//
+//   - NOT_FOUND: the configuration does not have it (known once a target
+//     was generated for the name: a name subscribed to since is not
+//     missing yet);
+//   - UNAVAILABLE: the configuration has it, but the Server holds it back:
+//     it names what the configuration does not have (a ReferenceError, not
+//     one the client's own NACK causes), or its generation failed (an
+//     answer's; see answerFailed).
+//
+// Each error is sent once: the Server records it (typeRare.errs) and sends
+// it again only if it changes. It is forgotten when the client is sent the
+// resource (which replaces the error on the client too) or no longer
+// subscribes to it; when the error ends and the client holds the
+// resource, the resource is sent again, so that the client learns it.
+
+// resErr is an error sent for one resource.
+type resErr struct {
+	code codes.Code
+	msg  string
+}
+
+// namedErr is the error of the resource name.
+type namedErr struct {
+	name string
+	err  resErr
+}
+
+func (ts *typeState) errs() map[string]resErr {
+	if ts.rare == nil {
+		return nil
+	}
+	return ts.rare.errs
+}
+
+// findErrors lists in d the errors of type i that the response of d,
+// released from tgt with o, carries (new or changed since sent) and those
+// that ended (cleared), and adds to what it carries, but for a SotW
+// full-state response (which carries everything held), a resource whose
+// error ended that the client holds. An error of a name the diff did not
+// look at (a partial target's, or outside what an answer restricted to
+// some names looked at) stands as it was.
+func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
+	ts, t := c.types[i], c.set.order[i]
+	looked := func(n string) bool {
+		if o.restrict {
+			if _, ok := o.force[n]; !ok {
+				return false
+			}
+		}
+		return tgt.set.find(n) >= 0 || !tgt.partial && tgt.covers(n)
+	}
+	var now []namedErr
+	for _, e := range d.refErrs {
+		if !e.Removal && !e.Rejected && e.FromType == t && ts.covers(e.From) {
+			now = append(now, namedErr{e.From, resErr{codes.Unavailable, e.Error()}})
+		}
+	}
+	for _, n := range ts.sub.names {
+		if looked(n) && tgt.set.find(n) < 0 && ts.held.get(n) == nil && !sortedHas(d.withheld, n) && !sortedHas(d.gone, n) {
+			now = append(now, namedErr{n, resErr{codes.NotFound, fmt.Sprintf("xds: %s %q does not exist", t.Short(), n)}})
+		}
+	}
+	for n, e := range ts.errs() {
+		if ts.covers(n) && !looked(n) {
+			now = append(now, namedErr{n, e})
+		}
+	}
+	slices.SortFunc(now, func(a, b namedErr) int { return strings.Compare(a.name, b.name) })
+	now = slices.CompactFunc(now, func(a, b namedErr) bool { return a.name == b.name })
+	old := ts.errs()
+	for _, e := range now {
+		if cur, ok := old[e.name]; !ok || cur != e.err {
+			d.errs = append(d.errs, e)
+		}
+	}
+	for n := range old {
+		if _, ok := slices.BinarySearchFunc(now, n, func(e namedErr, n string) int { return strings.Compare(e.name, n) }); !ok {
+			d.cleared = append(d.cleared, n)
+		}
+	}
+	slices.Sort(d.cleared)
+	full := c.set.fullState[i] && !c.delta
+	for _, n := range d.cleared {
+		k, ok := slices.BinarySearchFunc(d.kept, n, func(e entry, n string) int { return strings.Compare(e.name, n) })
+		switch {
+		case !ok || !ts.covers(n):
+		case full:
+			d.resend = true
+		case !hasEntry(d.ups, n):
+			d.ups = insertEntry(d.ups, d.kept[k])
+			d.resend = true
+		}
+	}
+}
+
+func sortedHas(s []string, n string) bool {
+	_, ok := slices.BinarySearch(s, n)
+	return ok
+}
+
+// settleErrors records that m (nil if nothing is sent) carries the errors
+// of d, and forgets those that ended.
+func (c *core) settleErrors(ts *typeState, d *diffResult, m *outMsg) {
+	if len(d.errs) == 0 && len(d.cleared) == 0 {
+		return
+	}
+	for _, n := range d.cleared {
+		delete(ts.errs(), n)
+	}
+	if m == nil || len(d.errs) == 0 {
+		return
+	}
+	r := ts.rareForWrite()
+	if r.errs == nil {
+		r.errs = make(map[string]resErr, len(d.errs))
+	}
+	for _, e := range d.errs {
+		r.errs[e.name] = e.err
+	}
+	attachErrors(m, d.errs)
+}
+
+// attachErrors sets the resource_errors of m to errs.
+func attachErrors(m *outMsg, errs []namedErr) {
+	out := make([]*discoveryv3.ResourceError, len(errs))
+	for k, e := range errs {
+		out[k] = &discoveryv3.ResourceError{
+			ResourceName: &discoveryv3.ResourceName{Name: e.name},
+			ErrorDetail:  &rpcstatus.Status{Code: int32(e.err.code), Message: e.err.msg},
+		}
+	}
+	if m.dresp != nil {
+		m.dresp.ResourceErrors = out
+	} else {
+		m.resp.ResourceErrors = out
+	}
+}
+
+// failedErr is the error sent for a resource whose generation failed: not
+// the host's error, which the hooks and the log report.
+var failedErr = resErr{codes.Unavailable, "xds: the server failed to generate this resource, and retries"}
+
+// answerFailed sends, for the answer a of type i whose generation failed,
+// an error for each name it asked for that the client does not hold, in a
+// response of its own that carries nothing else. A SotW full-state
+// response replaces what the client holds: it is sent only to a client
+// that holds nothing of the type and has nothing on its way (typically,
+// a gRPC client's first listener).
+func (c *core) answerFailed(i int, a *answer) {
+	ts := c.types[i]
+	if !c.delta && c.set.fullState[i] &&
+		(ts.held.len() > 0 || len(ts.flights) > 0 || len(ts.unread()) > 0 || len(ts.removing()) > 0) {
+		return
+	}
+	names := ts.sub.names
+	if a.restrict {
+		names = sortedKeys(a.force)
+	}
+	var errs []namedErr
+	for _, n := range names {
+		if cur, ok := ts.errs()[n]; ts.covers(n) && ts.held.get(n) == nil && (!ok || cur != failedErr) {
+			errs = append(errs, namedErr{n, failedErr})
+		}
+	}
+	// Within the budget: the rest are sent when the retry fails again.
+	for len(errs) > 1 && errsSize(errs) > c.budget(i) {
+		errs = errs[:len(errs)/2]
+	}
+	if len(errs) == 0 {
+		return
+	}
+	o := relOpts{pc: c.proxy.Push}
+	f := newFlight()
+	var m *outMsg
+	if c.delta {
+		m = c.deltaMsg(i, nil, nil, o)
+	} else {
+		m = c.sotwMsg(i, nil, 0, o)
+	}
+	f.response = ts.lastSent()
+	ts.addFlight(f)
+	c.settleErrors(ts, &diffResult{errs: errs}, m)
+	c.send(m)
+}
