@@ -22,11 +22,7 @@ func BenchmarkDeltaReconnectReporting100000(b *testing.B) {
 	st := newStore()
 	world(st, clusters)
 	f := start(b, st, nil, false)
-	held := reportedVersions(reported-clusters, "a-cluster-this-client-held-before-it-reconnected-")
-	for i := range clusters {
-		n := fmt.Sprintf("c%d", i)
-		held[n] = mustVersion(b, st.clusters[n])
-	}
+	held := heldBefore(b, st, reported)
 	cc := f.dialConn()
 	heap := func() int64 {
 		var ms runtime.MemStats

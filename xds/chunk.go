@@ -41,10 +41,11 @@ func anySize(a *anypb.Any) int { return fieldSize(len(a.TypeUrl)) + fieldSize(le
 
 // sotwSize is what e adds to a SotW response: its Any.
 func sotwSize(e *encoded) int {
-	if e.any == nil {
+	a := e.sotwAny()
+	if a == nil {
 		return 0
 	}
-	return fieldSize(anySize(e.any))
+	return fieldSize(anySize(a))
 }
 
 // deltaSize is what r adds to a Delta response: a Resource with its name,
@@ -53,8 +54,16 @@ func deltaSize(r entry) int {
 	if r.enc.any == nil {
 		return 0 // a version the client reported: not sent
 	}
-	return fieldSize(fieldSize(len(r.name)) + fieldSize(len(r.enc.version)) + fieldSize(anySize(r.enc.any)))
+	n := fieldSize(len(r.name)) + fieldSize(len(r.enc.version)) + fieldSize(anySize(r.enc.any))
+	if r.enc.ttl != nil {
+		n += ttlSize
+	}
+	return fieldSize(n)
 }
+
+// ttlSize bounds what a resource's TTL adds to it: a Duration's seconds
+// and nanos, and their tags.
+const ttlSize = 2 + 1 + 10 + 1 + 5
 
 // envelope bounds the size of a response of type i besides its resources:
 // its type URL, version and nonce (the version, '/', and at most 20
@@ -217,8 +226,12 @@ func (c *core) partMsg(i int, p part, o relOpts) *outMsg {
 	anys := make([]*anypb.Any, 0, len(p.ups))
 	size := 0
 	for _, r := range p.ups {
-		anys = append(anys, r.enc.any)
-		size += len(r.enc.any.Value)
+		a := r.enc.sotwAny()
+		anys = append(anys, a)
+		size += len(a.Value)
+		if t := r.enc.ttl; t != nil {
+			c.noteTTL(c.types[i], t.d)
+		}
 	}
 	return c.sotwMsg(i, anys, size, o)
 }

@@ -82,6 +82,10 @@ type core struct {
 	pushRetryAt time.Time
 	pushFails   int // consecutive failed pushes
 
+	// beating is set when a type's heartbeat is armed (noteTTL), and
+	// cleared when deadline finds none (as retrying is).
+	beating bool
+
 	// retrying is set when a type is given an answer to retry (retryLater,
 	// retryType), and cleared when deadline finds none: until then, the
 	// scans for retries (deadline, retryHeldBack, firstAnswerRetry) need
@@ -282,6 +286,15 @@ func (c *core) deadline() time.Time {
 			}
 		}
 	}
+	if c.beating {
+		c.beating = false
+		for _, ts := range c.types {
+			if b := ts.beatDue(); ts != nil && b != 0 {
+				c.beating = true
+				earlier(c.set.time(b))
+			}
+		}
+	}
 	return at
 }
 
@@ -300,6 +313,11 @@ func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err err
 			if err := c.answer(ts.idx, a); err != nil {
 				return false, err
 			}
+		}
+	}
+	for i, ts := range c.types {
+		if b := ts.beatDue(); ts != nil && b != 0 && !now.Before(c.set.time(b)) {
+			c.beat(i)
 		}
 	}
 	if err := c.flushDeferred(); err != nil {

@@ -18,6 +18,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -132,9 +133,10 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 	delta, grpc, ackFirst := rng.IntN(2) == 1, rng.IntN(2) == 1, rng.IntN(2) == 1
 	budget, errs := modelBudget(seed, delta)
 	r := newModelRun(t, delta, grpc, ackFirst, func(cfg *Config) { cfg.MaxResponseBytes, cfg.ResourceErrors = budget, errs })
+	r.h.ttl = modelTTL(seed)
 	r.client.star = !r.client.grpc && rng.IntN(2) == 1
 	r.rng, r.verbose = rng, verbose
-	r.logf("seed %d: %s, MaxResponseBytes %d, ResourceErrors %v", seed, r.client, budget, errs)
+	r.logf("seed %d: %s, MaxResponseBytes %d, ResourceErrors %v, TTLs %v", seed, r.client, budget, errs, r.h.ttl)
 	r.start()
 	for range steps {
 		if r.failed != "" {
@@ -168,6 +170,35 @@ func modelBudget(seed uint64, delta bool) (budget int, errs bool) {
 		budget = 480 + rng.IntN(300)
 	}
 	return budget, rand.New(rand.NewPCG(seed, 33)).IntN(2) == 1
+}
+
+// modelTTL returns the TTLs of the run of seed's resources (see
+// fakeHost.ttl): half the runs give two clusters one, so that heartbeats
+// (heartbeat.go) go out among everything else; the regression seeds run
+// as they were found. The end takes them away (see end), so that the
+// beats stop and the run comes to rest.
+func modelTTL(seed uint64) map[string]time.Duration {
+	if slices.Contains(modelRegressions, seed) || rand.New(rand.NewPCG(seed, 34)).IntN(2) == 0 {
+		return nil
+	}
+	return map[string]time.Duration{"CDS/c0": 20 * time.Second, "CDS/c3": 45 * time.Second}
+}
+
+// modelResource decodes what a SotW response carries: a resource, one
+// wrapped for its TTL, or a heartbeat (msg nil: its name without content).
+func modelResource(a *anypb.Any) (string, proto.Message, error) {
+	if a.TypeUrl != typeURLPrefix+"envoy.service.discovery.v3.Resource" {
+		return xdsrefs.DecodeAny(a)
+	}
+	r := new(discoveryv3.Resource)
+	if err := a.UnmarshalTo(r); err != nil {
+		return "", nil, err
+	}
+	if r.Resource == nil {
+		return r.Name, nil, nil
+	}
+	_, msg, err := xdsrefs.DecodeAny(r.Resource)
+	return r.Name, msg, err
 }
 
 // modelClient is an xDS client as the model sees it: it holds what the
@@ -345,9 +376,12 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 	if d := out.dresp; d != nil {
 		typ, nonce = TypeURL(d.TypeUrl), d.Nonce
 		for _, r := range d.Resources {
-			_, msg, err := xdsrefs.DecodeAny(r.Resource)
-			if err != nil {
-				return nil, fmt.Sprintf("%s: %v", summary(out), err)
+			var msg proto.Message // a heartbeat has none
+			if r.Resource != nil {
+				var err error
+				if _, msg, err = xdsrefs.DecodeAny(r.Resource); err != nil {
+					return nil, fmt.Sprintf("%s: %v", summary(out), err)
+				}
 			}
 			got = append(got, res{r.Name, r.Version, msg})
 		}
@@ -358,7 +392,7 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 			return nil, fmt.Sprintf("%s: version %q, nonce %q", summary(out), out.resp.VersionInfo, nonce)
 		}
 		for _, a := range out.resp.Resources {
-			n, msg, err := xdsrefs.DecodeAny(a)
+			n, msg, err := modelResource(a)
 			if err != nil {
 				return nil, fmt.Sprintf("%s: %v", summary(out), err)
 			}
@@ -377,6 +411,7 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 		}
 	}
 	named := m.clustersNamed()
+	prev := maps.Clone(m.held[typ]) // what a heartbeat refreshes
 	if out.dresp == nil {
 		m.version[typ] = out.resp.VersionInfo
 		if typ == ClusterType || typ == ListenerType {
@@ -387,6 +422,12 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 		delete(m.held[typ], n)
 	}
 	for _, r := range got {
+		if r.msg == nil { // a heartbeat: what it names stays as held, if it is
+			if p, ok := prev[r.name]; ok {
+				m.held[typ][r.name] = p
+			}
+			continue
+		}
 		if _, ok := slices.BinarySearch(m.subs[typ], r.name); ok || !m.byName(typ) {
 			m.held[typ][r.name] = r.msg // else sent before the client dropped it: ignored
 			m.versions[typ][r.name] = r.version
@@ -751,7 +792,7 @@ func (r *modelRun) sent(m *outMsg) {
 		}
 	} else {
 		for _, a := range m.resp.Resources {
-			n, _, err := xdsrefs.DecodeAny(a)
+			n, _, err := modelResource(a)
 			if err != nil {
 				r.fail("%s: %v", summary(m), err)
 				return
@@ -1060,6 +1101,7 @@ func differing(got, want map[string]proto.Message) string {
 // and its NACK stands, until it changes.)
 func (r *modelRun) end() {
 	clear(r.h.fail)
+	r.h.ttl = nil // every cluster changes, and goes without its TTL
 	for round := 0; round < 3 && r.failed == ""; round++ {
 		// A removal held back may send again, in the response that carries
 		// the valid clusters, content the client rejected; it rejects them
@@ -1092,7 +1134,9 @@ func (r *modelRun) end() {
 // maximum in far fewer.
 const idleTicks = 64
 
-// drain runs events until nothing is left but retries that send nothing.
+// drain runs events until nothing is left but retries that send nothing
+// and heartbeats (which go on for as long as the client holds a resource
+// with a TTL, one whose replacement it rejected say).
 func (r *modelRun) drain() {
 	idle := 0
 	for n := 0; r.failed == ""; n++ {
@@ -1102,15 +1146,15 @@ func (r *modelRun) drain() {
 		}
 		switch {
 		case len(r.inbox) > 0:
-			idle = 0
 			r.readResponse()
 		case len(r.outbox) > 0:
-			idle = 0
 			r.readRequest()
 		case !r.c.deadline().IsZero() && idle < idleTicks:
+			sent := len(r.inbox)
 			r.tick()
-			if len(r.inbox) == 0 && len(r.outbox) == 0 && r.parked == nil {
-				idle++
+			idle++
+			if len(r.outbox) > 0 || r.parked != nil || slices.ContainsFunc(r.inbox[sent:], func(m *outMsg) bool { return !m.beat }) {
+				idle = 0
 			}
 		default:
 			n = -1

@@ -110,16 +110,7 @@ func TestCoreResourceHeldBackError(t *testing.T) {
 		t.Errorf("Status errors %+v; want r1's reference error", st)
 	}
 	r.ack(RouteType)
-	r.change(true, func() {
-		h.put(ClusterType, xdsfixture.Cluster("cx"))
-		h.put(EndpointType, xdsfixture.CLA("cx", "10.0.0.9:80"))
-	}, ckey(kindCluster, "cx"), ckey(kindEndpoint, "cx"))
-	r.expect("cx arrives", "CDS [c0 cx]")
-	r.resubscribe(EndpointType, "c0", "cx")
-	r.ack(ClusterType)
-	r.expect("its endpoints", "EDS [cx]")
-	r.ack(EndpointType)
-	r.expect("then the route held back", "RDS [r1]")
+	r.cxArrives("RDS [r1]")
 	if got := r.statusErrors(RouteType); len(got) != 0 {
 		t.Errorf("Status errors %q after the route was sent", got)
 	}

@@ -39,8 +39,11 @@ type fakeHost struct {
 	// is asked for, as a Generator must, not the current one.
 	snapshots map[*pushcontext.PushContext]cfgWorld
 	gens      []string // "TYPE push|answer [subscribed names]"
-	nonces    int
-	inits     int // InitProxy calls
+	// ttl, if set, gives resources of the world their TTL, by type and
+	// name: "CDS/c0".
+	ttl    map[string]time.Duration
+	nonces int
+	inits  int // InitProxy calls
 }
 
 var _ coreHost = (*fakeHost)(nil)
@@ -119,7 +122,7 @@ func (h *fakeHost) generate(_ context.Context, c *core, i int, sub *subscription
 	var res []Resource
 	for _, n := range slices.Sorted(maps.Keys(world[t])) {
 		if sub.covers(n) {
-			res = append(res, Resource{Name: n, Message: world[t][n]})
+			res = append(res, Resource{Name: n, Message: world[t][n], TTL: h.ttl[t.Short()+"/"+n]})
 		}
 	}
 	set, err := h.encode(i, res)
@@ -839,16 +842,7 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	if r.c.plan != nil {
 		t.Fatal("the push is still in its phases")
 	}
-	r.change(true, func() {
-		h.put(ClusterType, xdsfixture.Cluster("cx"))
-		h.put(EndpointType, xdsfixture.CLA("cx", "10.0.0.9:80"))
-	}, ckey(kindCluster, "cx"), ckey(kindEndpoint, "cx"))
-	r.expect("cx arrives", "CDS [c0 cx]")
-	r.resubscribe(EndpointType, "c0", "cx")
-	r.ack(ClusterType)
-	r.expect("its endpoints", "EDS [cx]")
-	r.ack(EndpointType)
-	r.expect("then the route held back", "RDS [r0]")
+	r.cxArrives("RDS [r0]")
 	if rds.failure() != nil {
 		t.Errorf("RDS error after the fix = %v; want none", rds.failure())
 	}
@@ -1446,4 +1440,22 @@ func TestCoreRemovalDuringAPushReadsThePushsRoutes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cxArrives adds cluster cx, with its endpoints, to the world of mesh (a
+// SotW Envoy-like client) and expects, make-before-break, the cluster, its
+// endpoints once the cluster is ACKed, then the route held back for it
+// (want, once the endpoints are ACKed).
+func (r *coreRun) cxArrives(want string) {
+	r.t.Helper()
+	r.change(true, func() {
+		r.h.put(ClusterType, xdsfixture.Cluster("cx"))
+		r.h.put(EndpointType, xdsfixture.CLA("cx", "10.0.0.9:80"))
+	}, ckey(kindCluster, "cx"), ckey(kindEndpoint, "cx"))
+	r.expect("cx arrives", "CDS [c0 cx]")
+	r.resubscribe(EndpointType, "c0", "cx")
+	r.ack(ClusterType)
+	r.expect("its endpoints", "EDS [cx]")
+	r.ack(EndpointType)
+	r.expect("then the route held back", want)
 }

@@ -893,11 +893,7 @@ func TestDeltaReconnectReportingManyResources(t *testing.T) {
 		st := newStore()
 		world(st, clusters)
 		f := start(t, st, nil, false)
-		held := reportedVersions(reported-clusters, "a-cluster-this-client-held-before-it-reconnected-")
-		for i := range clusters {
-			n := fmt.Sprintf("c%d", i)
-			held[n] = mustVersion(t, st.clusters[n])
-		}
+		held := heldBefore(t, st, reported)
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType), InitialResourceVersions: held}
 		if n := proto.Size(req); n <= DefaultMaxRequestBytes || n > DefaultMaxInitialRequestBytes {
 			t.Fatalf("the request is %d bytes; want it between the two bounds", n)
@@ -923,4 +919,15 @@ func TestDeltaReconnectReportingManyResources(t *testing.T) {
 			t.Errorf("Sync() = %v, %v; want in step", nacks, err)
 		}
 	})
+}
+
+// heldBefore returns the initial resource versions of a client that held,
+// before it reconnected, the clusters of st at their versions and others
+// up to n resources in all.
+func heldBefore(t testing.TB, st *store, n int) map[string]string {
+	held := reportedVersions(n-len(st.clusters), "a-cluster-this-client-held-before-it-reconnected-")
+	for name, c := range st.clusters {
+		held[name] = mustVersion(t, c)
+	}
+	return held
 }

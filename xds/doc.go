@@ -100,6 +100,8 @@
 //     response's resource_errors, NOT_FOUND if the configuration does not
 //     have it, UNAVAILABLE if the Server holds it back; once, until the
 //     resource is sent (reserrors.go).
+//   - TTL (Resource.TTL): a resource with one is refreshed by heartbeats at
+//     least every TTL/3 while the stream lasts (heartbeat.go).
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK),
 //     but for that wildcard rule and three more. A SotW request with no

@@ -7,9 +7,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 )
@@ -24,6 +27,52 @@ type encoded struct {
 	foreign bool          // a reported version that is not one of ours: matches nothing
 
 	refs atomic.Pointer[encRefs] // what the resource names, once computed (see settings.refsOf)
+
+	// ttl is set for a resource with a TTL (Resource.TTL), nil otherwise.
+	ttl *ttlEncoding
+}
+
+// ttlEncoding is what a resource with a TTL is sent as, besides its Any:
+// wrapped in a discovery.v3.Resource for SotW, and the heartbeats that
+// refresh it (its name, version and TTL without its content), each built
+// once per version.
+type ttlEncoding struct {
+	d        time.Duration
+	ttl      *durationpb.Duration
+	wrapped  *anypb.Any            // SotW: the Resource wrapping the content
+	sotwBeat *anypb.Any            // SotW heartbeat: the Resource without content
+	beat     *discoveryv3.Resource // Delta heartbeat
+}
+
+// sotwAny returns what a SotW response carries of e.
+func (e *encoded) sotwAny() *anypb.Any {
+	if e.ttl != nil {
+		return e.ttl.wrapped
+	}
+	return e.any
+}
+
+// withTTL adds to e, the encoding of resource name, what a TTL of d needs.
+// The version covers the TTL: a change of TTL is a change of the resource.
+func (e *encoded) withTTL(name string, d time.Duration) error {
+	e.hash ^= binary.BigEndian.Uint64(sha256Of([]byte(d.String()))[:8])
+	e.version = strconv.FormatUint(e.hash, 16)
+	t := &ttlEncoding{d: d, ttl: durationpb.New(d)}
+	t.beat = &discoveryv3.Resource{Name: name, Version: e.version, Ttl: t.ttl}
+	var err error
+	if t.wrapped, err = anypb.New(&discoveryv3.Resource{Name: name, Version: e.version, Resource: e.any, Ttl: t.ttl}); err != nil {
+		return err
+	}
+	if t.sotwBeat, err = anypb.New(t.beat); err != nil {
+		return err
+	}
+	e.ttl = t
+	return nil
+}
+
+func sha256Of(b []byte) []byte {
+	sum := sha256.Sum256(b)
+	return sum[:]
 }
 
 // same reports whether a client that was sent (or reported) e holds the
@@ -53,6 +102,7 @@ type encKey struct {
 	typeIdx int
 	name    string
 	msg     proto.Message
+	ttl     time.Duration
 }
 
 // encCache marshals resources once and keeps the encodings for two push
@@ -97,7 +147,7 @@ func (c *encCache) encodeAll(typeIdx int, t TypeURL, res []Resource) ([]*encoded
 	var miss []int
 	c.mu.Lock()
 	for i, r := range res {
-		if e, ok := c.lookup(encKey{typeIdx, r.Name, r.Message}); ok {
+		if e, ok := c.lookup(encKey{typeIdx, r.Name, r.Message, r.TTL}); ok {
 			out[i] = e
 		} else {
 			miss = append(miss, i)
@@ -116,7 +166,7 @@ func (c *encCache) encodeAll(typeIdx int, t TypeURL, res []Resource) ([]*encoded
 	}
 	c.mu.Lock()
 	for _, i := range miss {
-		k := encKey{typeIdx, res[i].Name, res[i].Message}
+		k := encKey{typeIdx, res[i].Name, res[i].Message, res[i].TTL}
 		if prior, ok := c.cur[k]; ok {
 			out[i] = prior // two connections raced on it; the first one wins
 		} else {
@@ -154,16 +204,26 @@ func marshal(t TypeURL, r Resource) (*encoded, error) {
 	}
 	sum := sha256.Sum256(b)
 	h := binary.BigEndian.Uint64(sum[:8])
-	return &encoded{
+	e := &encoded{
 		any:     &anypb.Any{TypeUrl: typeURLPrefix + full, Value: b},
 		msg:     r.Message,
 		hash:    h,
 		version: strconv.FormatUint(h, 16),
-	}, nil
+	}
+	switch {
+	case r.TTL < 0:
+		return nil, bad("negative TTL " + r.TTL.String())
+	case r.TTL > 0:
+		if err := e.withTTL(r.Name, r.TTL); err != nil {
+			return nil, bad("TTL: " + err.Error())
+		}
+	}
+	return e, nil
 }
 
 // ContentVersion returns the content version the Server gives a resource
-// message, which is its Delta resource version: the first 64 bits of the
+// message without a TTL (see Resource.TTL), which is its Delta resource
+// version: the first 64 bits of the
 // SHA-256 of its deterministic encoding, in hex. Equal messages have equal
 // versions in every process, so a Delta client that reconnects to another
 // replica with initial_resource_versions is sent only what differs.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
 	grpcxds "google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -73,14 +74,7 @@ func testGRPCXDSClient(t *testing.T, interning bool) {
 		}
 	}, true, interning)
 
-	bootstrap := fmt.Sprintf(`{
-		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": "grpc-client", "locality": {}}
-	}`, f.tcp.Addr().String())
-	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rb := xdsResolver(t, f)
 	cc, err := grpc.NewClient("xds:///target", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
 	if err != nil {
 		t.Fatal(err)
@@ -189,14 +183,7 @@ func TestGRPCXDSClientResourceErrors(t *testing.T) {
 		cfg.ResourceErrors = true
 		cfg.Hooks.OnNACK = func(NACK) { mu.Lock(); nacks++; mu.Unlock() }
 	}, true, true)
-	bootstrap := fmt.Sprintf(`{
-		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
-		"node": {"id": "grpc-client", "locality": {}}
-	}`, f.tcp.Addr().String())
-	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
-	if err != nil {
-		t.Fatal(err)
-	}
+	rb := xdsResolver(t, f)
 	dial := func(target string) healthpb.HealthClient {
 		cc, err := grpc.NewClient("xds:///"+target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
 		if err != nil {
@@ -260,4 +247,19 @@ func TestGRPCXDSClientResourceErrors(t *testing.T) {
 	if nacks != 0 {
 		t.Errorf("%d NACKs; want none", nacks)
 	}
+}
+
+// xdsResolver returns grpc-go's xDS resolver for a client whose bootstrap
+// names f's Server (over TCP).
+func xdsResolver(t *testing.T, f *fixture) resolver.Builder {
+	t.Helper()
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": "grpc-client", "locality": {}}
+	}`, f.tcp.Addr().String())
+	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rb
 }

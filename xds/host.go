@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"net"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/proto"
@@ -140,6 +141,17 @@ type Resource struct {
 	// Message is the resource itself, e.g. a *clusterv3.Cluster, of the
 	// Generator's type.
 	Message proto.Message
+	// TTL, if positive, is the resource's time to live on the client (the
+	// xDS protocol's TTL): a client that supports it drops the resource
+	// unless it is refreshed within TTL. The Server refreshes what a
+	// client holds with heartbeats (responses that name the resource and
+	// its version without its content) at least every TTL/3 for as long
+	// as the stream lasts, so that a client keeps it while it is
+	// connected, and drops it once it has lost the Server for longer than
+	// TTL. A SotW response carries such a resource wrapped in a
+	// discovery.v3.Resource, as the protocol requires. Part of the
+	// resource's version: changing it re-sends the resource.
+	TTL time.Duration
 }
 
 // Watch is what a proxy subscribes to for one type.

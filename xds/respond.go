@@ -17,6 +17,7 @@ type outMsg struct {
 	nonce   string
 	bytes   int
 	push    bool
+	beat    bool   // a heartbeat (see heartbeat.go)
 	applied uint64 // the connection's appliedSeq when the response was made
 	seq     uint64 // Seq of the PushContext the response was made from
 	made    time.Time
@@ -82,9 +83,12 @@ func (c *core) heldMsg(i int, o relOpts) *outMsg {
 	anys := make([]*anypb.Any, 0, len(ents))
 	size := 0
 	for _, e := range ents {
-		if e.enc.any != nil {
-			anys = append(anys, e.enc.any)
-			size += len(e.enc.any.Value)
+		if a := e.enc.sotwAny(); a != nil {
+			anys = append(anys, a)
+			size += len(a.Value)
+		}
+		if t := e.enc.ttl; t != nil {
+			c.noteTTL(c.types[i], t.d)
 		}
 	}
 	return c.sotwMsg(i, anys, size, o)
@@ -97,7 +101,12 @@ func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
 		if r.enc.any == nil {
 			continue
 		}
-		res = append(res, &discoveryv3.Resource{Name: r.name, Version: r.enc.version, Resource: r.enc.any})
+		dr := &discoveryv3.Resource{Name: r.name, Version: r.enc.version, Resource: r.enc.any}
+		if t := r.enc.ttl; t != nil {
+			dr.Ttl = t.ttl
+			c.noteTTL(c.types[i], t.d)
+		}
+		res = append(res, dr)
 		size += len(r.enc.any.Value)
 	}
 	m := c.stamp(i, len(res), len(gone), size, o)

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // What a connection holds and what it should hold are resource sets:
@@ -278,9 +279,10 @@ func unionAll(lists [][]string) []string {
 // setSizes are the encoded sizes of a set's resources in a response (see
 // chunk.go).
 type setSizes struct {
-	sotw    int    // of them all in a SotW response
-	largest int    // of the largest in a Delta response, alone
-	name    string // the largest's name
+	sotw    int           // of them all in a SotW response
+	largest int           // of the largest in a Delta response, alone
+	name    string        // the largest's name
+	ttl     time.Duration // the shortest TTL of its resources (0: none has one)
 }
 
 // sizesOf returns the encoded sizes of s, computing them once per set.
@@ -293,6 +295,9 @@ func (s *resSet) sizesOf() *setSizes {
 		z.sotw += sotwSize(e.enc)
 		if n := deltaSize(e); n > z.largest {
 			z.largest, z.name = n, e.name
+		}
+		if t := e.enc.ttl; t != nil && (z.ttl == 0 || t.d < z.ttl) {
+			z.ttl = t.d
 		}
 	}
 	s.sizes.Store(z)

@@ -161,6 +161,7 @@ func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	after := ts.held.snapshot()
 	f.setHoldings(before, after)
 	m := c.stampNonce(i, tr.msg.nonce, tr.msg.resources, tr.msg.removed, tr.msg.bytes, o)
+	c.noteSetTTL(ts, tr.after)
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	m.resp, m.dresp, m.shared = tr.msg.resp, tr.msg.dresp, tr.msg

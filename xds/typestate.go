@@ -135,6 +135,10 @@ type typeRare struct {
 	// errs are the per-resource errors sent to the client and not
 	// cleared since (see findErrors).
 	errs map[string]resErr
+	// beatAt is when the type's next heartbeat is due (0: none), ttl the
+	// shortest TTL of the resources it refreshes (see heartbeat.go).
+	beatAt instant
+	ttl    time.Duration
 }
 
 // keptName is what decides whether a SotW client holds a name it
@@ -156,7 +160,7 @@ type keptName struct {
 func (r *typeRare) empty() bool {
 	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
 		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0 &&
-		len(r.unread) == 0 && len(r.errs) == 0
+		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0
 }
 
 func (ts *typeState) rejected() map[string]*encoded {

@@ -200,6 +200,19 @@ func checked(t xds.TypeURL) bool {
 	return t == xds.ClusterType || t == xds.ListenerType || t == xds.RouteType
 }
 
+// named returns the names resp carries, whole or as heartbeats (which
+// refresh a resource and remove nothing).
+func named(resp *Response) map[string]bool {
+	keep := make(map[string]bool, len(resp.Resources)+len(resp.Heartbeats))
+	for _, r := range resp.Resources {
+		keep[r.Name] = true
+	}
+	for _, n := range resp.Heartbeats {
+		keep[n] = true
+	}
+	return keep
+}
+
 // observe applies a decoded, accepted response and records the
 // references that start or stop dangling.
 func (k *Checker) observe(resp *Response) error {
@@ -215,10 +228,7 @@ func (k *Checker) observe(resp *Response) error {
 	}
 	full := resp.Protocol == SotW && slices.Contains(k.fullState, resp.Type)
 	removed := make(map[Ref]bool)
-	keep := make(map[string]bool, len(resp.Resources))
-	for _, r := range resp.Resources {
-		keep[r.Name] = true
-	}
+	keep := named(resp)
 	drop := func(names []string) {
 		for _, n := range names {
 			if !keep[n] || resp.Protocol == Delta {

@@ -13,6 +13,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -55,6 +56,10 @@ func decodeResponse(raw proto.Message) (*Response, error) {
 			if a.GetTypeUrl() != m.GetTypeUrl() && a.GetTypeUrl() != xdsrefs.ResourceTypeURL {
 				return resp, fmt.Errorf("xdstest: a %s resource in a %s response", a.GetTypeUrl(), m.GetTypeUrl())
 			}
+			if name, ok := heartbeat(a); ok {
+				resp.Heartbeats = append(resp.Heartbeats, name)
+				continue
+			}
 			name, msg, err := decodeAny(a)
 			if err != nil {
 				return resp, fmt.Errorf("xdstest: %w", err)
@@ -68,6 +73,10 @@ func decodeResponse(raw proto.Message) (*Response, error) {
 		resp.Type, resp.Version, resp.Nonce = xds.TypeURL(m.GetTypeUrl()), m.GetSystemVersionInfo(), m.GetNonce()
 		resp.Removed = slices.Clone(m.GetRemovedResources())
 		for _, r := range m.GetResources() {
+			if r.GetResource() == nil && r.GetTtl() != nil {
+				resp.Heartbeats = append(resp.Heartbeats, r.GetName())
+				continue
+			}
 			if r.GetResource() == nil {
 				return resp, fmt.Errorf("xdstest: resource %q has no body", r.GetName())
 			}
@@ -89,7 +98,22 @@ func decodeResponse(raw proto.Message) (*Response, error) {
 	if resp.Type == "" {
 		return resp, errors.New("xdstest: response without a type_url")
 	}
+	slices.Sort(resp.Heartbeats)
 	return resp, nil
+}
+
+// heartbeat reports whether a, a resource of a SotW response, is a
+// heartbeat (a discovery.v3.Resource with a TTL and without content), and
+// its name.
+func heartbeat(a *anypb.Any) (string, bool) {
+	if a.GetTypeUrl() != xdsrefs.ResourceTypeURL {
+		return "", false
+	}
+	var w discoveryv3.Resource
+	if err := a.UnmarshalTo(&w); err != nil || w.GetResource() != nil || w.GetTtl() == nil {
+		return "", false
+	}
+	return w.GetName(), true
 }
 
 // handle records one response, applies or rejects it and returns the
@@ -162,7 +186,14 @@ func droppedClusters(before, after *State, resp *Response) []string {
 func (c *Client) apply(ed *edit, resp *Response) {
 	ts := ed.typ(resp.Type)
 	if resp.Protocol == SotW && c.cfg.isFullState(resp.Type) {
+		kept := make(map[string]Resource, len(resp.Heartbeats))
+		for _, n := range resp.Heartbeats {
+			if r, ok := ts.res[n]; ok {
+				kept[n] = r
+			}
+		}
 		clear(ts.res)
+		maps.Copy(ts.res, kept)
 	}
 	for _, r := range resp.Resources {
 		if ts.subscribed(r.Name) {

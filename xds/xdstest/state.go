@@ -88,6 +88,10 @@ type Response struct {
 	Resources []Resource
 	// Removed lists the names of a Delta response's removed_resources.
 	Removed []string
+	// Heartbeats lists the resources the response names without their
+	// content, sorted: heartbeats that refresh a resource with a TTL the
+	// client holds (one it does not hold is ignored).
+	Heartbeats []string
 	// NACK is the error_detail message the client rejected the response
 	// with; empty when it accepted (ACKed) it.
 	NACK string

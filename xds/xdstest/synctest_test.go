@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
+	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -142,4 +143,45 @@ func TestStuckClientIsDisconnected(t *testing.T) {
 			t.Error("Err() = nil; want the stream's end")
 		}
 	})
+}
+
+// The kit's clients take heartbeats (xds.Resource.TTL): they keep what a
+// heartbeat refreshes, ACK it, and record it in Response.Heartbeats.
+func TestHeartbeats(t *testing.T) {
+	for _, p := range []xdstest.Protocol{xdstest.SotW, xdstest.Delta} {
+		t.Run(fmt.Sprint(p), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHost().world(2)
+				cfg := h.config(t)
+				gen := cfg.Generators[xds.EndpointType]
+				cfg.Generators[xds.EndpointType] = xds.GeneratorFunc(func(ctx context.Context, px *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
+					res, err := gen.Generate(ctx, px, w, req)
+					for k := range res {
+						res[k].TTL = 3 * time.Second
+					}
+					return res, err
+				})
+				ts := xdstest.NewServer(t, cfg)
+				c := ts.NewClient(t, xdstest.ClientConfig{NodeID: "envoy-1", Protocol: p})
+				eds := xdstest.HoldsNames(names{xds.EndpointType: {"c0", "c1"}})
+				xdstest.Await(t, eds, c)
+				time.Sleep(10 * time.Second)
+				synctest.Wait()
+				beats := 0
+				for _, r := range c.Responses() {
+					if r.NACK != "" {
+						t.Errorf("NACK of %s: %s", r.Type, r.NACK)
+					}
+					if r.Type == xds.EndpointType {
+						beats += len(r.Heartbeats)
+					}
+				}
+				if beats < 2*9 {
+					t.Errorf("%d heartbeats of c0 and c1 in 10s; want one each every second at least", beats)
+				}
+				xdstest.Await(t, eds, c)
+				allSynced(t, ts)
+			})
+		})
+	}
 }

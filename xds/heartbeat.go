@@ -1,0 +1,117 @@
+package xds
+
+import (
+	"slices"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Heartbeats. A resource with a TTL (Resource.TTL) that the client holds
+// is refreshed by a heartbeat at least every TTL/3: a response of its type
+// that names it and its version, with its TTL, without its content (for
+// Delta a Resource without resource; for SotW the same, wrapped in an
+// Any). Its pieces are built once per version (encoded.ttl). A heartbeat
+// is a response like any: it has a nonce, and the client ACKs it. It
+// changes nothing the client holds (a client ignores the heartbeat of a
+// resource it does not hold: one whose response it rejected, say), so its
+// flight records no change.
+//
+// A SotW Listener or Cluster response replaces the client's whole state:
+// one that named, without content, a resource the client does not hold
+// after all (a response on its way that carried it was rejected) would
+// leave the Server believing it holds it. So the heartbeat of those types
+// is their whole state again, each resource with its content (and its
+// TTL), as every other response of them is.
+//
+// The Server arms a type's heartbeat when it sends a resource with a TTL
+// (noteTTL) and keeps the shortest TTL it sent (typeRare.ttl); each beat
+// refreshes every resource with a TTL the client holds, and a beat that
+// finds none stops. Beats stop with the stream.
+
+// noteTTL arms the heartbeat of ts for a resource with TTL d just sent.
+func (c *core) noteTTL(ts *typeState, d time.Duration) {
+	r := ts.rareForWrite()
+	if r.ttl == 0 || d < r.ttl {
+		r.ttl = d
+	}
+	if at := c.set.instant(c.now.Add(r.ttl / 3)); r.beatAt == 0 || at < r.beatAt {
+		r.beatAt = at
+	}
+	c.beating = true
+}
+
+// noteSetTTL arms the heartbeat of ts if the set s, just sent as a whole
+// (a shared step; see replay), holds a resource with a TTL.
+func (c *core) noteSetTTL(ts *typeState, s *resSet) {
+	if d := s.sizesOf().ttl; d > 0 {
+		c.noteTTL(ts, d)
+	}
+}
+
+// beatDue returns when the heartbeat of ts is due; zero when none is armed.
+func (ts *typeState) beatDue() instant {
+	if ts == nil || ts.rare == nil {
+		return 0
+	}
+	return ts.rare.beatAt
+}
+
+// beat sends the heartbeat of type i, and arms the next one.
+func (c *core) beat(i int) {
+	ts := c.types[i]
+	r := ts.rareForWrite()
+	r.beatAt, r.ttl = 0, 0
+	var beats []entry
+	ts.held.each(func(n string, e *encoded) {
+		if e.ttl != nil {
+			beats = append(beats, entry{n, e})
+			if r.ttl == 0 || e.ttl.d < r.ttl {
+				r.ttl = e.ttl.d
+			}
+		}
+	})
+	if len(beats) == 0 {
+		return // nothing held has a TTL any longer: the beats stop
+	}
+	r.beatAt = c.set.instant(c.now.Add(r.ttl / 3))
+	c.beating = true
+	o := relOpts{pc: c.proxy.Push}
+	f := newFlight()
+	var m *outMsg
+	switch {
+	case c.delta:
+		res := make([]*discoveryv3.Resource, len(beats))
+		for k, b := range beats {
+			res[k] = b.enc.ttl.beat
+		}
+		m = c.stamp(i, len(res), 0, 0, o)
+		m.dresp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: string(c.set.order[i]), Nonce: m.nonce}
+	case c.set.fullState[i]:
+		// The whole state, as any response of the type would leave it
+		// (see hold): what the client unsubscribed from and nothing names
+		// any longer goes.
+		before := ts.held.snapshot()
+		state := append([]entry(nil), ts.held.entries()...)
+		for n := range ts.removing() {
+			if !ts.covers(n) && c.unnamed(i, n) {
+				delete(ts.removing(), n)
+				state = slices.DeleteFunc(state, func(e entry) bool { return e.name == n })
+			}
+		}
+		ts.held.reset(newSet(ts.mayHoldUnread(state)))
+		m = c.heldMsg(i, o)
+		f.setHoldings(before, ts.held.snapshot())
+	default:
+		anys := make([]*anypb.Any, len(beats))
+		for k, b := range beats {
+			anys[k] = b.enc.ttl.sotwBeat
+		}
+		m = c.sotwMsg(i, anys, 0, o)
+	}
+	m.beat = true
+	f.response = ts.lastSent()
+	ts.addFlight(f)
+	c.send(m)
+}
