@@ -182,6 +182,9 @@ func (c *core) generatePush(pl *plan, filtered *pushcontext.PushRequest) ([]bool
 			if err == ErrGenerateTimeout {
 				return nil, errStreamGenerateTimeout
 			}
+			if set.resourceErrors {
+				c.pushFailedErrors(i)
+			}
 			if failed == nil {
 				failed = make([]bool, len(c.types))
 			}

@@ -317,7 +317,9 @@ func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err err
 	}
 	for i, ts := range c.types {
 		if b := ts.beatDue(); ts != nil && b != 0 && !now.Before(c.set.time(b)) {
-			c.beat(i)
+			if err := c.beat(i); err != nil {
+				return false, err
+			}
 		}
 	}
 	if err := c.flushDeferred(); err != nil {

@@ -159,3 +159,43 @@ func TestCoreResourceErrorOfAFailedAnswer(t *testing.T) {
 		t.Errorf("Status errors %q", got)
 	}
 }
+
+// A push whose generation of a type fails reports UNAVAILABLE for what
+// the client holds of it (it keeps it: the update is held back), in a
+// response that carries nothing else; once the retry succeeds, the error
+// is cleared with the update. A SotW Cluster response must carry the whole
+// state, which the Server does not make from what it believes the client
+// holds (see sendErrors): nothing is sent for the failure.
+func TestCoreResourceErrorOfAFailedPush(t *testing.T) {
+	for _, delta := range []bool{false, true} {
+		t.Run(protocols[delta], func(t *testing.T) {
+			r := newCoreRun(t, delta, withResourceErrors)
+			r.mesh()
+			r.h.fail[ClusterType] = errors.New("the host's secret")
+			c0 := xdsfixture.Cluster("c0")
+			c0.AltStatName = "v2"
+			r.change(true, func() { r.h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
+			if !delta {
+				r.expectErrors("the failed push", nil)
+				return
+			}
+			r.expectErrors("the failed push", []string{"CDS [] -[]"}, "CDS c0 Unavailable")
+			r.ack(ClusterType)
+			if got := r.statusErrors(ClusterType); !slices.Equal(got, []string{"c0 Unavailable"}) {
+				t.Errorf("Status errors %q", got)
+			}
+			delete(r.h.fail, ClusterType)
+			if retry := r.wait(time.Minute); !retry {
+				t.Fatal("no retry of the push")
+			}
+			r.change(true, func() {}, ckey(kindCluster, "c0"))
+			resps, errs := r.takeErrors()
+			if len(resps) == 0 || resps[0] != "CDS [c0]"+r.none() || len(errs) != 0 {
+				t.Fatalf("the retry: %q with errors %q; want c0's update first, without errors", resps, errs)
+			}
+			if got := r.statusErrors(ClusterType); len(got) != 0 {
+				t.Errorf("Status errors %q after the update", got)
+			}
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"slices"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -18,12 +17,14 @@ import (
 // resource it does not hold: one whose response it rejected, say), so its
 // flight records no change.
 //
-// A SotW Listener or Cluster response replaces the client's whole state:
-// one that named, without content, a resource the client does not hold
-// after all (a response on its way that carried it was rejected) would
-// leave the Server believing it holds it. So the heartbeat of those types
-// is their whole state again, each resource with its content (and its
-// TTL), as every other response of them is.
+// A SotW Listener or Cluster response replaces the client's whole state,
+// and must carry all of it. One made from what the Server believes the
+// client holds would be wrong where the belief lags (a name dropped on a
+// stale request that the client still holds) or leads (one that named,
+// without content, a resource whose response on its way the client then
+// rejected). So the heartbeat of those types is an answer that sends the
+// whole state, generated again (a cache hit for a view), each resource
+// with its content and TTL, as every other response of them is.
 //
 // The Server arms a type's heartbeat when it sends a resource with a TTL
 // (noteTTL) and keeps the shortest TTL it sent (typeRare.ttl); each beat
@@ -59,7 +60,7 @@ func (ts *typeState) beatDue() instant {
 }
 
 // beat sends the heartbeat of type i, and arms the next one.
-func (c *core) beat(i int) {
+func (c *core) beat(i int) error {
 	ts := c.types[i]
 	r := ts.rareForWrite()
 	r.beatAt, r.ttl = 0, 0
@@ -73,7 +74,7 @@ func (c *core) beat(i int) {
 		}
 	})
 	if len(beats) == 0 {
-		return // nothing held has a TTL any longer: the beats stop
+		return nil // nothing held has a TTL any longer: the beats stop
 	}
 	r.beatAt = c.set.instant(c.now.Add(r.ttl / 3))
 	c.beating = true
@@ -89,20 +90,13 @@ func (c *core) beat(i int) {
 		m = c.stamp(i, len(res), 0, 0, o)
 		m.dresp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: string(c.set.order[i]), Nonce: m.nonce}
 	case c.set.fullState[i]:
-		// The whole state, as any response of the type would leave it
-		// (see hold): what the client unsubscribed from and nothing names
-		// any longer goes.
-		before := ts.held.snapshot()
-		state := append([]entry(nil), ts.held.entries()...)
-		for n := range ts.removing() {
-			if !ts.covers(n) && c.unnamed(i, n) {
-				delete(ts.removing(), n)
-				state = slices.DeleteFunc(state, func(e entry) bool { return e.name == n })
-			}
+		f.free()
+		queued := len(c.out)
+		err := c.answer(i, &answer{all: true})
+		for _, m := range c.out[queued:] {
+			m.beat = true
 		}
-		ts.held.reset(newSet(ts.mayHoldUnread(state)))
-		m = c.heldMsg(i, o)
-		f.setHoldings(before, ts.held.snapshot())
+		return err
 	default:
 		anys := make([]*anypb.Any, len(beats))
 		for k, b := range beats {
@@ -114,4 +108,5 @@ func (c *core) beat(i int) {
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	c.send(m)
+	return nil
 }

@@ -20,7 +20,8 @@ import (
 //   - UNAVAILABLE: the configuration has it, but the Server holds it back:
 //     it names what the configuration does not have (a ReferenceError, not
 //     one the client's own NACK causes), or its generation failed (an
-//     answer's; see answerFailed).
+//     answer's, for what the client lacks; a push's, for what it holds or
+//     asks for; see sendErrors).
 //
 // Each error is sent once: the Server records it (typeRare.errs) and sends
 // it again only if it changes. It is forgotten when the client is sent the
@@ -156,24 +157,49 @@ func attachErrors(m *outMsg, errs []namedErr) {
 var failedErr = resErr{codes.Unavailable, "xds: the server failed to generate this resource, and retries"}
 
 // answerFailed sends, for the answer a of type i whose generation failed,
-// an error for each name it asked for that the client does not hold, in a
-// response of its own that carries nothing else. A SotW full-state
-// response replaces what the client holds: it is sent only to a client
-// that holds nothing of the type and has nothing on its way (typically,
-// a gRPC client's first listener).
+// an error for each name it asked for that the client does not hold.
 func (c *core) answerFailed(i int, a *answer) {
 	ts := c.types[i]
-	if !c.delta && c.set.fullState[i] &&
-		(ts.held.len() > 0 || len(ts.flights) > 0 || len(ts.unread()) > 0 || len(ts.removing()) > 0) {
-		return
-	}
 	names := ts.sub.names
 	if a.restrict {
 		names = sortedKeys(a.force)
 	}
+	var missing []string
+	for _, n := range names {
+		if ts.held.get(n) == nil {
+			missing = append(missing, n)
+		}
+	}
+	c.sendErrors(i, missing)
+}
+
+// pushFailedErrors sends, for type i whose generation failed in a push, an
+// error for each name the client subscribes to by name or holds: the
+// push's update of it is held back (the client keeps what it holds).
+func (c *core) pushFailedErrors(i int) {
+	ts := c.types[i]
+	names := slices.Clone(ts.sub.names)
+	ts.held.each(func(n string, _ *encoded) { names = append(names, n) })
+	slices.Sort(names)
+	c.sendErrors(i, slices.Compact(names))
+}
+
+// sendErrors sends failedErr for each of names (of type i) the client
+// subscribes to and has not been told of, in a response of its own that
+// carries nothing else. A SotW Listener or Cluster response must carry the
+// client's whole state, and one made from what the Server believes it
+// holds would be wrong where the belief lags or leads (see heartbeat.go):
+// so for those types it is sent only before any other response of the
+// type on the stream, when the client holds nothing of it (typically, a
+// gRPC client's first listener); the errors are not sent otherwise.
+func (c *core) sendErrors(i int, names []string) {
+	ts := c.types[i]
+	if !c.delta && c.set.fullState[i] && ts.nonceSent != "" {
+		return
+	}
 	var errs []namedErr
 	for _, n := range names {
-		if cur, ok := ts.errs()[n]; ts.covers(n) && ts.held.get(n) == nil && (!ok || cur != failedErr) {
+		if cur, ok := ts.errs()[n]; ts.covers(n) && (!ok || cur != failedErr) {
 			errs = append(errs, namedErr{n, failedErr})
 		}
 	}
@@ -185,13 +211,13 @@ func (c *core) answerFailed(i int, a *answer) {
 		return
 	}
 	o := relOpts{pc: c.proxy.Push}
-	f := newFlight()
 	var m *outMsg
 	if c.delta {
 		m = c.deltaMsg(i, nil, nil, o)
 	} else {
 		m = c.sotwMsg(i, nil, 0, o)
 	}
+	f := newFlight()
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	c.settleErrors(ts, &diffResult{errs: errs}, m)
