@@ -356,9 +356,9 @@ type Config struct {
 	// configuration does not have, so that the client need not wait out
 	// its does-not-exist timer, and UNAVAILABLE for one the Server holds
 	// back (it names what the configuration does not have, or its
-	// generation failed; the message never carries the host's error; for
-	// a SotW Listener or Cluster, whose responses carry the whole state,
-	// a failed generation is reported only before the first response).
+	// generation failed; the message never carries the host's error; not
+	// for a SotW Listener or Cluster, whose every response carries the
+	// whole state: Failures and the hooks report it).
 	// Each is sent once, and again only if it changes; a response is sent
 	// for it if none would be. Off by default: clients that do not know
 	// the field ignore it, but a response sent only for an error still

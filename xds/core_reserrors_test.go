@@ -199,3 +199,17 @@ func TestCoreResourceErrorOfAFailedPush(t *testing.T) {
 		})
 	}
 }
+
+// A SotW listener answer whose generation fails sends nothing, errors
+// included: a Listener response replaces the client's whole state, and the
+// client may hold what it kept from its last stream.
+func TestCoreNoErrorOnlyFullStateResponse(t *testing.T) {
+	r := newCoreRun(t, false, withResourceErrors)
+	r.meshWorld()
+	r.h.fail[ListenerType] = errors.New("the host's secret")
+	r.subscribe(ListenerType)
+	r.expectErrors("the failed first answer", nil)
+	delete(r.h.fail, ListenerType)
+	r.wait(time.Minute)
+	r.expectErrors("the retry", []string{"LDS [l0]"})
+}

@@ -186,15 +186,14 @@ func (c *core) pushFailedErrors(i int) {
 
 // sendErrors sends failedErr for each of names (of type i) the client
 // subscribes to and has not been told of, in a response of its own that
-// carries nothing else. A SotW Listener or Cluster response must carry the
-// client's whole state, and one made from what the Server believes it
-// holds would be wrong where the belief lags or leads (see heartbeat.go):
-// so for those types it is sent only before any other response of the
-// type on the stream, when the client holds nothing of it (typically, a
-// gRPC client's first listener); the errors are not sent otherwise.
+// carries nothing else. Not for a SotW Listener or Cluster: a response of
+// those types replaces the client's whole state, and one made from what
+// the Server believes the client holds would be wrong where the belief
+// lags or leads (see heartbeat.go) — an empty one would take from a
+// client that reconnected what it kept from its last stream.
 func (c *core) sendErrors(i int, names []string) {
 	ts := c.types[i]
-	if !c.delta && c.set.fullState[i] && ts.nonceSent != "" {
+	if !c.delta && c.set.fullState[i] {
 		return
 	}
 	var errs []namedErr
