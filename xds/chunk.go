@@ -28,9 +28,9 @@ import (
 // value) and their tags, and for the response's own fields a bound
 // (envelope).
 
-// envelopeSlack bounds a response's fields besides its resources, its
-// type URL, version and nonce (see envelope): the control plane
-// identifier, should a host set it.
+// envelopeSlack is room, in a response's bound (see envelope), for fields
+// besides its resources, type URL, version and nonce, which the Server
+// does not set today (control_plane).
 const envelopeSlack = 64
 
 // fieldSize is the encoded size of a length-delimited field of n bytes
@@ -223,15 +223,5 @@ func (c *core) partMsg(i int, p part, o relOpts) *outMsg {
 	if c.delta {
 		return c.deltaMsg(i, p.ups, p.gone, o)
 	}
-	anys := make([]*anypb.Any, 0, len(p.ups))
-	size := 0
-	for _, r := range p.ups {
-		a := r.enc.sotwAny()
-		anys = append(anys, a)
-		size += len(a.Value)
-		if t := r.enc.ttl; t != nil {
-			c.noteTTL(c.types[i], t.d)
-		}
-	}
-	return c.sotwMsg(i, anys, size, o)
+	return c.entriesMsg(i, p.ups, o)
 }

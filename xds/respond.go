@@ -79,7 +79,12 @@ func (c *core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
 // heldMsg returns the SotW response of full-state type i that carries
 // everything the client holds of it, as held now says.
 func (c *core) heldMsg(i int, o relOpts) *outMsg {
-	ents := c.types[i].held.entries()
+	return c.entriesMsg(i, c.types[i].held.entries(), o)
+}
+
+// entriesMsg returns the SotW response of type i that carries ents, and
+// arms the type's heartbeat for those with a TTL (see noteTTL).
+func (c *core) entriesMsg(i int, ents []entry, o relOpts) *outMsg {
 	anys := make([]*anypb.Any, 0, len(ents))
 	size := 0
 	for _, e := range ents {
