@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/signal"
@@ -54,15 +55,47 @@ type testEtcd struct {
 	m                 *Embedded
 }
 
-// freeAddr returns a loopback address with a port that was free.
+// freeAddr returns a loopback address with a port that was free, for a
+// server the test starts later (etcd and the replica processes take
+// addresses, not listeners). The port is drawn below the kernel's
+// ephemeral range where there is room: a port the kernel handed out for
+// ":0" is handed out again as the source port of any outgoing connection
+// on the machine, and one taken between this check and the server's bind
+// fails the test with "address already in use".
 func freeAddr(t testing.TB) string {
 	t.Helper()
+	if low := ephemeralLow(); low > fixedPortsFrom+1000 {
+		for range 100 {
+			addr := fmt.Sprintf("127.0.0.1:%d", fixedPortsFrom+rand.IntN(low-fixedPortsFrom))
+			if l, err := net.Listen("tcp", addr); err == nil {
+				l.Close()
+				return addr
+			}
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// fixedPortsFrom is the lowest port freeAddr draws from.
+const fixedPortsFrom = 20000
+
+// ephemeralLow returns the lowest port of the kernel's ephemeral range, or
+// 0 where it cannot tell.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	var low, high int
+	if _, err := fmt.Sscan(string(b), &low, &high); err != nil {
+		return 0
+	}
+	return low
 }
 
 // startEtcd starts an embedded etcd for the test, stopped when it ends.
