@@ -18,7 +18,7 @@ import (
 // it calls synchronously, through the runner's guard.
 var coreFiles = []string{
 	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
-	"fetch.go", "heartbeat.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go",
+	"fetch.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go",
 	"typestate.go", "unread.go",
 }
 

@@ -87,6 +87,9 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if err := c.checkDeltaNames(req); err != nil {
 		return nil, err
 	}
+	canonicalNames(req.ResourceNamesSubscribe)
+	canonicalNames(req.ResourceNamesUnsubscribe)
+	req.InitialResourceVersions = canonicalVersions(req.InitialResourceVersions)
 	ts := c.types[i]
 	first := ts == nil
 	if first {
@@ -129,7 +132,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		if err := c.checkSubscription(i, names); err != nil {
 			return nil, err
 		}
-		sub := c.host.intern(newSubscription(names, wildcard))
+		sub := c.host.intern(newDeltaSubscription(names, wildcard))
 		ts.sub = sub
 		c.setSubBytes(ts, names)
 	}

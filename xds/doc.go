@@ -102,6 +102,11 @@
 //     resource is sent (reserrors.go).
 //   - TTL (Resource.TTL): a resource with one is refreshed by heartbeats at
 //     least every TTL/3 while the stream lasts (heartbeat.go).
+//   - xdstp:// names (xRFC TP1, gRFC A47): a request's are read in the
+//     canonical form of package xdstp, however the client spelled them;
+//     a Delta subscription to a glob collection (xdstp://auth/TYPE/path/*)
+//     covers its members, each sent and removed on its own; the glob is
+//     never reported missing (names.go).
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK),
 //     but for that wildcard rule and three more. A SotW request with no

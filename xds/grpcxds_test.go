@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -262,4 +263,85 @@ func xdsResolver(t *testing.T, f *fixture) resolver.Builder {
 		t.Fatal(err)
 	}
 	return rb
+}
+
+// federationBootstrap is a gRPC xDS bootstrap with two authorities (gRFC
+// A47) served by the Server at addr: a.example, whose listener names the
+// template makes of a target's path, and b.example; neither lists
+// xds_servers of its own, so both are asked of the top-level ones.
+const federationBootstrap = `{
+	"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+	"node": {"id": "grpc-client", "locality": {}},
+	"authorities": {
+		"a.example": {"client_listener_resource_name_template": "xdstp://a.example/envoy.config.listener.v3.Listener/%%s"},
+		"b.example": {}
+	}
+}`
+
+// grpc-go's xDS client with federation (gRFC A47): the target
+// xds://a.example/svc resolves to the listener xdstp://a.example/…/svc,
+// whose route names a cluster of another authority (b.example), all
+// served by the Server by their xdstp:// names; an RPC reaches the
+// backend, and an endpoint change of the cluster moves it.
+func TestGRPCXDSClientFederation(t *testing.T) {
+	const (
+		lds = "xdstp://a.example/envoy.config.listener.v3.Listener/svc"
+		rds = "xdstp://a.example/envoy.config.route.v3.RouteConfiguration/svc"
+		cds = "xdstp://b.example/envoy.config.cluster.v3.Cluster/ns/svc"
+		eds = "xdstp://b.example/envoy.config.endpoint.v3.ClusterLoadAssignment/ns/svc"
+	)
+	b1, b2 := backend(t), backend(t)
+	st := newStore()
+	st.listeners[lds] = xdsfixture.Listener(lds, rds)
+	st.routes[rds] = xdsfixture.Route(rds, cds)
+	st.clusters[cds] = xdsfixture.Cluster(cds)
+	st.clusters[cds].EdsClusterConfig.ServiceName = eds
+	st.endpoints[eds] = xdsfixture.CLA(eds, b1)
+	f := startCodec(t, st, "test", nil, true, true)
+	bootstrap := fmt.Sprintf(federationBootstrap, f.tcp.Addr().String())
+	rb, err := grpcxds.NewXDSResolverWithConfigForTesting([]byte(bootstrap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient("xds://a.example/svc", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	hc := healthpb.NewHealthClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	call := func() string {
+		t.Helper()
+		var p peer.Peer
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true), grpc.Peer(&p)); err != nil {
+			t.Fatalf("RPC through xDS: %v", err)
+		}
+		return p.Addr.String()
+	}
+	if got := call(); got != b1 {
+		t.Fatalf("RPC reached %s; want %s", got, b1)
+	}
+	f.update(false, func(s *store) { s.endpoints[eds] = xdsfixture.CLA(eds, b2) }, key(kindEndpoint, eds))
+	for call() != b2 {
+		if ctx.Err() != nil {
+			t.Fatal("traffic never moved to the second backend")
+		}
+	}
+	held := map[TypeURL][]string{}
+	for _, cs := range f.srv.Status() {
+		d, err := f.srv.Dump(ctx, cs.ConnID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, td := range d.Types {
+			for _, r := range td.Resources {
+				held[td.Type] = append(held[td.Type], r.Name)
+			}
+		}
+	}
+	want := map[TypeURL][]string{ListenerType: {lds}, RouteType: {rds}, ClusterType: {cds}, EndpointType: {eds}}
+	if !maps.EqualFunc(held, want, slices.Equal) {
+		t.Errorf("the client holds %q; want %q", held, want)
+	}
 }

@@ -16,6 +16,10 @@ import (
 type subscription struct {
 	names    []string // sorted, unique, without "*"
 	wildcard bool
+	// globs are the glob collections among names, sorted, each covering
+	// its members (see names.go); nil for a SotW subscription, which has
+	// none, and for a Delta one that names none.
+	globs []string
 	// order is the order of the names in the SotW request that made the
 	// subscription (see typeState.order), nil if none: connections whose
 	// requests list the names in that order share it, so that what each
@@ -39,6 +43,16 @@ func newSubscription(names []string, wildcard bool) *subscription {
 	return noSubscription
 }
 
+// newDeltaSubscription returns a subscription of a Delta client: the glob
+// collections among names cover their members.
+func newDeltaSubscription(names []string, wildcard bool) *subscription {
+	s := newSubscription(names, wildcard)
+	if globs := globsOf(names); globs != nil {
+		s.globs = globs
+	}
+	return s
+}
+
 // sotwSubscription returns the interned subscription to names (wildcard
 // as given) of a SotW request whose names came in order (see parseNames),
 // and that order, shared with the subscription when they are the same.
@@ -60,12 +74,13 @@ func (s *subscription) covers(name string) bool {
 		return true
 	}
 	_, ok := slices.BinarySearch(s.names, name)
-	return ok
+	return ok || s.globs != nil && inGlobs(s.globs, name)
 }
 
-// equal reports whether s and o subscribe to the same names.
+// equal reports whether s and o subscribe to the same names, their glob
+// collections covering alike.
 func (s *subscription) equal(o *subscription) bool {
-	return s == o || s.wildcard == o.wildcard && slices.Equal(s.names, o.names)
+	return s == o || s.wildcard == o.wildcard && (s.globs == nil) == (o.globs == nil) && slices.Equal(s.names, o.names)
 }
 
 // coversAll reports whether the subscription covers every resource of res.
@@ -214,6 +229,9 @@ func (s *subscription) hash() uint64 {
 	h := uint64(14695981039346656037)
 	if s.wildcard {
 		h ^= 1
+	}
+	if s.globs != nil {
+		h ^= 2
 	}
 	for _, n := range s.names {
 		for i := 0; i < len(n); i++ {

@@ -6,12 +6,14 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"slices"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
 // What the Server calls: the Builder, one Generator per type, InitProxy.
@@ -107,8 +109,9 @@ type generator struct {
 
 // Generate returns the resources of the generator's type that the proxy's
 // group holds and w covers: all of them for a wildcard watch, the named
-// ones that exist otherwise (Delta watches are one or the other), from
-// req.Push.
+// ones that exist otherwise (Delta watches are one or the other), and the
+// members of each glob collection named (xdstp://auth/TYPE/path/*; the
+// Server gives a SotW watch none), from req.Push.
 func (g generator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
 	pc := p.Push
 	if req != nil && req.Push != nil {
@@ -126,10 +129,19 @@ func (g generator) Generate(_ context.Context, p *xds.Proxy, w xds.Watch, req *p
 		return ts.res, nil // shared: the Server does not modify it
 	}
 	out := make([]xds.Resource, 0, min(len(w.Names), len(ts.res)))
+	globs := false
 	for _, n := range w.Names {
-		if i := ts.find(n); i >= 0 {
+		if xdstp.IsGlob(n) {
+			globs = true
+			out = ts.members(out, n)
+		} else if i := ts.find(n); i >= 0 {
 			out = append(out, ts.res[i])
 		}
+	}
+	if globs {
+		// A member may be named on its own too, or in two collections.
+		slices.SortFunc(out, func(a, b xds.Resource) int { return strings.Compare(a.Name, b.Name) })
+		out = slices.CompactFunc(out, func(a, b xds.Resource) bool { return a.Name == b.Name })
 	}
 	return slices.Clip(out), nil
 }

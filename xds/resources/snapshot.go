@@ -8,6 +8,7 @@ import (
 
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
+	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
 // The Store's state is a chain of immutable snapshots, one per commit.
@@ -35,6 +36,24 @@ func (ts *typeSet) find(name string) int {
 		return -1
 	}
 	return i
+}
+
+// members appends to out the resources of ts in the glob collection glob
+// (both in canonical form: see xdstp.InCollection). They sort together:
+// every member's name starts with glob up to its last segment.
+func (ts *typeSet) members(out []xds.Resource, glob string) []xds.Resource {
+	if ts == nil {
+		return out
+	}
+	path, _, _ := strings.Cut(glob, "?")
+	prefix := strings.TrimSuffix(path, xdstp.Glob)
+	i, _ := slices.BinarySearchFunc(ts.res, prefix, func(r xds.Resource, p string) int { return strings.Compare(r.Name, p) })
+	for ; i < len(ts.res) && strings.HasPrefix(ts.res[i].Name, prefix); i++ {
+		if xdstp.InCollection(glob, ts.res[i].Name) {
+			out = append(out, ts.res[i])
+		}
+	}
+	return out
 }
 
 func (ts *typeSet) len() int {

@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"net/url"
 	"slices"
+	"strings"
 )
 
 // bootstrapCreds are the channel_creds types every gRPC xDS client
@@ -40,7 +43,13 @@ func AllowTLSCreds() BootstrapOption { return func(r *bootstrapRules) { r.tls = 
 //     "google_default"; server_features, if present, a list of strings;
 //   - node: an object with a non-empty id string and a locality object
 //     (region, zone and sub_zone, if present, strings); cluster, if
-//     present, a string; metadata, if present, an object.
+//     present, a string; metadata, if present, an object;
+//   - federation (gRFC A47), if present: client_default_listener_resource_name_template
+//     a string; authorities an object whose every entry is an object
+//     whose xds_servers, if present and not empty, follow the rules of the
+//     top-level ones, and whose client_listener_resource_name_template, if
+//     present, is a string starting with "xdstp://" and the entry's
+//     authority (path-escaped), as grpc-go requires.
 //
 // Options relax these rules (AllowTLSCreds). Use it in a test of every
 // bootstrap a project documents or generates.
@@ -50,8 +59,10 @@ func CheckBootstrap(data []byte, opts ...BootstrapOption) error {
 		o(&rules)
 	}
 	var b struct {
-		XDSServers []json.RawMessage `json:"xds_servers"`
-		Node       json.RawMessage   `json:"node"`
+		XDSServers      []json.RawMessage `json:"xds_servers"`
+		Node            json.RawMessage   `json:"node"`
+		DefaultTemplate json.RawMessage   `json:"client_default_listener_resource_name_template"`
+		Authorities     json.RawMessage   `json:"authorities"`
 	}
 	if err := json.Unmarshal(data, &b); err != nil {
 		return fmt.Errorf("xdstest: bootstrap: %w", err)
@@ -66,6 +77,51 @@ func CheckBootstrap(data []byte, opts ...BootstrapOption) error {
 	}
 	if err := checkNode(b.Node); err != nil {
 		return fmt.Errorf("xdstest: bootstrap: node: %w", err)
+	}
+	if !isNull(b.DefaultTemplate) {
+		var tmpl string
+		if err := json.Unmarshal(b.DefaultTemplate, &tmpl); err != nil {
+			return errors.New("xdstest: bootstrap: client_default_listener_resource_name_template is not a string")
+		}
+	}
+	if err := checkAuthorities(b.Authorities, rules); err != nil {
+		return fmt.Errorf("xdstest: bootstrap: authorities: %w", err)
+	}
+	return nil
+}
+
+// checkAuthorities checks the authorities of a bootstrap (gRFC A47).
+func checkAuthorities(raw json.RawMessage, rules bootstrapRules) error {
+	if isNull(raw) {
+		return nil
+	}
+	var auths map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &auths); err != nil {
+		return errors.New("not an object")
+	}
+	for _, name := range slices.Sorted(maps.Keys(auths)) {
+		var a struct {
+			XDSServers []json.RawMessage `json:"xds_servers"`
+			Template   json.RawMessage   `json:"client_listener_resource_name_template"`
+		}
+		if err := json.Unmarshal(auths[name], &a); err != nil || isNull(auths[name]) {
+			return fmt.Errorf("%q: not an object with the expected fields", name)
+		}
+		for i, s := range a.XDSServers {
+			if err := checkServer(s, rules); err != nil {
+				return fmt.Errorf("%q: xds_servers[%d]: %w", name, i, err)
+			}
+		}
+		if isNull(a.Template) {
+			continue
+		}
+		var tmpl string
+		if err := json.Unmarshal(a.Template, &tmpl); err != nil {
+			return fmt.Errorf("%q: client_listener_resource_name_template is not a string", name)
+		}
+		if prefix := "xdstp://" + url.PathEscape(name); !strings.HasPrefix(tmpl, prefix) {
+			return fmt.Errorf("%q: client_listener_resource_name_template %q does not start with %q", name, tmpl, prefix)
+		}
 	}
 	return nil
 }

@@ -37,6 +37,15 @@ func TestCheckBootstrap(t *testing.T) {
 		{"tls allowed, unknown type", `{"xds_servers": [{"server_uri": "x", "channel_creds": [{"type": "spiffe"}]}], "node": {"id": "a", "locality": {}}}`, `or "tls"`, tls},
 		{"features not strings", `{"xds_servers": [{"server_uri": "x", "channel_creds": [{"type": "insecure"}], "server_features": [1]}], "node": {"id": "a", "locality": {}}}`, "server_features is not a list of strings", nil},
 		{"not JSON", `{"xds_servers": [`, "xdstest: bootstrap: ", nil},
+		{"authorities", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "client_default_listener_resource_name_template": "%s",
+			"authorities": {"a.example": {"client_listener_resource_name_template": "xdstp://a.example/envoy.config.listener.v3.Listener/%s"}, "b.example": {"xds_servers": [` + server + `]}, "c.example": {"xds_servers": []}}}`, "", nil},
+		{"authorities not an object", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "authorities": []}`, "authorities: not an object", nil},
+		{"authority not an object", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "authorities": {"a": 1}}`, `authorities: "a": not an object`, nil},
+		{"authority null", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "authorities": {"a": null}}`, `authorities: "a": not an object`, nil},
+		{"authority's server without creds", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "authorities": {"a": {"xds_servers": [{"server_uri": "x"}]}}}`, `authorities: "a": xds_servers[0]: channel_creds is missing`, nil},
+		{"template of another authority", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "authorities": {"a.example": {"client_listener_resource_name_template": "xdstp://b.example/l/%s"}}}`, `does not start with "xdstp://a.example"`, nil},
+		{"template not a string", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "authorities": {"a": {"client_listener_resource_name_template": 1}}}`, "is not a string", nil},
+		{"default template not a string", `{"xds_servers": [` + server + `], "node": {"id": "a", "locality": {}}, "client_default_listener_resource_name_template": 1}`, "client_default_listener_resource_name_template is not a string", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

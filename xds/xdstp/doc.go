@@ -21,7 +21,10 @@
 //     its parts decoded; String writes the canonical form; Canonical is
 //     both, and leaves a name that is not xdstp:// as it is. Parse of a
 //     canonical name returns the same parts, and String of them the same
-//     name (fuzzed).
+//     name (fuzzed). IsGlob and InCollection answer Name.IsGlob and
+//     Name.Contains for names in canonical form, as strings, without
+//     parsing or allocating (fuzzed against them): for matching a
+//     subscription's glob collections against resource names.
 //   - The canonical form: the scheme in lower case; the authority, each id
 //     segment and each parameter with every byte that is not allowed there
 //     unencoded percent-encoded, in upper-case hex, and every byte that is

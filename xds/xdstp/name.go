@@ -295,3 +295,46 @@ func unhex(c byte) (byte, bool) {
 	}
 	return 0, false
 }
+
+// The functions below work on names in canonical form, as strings, without
+// parsing them: for a name that is not canonical, their answers are those
+// for another name.
+
+// IsGlob reports whether s, a name in canonical form, names a glob
+// collection: an xdstp:// name whose id's last segment is Glob.
+func IsGlob(s string) bool {
+	if !Is(s) {
+		return false
+	}
+	path, _ := splitQuery(s[len(Scheme):])
+	// authority "/" type "/" id: the id's last segment follows the last '/'.
+	return strings.Count(path, "/") >= 2 && strings.HasSuffix(path, "/"+Glob)
+}
+
+// InCollection reports whether name is a member of glob, both in canonical
+// form: glob names a glob collection (IsGlob), and name is an xdstp://
+// name of the same authority, type and context parameters whose id is
+// glob's with the last segment replaced by one that is not Glob (see
+// Name.Contains). It allocates nothing.
+func InCollection(glob, name string) bool {
+	if !IsGlob(glob) || !Is(name) {
+		return false
+	}
+	gpath, gquery := splitQuery(glob)
+	npath, nquery := splitQuery(name)
+	prefix := gpath[:len(gpath)-len(Glob)] // up to and with the last '/'
+	if gquery != nquery || len(npath) <= len(prefix) || !strings.HasPrefix(npath, prefix) {
+		return false
+	}
+	last := npath[len(prefix):]
+	return last != Glob && strings.IndexByte(last, '/') < 0
+}
+
+// splitQuery splits s at its first '?', which in a canonical name starts
+// the context parameters (a '?' anywhere else is percent-encoded).
+func splitQuery(s string) (path, query string) {
+	if i := strings.IndexByte(s, '?'); i >= 0 {
+		return s[:i], s[i:]
+	}
+	return s, ""
+}

@@ -131,6 +131,9 @@ func TestCollections(t *testing.T) {
 			if got := glob.Contains(m); got != tt.want {
 				t.Fatalf("%v.Contains(%v) = %v; want %v", glob, m, got, tt.want)
 			}
+			if got := xdstp.InCollection(glob.String(), m.String()); got != tt.want {
+				t.Fatalf("InCollection(%q, %q) = %v; want %v", glob, m, got, tt.want)
+			}
 			if tt.want && !m.Collection().Equal(glob) {
 				t.Fatalf("%v.Collection() = %v; want %v", m, m.Collection(), glob)
 			}
@@ -138,6 +141,9 @@ func TestCollections(t *testing.T) {
 	}
 	if !glob.IsGlob() || parse("xdstp://a/"+lds+"/ns/l1").IsGlob() {
 		t.Error("IsGlob is wrong")
+	}
+	if !xdstp.IsGlob(glob.String()) || xdstp.IsGlob("xdstp://a/"+lds+"/ns/l1") || xdstp.IsGlob("*") || xdstp.IsGlob("xdstp://a/*") {
+		t.Error("the function IsGlob is wrong")
 	}
 	if got := parse("xdstp://a/" + lds + "/l1").Collection().String(); got != "xdstp://a/"+lds+"/*" {
 		t.Errorf("Collection of a one-segment id = %q", got)
@@ -180,6 +186,33 @@ func FuzzParse(f *testing.F) {
 		}
 		if again := m.String(); again != c {
 			t.Fatalf("canonical form of %q is not a fixed point: %q, then %q", s, c, again)
+		}
+	})
+}
+
+// FuzzInCollection checks the string forms against the parsed ones: for
+// two names in canonical form, IsGlob and InCollection agree with
+// Name.IsGlob and Name.Contains.
+func FuzzInCollection(f *testing.F) {
+	f.Add("xdstp://a/"+lds+"/ns/*?k=v", "xdstp://a/"+lds+"/ns/l1?k=v")
+	f.Add("xdstp://a/"+lds+"/ns/*", "xdstp://a/"+lds+"/ns/sub/l1")
+	f.Add("xdstp://a/"+lds+"/*", "xdstp://a/"+lds+"/x%3Fy")
+	f.Add("xdstp:///"+lds+"/*?a=1&b=2", "xdstp:///"+lds+"/l?b=2&a=1")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		g, err := xdstp.Parse(a)
+		if err != nil {
+			return
+		}
+		m, err := xdstp.Parse(b)
+		if err != nil {
+			return
+		}
+		gs, ms := g.String(), m.String()
+		if got := xdstp.IsGlob(gs); got != g.IsGlob() {
+			t.Fatalf("IsGlob(%q) = %v; Name.IsGlob %v", gs, got, g.IsGlob())
+		}
+		if got, want := xdstp.InCollection(gs, ms), g.Contains(m); got != want {
+			t.Fatalf("InCollection(%q, %q) = %v; Name.Contains %v", gs, ms, got, want)
 		}
 	})
 }

@@ -1,0 +1,126 @@
+package xds
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/xdspush/xdspush/xds/xdstp"
+)
+
+// xdstp:// names (xRFC TP1, gRFC A47) in requests. A client may spell one
+// name several ways (context parameters in any order, characters
+// percent-encoded or not); the Server works on one spelling, the canonical
+// form (see xdstp), which is what a Store holds and what responses carry,
+// and which every xDS client compares names in. A request's xdstp:// names
+// are rewritten in canonical form as it comes in; one that does not parse
+// is kept as it is, and, naming nothing the configuration can hold, is
+// answered as any name that does not exist.
+//
+// A Delta subscription to a glob collection (xdstp://auth/TYPE/path/*)
+// covers every member of the collection (see subscription.globs), as Envoy
+// subscribes to them; the glob itself names no resource, and is never
+// reported missing. A SotW subscription takes a glob as a plain name.
+
+// canonicalNames rewrites in place the xdstp:// names of names in canonical
+// form.
+func canonicalNames(names []string) {
+	for k, n := range names {
+		if xdstp.Is(n) {
+			if cn, err := xdstp.Canonical(n); err == nil {
+				names[k] = cn
+			}
+		}
+	}
+}
+
+// canonicalVersions returns versions with its xdstp:// names in canonical
+// form: versions itself when they are, a new map otherwise. Of two
+// spellings of one name, either version is kept.
+func canonicalVersions(versions map[string]string) map[string]string {
+	var out map[string]string
+	for n := range versions {
+		if !xdstp.Is(n) {
+			continue
+		}
+		if cn, err := xdstp.Canonical(n); err == nil && cn != n {
+			out = make(map[string]string, len(versions))
+			break
+		}
+	}
+	if out == nil {
+		return versions
+	}
+	for n, v := range versions {
+		if xdstp.Is(n) {
+			if cn, err := xdstp.Canonical(n); err == nil {
+				n = cn
+			}
+		}
+		out[n] = v
+	}
+	return out
+}
+
+// globsOf returns the glob collections among names (sorted: names are),
+// nil if none.
+func globsOf(names []string) []string {
+	var globs []string
+	for _, n := range names {
+		if xdstp.IsGlob(n) {
+			globs = append(globs, n)
+		}
+	}
+	return globs
+}
+
+// inGlobs reports whether name is a member of one of the glob collections
+// globs (sorted): a few are matched in turn, without allocating; more, by
+// looking up the collection name would be a member of.
+func inGlobs(globs []string, name string) bool {
+	if len(globs) <= 8 {
+		for _, g := range globs {
+			if xdstp.InCollection(g, name) {
+				return true
+			}
+		}
+		return false
+	}
+	g, ok := collectionOf(name)
+	if !ok {
+		return false
+	}
+	_, found := slices.BinarySearch(globs, g)
+	return found
+}
+
+// collectionOf returns the glob collection name, in canonical form, would
+// be a member of, and false if it would be a member of none (it is not an
+// xdstp:// name, or is a glob).
+func collectionOf(name string) (string, bool) {
+	if !xdstp.Is(name) {
+		return "", false
+	}
+	path, query := name, ""
+	if q := strings.IndexByte(name, '?'); q >= 0 {
+		path, query = name[:q], name[q:]
+	}
+	slash := strings.LastIndexByte(path, '/')
+	if slash < 0 {
+		return "", false
+	}
+	g := path[:slash+1] + xdstp.Glob + query
+	return g, xdstp.InCollection(g, name)
+}
+
+// forced reports whether an answer's force set names name, itself or the
+// glob collection it is a member of.
+func forced(force map[string]struct{}, name string) bool {
+	if _, ok := force[name]; ok || len(force) == 0 {
+		return ok
+	}
+	if g, ok := collectionOf(name); ok {
+		_, ok = force[g]
+		return ok
+	}
+	return false
+}
