@@ -86,7 +86,7 @@ func newFakeHost(t testing.TB, tweak func(*Config)) *fakeHost {
 		t.Fatal(err)
 	}
 	return &fakeHost{
-		t: t, set: set, b: b, cache: newEncCache(),
+		t: t, set: set, b: b, cache: newEncCache(len(set.order)),
 		world:   cfgWorld{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}},
 		fail:    map[TypeURL]error{},
 		changes: map[TypeURL]*Changes{},

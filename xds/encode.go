@@ -105,76 +105,130 @@ type encKey struct {
 	ttl     time.Duration
 }
 
-// encCache marshals resources once and keeps the encodings for two push
-// generations: entries not used during the current or the previous
-// generation are dropped at rotate, so memory follows what generators return
-// now, not what they returned once.
+// encCache marshals resources once and keeps the encodings of each type
+// for two of its generations: the entries of a type not used since the
+// push before the type's last regeneration are dropped when a push
+// regenerates it (rotate), so memory follows what generators return now,
+// not what they returned once, while a type no push regenerates (the
+// clusters, while endpoints change) keeps its encodings for the
+// connections that generate it later. A resource that several
+// connections need at once (the subsets of on-demand clients that share
+// it) is marshalled by the first of them; the others wait for its
+// encoding.
 type encCache struct {
-	mu   sync.Mutex // protects cur and prev
-	cur  map[encKey]*encoded
-	prev map[encKey]*encoded
+	mu   sync.Mutex // protects gens
+	gens []encGens  // by type index
+	// marshals counts the resources marshalled, for tests of what is
+	// shared.
+	marshals atomic.Int64
 }
 
-func newEncCache() *encCache {
-	return &encCache{cur: make(map[encKey]*encoded)}
+// encGens are the entries of one type, of its current and previous
+// generations.
+type encGens struct {
+	cur, prev map[encKey]*encEntry
 }
 
-// rotate starts a new generation. The Server calls it once per push.
-func (c *encCache) rotate() {
+// encEntry is the encoding of one resource, made once.
+type encEntry struct {
+	once sync.Once
+	enc  atomic.Pointer[encoded] // set once made
+	err  error                   // set, before once returns, if marshalling failed
+}
+
+// newEncCache returns a cache for types types.
+func newEncCache(types int) *encCache {
+	c := &encCache{gens: make([]encGens, types)}
+	for i := range c.gens {
+		c.gens[i].cur = make(map[encKey]*encEntry)
+	}
+	return c
+}
+
+// rotate starts a new generation of each type i that regenerated(i)
+// reports a push regenerates, and of a type whose current generation grew
+// to more than twice the previous one and a margin: its generator makes
+// new messages for each call (each connection's, each answer's) rather
+// than share them, and their encodings would pile up until the type is
+// regenerated. The Server calls it once per push.
+func (c *encCache) rotate(regenerated func(i int) bool) {
 	c.mu.Lock()
-	c.prev = c.cur
-	c.cur = make(map[encKey]*encoded, len(c.prev))
-	c.mu.Unlock()
-}
-
-// lookup returns the cached encoding of k, moving it to the current
-// generation. c.mu must be held.
-func (c *encCache) lookup(k encKey) (*encoded, bool) {
-	e, ok := c.cur[k]
-	if !ok {
-		if e, ok = c.prev[k]; ok {
-			c.cur[k] = e
+	defer c.mu.Unlock()
+	for i := range c.gens {
+		if g := &c.gens[i]; regenerated(i) || len(g.cur) > 2*len(g.prev)+rotateMargin {
+			g.prev, g.cur = g.cur, make(map[encKey]*encEntry, len(g.cur))
 		}
 	}
-	return e, ok
+}
+
+// rotateMargin is the growth of a type's encodings between its
+// generations that makes a push rotate it although it does not regenerate
+// it (see rotate).
+const rotateMargin = 1024
+
+// entry returns the entry of k, moving it to the current generation of
+// its type, or adding it. c.mu must be held.
+func (c *encCache) entry(k encKey) *encEntry {
+	g := &c.gens[k.typeIdx]
+	en, ok := g.cur[k]
+	if !ok {
+		if en, ok = g.prev[k]; !ok {
+			en = new(encEntry)
+		}
+		g.cur[k] = en
+	}
+	return en
 }
 
 // encodeAll returns the shared encodings of res (resources of type t), in
 // order, marshalling and checking those not in the cache. It takes the
-// cache's lock twice, not once per resource.
+// cache's lock once, not once per resource, and marshals outside it.
 func (c *encCache) encodeAll(typeIdx int, t TypeURL, res []Resource) ([]*encoded, error) {
 	out := make([]*encoded, len(res))
 	var miss []int
+	var missed []*encEntry
 	c.mu.Lock()
 	for i, r := range res {
-		if e, ok := c.lookup(encKey{typeIdx, r.Name, r.Message, r.TTL}); ok {
+		en := c.entry(encKey{typeIdx, r.Name, r.Message, r.TTL})
+		if e := en.enc.Load(); e != nil {
 			out[i] = e
 		} else {
-			miss = append(miss, i)
+			miss, missed = append(miss, i), append(missed, en)
 		}
 	}
 	c.mu.Unlock()
-	if len(miss) == 0 {
-		return out, nil
-	}
-	for _, i := range miss {
-		e, err := marshal(t, res[i])
-		if err != nil {
-			return nil, err
+	for j, i := range miss {
+		en := missed[j]
+		en.once.Do(func() {
+			e, err := marshal(t, res[i])
+			if err != nil {
+				en.err = err
+				return
+			}
+			c.marshals.Add(1)
+			en.enc.Store(e)
+		})
+		if en.err != nil {
+			c.forget(encKey{typeIdx, res[i].Name, res[i].Message, res[i].TTL}, en)
+			return nil, en.err
 		}
-		out[i] = e
+		out[i] = en.enc.Load()
 	}
-	c.mu.Lock()
-	for _, i := range miss {
-		k := encKey{typeIdx, res[i].Name, res[i].Message, res[i].TTL}
-		if prior, ok := c.cur[k]; ok {
-			out[i] = prior // two connections raced on it; the first one wins
-		} else {
-			c.cur[k] = out[i]
-		}
-	}
-	c.mu.Unlock()
 	return out, nil
+}
+
+// forget drops en, the entry of k, whose marshalling failed: the error is
+// not kept (a later generation tries again, and fails alike).
+func (c *encCache) forget(k encKey, en *encEntry) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := &c.gens[k.typeIdx]
+	if g.cur[k] == en {
+		delete(g.cur, k)
+	}
+	if g.prev[k] == en {
+		delete(g.prev, k)
+	}
 }
 
 const typeURLPrefix = "type.googleapis.com/"

@@ -220,7 +220,13 @@ func (s *Server) push(ctx context.Context, u *update) {
 
 	out := *req
 	out.Push = next
-	s.cache.rotate()
+	s.cache.rotate(func(i int) bool {
+		// A type is regenerated when an index of its kinds was rebuilt,
+		// by a Forced push, and by every push when it has no kinds (see
+		// core.affected).
+		kinds := s.set.kinds[i]
+		return prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...)
+	})
 	item := &pushItem{req: &out, seq: next.Seq(), start: s.set.clock.Now(), merged: 1}
 	s.mu.Lock()
 	for c := range s.conns {

@@ -103,7 +103,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		set:        set,
 		queue:      pushqueue.New[*conn, *pushItem](),
-		cache:      newEncCache(),
+		cache:      newEncCache(len(set.order)),
 		codec:      newInternCodec(),
 		conns:      make(map[*conn]struct{}),
 		live:       make(map[*conn]struct{}),

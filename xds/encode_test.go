@@ -1,0 +1,120 @@
+package xds
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
+)
+
+// The encoding cache: a resource is marshalled once while its message is
+// returned, across connections and pushes; a rotation drops only the
+// types it regenerates, and only what their last two generations did not
+// use; a type whose generator makes new messages for every call is
+// rotated anyway once it grows; a failed marshal is not kept.
+func TestEncCache(t *testing.T) {
+	const cds, eds = 0, 1
+	cluster := func(n string) Resource { return Resource{Name: n, Message: xdsfixture.Cluster(n)} }
+	c0, c1 := cluster("c0"), cluster("c1")
+	e0 := Resource{Name: "c0", Message: xdsfixture.CLA("c0", "10.0.0.1:80")}
+	c := newEncCache(2)
+	encode := func(i int, res ...Resource) []*encoded {
+		t.Helper()
+		typ := ClusterType
+		if i == eds {
+			typ = EndpointType
+		}
+		out, err := c.encodeAll(i, typ, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	marshals := func(what string, want int64) {
+		t.Helper()
+		if got := c.marshals.Swap(0); got != want {
+			t.Fatalf("%s: %d marshals; want %d", what, got, want)
+		}
+	}
+	first := encode(cds, c0, c1)
+	encode(eds, e0)
+	marshals("first", 3)
+	if again := encode(cds, c0, c1); again[0] != first[0] || again[1] != first[1] {
+		t.Fatal("the same messages encoded anew")
+	}
+	marshals("again", 0)
+	onlyEDS := func(i int) bool { return i == eds }
+	for range 3 { // endpoint-only pushes: the clusters stay
+		c.rotate(onlyEDS)
+		encode(eds, e0)
+	}
+	encode(cds, c0)
+	marshals("clusters after endpoint-only pushes", 0)
+	all := func(int) bool { return true }
+	c.rotate(all)
+	encode(cds, c0)
+	c.rotate(all) // c1 unused for two generations, c0 used in one
+	encode(cds, c0, c1)
+	marshals("c1 after two regenerations without it", 1)
+
+	// A generator that makes new messages for every call.
+	for k := range 2*rotateMargin + 10 {
+		encode(cds, cluster(fmt.Sprint("fresh", k)))
+	}
+	c.rotate(onlyEDS)
+	c.mu.Lock()
+	n := len(c.gens[cds].cur)
+	c.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d cluster encodings kept after a rotation of a type grown past its bound; want 0", n)
+	}
+	c.marshals.Store(0)
+
+	bad := Resource{Name: "other", Message: xdsfixture.Cluster("c9")}
+	for range 2 {
+		if _, err := c.encodeAll(cds, ClusterType, []Resource{bad}); err == nil {
+			t.Fatal("a resource named other than its message was encoded")
+		}
+	}
+	c.mu.Lock()
+	_, kept := c.gens[cds].cur[encKey{cds, bad.Name, bad.Message, 0}]
+	c.mu.Unlock()
+	if kept {
+		t.Error("a failed marshal is kept")
+	}
+}
+
+// Connections that need the same resource at once marshal it once.
+func TestEncCacheConcurrent(t *testing.T) {
+	c := newEncCache(1)
+	var res []Resource
+	for k := range 200 {
+		n := fmt.Sprint("c", k)
+		res = append(res, Resource{Name: n, Message: xdsfixture.Cluster(n)})
+	}
+	var wg sync.WaitGroup
+	outs := make([][]*encoded, 8)
+	for g := range outs {
+		wg.Go(func() {
+			out, err := c.encodeAll(0, ClusterType, res)
+			if err != nil {
+				t.Error(err)
+			}
+			outs[g] = out
+		})
+	}
+	wg.Wait()
+	if got := c.marshals.Load(); got != int64(len(res)) {
+		t.Errorf("%d marshals of %d resources by %d connections; want one each", got, len(res), len(outs))
+	}
+	for g := range outs {
+		for k := range res {
+			if outs[g][k] != outs[0][k] || !proto.Equal(outs[g][k].msg, res[k].Message) {
+				t.Fatalf("connection %d has its own encoding of %s", g, res[k].Name)
+			}
+		}
+	}
+}
