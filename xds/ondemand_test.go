@@ -53,14 +53,14 @@ func TestDeltaOnDemandSubsets(t *testing.T) {
 				checkSummaries(t, fmt.Sprintf("%s, client %d", what, k), c.ackUntilQuiet(), w...)
 			}
 		}
-		before := f.srv.cache.marshals.Load()
+		before := f.srv.Marshalled()
 		f.update(false, func(s *store) { s.endpoints[changed] = xdsfixture.CLA(changed, "10.9.9.9:80") }, key(kindEndpoint, changed))
 		settle()
 		check("endpoint change", "EDS["+changed+"]-[]")
-		if got := f.srv.cache.marshals.Load() - before; got != 1 {
+		if got := f.srv.Marshalled() - before; got != 1 {
 			t.Errorf("an endpoint change marshalled %d resources; want 1", got)
 		}
-		before = f.srv.cache.marshals.Load()
+		before = f.srv.Marshalled()
 		f.update(true, func(s *store) {
 			s.clusters[changed] = xdsfixture.Cluster(changed)
 			s.clusters[changed].ConnectTimeout = durationpb.New(time.Second)
@@ -69,7 +69,7 @@ func TestDeltaOnDemandSubsets(t *testing.T) {
 		// The cluster first, then its endpoints (unchanged), which a client
 		// that replaces a cluster waits for to warm it.
 		check("cluster change", "CDS["+changed+"]-[]", "EDS["+changed+"]-[]")
-		if got := f.srv.cache.marshals.Load() - before; got != 1 {
+		if got := f.srv.Marshalled() - before; got != 1 {
 			t.Errorf("a cluster change marshalled %d resources; want 1", got)
 		}
 	})

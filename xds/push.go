@@ -172,6 +172,15 @@ func (s *Server) Inbound() int64 { return s.deb.Inbound() }
 // Sync and WaitForVersion.
 func (s *Server) Committed() int64 { return s.deb.Committed() }
 
+// Marshalled returns the number of resources the Server has marshalled
+// since New. A resource is marshalled once for as long as generators
+// return the same message for it, however many connections, views and
+// subscriptions send it: after a change has reached every connection, the
+// growth of Marshalled is what the change made anew (one per resource
+// changed, for a host whose generators share messages, as a
+// resources.Store's do).
+func (s *Server) Marshalled() int64 { return s.cache.marshals.Load() }
+
 // push is the debounce callback, and the retry loop's: it builds the next
 // PushContext for u (merged with a request whose build failed) and fans it
 // out to every registered connection. A nil u retries what is pending.
