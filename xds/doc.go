@@ -145,8 +145,9 @@
 //	                         push waits for a SotW stream's first
 //	                         listener, route or cluster answer (see
 //	                         Make-before-break)
-//	Generator output         duplicate, empty or mismatched names:  as above, Err is a *ResourceError
-//	                         a Generator error
+//	Generator output         duplicate, empty or mismatched names,  as above, Err is a *ResourceError
+//	                         xdstp:// names not canonical: a
+//	                         Generator error
 //	a response too large     a SotW Listener or Cluster state, or   as above, Err is a
 //	(MaxResponseBytes)       one resource, over the budget: the     *ResponseTooLargeError
 //	                         type fails as a Generator does (other

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/xdsrefs"
+	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
 // encoded is a resource marshalled once and shared by every connection that
@@ -250,6 +251,19 @@ func marshal(t TypeURL, r Resource) (*encoded, error) {
 	if strings.HasPrefix(full, "envoy.") {
 		if n, ok := xdsrefs.NameOf(r.Message); ok && n != r.Name {
 			return nil, bad("the message is named " + strconv.Quote(n))
+		}
+	}
+	if xdstp.Is(r.Name) {
+		// Clients compare xdstp:// names in canonical form, and the
+		// Server reads theirs so: a resource under another spelling would
+		// match no subscription.
+		switch cn, err := xdstp.Canonical(r.Name); {
+		case err != nil:
+			return nil, bad(err.Error())
+		case xdstp.IsGlob(cn):
+			return nil, bad("a glob names a collection, not a resource")
+		case cn != r.Name:
+			return nil, bad("not canonical: name it " + strconv.Quote(cn))
 		}
 	}
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(r.Message)

@@ -459,9 +459,13 @@ func TestFailurePanics(t *testing.T) {
 	})
 }
 
+// xdstpC is an xdstp:// cluster name (gRFC A47) without context parameters.
+const xdstpC = "xdstp://a.example/envoy.config.cluster.v3.Cluster/c0"
+
 // The Server checks what a Generator returns: a resource without a name,
-// a name returned twice, a message of another type, a nil message or a
-// Name that is not the message's own name is a *xds.ResourceError naming
+// a name returned twice, a message of another type, a nil message, a
+// Name that is not the message's own name, or an xdstp:// name that is
+// not canonical, does not parse or is a glob is a *xds.ResourceError naming
 // the resource, and nothing of the type is sent.
 func TestFailureGeneratorOutput(t *testing.T) {
 	c0 := xdsfixture.Cluster("c0")
@@ -476,6 +480,12 @@ func TestFailureGeneratorOutput(t *testing.T) {
 		{name: "wrong type", out: []xds.Resource{{Name: "l0", Message: xdsfixture.Listener("l0", "r0")}}, wantName: "l0", reason: "Listener"},
 		{name: "nil message", out: []xds.Resource{{Name: "c0"}}, wantName: "c0", reason: "nil message"},
 		{name: "name is not the message's", out: []xds.Resource{{Name: "c0", Message: xdsfixture.Cluster("c9")}}, wantName: "c0", reason: `named "c9"`},
+		{name: "xdstp name not canonical", out: []xds.Resource{{Name: xdstpC + "?b=2&a=1", Message: xdsfixture.Cluster(xdstpC + "?b=2&a=1")}},
+			wantName: xdstpC + "?b=2&a=1", reason: `not canonical: name it "` + xdstpC + `?a=1&b=2"`},
+		{name: "xdstp name malformed", out: []xds.Resource{{Name: xdstpC + "%zz", Message: xdsfixture.Cluster(xdstpC + "%zz")}},
+			wantName: xdstpC + "%zz", reason: "xdstp: "},
+		{name: "xdstp glob", out: []xds.Resource{{Name: "xdstp://a/envoy.config.cluster.v3.Cluster/*", Message: xdsfixture.Cluster("xdstp://a/envoy.config.cluster.v3.Cluster/*")}},
+			wantName: "xdstp://a/envoy.config.cluster.v3.Cluster/*", reason: "a glob names a collection"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

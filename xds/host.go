@@ -57,7 +57,9 @@ type Builder interface {
 // The Server checks the result: an empty Name, a Name that appears twice,
 // a message of another type than the Generator's, a nil Message, or a Name
 // that differs from the message's own name (name, or cluster_name for a
-// ClusterLoadAssignment) is an error of the call, naming the resource.
+// ClusterLoadAssignment), or an xdstp:// Name that is not in package
+// xdstp's canonical form (the error spells it) or names a glob collection
+// is an error of the call, naming the resource.
 //
 // An error, a panic (recovered, with its stack) or a failed check is
 // handled the same way: logged at Warn, reported through
@@ -135,8 +137,9 @@ func (f GeneratorFunc) Generate(ctx context.Context, proxy *Proxy, w Watch, req 
 type Resource struct {
 	// Name is the resource name clients subscribe to (the Cluster name, the
 	// ClusterLoadAssignment's cluster_name, ...). It must not be empty, it
-	// must be unique among the resources of one Generate call, and it must
-	// equal the message's own name.
+	// must be unique among the resources of one Generate call, it must
+	// equal the message's own name, and an xdstp:// name must be in
+	// canonical form (see package xdstp).
 	Name string
 	// Message is the resource itself, e.g. a *clusterv3.Cluster, of the
 	// Generator's type.
