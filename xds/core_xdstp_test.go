@@ -134,12 +134,7 @@ func TestCoreOnDemandClusters(t *testing.T) {
 		keys = append(keys, ckey(kindCluster, c), ckey(kindEndpoint, c))
 	}
 	r.change(true, func() {}, keys...)
-	r.subscribe(ClusterType, "c1")
-	r.expect("c1 on demand", "CDS [c1] -[]")
-	r.ack(ClusterType)
-	r.subscribe(EndpointType, "c1")
-	r.expect("its endpoints", "EDS [c1] -[]")
-	r.ack(EndpointType)
+	r.onDemand("c1")
 
 	r.change(false, func() { r.h.put(EndpointType, xdsfixture.CLA("c2", "10.0.0.2:80")) }, ckey(kindEndpoint, "c2"))
 	r.expect("another cluster's endpoints")
@@ -158,12 +153,7 @@ func TestCoreOnDemandClusters(t *testing.T) {
 	r.unsubscribe(EndpointType, "c1")
 	r.expect("old endpoints dropped")
 
-	r.resubscribe(ClusterType, "c2")
-	r.expect("c2 on demand", "CDS [c2] -[]")
-	r.ack(ClusterType)
-	r.resubscribe(EndpointType, "c2")
-	r.expect("its endpoints", "EDS [c2] -[]")
-	r.ack(EndpointType)
+	r.onDemand("c2")
 	r.unsubscribe(ClusterType, "c1")
 	r.expect("c1 dropped")
 	r.expectHeld("clusters", ClusterType, "c2")
@@ -178,4 +168,16 @@ func TestCoreOnDemandClusters(t *testing.T) {
 	r.unsubscribe(ClusterType, "c2")
 	r.expect("c2 dropped")
 	r.expectHeld("clusters", ClusterType)
+}
+
+// onDemand subscribes a Delta client to cluster c, and once sent it, to
+// its endpoints, ACKing each.
+func (r *coreRun) onDemand(c string) {
+	r.t.Helper()
+	r.resubscribe(ClusterType, c)
+	r.expect(c+" on demand", "CDS ["+c+"] -[]")
+	r.ack(ClusterType)
+	r.resubscribe(EndpointType, c)
+	r.expect(c+"'s endpoints", "EDS ["+c+"] -[]")
+	r.ack(EndpointType)
 }

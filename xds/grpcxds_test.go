@@ -75,23 +75,9 @@ func testGRPCXDSClient(t *testing.T, interning bool) {
 		}
 	}, true, interning)
 
-	rb := xdsResolver(t, f)
-	cc, err := grpc.NewClient("xds:///target", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	hc := healthpb.NewHealthClient(cc)
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
-	call := func() string {
-		t.Helper()
-		var p peer.Peer
-		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true), grpc.Peer(&p)); err != nil {
-			t.Fatalf("RPC through xDS: %v", err)
-		}
-		return p.Addr.String()
-	}
+	call := caller(t, ctx, xdsResolver(t, f), "xds:///target")
 	if got := call(); got != b1 {
 		t.Fatalf("RPC reached %s; want %s", got, b1)
 	}
@@ -303,22 +289,9 @@ func TestGRPCXDSClientFederation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient("xds://a.example/svc", grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	hc := healthpb.NewHealthClient(cc)
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
-	call := func() string {
-		t.Helper()
-		var p peer.Peer
-		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true), grpc.Peer(&p)); err != nil {
-			t.Fatalf("RPC through xDS: %v", err)
-		}
-		return p.Addr.String()
-	}
+	call := caller(t, ctx, rb, "xds://a.example/svc")
 	if got := call(); got != b1 {
 		t.Fatalf("RPC reached %s; want %s", got, b1)
 	}
@@ -343,5 +316,26 @@ func TestGRPCXDSClientFederation(t *testing.T) {
 	want := map[TypeURL][]string{ListenerType: {lds}, RouteType: {rds}, ClusterType: {cds}, EndpointType: {eds}}
 	if !maps.EqualFunc(held, want, slices.Equal) {
 		t.Errorf("the client holds %q; want %q", held, want)
+	}
+}
+
+// caller dials target through grpc-go's xDS resolver rb (the channel is
+// closed when the test ends) and returns a function that makes one health
+// RPC through it, waiting until the channel is ready, and returns the
+// backend's address.
+func caller(t *testing.T, ctx context.Context, rb resolver.Builder, target string) func() string {
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	hc := healthpb.NewHealthClient(cc)
+	return func() string {
+		t.Helper()
+		var p peer.Peer
+		if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true), grpc.Peer(&p)); err != nil {
+			t.Fatalf("RPC through xDS: %v", err)
+		}
+		return p.Addr.String()
 	}
 }
