@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/xdspush/xdspush/xds/xdsdebug"
 )
@@ -48,6 +49,20 @@ func adminHandler(src *Source, cp *ControlPlane, metrics http.Handler) (http.Han
 		mux.Handle("GET /metrics", metrics)
 	}
 	return mux, nil
+}
+
+// withProfiles serves Go's profiles (net/http/pprof) at /debug/pprof/ in
+// front of h: a CPU profile of a loaded server is
+// /debug/pprof/profile?seconds=N.
+func withProfiles(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", h)
+	return mux
 }
 
 // writeText writes a plain-text response.

@@ -90,14 +90,7 @@ func TestAdminHandler(t *testing.T) {
 // TestAdminMetrics checks that /metrics is served by the handler given, and
 // not at all without one.
 func TestAdminMetrics(t *testing.T) {
-	src, err := NewSource(SourceConfig{FS: os.DirFS(copyBundled(t))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp, err := NewControlPlane(ControlPlaneConfig{Source: src})
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, cp := adminFixture(t)
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("pilot_xds 0\n")) })
 	tests := []struct {
 		name     string
@@ -123,4 +116,49 @@ func TestAdminMetrics(t *testing.T) {
 			}
 		})
 	}
+}
+
+// With -pprof, the admin address serves Go's profiles in front of the
+// debug pages; without it, /debug/pprof/ is no page of theirs.
+func TestAdminProfiles(t *testing.T) {
+	src, cp := adminFixture(t)
+	h, err := adminHandler(src, cp, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		h        http.Handler
+		path     string
+		wantCode int
+	}{
+		{"profiles", withProfiles(h), "/debug/pprof/", http.StatusOK},
+		{"a debug page behind them", withProfiles(h), "/debug/connections", http.StatusOK},
+		{"health behind them", withProfiles(h), "/healthz", http.StatusOK},
+		{"no profiles", h, "/debug/pprof/", http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			tc.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, tc.path, nil))
+			if rec.Code != tc.wantCode {
+				t.Errorf("GET %s = %d; want %d", tc.path, rec.Code, tc.wantCode)
+			}
+		})
+	}
+}
+
+// adminFixture returns a Source of the bundled configuration and a
+// ControlPlane serving it, not running.
+func adminFixture(t *testing.T) (*Source, *ControlPlane) {
+	t.Helper()
+	src, err := NewSource(SourceConfig{FS: os.DirFS(copyBundled(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := NewControlPlane(ControlPlaneConfig{Source: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, cp
 }

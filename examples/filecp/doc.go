@@ -103,7 +103,8 @@
 // clients reconnect and spread over replicas), -tls-cert, -tls-key and
 // -client-ca (PEM files, all three or none: the server's certificate and
 // key, and the CAs client certificates must verify against; read at
-// start), -insecure-secrets (plaintext only: serve Secrets to any client).
+// start), -insecure-secrets (plaintext only: serve Secrets to any client),
+// -pprof (serve Go's profiles at /debug/pprof/ on the admin address).
 // Every push is printed on stdout, logs go to stderr. SIGINT or SIGTERM
 // stops it.
 //

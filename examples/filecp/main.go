@@ -71,6 +71,7 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 	tlsKey := flags.String("tls-key", "", "the private key (PEM `file`) of -tls-cert")
 	clientCA := flags.String("client-ca", "", "require client certificates signed by these CAs (PEM `file`); a client's fleet is then its certificate's")
 	insecureSecrets := flags.Bool("insecure-secrets", false, "without mutual TLS, serve Secrets (SDS) to any client anyway")
+	profiles := flags.Bool("pprof", false, "serve Go's profiles at /debug/pprof/ on the admin address")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -126,6 +127,9 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 	adminH, err := adminHandler(src, cp, tel.handler)
 	if err != nil {
 		return err
+	}
+	if *profiles {
+		adminH = withProfiles(adminH)
 	}
 	adsLn, err := net.Listen("tcp", *addr)
 	if err != nil {

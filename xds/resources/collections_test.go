@@ -103,3 +103,46 @@ func TestGlobCollection(t *testing.T) {
 		}
 	}
 }
+
+// A host that builds every message anew for each change (one that parses
+// its whole configuration again) has the Server marshal only what
+// changed: the Store keeps the message it holds for content that did not
+// change.
+func TestUnchangedContentIsNotMarshalledAgain(t *testing.T) {
+	const n = 50
+	build := func(changed int) []proto.Message {
+		var msgs []proto.Message
+		for i := range n {
+			name := fmt.Sprintf("c%d", i)
+			addr := "10.0.0.1:80"
+			if i == changed {
+				addr = "10.0.0.2:80"
+			}
+			msgs = append(msgs, xdsfixture.Cluster(name), xdsfixture.CLA(name, addr))
+		}
+		return msgs
+	}
+	st, err := resources.New(resources.Config{})
+	must(t, err)
+	srv, err := st.NewServer()
+	must(t, err)
+	must(t, st.Set("g", build(-1)...))
+	srv.Loaded()
+	ts := xdstest.NewServerFor(t, srv)
+	c := ts.NewClient(t, xdstest.ClientConfig{Node: &corev3.Node{Id: "n", Cluster: "g"}, Protocol: xdstest.Delta})
+	xdstest.Await(t, xdstest.HoldsAtLeastNames(map[xds.TypeURL][]string{xds.EndpointType: {"c0", fmt.Sprint("c", n-1)}}), c)
+	for round, changed := range []int{7, 7, -1} { // c7 changes, is set again, changes back
+		before := srv.Marshalled()
+		must(t, st.Set("g", build(changed)...))
+		if _, err := ts.Sync(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(1)
+		if round == 1 {
+			want = 0 // the same content again: nothing changed
+		}
+		if got := srv.Marshalled() - before; got != want {
+			t.Errorf("round %d: the configuration built anew: %d resources marshalled; want %d", round, got, want)
+		}
+	}
+}

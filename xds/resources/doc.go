@@ -22,6 +22,10 @@
 //     group} for a group created or deleted. A commit that changes only
 //     ClusterLoadAssignments is not Full (ReasonEndpointUpdate): the Server
 //     regenerates EDS only; anything else is Full (ReasonConfigUpdate).
+//     A resource whose content did not change keeps the message the Store
+//     held, even when the host passes a new one (a host that parses its
+//     whole configuration again for each change): the Server marshals a
+//     message once, so only what changed is marshalled.
 //   - Validation. A group is refused, naming the resource and the problem,
 //     for a nil message, a type the Store does not serve, a resource
 //     without a name, two resources of one type with one name (resources of

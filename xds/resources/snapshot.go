@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdstp"
@@ -24,6 +26,10 @@ const hashSize = sha256.Size
 type typeSet struct {
 	res  []xds.Resource // what a wildcard watch is given, as is
 	sums [][hashSize]byte
+	// given holds, by index, the message the host set for each resource
+	// when res holds an earlier one of the same content (see
+	// keepUnchanged); nil when res holds every message as set.
+	given []proto.Message
 }
 
 // find returns the index of name in ts, or -1.
@@ -99,6 +105,37 @@ func diffSets(a, b *typeSet, f func(name string)) {
 	}
 }
 
+// keepUnchanged replaces, in ts, a typeSet not published yet, the message
+// of every resource whose content old holds too (the same name and hash)
+// with old's: the Server marshals a message once for as long as it is
+// given the same one, so a host that builds every message anew for each
+// change (one that parses its whole configuration again) has only what
+// changed marshalled. What the host set is kept too (given), so that
+// setting it again is known without hashing it. Either may be nil.
+func (ts *typeSet) keepUnchanged(old *typeSet) {
+	i, j := 0, 0
+	for i < old.len() && j < ts.len() {
+		switch a, b := old.res[i].Name, ts.res[j].Name; {
+		case a < b:
+			i++
+		case b < a:
+			j++
+		default:
+			if old.sums[i] == ts.sums[j] && ts.res[j].Message != old.res[i].Message {
+				if ts.given == nil {
+					ts.given = make([]proto.Message, len(ts.res))
+					for k, r := range ts.res {
+						ts.given[k] = r.Message
+					}
+				}
+				ts.res[j].Message = old.res[i].Message
+			}
+			i++
+			j++
+		}
+	}
+}
+
 // group is what one group holds: a typeSet per type index, nil for a type
 // it holds none of.
 type group struct {
@@ -160,6 +197,7 @@ func (s *snapshot) apply(types []xds.TypeURL, set map[string]*group, del []strin
 				continue
 			}
 			kept.types[i] = b
+			b.keepUnchanged(a)
 			if types[i] != xds.EndpointType {
 				full = true
 			}

@@ -241,10 +241,11 @@ type item struct {
 }
 
 // hashOf returns the hash of m's deterministic encoding. If prev holds m
-// itself under name, or memo has it, its hash is reused; otherwise m is
+// itself under name (or was set it, see typeSet.given), or memo has it,
+// its hash is reused; otherwise m is
 // validated (ValidateAll, if the message has it) and encoded.
 func hashOf(m proto.Message, prev *typeSet, name string, memo map[proto.Message][hashSize]byte) ([hashSize]byte, error) {
-	if i := prev.find(name); i >= 0 && prev.res[i].Message == m {
+	if i := prev.find(name); i >= 0 && (prev.res[i].Message == m || prev.given != nil && prev.given[i] == m) {
 		return prev.sums[i], nil
 	}
 	if sum, ok := memo[m]; ok {
