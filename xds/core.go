@@ -64,6 +64,9 @@ type core struct {
 	plan    *plan     // the push being released phase by phase; nil when none
 	out     []*outMsg // responses to write, in order
 	notices []notice  // what the steps since the runner last reported did (see notice)
+	// noticeBuf is the pooled buffer notices is in, nil when none is
+	// queued (see emit).
+	noticeBuf *[]notice
 	// debug is set by the runner when its logger records debug messages:
 	// the core then queues an event for each response (nResponse).
 	debug bool

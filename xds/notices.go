@@ -1,5 +1,7 @@
 package xds
 
+import "sync"
+
 // A notice is something a step did that the host hears of. The core
 // queues it (core.emit) and neither logs nor calls a hook; the runner
 // reports the step's notices, as log records and hook calls, once the step
@@ -53,5 +55,18 @@ type responseEvent struct {
 	push                      bool
 }
 
-// emit queues a notice for the runner to report after the step.
-func (c *core) emit(ev notice) { c.notices = append(c.notices, ev) }
+// emit queues a notice for the runner to report after the step. The
+// queue's buffer comes from noticeBufs and goes back there once reported
+// (see conn.report): a notice is large (it holds any of the events), and
+// an idle connection keeps none.
+func (c *core) emit(ev notice) {
+	if c.noticeBuf == nil {
+		c.noticeBuf = noticeBufs.Get().(*[]notice)
+		c.notices = (*c.noticeBuf)[:0]
+	}
+	c.notices = append(c.notices, ev)
+}
+
+// noticeBufs recycles the buffers of notices between steps, of any
+// connection.
+var noticeBufs = sync.Pool{New: func() any { return new([]notice) }}

@@ -8,6 +8,11 @@ import (
 // The runner's side of notices (notices.go): it reports what a step
 // queued once the step is over.
 
+// maxPooledNotices bounds the buffers of notices kept for reuse: one that
+// grew past it (a step that NACKed or failed on many types at once) is left
+// to the collector.
+const maxPooledNotices = 64
+
 // report turns the notices the core queued during the last step into log
 // records and hook calls, on the step's goroutine, and forgets them; and
 // tells the core whether the logger records debug messages. It runs under
@@ -17,7 +22,11 @@ func (c *conn) report() {
 	if len(core.notices) > 0 {
 		c.s.set.report(c.ctx, c.proxy, c.delta, core.notices)
 		clear(core.notices) // keep nothing they refer to alive
-		core.notices = core.notices[:0]
+		if cap(core.notices) <= maxPooledNotices {
+			*core.noticeBuf = core.notices[:0]
+			noticeBufs.Put(core.noticeBuf)
+		}
+		core.notices, core.noticeBuf = nil, nil
 	}
 	core.debug = c.s.set.logger.Enabled(c.ctx, slog.LevelDebug)
 }
