@@ -93,30 +93,66 @@ type ResourceErrorStatus struct {
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// status returns the TypeStatus of ts, of type t. It runs under the step
-// lock, when the connection publishes its status (see publishStatus).
+// status returns the TypeStatus of ts, of type t, now.
 func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
-	st := TypeStatus{
-		Type:          t,
-		Names:         len(ts.sub.names),
-		Wildcard:      ts.sub.wildcard,
-		SentVersion:   versionOf(ts.nonceSent),
-		SentNonce:     ts.nonceSent,
-		SentAt:        set.time(ts.sentAt),
-		AckedVersion:  versionOf(ts.nonceAcked),
-		AckedNonce:    ts.nonceAcked,
-		AckedAt:       set.time(ts.ackedAt),
-		NACK:          ts.nack,
-		PhaseTimeouts: int(ts.timeouts),
-	}
-	if f := ts.fault; f != nil {
-		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = f.err, f.stage, f.since, f.fails
+	sn := ts.snap()
+	return sn.status(set, t)
+}
+
+// typeSnap is what a connection publishes of one type's state (see
+// connState): the few words Status derives a TypeStatus from, so that a
+// connection keeps a small record per type, not a TypeStatus.
+type typeSnap struct {
+	idx, names, timeouts  int32 // idx: the type index
+	wildcard              bool
+	sentNonce, ackedNonce string
+	sentAt, ackedAt       instant
+	nack                  *NACK
+	fault                 *typeFault            // immutable: a new failure makes a new one
+	errs                  []ResourceErrorStatus // nil when none
+}
+
+// snap returns what publishStatus copies of ts.
+func (ts *typeState) snap() typeSnap {
+	sn := typeSnap{
+		idx:        int32(ts.idx),
+		wildcard:   ts.sub.wildcard,
+		names:      int32(len(ts.sub.names)),
+		timeouts:   ts.timeouts,
+		sentNonce:  ts.nonceSent,
+		ackedNonce: ts.nonceAcked,
+		sentAt:     ts.sentAt,
+		ackedAt:    ts.ackedAt,
+		nack:       ts.nack,
+		fault:      ts.fault,
 	}
 	if errs := ts.errs(); len(errs) > 0 {
-		st.ResourceErrors = make([]ResourceErrorStatus, 0, len(errs))
+		sn.errs = make([]ResourceErrorStatus, 0, len(errs))
 		for _, n := range sortedKeys(errs) {
-			st.ResourceErrors = append(st.ResourceErrors, ResourceErrorStatus{Name: n, Code: errs[n].code, Message: errs[n].msg})
+			sn.errs = append(sn.errs, ResourceErrorStatus{Name: n, Code: errs[n].code, Message: errs[n].msg})
 		}
+	}
+	return sn
+}
+
+// status returns the TypeStatus sn records, of type t.
+func (sn *typeSnap) status(set *settings, t TypeURL) TypeStatus {
+	st := TypeStatus{
+		Type:           t,
+		Names:          int(sn.names),
+		Wildcard:       sn.wildcard,
+		SentVersion:    versionOf(sn.sentNonce),
+		SentNonce:      sn.sentNonce,
+		SentAt:         set.time(sn.sentAt),
+		AckedVersion:   versionOf(sn.ackedNonce),
+		AckedNonce:     sn.ackedNonce,
+		AckedAt:        set.time(sn.ackedAt),
+		NACK:           sn.nack,
+		PhaseTimeouts:  int(sn.timeouts),
+		ResourceErrors: slices.Clone(sn.errs),
+	}
+	if f := sn.fault; f != nil {
+		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = f.err, f.stage, f.since, f.fails
 	}
 	return st
 }
@@ -133,7 +169,7 @@ type connState struct {
 	// types is the status of each watched type, in push order; standing
 	// the client's NACKs that stand (see typeState.nackStands). Both are
 	// rewritten in place by each publication: a read copies them.
-	types    []TypeStatus
+	types    []typeSnap
 	standing []NACK
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
@@ -161,11 +197,11 @@ func (c *conn) publishStatus(initialised bool) {
 		st.pending = len(core.plan.phases)
 	}
 	st.types, st.standing = st.types[:0], st.standing[:0]
-	for i, ts := range core.types {
+	for _, ts := range core.types {
 		if ts == nil {
 			continue
 		}
-		st.types = append(st.types, ts.status(c.s.set, c.s.set.order[i]))
+		st.types = append(st.types, ts.snap())
 		if ts.nackStands() {
 			st.standing = append(st.standing, *ts.nack)
 		}
@@ -253,9 +289,9 @@ func (c *conn) failures() []Failure {
 	defer c.statusMu.Unlock()
 	var out []Failure
 	for _, t := range c.st.types {
-		if t.Error != nil {
-			out = append(out, Failure{Stage: t.ErrorStage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
-				Type: t.Type, Err: t.Error, Attempts: t.Failures})
+		if f := t.fault; f != nil {
+			out = append(out, Failure{Stage: f.stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
+				Type: c.s.set.order[t.idx], Err: f.err, Attempts: f.fails})
 		}
 	}
 	return out
@@ -279,7 +315,10 @@ func (c *conn) status() ConnStatus {
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
 	}
-	cs.Types = slices.Clone(c.st.types)
+	cs.Types = make([]TypeStatus, len(c.st.types))
+	for k := range c.st.types {
+		cs.Types[k] = c.st.types[k].status(c.s.set, c.s.set.order[c.st.types[k].idx])
+	}
 	return cs
 }
 
