@@ -30,6 +30,16 @@
 //
 //	go run ./benchmarks/cmd/xdsload -scenario soak -n 10000 -duration 30m -save soak.json
 //
+// With -scenario ondemand it runs Delta clients that subscribe on demand,
+// by name, to -subset clusters each of a mesh of 1,000 services, and to
+// their endpoints: it reports their initial convergence, the endpoint
+// changes of one cluster each (every subscriber, and nobody else, must
+// receive each; xdspush must marshal one resource per change) and the
+// time to subscribe to one more cluster. It fails unless every check
+// held.
+//
+//	go run ./benchmarks/cmd/xdsload -scenario ondemand -n 10000 -subset 10
+//
 // -save keeps the results of each protocol in a file as soon as it ends,
 // so that a soak stopped during the next one loses only that one.
 //
@@ -74,13 +84,13 @@ func main() {
 }
 
 func run() error {
-	scenario := flag.String("scenario", "changes", "changes: the latency, cost and storm comparison; burst: bursts of changes, checking make-before-break; storm: the reconnect storm alone; soak: changes and reconnections for -duration, checking memory and goroutines stay flat")
+	scenario := flag.String("scenario", "changes", "changes: the latency, cost and storm comparison; burst: bursts of changes, checking make-before-break; storm: the reconnect storm alone; soak: changes and reconnections for -duration, checking memory and goroutines stay flat; ondemand: Delta clients subscribing by name to -subset clusters each")
 	n := flag.Int("n", 1000, "number of clients")
 	protocols := flag.String("protocols", "sotw,delta", "protocols to run: sotw, delta")
 	srvs := flag.String("servers", strings.Join(servers.Names, ","), "servers to compare: "+strings.Join(append(servers.Names, servers.Variants...), ", ")+" (burst: xdspush unless set)")
 	storm := flag.Bool("storm", true, "add a reconnect storm")
 	rounds := flag.Int("rounds", harness.DefaultRounds, "changes of each kind (each to another service), the server and the floor taking turns at each; the figures pool them, the ratios to the floor are the median of the rounds'")
-	services := flag.Int("services", 0, "services in the mesh (0: 100)")
+	services := flag.Int("services", 0, "services in the mesh (0: 100; ondemand: 1000)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
 	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof)")
 	heapprofile := flag.String("heapprofile", "", "directory where each server writes its live heap once the clients have converged (SERVER-PROTOCOL-heap.pprof, .txt); it samples the heap finely, which costs CPU, so the run's CPU figures are not comparable")
@@ -88,11 +98,13 @@ func run() error {
 	runs := flag.Int("runs", 10, "burst: runs per server and protocol")
 	changes := flag.Int("changes", 20, "burst: changes per run")
 	interval := flag.Duration("interval", 20*time.Millisecond, "burst: interval between two changes")
-	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1); soak: of the first window's changes and of the reconnections")
+	seed := flag.Uint64("seed", 1, "burst: seed of the first run's changes (run n: seed+n-1); soak: of the first window's changes and of the reconnections; ondemand: of the subsets, the changed clusters and the sampled ones")
 	duration := flag.Duration("duration", 30*time.Minute, "soak: how long changes flow (the pauses to check convergence left out)")
 	rate := flag.Float64("rate", 5, "soak: changes per second")
 	churn := flag.Float64("churn", 0.01, "soak: share of the clients that reconnect every second (negative: none)")
 	window := flag.Duration("window", 10*time.Second, "soak: time between two checks of convergence and samples of the server")
+	subset := flag.Int("subset", harness.DefaultSubset, "ondemand: clusters each client subscribes to by name (drawn from -seed)")
+	samples := flag.Int("samples", harness.DefaultSamples, "ondemand: clients, spread over the fleet, that each subscribe to one more cluster at the end")
 	flat := flag.String("flat", strings.Join(harness.Measures, ","), "soak: the server's figures that must stay flat, some of "+strings.Join(harness.Measures, ", ")+" (a short soak: heap,goroutines; the resident set grows for minutes as the heap's spans fragment)")
 	backoffBase := flag.Duration("backoff-base", fleet.DefaultBackoffBase, "bound of the wait before a client's first retry of a failed stream (doubling with each retry in a row)")
 	recvLimit := flag.Int("recv-limit", 0, "largest response a client accepts, in bytes (0: 64 MiB; gRPC's default is 4 MiB, 4194304)")
@@ -224,8 +236,36 @@ func run() error {
 			}
 		}
 		return nil
+	case "ondemand":
+		if !serversSet {
+			cfg.Servers = nil // xdspush, floor
+		}
+		err := runOnDemand(cfg, harness.OnDemand{Subset: *subset, Samples: *samples, Seed: *seed}, *asJSON)
+		fmt.Fprintf(os.Stderr, "xdsload: done in %v\n", time.Since(start).Round(time.Second))
+		return err
 	}
-	return fmt.Errorf("unknown scenario %q (want changes, burst, storm or soak)", *scenario)
+	return fmt.Errorf("unknown scenario %q (want changes, burst, storm, soak or ondemand)", *scenario)
+}
+
+// runOnDemand runs the on-demand scenario and writes its results; it
+// fails unless every check held for every server.
+func runOnDemand(cfg harness.Config, od harness.OnDemand, asJSON bool) error {
+	if cfg.Services == 0 {
+		cfg.Services = harness.DefaultOnDemandServices
+	}
+	rs, err := harness.RunOnDemand(cfg, od)
+	if jerr := output(os.Stdout, asJSON, rs, harness.ReportOnDemand); jerr != nil && err == nil {
+		err = jerr
+	}
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if !r.Clean() {
+			return fmt.Errorf("%s: a client did not converge, a change missed a subscriber or reached another client, or a client received what it had not subscribed to", r.Server)
+		}
+	}
+	return nil
 }
 
 // buildFilecp builds examples/filecp into dir, as users build it (from
@@ -253,8 +293,10 @@ func rewrite(w io.Writer, file, scenario string, asJSON bool) error {
 		return rewriteAs(w, b, file, scenario, asJSON, harness.ReportBurst)
 	case "soak":
 		return rewriteAs(w, b, file, scenario, asJSON, func(w io.Writer, rs []harness.SoakResult) { harness.ReportSoak(w, rs) })
+	case "ondemand":
+		return rewriteAs(w, b, file, scenario, asJSON, harness.ReportOnDemand)
 	}
-	return fmt.Errorf("unknown scenario %q (want changes, burst, storm or soak)", scenario)
+	return fmt.Errorf("unknown scenario %q (want changes, burst, storm, soak or ondemand)", scenario)
 }
 
 // rewriteAs decodes b, file's results of scenario, and writes them.

@@ -46,6 +46,8 @@ type request struct {
 	// drawn from Seed.
 	PerSecond int    `json:"per_second,omitempty"`
 	Seed      uint64 `json:"seed,omitempty"`
+	// Samples is the number of clients of a "first" (on demand).
+	Samples int `json:"samples,omitempty"`
 }
 
 // handed is a server child's answer to a burst: when it handed each
@@ -91,6 +93,8 @@ func RunChild(args []string, in io.Reader, out io.Writer) error {
 		return runServerChild(args[1:], in, out)
 	case "clients":
 		return runClientsChild(args[1:], in, out)
+	case "ondemand":
+		return runOnDemandChild(args[1:], in, out)
 	}
 	return fmt.Errorf("xdsload child: unknown role %q", args[0])
 }

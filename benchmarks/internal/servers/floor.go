@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -91,7 +92,13 @@ type floorServer struct {
 	seq   uint64                       // versions and nonces
 	conns map[*floorStream]struct{}    // streams that have sent a request
 	tail  chan struct{}                // closed when the last fan-out has ended
+	// byName are the on-demand streams subscribed to each resource, by
+	// type and name.
+	byName [fTypes]map[string]map[*floorStream]struct{}
+	snap   *mesh.Snapshot // the mesh now, for answerByName; nil until needed
 
+	// state is the full answers of the current mesh; nil after an endpoint
+	// change made while no stream was served them.
 	state atomic.Pointer[floorState]
 }
 
@@ -101,6 +108,12 @@ type floorStream struct {
 	stream   grpc.ServerStream
 	delta    bool
 	answered [fTypes]int // names of the subscription last answered, +1 (0: none)
+	// decided is set, by the stream's handler, at its first Delta CDS
+	// subscription; onDemand if that named clusters rather than "*".
+	decided, onDemand bool
+	// names are an on-demand stream's subscriptions, by type; protected
+	// by the floorServer's mu.
+	names [fTypes]map[string]struct{}
 }
 
 func newFloor(cfg Config) *floorServer {
@@ -212,6 +225,20 @@ func (f *floorServer) build() *floorState {
 	return st
 }
 
+// current returns the full answers of the current mesh, building them if
+// a change left none (see Change).
+func (f *floorServer) current() *floorState {
+	if st := f.state.Load(); st != nil {
+		return st
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st := f.state.Load(); st == nil {
+		f.state.Store(f.build())
+	}
+	return f.state.Load()
+}
+
 // rebuild returns prev with the full answers of the types in ts encoded
 // again.
 func (f *floorServer) rebuild(prev *floorState, ts ...int) *floorState {
@@ -227,35 +254,13 @@ func (f *floorServer) rebuild(prev *floorState, ts ...int) *floorState {
 func (f *floorServer) handler(delta bool) grpc.StreamHandler {
 	return func(_ any, stream grpc.ServerStream) error {
 		fs := &floorStream{stream: stream, delta: delta}
-		defer func() {
-			f.mu.Lock()
-			delete(f.conns, fs)
-			f.mu.Unlock()
-		}()
+		defer f.forget(fs)
 		registered := false
 		for {
-			var typ string
-			var names int
-			if delta {
-				var req discoveryv3.DeltaDiscoveryRequest
-				if err := stream.RecvMsg(&req); err != nil {
-					return err
-				}
-				if req.ErrorDetail != nil || len(req.ResourceNamesSubscribe) == 0 {
-					continue // a NACK, an ACK or an unsubscription: nothing to answer
-				}
-				typ, names = req.TypeUrl, len(req.ResourceNamesSubscribe)
-			} else {
-				var req discoveryv3.DiscoveryRequest
-				if err := stream.RecvMsg(&req); err != nil {
-					return err
-				}
-				if req.ErrorDetail != nil {
-					continue
-				}
-				typ, names = req.TypeUrl, len(req.ResourceNames)
+			t, names, err := f.next(fs)
+			if err != nil {
+				return err
 			}
-			t := floorType(typ)
 			if t < 0 {
 				continue
 			}
@@ -268,11 +273,48 @@ func (f *floorServer) handler(delta bool) grpc.StreamHandler {
 				f.mu.Unlock()
 				registered = true
 			}
-			if err := fs.answer(f.state.Load(), t, names); err != nil {
+			if err := fs.answer(f.current(), t, names); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// next reads the stream's next request and returns the type to answer
+// with its full state and the size of the subscription, or t < 0 if there
+// is nothing to answer that way: a NACK, an ACK, an unsubscription, an
+// unknown type, or a request of an on-demand stream, which next answers
+// itself (see answerByName).
+func (f *floorServer) next(fs *floorStream) (t, names int, err error) {
+	if !fs.delta {
+		var req discoveryv3.DiscoveryRequest
+		if err := fs.stream.RecvMsg(&req); err != nil {
+			return -1, 0, err
+		}
+		if req.ErrorDetail != nil {
+			return -1, 0, nil
+		}
+		return floorType(req.TypeUrl), len(req.ResourceNames), nil
+	}
+	var req discoveryv3.DeltaDiscoveryRequest
+	if err := fs.stream.RecvMsg(&req); err != nil {
+		return -1, 0, err
+	}
+	t = floorType(req.TypeUrl)
+	if req.ErrorDetail != nil || t < 0 {
+		return -1, 0, nil
+	}
+	if !fs.decided && t == fCDS && len(req.ResourceNamesSubscribe) > 0 {
+		fs.decided = true
+		fs.onDemand = !slices.Contains(req.ResourceNamesSubscribe, "*")
+	}
+	if fs.onDemand {
+		return -1, 0, f.answerByName(fs, t, req.ResourceNamesSubscribe, req.ResourceNamesUnsubscribe)
+	}
+	if len(req.ResourceNamesSubscribe) == 0 {
+		return -1, 0, nil
+	}
+	return t, len(req.ResourceNamesSubscribe), nil
 }
 
 // answer sends the full state of type t unless this subscription (by its
@@ -315,13 +357,22 @@ func (f *floorServer) Change(c mesh.Change) (time.Time, error) {
 	}
 	t0 := time.Now()
 	prev := f.state.Load()
+	if prev == nil && (c.Kind != mesh.EndpointChange || len(f.conns) > 0) {
+		prev = f.build()
+	}
 	cla := []proto.Message{f.m.Assignment(c.Service)}
 	eds := []*encoded{f.encodeSotW(fEDS, cla)}
 	edsDelta := []*encoded{f.encodeDelta(fEDS, cla, nil)}
 	var sotw, delta []*encoded
 	switch c.Kind {
 	case mesh.EndpointChange:
-		f.state.Store(f.rebuild(prev, fEDS))
+		if len(f.conns) == 0 {
+			// No stream is served the full state (every one is on demand):
+			// it is built when one is (see current).
+			f.state.Store(nil)
+		} else {
+			f.state.Store(f.rebuild(prev, fEDS))
+		}
 		sotw, delta = eds, edsDelta
 	case mesh.ClusterChange:
 		next := f.rebuild(prev, fCDS)
@@ -349,10 +400,8 @@ func (f *floorServer) Change(c mesh.Change) (time.Time, error) {
 		f.mu.Unlock()
 		return time.Time{}, fmt.Errorf("floor: change kind %q (target %s)", c.Kind, tg.Name)
 	}
-	conns := make([]*floorStream, 0, len(f.conns))
-	for fs := range f.conns {
-		conns = append(conns, fs)
-	}
+	f.snap = nil
+	pushes := f.pushesOf(c.Kind, tg.Name, sotw, delta)
 	// Pushes reach each stream in the order of the changes: this one's
 	// fan-out starts once the previous one's has ended.
 	after, done := f.tail, make(chan struct{})
@@ -369,12 +418,8 @@ func (f *floorServer) Change(c mesh.Change) (time.Time, error) {
 		workers := runtime.GOMAXPROCS(0)
 		for w := range workers {
 			wg.Go(func() {
-				for i := w; i < len(conns); i += workers {
-					if conns[i].delta {
-						conns[i].push(delta)
-					} else {
-						conns[i].push(sotw)
-					}
+				for i := w; i < len(pushes); i += workers {
+					pushes[i].fs.push(pushes[i].msgs)
 				}
 			})
 		}

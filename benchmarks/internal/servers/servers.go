@@ -82,6 +82,10 @@ type Stats struct {
 	PhaseTimeouts int64 `json:"phase_timeouts"`
 	// Failures is the number of failures outstanding now.
 	Failures int64 `json:"failures"`
+	// Marshalled counts the resources the server has marshalled since it
+	// was made (xdspush: xds.Server.Marshalled); its growth over a change
+	// is what the change made anew.
+	Marshalled int64 `json:"marshalled"`
 }
 
 // Admission is what a server's new-stream admission did over a span (see

@@ -317,6 +317,7 @@ func (h *xdspushHost) Stats() Stats {
 		ReferenceFailures: h.failures.Load(),
 		PhaseTimeouts:     h.timeouts.Load(),
 		Failures:          int64(len(h.srv.Failures())),
+		Marshalled:        h.srv.Marshalled(),
 	}
 }
 
