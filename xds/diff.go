@@ -178,7 +178,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			d.substituted = true
 			continue
 		}
-		forced := forced(o.force, r.name)
+		forced := inForce(o.force, r.name)
 		if o.restrict && !forced {
 			d.substituted = true
 			continue
@@ -341,8 +341,8 @@ func (d *diffResult) findNotFound(ts *typeState, o relOpts) {
 		if !ts.covers(n) {
 			continue // no longer asked for: nothing to say of it
 		}
-		if ts.sub.globs != nil && sortedHas(ts.sub.globs, n) {
-			continue // a collection, which may be empty
+		if ts.sub.isGlob(n) {
+			continue
 		}
 		if !hasEntry(d.kept, n) && ts.held.get(n) == nil {
 			if _, ok := slices.BinarySearch(d.withheld, n); ok {

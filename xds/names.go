@@ -112,9 +112,9 @@ func collectionOf(name string) (string, bool) {
 	return g, xdstp.InCollection(g, name)
 }
 
-// forced reports whether an answer's force set names name, itself or the
+// inForce reports whether an answer's force set names name, itself or the
 // glob collection it is a member of.
-func forced(force map[string]struct{}, name string) bool {
+func inForce(force map[string]struct{}, name string) bool {
 	if _, ok := force[name]; ok || len(force) == 0 {
 		return ok
 	}
@@ -123,4 +123,10 @@ func forced(force map[string]struct{}, name string) bool {
 		return ok
 	}
 	return false
+}
+
+// isGlob reports whether name, one of s's names, is a glob collection,
+// which names no resource (and may have no member).
+func (s *subscription) isGlob(name string) bool {
+	return s.globs != nil && sortedHas(s.globs, name)
 }

@@ -58,7 +58,7 @@ func (ts *typeState) errs() map[string]resErr {
 func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 	ts, t := c.types[i], c.set.order[i]
 	looked := func(n string) bool {
-		if o.restrict && !forced(o.force, n) {
+		if o.restrict && !inForce(o.force, n) {
 			return false
 		}
 		return tgt.set.find(n) >= 0 || !tgt.partial && tgt.covers(n)
@@ -70,8 +70,8 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 		}
 	}
 	for _, n := range ts.sub.names {
-		if ts.sub.globs != nil && sortedHas(ts.sub.globs, n) {
-			continue // a collection, which may be empty
+		if ts.sub.isGlob(n) {
+			continue
 		}
 		if looked(n) && tgt.set.find(n) < 0 && ts.held.get(n) == nil && !sortedHas(d.withheld, n) && !sortedHas(d.gone, n) {
 			now = append(now, namedErr{n, resErr{codes.NotFound, fmt.Sprintf("xds: %s %q does not exist", t.Short(), n)}})

@@ -14,7 +14,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
@@ -44,12 +43,10 @@ type client struct {
 	targetID atomic.Int64 // the target ackedAt is for
 
 	// Owned by the goroutine of the current connection.
-	rnd    *rand.Rand // draws its backoffs
-	cc     *grpc.ClientConn
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the connection's goroutine returns
-	stMu   sync.Mutex    // held while st changes, so the Fleet may describe it
-	st     *state
+	rnd *rand.Rand // draws its backoffs
+	clientConn
+	stMu sync.Mutex // held while st changes, so the Fleet may describe it
+	st   *state
 	// violBase and byRefBase are the violations counted by the states of
 	// earlier streams.
 	violBase  int
@@ -69,22 +66,10 @@ type sender interface {
 
 // connect dials the server and starts the client's goroutine.
 func (c *client) connect() error {
-	cc, err := grpc.NewClient("passthrough:///"+c.f.cfg.Addr, c.f.dialOptions...)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cc, c.cancel = cc, cancel
 	c.reset()
 	c.convAt.Store(0)
 	c.phaseOf.Store(nil)
-	c.done = make(chan struct{})
-	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
-	go func() {
-		defer close(c.done)
-		c.run(ctx, ads)
-	}()
-	return nil
+	return c.dial(c.f.cfg.Addr, c.f.dialOptions, c.run)
 }
 
 // reset makes the client an empty one, before a stream opens: it holds
@@ -131,12 +116,8 @@ func (c *client) run(ctx context.Context, ads discoveryv3.AggregatedDiscoverySer
 			retry = 0
 		}
 		retry++
-		t := time.NewTimer(c.f.cfg.Backoff.delay(retry, c.rnd))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff(ctx, c.f.cfg.Backoff.delay(retry, c.rnd)) {
 			return
-		case <-t.C:
 		}
 		c.f.retried.Add(1)
 		c.reset()
@@ -171,17 +152,6 @@ func ended(err error, recv func() error) error {
 			return err
 		}
 	}
-}
-
-// disconnect closes the connection and waits for the client's goroutine.
-func (c *client) disconnect() {
-	if c.cc == nil {
-		return
-	}
-	c.cancel()
-	c.cc.Close()
-	<-c.done
-	c.cc = nil
 }
 
 // accepted is called after a response was applied and ACKed: it records

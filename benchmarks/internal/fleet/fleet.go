@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +13,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
@@ -69,9 +67,7 @@ type Fleet struct {
 	firstMu sync.Mutex             // protects first
 	first   [numCodes]string       // the message of the first failure of each code
 
-	errMu sync.Mutex
-	errs  []error // stream errors, the first few
-	nerrs int
+	errs errorLog // stream errors
 }
 
 // numCodes bounds the gRPC codes counted apart; others count as Unknown.
@@ -162,23 +158,7 @@ func New(cfg Config) (*Fleet, error) {
 	if err := f.SetMesh(cfg.Mesh); err != nil {
 		return nil, err
 	}
-	sem := make(chan struct{}, cfg.DialConcurrency)
-	var d net.Dialer
-	f.dialOptions = []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			defer func() { <-sem }()
-			return d.DialContext(ctx, "tcp", addr)
-		}),
-		grpc.WithReadBufferSize(16 << 10),
-		grpc.WithWriteBufferSize(16 << 10),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cmp.Or(cfg.RecvLimit, 64<<20))),
-	}
+	f.dialOptions = dialOptions(cfg.DialConcurrency, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cmp.Or(cfg.RecvLimit, 64<<20))))
 	f.clients = make([]*client, cfg.Clients)
 	for i := range f.clients {
 		f.clients[i] = &client{f: f, node: &corev3.Node{Id: NodeID(i), Cluster: "bench"},
@@ -334,7 +314,7 @@ func (f *Fleet) settle(ctx context.Context, ph *convergence) {
 	for ctx.Err() == nil {
 		select {
 		case <-ph.fullChan():
-			f.quiet(ctx)
+			waitQuiet(ctx, &f.lastRecv, f.cfg.Quiet)
 			if ph.isFull() {
 				return
 			}
@@ -516,7 +496,7 @@ func (f *Fleet) Wait(ctx context.Context) (Change, error) {
 	f.pending = expectation{}
 	select {
 	case <-e.t.done:
-		f.quiet(ctx)
+		waitQuiet(ctx, &f.lastRecv, f.cfg.Quiet)
 	case <-ctx.Done():
 	}
 	f.target.Store(nil)
@@ -531,25 +511,6 @@ func (f *Fleet) Wait(ctx context.Context) (Change, error) {
 	out.Violations = f.violations()
 	out.Errors = f.errors()
 	return out, nil
-}
-
-// quiet waits until no client has received anything for Config.Quiet, or
-// ctx ends.
-func (f *Fleet) quiet(ctx context.Context) {
-	t := time.NewTimer(f.cfg.Quiet)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		idle := time.Since(time.Unix(0, f.lastRecv.Load()))
-		if idle >= f.cfg.Quiet {
-			return
-		}
-		t.Reset(f.cfg.Quiet - idle)
-	}
 }
 
 func (f *Fleet) totals() (responses, bytes int64) {
@@ -595,29 +556,14 @@ func (f *Fleet) streamFailed(c *client, err error) {
 	}
 }
 
-func (f *Fleet) streamError(err error) {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	f.nerrs++
-	if len(f.errs) < 5 {
-		f.errs = append(f.errs, err)
-	}
-}
+func (f *Fleet) streamError(err error) { f.errs.add(err) }
 
 func (f *Fleet) errors() []string {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
 	var out []string
 	if n := f.undecodable(); n > 0 {
 		out = append(out, fmt.Sprintf("%d responses did not decode", n))
 	}
-	for _, err := range f.errs {
-		out = append(out, err.Error())
-	}
-	if f.nerrs > len(f.errs) {
-		out = append(out, fmt.Sprintf("and %d more", f.nerrs-len(f.errs)))
-	}
-	return out
+	return append(out, f.errs.list()...)
 }
 
 // Close closes every client's connection.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,7 +16,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -79,9 +77,7 @@ type OnDemand struct {
 
 	failed, retried atomic.Int64 // streams that failed; opened again
 
-	errMu sync.Mutex // protects errs and nerrs
-	errs  []string   // stream errors, the first few
-	nerrs int
+	errs errorLog // stream errors
 }
 
 // Indexes of the two types an OnDemand client subscribes to.
@@ -125,22 +121,7 @@ func NewOnDemand(cfg OnDemandConfig) (*OnDemand, error) {
 	cfg.Quiet = cmp.Or(cfg.Quiet, 500*time.Millisecond)
 	cfg.Backoff = cfg.Backoff.WithDefaults()
 	f := &OnDemand{cfg: cfg, all: make(chan struct{})}
-	sem := make(chan struct{}, cfg.DialConcurrency)
-	var d net.Dialer
-	f.dialOptions = []grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			defer func() { <-sem }()
-			return d.DialContext(ctx, "tcp", addr)
-		}),
-		grpc.WithReadBufferSize(16 << 10),
-		grpc.WithWriteBufferSize(16 << 10),
-	}
+	f.dialOptions = dialOptions(cfg.DialConcurrency)
 	f.clients = make([]*odClient, len(cfg.Subsets))
 	for i, sub := range cfg.Subsets {
 		c := &odClient{f: f, node: &corev3.Node{Id: NodeID(i), Cluster: "bench"},
@@ -247,7 +228,7 @@ func (f *OnDemand) Wait(ctx context.Context) (OnDemandChange, error) {
 	case <-e.t.done:
 	case <-ctx.Done():
 	}
-	f.quiet(ctx)
+	waitQuiet(ctx, &f.lastRecv, f.cfg.Quiet)
 	f.target.Store(nil)
 	f.pending = odExpectation{}
 	out := OnDemandChange{At: make([]int64, len(e.subscribers)), Violations: f.violations(), Errors: f.errors()}
@@ -300,25 +281,6 @@ func (f *OnDemand) FirstCluster(ctx context.Context, samples int, seed uint64) (
 	return out, nil
 }
 
-// quiet waits until no client has received anything for Quiet, or ctx
-// ends.
-func (f *OnDemand) quiet(ctx context.Context) {
-	t := time.NewTimer(f.cfg.Quiet)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		idle := time.Since(time.Unix(0, f.lastRecv.Load()))
-		if idle >= f.cfg.Quiet {
-			return
-		}
-		t.Reset(f.cfg.Quiet - idle)
-	}
-}
-
 func (f *OnDemand) violations() (n int64) {
 	for _, c := range f.clients {
 		n += c.violations.Load()
@@ -335,24 +297,9 @@ func (f *OnDemand) streamFailed(c *odClient, err error) {
 	}
 }
 
-func (f *OnDemand) streamError(err error) {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	f.nerrs++
-	if len(f.errs) < 5 {
-		f.errs = append(f.errs, err.Error())
-	}
-}
+func (f *OnDemand) streamError(err error) { f.errs.add(err) }
 
-func (f *OnDemand) errors() []string {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	out := slices.Clone(f.errs)
-	if f.nerrs > len(f.errs) {
-		out = append(out, fmt.Sprintf("and %d more", f.nerrs-len(f.errs)))
-	}
-	return out
-}
+func (f *OnDemand) errors() []string { return f.errs.list() }
 
 // Close closes every client's connection.
 func (f *OnDemand) Close() {

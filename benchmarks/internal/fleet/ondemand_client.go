@@ -12,7 +12,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
@@ -36,9 +35,7 @@ type odClient struct {
 	targetAt atomic.Int64
 	targetOf atomic.Pointer[odTarget]
 
-	cc     *grpc.ClientConn
-	cancel context.CancelFunc
-	done   chan struct{} // closed when the connection's goroutine returns
+	clientConn
 
 	sendMu sync.Mutex  // serialises Send; protects stream
 	stream deltaStream // the current stream, nil between two
@@ -53,29 +50,7 @@ type odClient struct {
 
 // connect dials the server and starts the client's goroutine.
 func (c *odClient) connect() error {
-	cc, err := grpc.NewClient("passthrough:///"+c.f.cfg.Addr, c.f.dialOptions...)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cc, c.cancel, c.done = cc, cancel, make(chan struct{})
-	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
-	go func() {
-		defer close(c.done)
-		c.run(ctx, ads)
-	}()
-	return nil
-}
-
-// disconnect closes the connection and waits for the client's goroutine.
-func (c *odClient) disconnect() {
-	if c.cc == nil {
-		return
-	}
-	c.cancel()
-	c.cc.Close()
-	<-c.done
-	c.cc = nil
+	return c.dial(c.f.cfg.Addr, c.f.dialOptions, c.run)
 }
 
 // run runs the client's stream until ctx ends, opening it again after a
@@ -93,12 +68,8 @@ func (c *odClient) run(ctx context.Context, ads discoveryv3.AggregatedDiscoveryS
 			retry = 0
 		}
 		retry++
-		t := time.NewTimer(c.f.cfg.Backoff.delay(retry, c.rnd))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !backoff(ctx, c.f.cfg.Backoff.delay(retry, c.rnd)) {
 			return
-		case <-t.C:
 		}
 		c.f.retried.Add(1)
 	}

@@ -50,6 +50,11 @@ type request struct {
 	Samples int `json:"samples,omitempty"`
 }
 
+// deadline returns a context that ends after the request's Timeout.
+func (req request) deadline() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), time.Duration(req.Timeout*float64(time.Second)))
+}
+
 // handed is a server child's answer to a burst: when it handed each
 // change to the server (unix ns).
 type handed struct {
@@ -546,13 +551,10 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 			churn.Stop()
 		}
 	}()
-	deadline := func(req request) (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), time.Duration(req.Timeout*float64(time.Second)))
-	}
 	return serve(in, out, func(req request) (any, error) {
 		switch req.Op {
 		case "start", "storm":
-			ctx, cancel := deadline(req)
+			ctx, cancel := req.deadline()
 			defer cancel()
 			if req.Op == "start" {
 				return f.Start(ctx)
@@ -578,11 +580,11 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 			}
 			return struct{}{}, f.ExpectMesh(m.Snapshot())
 		case "wait-mesh":
-			ctx, cancel := deadline(req)
+			ctx, cancel := req.deadline()
 			defer cancel()
 			return f.WaitMesh(ctx)
 		case "wait":
-			ctx, cancel := deadline(req)
+			ctx, cancel := req.deadline()
 			defer cancel()
 			return f.Wait(ctx)
 		case "churn":

@@ -391,14 +391,17 @@ func (s *session) errorf(err error) error {
 }
 
 // close ends the session's children, the clients first.
-func (s *session) close() error {
+func (s *session) close() error { return stopPair(s.srv, s.cl) }
+
+// stopPair stops a clients child (if started), then its server child.
+func stopPair(srv, cl *child) error {
 	var errs []error
-	if s.cl != nil {
-		if err := s.cl.stop(); err != nil {
+	if cl != nil {
+		if err := cl.stop(); err != nil {
 			errs = append(errs, fmt.Errorf("clients child: %w", err))
 		}
 	}
-	if err := s.srv.stop(); err != nil {
+	if err := srv.stop(); err != nil {
 		errs = append(errs, fmt.Errorf("server child: %w", err))
 	}
 	return errors.Join(errs...)

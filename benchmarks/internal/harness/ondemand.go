@@ -2,7 +2,6 @@ package harness
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -187,18 +186,8 @@ type odSession struct {
 	fleetErrs []string
 }
 
-func (s *odSession) close() error {
-	var errs []error
-	if s.cl != nil {
-		if err := s.cl.stop(); err != nil {
-			errs = append(errs, fmt.Errorf("clients child: %w", err))
-		}
-	}
-	if err := s.srv.stop(); err != nil {
-		errs = append(errs, fmt.Errorf("server child: %w", err))
-	}
-	return errors.Join(errs...)
-}
+// close ends the session's children, the clients first.
+func (s *odSession) close() error { return stopPair(s.srv, s.cl) }
 
 // openOnDemand starts server name's child and a clients child of it, and
 // waits until every client converged. It returns the session (nil if the

@@ -1,12 +1,10 @@
 package harness
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
@@ -36,13 +34,10 @@ func runOnDemandChild(args []string, in io.Reader, out io.Writer) error {
 		return err
 	}
 	defer f.Close()
-	deadline := func(req request) (context.Context, context.CancelFunc) {
-		return context.WithTimeout(context.Background(), time.Duration(req.Timeout*float64(time.Second)))
-	}
 	return serve(in, out, func(req request) (any, error) {
 		switch req.Op {
 		case "start":
-			ctx, cancel := deadline(req)
+			ctx, cancel := req.deadline()
 			defer cancel()
 			return f.Start(ctx)
 		case "expect":
@@ -55,11 +50,11 @@ func runOnDemandChild(args []string, in io.Reader, out io.Writer) error {
 			}
 			return struct{}{}, f.Expect(tg)
 		case "wait":
-			ctx, cancel := deadline(req)
+			ctx, cancel := req.deadline()
 			defer cancel()
 			return f.Wait(ctx)
 		case "first":
-			ctx, cancel := deadline(req)
+			ctx, cancel := req.deadline()
 			defer cancel()
 			return f.FirstCluster(ctx, req.Samples, req.Seed)
 		}
