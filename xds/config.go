@@ -187,6 +187,29 @@ type Config struct {
 	// filtered out.
 	ProxyKinds []string
 
+	// NamedKinds lists config kinds whose keys each name one resource: a
+	// key {Kind: k, Name: n} changes the resource n of type NamedKinds[k]
+	// (its content, or whether it exists) and nothing else the Server
+	// serves. A push whose keys are all of these kinds (at most 256 of
+	// them) and that is not Forced is queued only for the
+	// connections that watch one of its resources — by name, by a
+	// wildcard or by a glob collection that holds it — or that are busy
+	// (a push in progress, a response unanswered, something to retry);
+	// every other connection counts as synced to the push at once and
+	// moves to its PushContext at its next step, before it reads a
+	// request. A change then costs what its subscribers cost, not what
+	// every connection costs: Envoy's on-demand CDS and gRPC clients each
+	// ask for their own few of many clusters. PushEvent.Skipped counts
+	// the connections skipped.
+	//
+	// It is a promise the Server cannot check: a key of a named kind must
+	// not change what InitProxy returns, nor any other resource a
+	// generator serves. New checks what it can: each kind is in
+	// TypeKinds of its type and of no other, every served type is in
+	// TypeKinds, and, with an InitProxy, ProxyKinds is set and does not
+	// list the kind. A resources.Store declares its own types so.
+	NamedKinds map[string]TypeURL
+
 	// Authenticate, if set, is called when a stream opens, before anything
 	// else is read. An error refuses the stream with codes.Unauthenticated
 	// (the client is told a correlation id; the error is logged with it);

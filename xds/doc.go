@@ -21,7 +21,10 @@
 //     (pushcontext.NeedsPush), and each connection regenerates the types
 //     whose kinds changed (Config.TypeKinds), or whose index was rebuilt.
 //     A Full push first calls InitProxy again, unless Config.ProxyKinds
-//     says InitProxy reads none of the kinds that changed.
+//     says InitProxy reads none of the kinds that changed. A push that
+//     names resources only (Config.NamedKinds) skips the idle connections
+//     that watch none of them: they count as synced to it at once and
+//     move to its PushContext at their next step (fanout.go).
 //   - Versions. version_info and system_version_info are the PushContext's
 //     version ("9f3c2a71-42", see pushcontext.ParseVersion); a nonce is
 //     unique per response. A Delta resource's version is its content hash

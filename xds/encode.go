@@ -112,7 +112,11 @@ type encKey struct {
 // regenerates it (rotate), so memory follows what generators return now,
 // not what they returned once, while a type no push regenerates (the
 // clusters, while endpoints change) keeps its encodings for the
-// connections that generate it later. A resource that several
+// connections that generate it later. A push that skips connections
+// (Config.NamedKinds) does not rotate what it regenerates: the
+// connections it skips did not use their encodings, which they need at
+// their next generation; the growth rule alone bounds those types. A
+// resource that several
 // connections need at once (the subsets of on-demand clients that share
 // it) is marshalled by the first of them; the others wait for its
 // encoding.

@@ -82,12 +82,20 @@ var (
 //
 // On two cores the run takes about 6s of CPU, 45s under -race; the long
 // run about 4 minutes of CPU (2 of wall time) and 2 GiB of memory.
+//
+// It runs twice: plain, each change carrying a key the Builder reads its
+// generation from, and named, the generation in the keys' namespace and
+// every key of a named kind (Config.NamedKinds), so that pushes skip the
+// gRPC-like clients that watch none of what they change.
 func TestFault(t *testing.T) {
 	p := faultParams{changes: 1000, clients: 50, seed: *faultSeed, churn: 20}
 	if *faultLong {
 		p.changes, p.clients, p.churn = 10_000, 200, 200
 	}
-	runFault(t, p)
+	for _, named := range []bool{false, true} {
+		p.named = named
+		t.Run(map[bool]string{false: "plain", true: "named"}[named], func(t *testing.T) { runFault(t, p) })
+	}
 }
 
 // faultSeeds are the seeds with which TestFault once failed, each for a
@@ -128,6 +136,8 @@ type faultParams struct {
 	// away and another takes its place. A client records every response
 	// it receives, so churn also bounds the memory of a long run.
 	churn int
+	// named: the mesh's kinds are named kinds (see TestFault).
+	named bool
 }
 
 // ---- the mesh ----------------------------------------------------------------
@@ -394,6 +404,8 @@ type faultMesh struct {
 	genFaults map[genKey]genMode // the generators failing now
 	injected  map[genKey]bool    // every generator ever made to fail
 	nacking   atomic.Bool        // the NACKing clients reject content
+	named     bool               // see faultParams.named
+	skipped   atomic.Int64       // connections pushes skipped (PushEvent.Skipped)
 
 	replicas []*faultReplica
 
@@ -441,8 +453,12 @@ func (r *faultReplica) Build(prev *pushcontext.PushContext, req *pushcontext.Pus
 	}
 	gen := 0
 	for k := range req.ConfigsUpdated {
-		if k.Kind == kGen {
+		switch {
+		case k.Kind == kGen:
 			n, _ := strconv.Atoi(k.Name)
+			gen = max(gen, n)
+		case m.named:
+			n, _ := strconv.Atoi(k.Namespace)
 			gen = max(gen, n)
 		}
 	}
@@ -518,8 +534,13 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			return out, nil
 		})
 	}
+	var named map[string]xds.TypeURL
+	if r.m.named {
+		named = map[string]xds.TypeURL{kCluster: xds.ClusterType, kEndpoint: xds.EndpointType, kListener: xds.ListenerType, kRoute: xds.RouteType}
+	}
 	return xds.Config{
-		Builder: r,
+		Builder:    r,
+		NamedKinds: named,
 		Generators: map[xds.TypeURL]xds.Generator{
 			xds.ClusterType: gen(xds.ClusterType, func(pc *pushcontext.PushContext, w xds.Watch) []xds.Resource {
 				return pick(clusters.Get(pc).(map[string]*clusterv3.Cluster), w)
@@ -546,6 +567,7 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			OnReferenceError: func(xds.ReferenceErrorEvent) { r.m.refErrors.Add(1) },
 			OnNACK:           func(xds.NACK) { r.m.nacks.Add(1) },
 			OnPhaseTimeout:   func(xds.PhaseTimeoutEvent) { r.m.phaseTimeouts.Add(1) },
+			OnPush:           func(ev xds.PushEvent) { r.m.skipped.Add(int64(ev.Skipped)) },
 			OnQueue: func(ev xds.QueueEvent) {
 				if ev.Merged > 1 {
 					r.m.merged.Add(1)
@@ -562,6 +584,12 @@ func (m *faultMesh) update(w *world, ch meshChange) {
 	gen := len(m.worlds) - 1
 	m.mu.Unlock()
 	ks := append(slices.Clone(ch.keys), pushcontext.ConfigKey{Kind: kGen, Name: strconv.Itoa(gen)})
+	if m.named {
+		ks = slices.Clone(ch.keys)
+		for i := range ks {
+			ks[i].Namespace = strconv.Itoa(gen)
+		}
+	}
 	for _, r := range m.replicas {
 		if err := r.srv.ConfigUpdate(&pushcontext.PushRequest{
 			Full:           ch.full,
@@ -735,7 +763,7 @@ type pause struct {
 func runFault(t *testing.T, p faultParams) {
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(p.seed, 0xfa017))
-		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}}
+		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}, named: p.named}
 		m.worlds = []*world{faultWorld(rnd)}
 		for _, name := range []string{"a", "b"} {
 			r := &faultReplica{m: m, name: name, versions: map[string]int{}}
@@ -817,9 +845,12 @@ func runFault(t *testing.T, p faultParams) {
 		for _, c := range run.clients {
 			xdstest.AssertNoDangling(t, c.Client)
 		}
-		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d",
+		if p.named && m.skipped.Load() == 0 {
+			t.Errorf("named kinds: no push skipped a connection")
+		}
+		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections skipped %d",
 			p.seed, p.changes, len(run.clients), m.replicas[0].srv.Version(), run.stats, run.syncs,
-			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load())
+			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load(), m.skipped.Load())
 	})
 }
 

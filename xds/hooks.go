@@ -136,6 +136,10 @@ type PushEvent struct {
 	Attempts int
 	// Connections is how many connections the push was queued for.
 	Connections int
+	// Skipped is how many connections the push was not queued for: it
+	// names resources none of them watches (see Config.NamedKinds), and
+	// they count as synced to it at once.
+	Skipped int
 	// Reason is the merged request's trigger counts.
 	Reason pushcontext.ReasonStats
 }

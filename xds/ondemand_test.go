@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -24,13 +25,27 @@ import (
 // cluster, or of its endpoints, reaches its subscribers only, and each
 // resource changed is marshalled once however many subsets hold it: the
 // subsets are assembled from the encodings of the resources the generator
-// returned (the store's, shared by pointer).
+// returned (the store's, shared by pointer). With named kinds, the pushes
+// skip the connections that watch none of what they change, and the
+// content of a resource changed while a connection was skipped reaches it
+// when it subscribes.
 func TestDeltaOnDemandSubsets(t *testing.T) {
+	for _, named := range []bool{false, true} {
+		t.Run(fmt.Sprintf("named=%v", named), func(t *testing.T) { testDeltaOnDemandSubsets(t, named) })
+	}
+}
+
+func testDeltaOnDemandSubsets(t *testing.T, named bool) {
 	synctest.Test(t, func(t *testing.T) {
 		const clusters, clients, each = 30, 60, 3
 		st := newStore()
 		world(st, clusters)
-		f := start(t, st, nil, false)
+		var skipped atomic.Int64
+		var tweak func(*Config)
+		if named {
+			tweak = namedKinds(&skipped)
+		}
+		f := start(t, st, tweak, false)
 		rng := rand.New(rand.NewPCG(1, 2))
 		subsets := make([][]string, clients)
 		cs := make([]*dclient, clients)
@@ -44,19 +59,38 @@ func TestDeltaOnDemandSubsets(t *testing.T) {
 			cs[k].subscribe(EndpointType, subsets[k]...)
 		}
 		settle()
-		for k, c := range cs {
+		// held is, by client, the version of each ClusterLoadAssignment it
+		// was sent.
+		held := make([]map[string]string, clients)
+		ack := func(k int) []*discoveryv3.DeltaDiscoveryResponse {
+			rs := cs[k].ackUntilQuiet()
+			for _, r := range rs {
+				if TypeURL(r.TypeUrl) != EndpointType {
+					continue
+				}
+				for _, res := range r.Resources {
+					held[k][res.Name] = res.Version
+				}
+				for _, n := range r.RemovedResources {
+					delete(held[k], n)
+				}
+			}
+			return rs
+		}
+		for k := range cs {
+			held[k] = map[string]string{}
 			names := fmt.Sprint(subsets[k])
-			checkSummaries(t, "client "+fmt.Sprint(k), c.ackAll(), "CDS"+names+"-[]", "EDS"+names+"-[]")
+			checkSummaries(t, "client "+fmt.Sprint(k), ack(k), "CDS"+names+"-[]", "EDS"+names+"-[]")
 		}
 		changed := subsets[0][0]
 		check := func(what string, want ...string) {
 			t.Helper()
-			for k, c := range cs {
+			for k := range cs {
 				var w []string
 				if slices.Contains(subsets[k], changed) {
 					w = want
 				}
-				checkSummaries(t, fmt.Sprintf("%s, client %d", what, k), c.ackUntilQuiet(), w...)
+				checkSummaries(t, fmt.Sprintf("%s, client %d", what, k), ack(k), w...)
 			}
 		}
 		before := f.srv.Marshalled()
@@ -78,6 +112,35 @@ func TestDeltaOnDemandSubsets(t *testing.T) {
 		if got := f.srv.Marshalled() - before; got != 1 {
 			t.Errorf("a cluster change marshalled %d resources; want 1", got)
 		}
+		// Endpoint changes of one cluster after another: each reaches
+		// its subscribers alone; then every client subscribes to every
+		// cluster and must be sent the content of now.
+		for r := range 10 {
+			changed = fmt.Sprintf("c%d", rng.IntN(clusters))
+			f.update(false, func(s *store) { s.endpoints[changed] = xdsfixture.CLA(changed, fmt.Sprintf("10.8.8.%d:80", r)) }, key(kindEndpoint, changed))
+			settle()
+			check(fmt.Sprintf("endpoint change %d", r), "EDS["+changed+"]-[]")
+		}
+		if named && skipped.Load() == 0 {
+			t.Errorf("named kinds: no push skipped a connection")
+		}
+		all := make([]string, clusters)
+		for i := range all {
+			all[i] = fmt.Sprintf("c%d", i)
+		}
+		for _, c := range cs {
+			c.subscribe(ClusterType, all...)
+			c.subscribe(EndpointType, all...)
+		}
+		settle()
+		for k := range cs {
+			ack(k)
+			for _, n := range all {
+				if want := mustVersion(t, st.endpoints[n]); held[k][n] != want {
+					t.Fatalf("client %d holds %s at version %q; want %q, the content of now", k, n, held[k][n], want)
+				}
+			}
+		}
 	})
 }
 
@@ -90,16 +153,28 @@ func TestDeltaOnDemandSubsets(t *testing.T) {
 // the resources marshalled per change (1; 0 for a cluster no client
 // subscribes to). first-cluster: a client subscribes
 // to a cluster it did not hold, until it holds the cluster and its
-// endpoints. The CPU grows with the connections, not the subscribers:
-// every connection is woken for every push, and a DeltaGenerator tells
-// the 99 % that are not concerned that nothing changed for them.
+// endpoints. named=false: every connection is woken for every push, and a
+// DeltaGenerator tells the 99 % that are not concerned that nothing
+// changed for them, so the CPU grows with the connections; named=true:
+// the host declares its kinds named (Config.NamedKinds), and a push skips
+// the connections that watch none of what it changes.
 func BenchmarkOnDemand(b *testing.B) {
+	for _, named := range []bool{false, true} {
+		b.Run(fmt.Sprintf("named=%v", named), func(b *testing.B) { benchOnDemand(b, named) })
+	}
+}
+
+func benchOnDemand(b *testing.B, named bool) {
 	const clusters, clients, each = 1000, 1000, 10
 	st := newStore()
 	world(st, clusters)
+	var skipped atomic.Int64
 	f := start(b, st, func(cfg *Config) {
 		cfg.Debounce = DebounceConfig{After: time.Millisecond, Max: 5 * time.Millisecond}
 		cfg.Generators[EndpointType] = &deltaEDS{Generator: cfg.Generators[EndpointType], st: st}
+		if named {
+			namedKinds(&skipped)(cfg)
+		}
 	}, true)
 	rng := rand.New(rand.NewPCG(3, 4))
 	subscribers := make(map[string][]int)

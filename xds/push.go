@@ -229,26 +229,39 @@ func (s *Server) push(ctx context.Context, u *update) {
 
 	out := *req
 	out.Push = next
+	var nk namedKeys
+	if prev != nil {
+		nk = s.set.namedKeys(req)
+	}
 	s.cache.rotate(func(i int) bool {
 		// A type is regenerated when an index of its kinds was rebuilt,
 		// by a Forced push, and by every push when it has no kinds (see
-		// core.affected).
+		// core.affected); by every connection, unless the push may skip
+		// some (see encCache).
 		kinds := s.set.kinds[i]
-		return prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...)
+		return nk == nil && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))
 	})
 	item := &pushItem{req: &out, seq: next.Seq(), start: s.set.clock.Now(), merged: 1}
+	skipped := 0
 	s.mu.Lock()
 	for c := range s.conns {
+		if nk != nil && c.skip(item, nk) {
+			skipped++
+			continue
+		}
+		if s.set.named != nil {
+			c.queuedFor(item.seq)
+		}
 		s.queue.Enqueue(c, item)
 	}
-	n := len(s.conns)
+	n := len(s.conns) - skipped
 	s.mu.Unlock()
 	s.track.pushed(u.gens, next.Seq())
 
-	ev := PushEvent{Version: next.Version(), Full: req.Full, Build: took, Attempts: attempts, Connections: n, Reason: req.Reason}
+	ev := PushEvent{Version: next.Version(), Full: req.Full, Build: took, Attempts: attempts, Connections: n, Skipped: skipped, Reason: req.Reason}
 	s.set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: push",
 		slog.String("version", ev.Version), slog.Bool("full", req.Full), slog.Duration("build", took),
-		slog.Int("connections", n), slog.String("reason", req.Reason.String()))
+		slog.Int("connections", n), slog.Int("skipped", skipped), slog.String("reason", req.Reason.String()))
 	if prev != nil { // the first PushContext opens the Server; it pushes to no one
 		callHook(s.set, s.set.hooks.Load().OnPush, ev)
 	}

@@ -20,9 +20,10 @@ type settings struct {
 	generators              []Generator // by type index
 	order                   []TypeURL   // type index → type URL
 	index                   map[TypeURL]int
-	fullState               []bool     // by type index
-	kinds                   [][]string // by type index; nil = every kind
-	proxyKinds              []string   // Config.ProxyKinds; nil = every kind
+	fullState               []bool         // by type index
+	kinds                   [][]string     // by type index; nil = every kind
+	proxyKinds              []string       // Config.ProxyKinds; nil = every kind
+	named                   map[string]int // Config.NamedKinds: kind → type index
 	knownKinds              func(kind string) bool
 	leaf                    []bool // by type index: its resources name no other resource (EDS, SDS)
 	edsIdx                  int    // index of EndpointType, -1 if not served
@@ -299,6 +300,43 @@ func (s *settings) configKinds(cfg *Config) error {
 		}
 	}
 	s.proxyKinds = slices.Clone(cfg.ProxyKinds)
+	return s.namedKinds(cfg)
+}
+
+// namedKinds checks and records Config.NamedKinds: each kind feeds its
+// type alone, every type declares its kinds, and InitProxy reads none.
+func (s *settings) namedKinds(cfg *Config) error {
+	if len(cfg.NamedKinds) == 0 {
+		return nil
+	}
+	if cfg.ProxyKinds == nil && cfg.InitProxy != nil {
+		return errors.New("xds: Config.NamedKinds is set but ProxyKinds is nil (InitProxy reads every kind, so a named change could change any proxy)")
+	}
+	for i, t := range s.order {
+		if s.kinds[i] == nil {
+			return fmt.Errorf("xds: Config.NamedKinds is set but TypeKinds has no entry for %s, which every kind then feeds", t)
+		}
+	}
+	s.named = make(map[string]int, len(cfg.NamedKinds))
+	for k, t := range cfg.NamedKinds {
+		i := s.typeIndex(t)
+		switch {
+		case k == "":
+			return errors.New("xds: Config.NamedKinds has an empty kind")
+		case i < 0:
+			return fmt.Errorf("xds: Config.NamedKinds[%q] is %s, which has no generator", k, t)
+		case !slices.Contains(s.kinds[i], k):
+			return fmt.Errorf("xds: Config.NamedKinds[%q] is %s, whose TypeKinds do not list %q", k, t, k)
+		case slices.Contains(cfg.ProxyKinds, k):
+			return fmt.Errorf("xds: Config.NamedKinds has %q, which ProxyKinds lists: a key of it may change what InitProxy returns", k)
+		}
+		for j, kinds := range s.kinds {
+			if j != i && slices.Contains(kinds, k) {
+				return fmt.Errorf("xds: Config.NamedKinds[%q] is %s, but TypeKinds[%s] lists %q too", k, t, s.order[j], k)
+			}
+		}
+		s.named[k] = i
+	}
 	return nil
 }
 

@@ -240,6 +240,11 @@ func (c *conn) syncedTo() uint64 {
 			x = min(x, low-1)
 		}
 	}
+	if c.skipped != nil && x >= c.core.appliedSeq {
+		// Synced to what it applied, it is to the push it was skipped
+		// for, which concerns nothing it watches (see fanout.go).
+		x = max(x, c.skipped.seq)
+	}
 	return x
 }
 

@@ -179,8 +179,12 @@ func (s *Server) ctxStatus(ctx context.Context) error {
 
 // handle runs one client request through the core.
 func (c *conn) handle(ctx context.Context, in inbound) error {
-	c.core.step(ctx, c.s.set.clock.Now())
-	err := c.core.request(in)
+	now := c.s.set.clock.Now()
+	err := c.catchUp(ctx, now)
+	if err == nil {
+		c.core.step(ctx, now)
+		err = c.core.request(in)
+	}
 	c.afterStep()
 	return err
 }
@@ -333,7 +337,12 @@ func (c *conn) onTick(ctx context.Context) error {
 
 // onTimer runs the core's timers: phase timeouts, retries.
 func (c *conn) onTimer(ctx context.Context) error {
-	retryPush, err := c.core.tick(ctx, c.s.set.clock.Now())
+	now := c.s.set.clock.Now()
+	if err := c.catchUp(ctx, now); err != nil {
+		c.afterStep()
+		return err
+	}
+	retryPush, err := c.core.tick(ctx, now)
 	if retryPush {
 		// Generated again under a push slot, merged with what arrives
 		// meanwhile.
@@ -377,6 +386,9 @@ func (c *conn) post(item *pushItem) bool {
 		return false
 	}
 	c.inbox = c.inbox.Merge(item)
+	if item.seq >= c.queued {
+		c.queued = 0 // what the queue held is here
+	}
 	c.kicked = false // whatever the queue held for c, this is it
 	return !c.busy && !c.inbox.empty()
 }
@@ -394,6 +406,10 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	c.mu.Unlock()
 	if item.empty() {
 		return nil, nil
+	}
+	if c.skipped != nil {
+		// Applied with what followed it, in one push (see catchUp).
+		item, c.skipped = c.skipped.Merge(item), nil
 	}
 	now := c.s.set.clock.Now()
 	callHook(c.s.set, c.s.set.hooks.Load().OnQueue, QueueEvent{

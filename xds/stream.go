@@ -71,7 +71,7 @@ var errStreamGenerateTimeout = status.Error(codes.Unavailable, "xds: generating 
 const maxQueuedAnswers = 32
 
 // conn is one ADS stream. (Its fields are grouped so that the small ones
-// share words: 368 bytes, in the allocator's 384-byte class.)
+// share words.)
 type conn struct {
 	s       *Server
 	stream  sotwStream  // nil on a Delta stream
@@ -96,6 +96,9 @@ type conn struct {
 	failErr        error              // why a step ended the stream (see unlockStep)
 	outbox         []*outMsg
 	writingApplied uint64 // the lowest appliedSeq stamped on the batch being written (0 when none)
+	// skipped is the newest push the fan-out skipped the connection for,
+	// which its next step applies first (see fanout.go); nil if none.
+	skipped *pushItem
 	// timer (made by the opening, before the first step) fires at the
 	// earlier of timerAt, the core's next deadline, and writeAt, when a
 	// write in progress is checked for being blocked (see arm); armedAt is
@@ -135,7 +138,11 @@ type conn struct {
 	// given yet, merged in one item. The core takes all of it at once,
 	// so pushes reach it in the order of their sequence numbers: what it
 	// has applied is every push up to one (see core.push).
-	inbox  *pushItem
+	inbox *pushItem
+	// queued is the Seq of the newest push queued for the connection
+	// that has not reached its inbox yet, 0 if none (kept with
+	// Config.NamedKinds only; see skip).
+	queued uint64
 	busy   bool // initialising, writing or in a push's phases: the inbox waits
 	kicked bool // unpark queued a kick that no deliver has posted yet
 	closed bool // the stream has ended

@@ -215,7 +215,10 @@ func New(cfg Config) (*Store, error) {
 // Config returns the xds.Config of the Server that serves the Store:
 // Config.Server, with the Store's Builder, a Generator and TypeKinds entry
 // for each type it serves (a type is regenerated only when resources of
-// that type changed) and its InitProxy (groups and dependency scopes),
+// that type changed), a NamedKinds entry for each (a change is queued
+// only for the connections that watch what it changes; not when another
+// Generator of Config.Server has no TypeKinds entry) and its InitProxy
+// (groups and dependency scopes),
 // which reads only which groups are set (ProxyKinds is GroupKind: a Full
 // push calls it again only when a group was created or deleted). A host
 // that wraps InitProxy with something reading more config adds the kinds
@@ -235,6 +238,23 @@ func (s *Store) Config() xds.Config {
 	for i, t := range s.types {
 		cfg.Generators[t] = generator{s: s, idx: i}
 		cfg.TypeKinds[t] = []string{string(t)}
+	}
+	// A key of a type's kind names the one resource it changes, so a
+	// change skips the connections that do not watch it (on-demand
+	// clients), unless another generator reads every kind.
+	declared := true
+	for t := range cfg.Generators {
+		_, ok := cfg.TypeKinds[t]
+		declared = declared && ok
+	}
+	if declared {
+		cfg.NamedKinds = maps.Clone(cfg.NamedKinds)
+		if cfg.NamedKinds == nil {
+			cfg.NamedKinds = make(map[string]xds.TypeURL, len(s.types))
+		}
+		for _, t := range s.types {
+			cfg.NamedKinds[string(t)] = t
+		}
 	}
 	cfg.InitProxy = s.initProxy
 	cfg.ProxyKinds = []string{GroupKind}

@@ -60,7 +60,8 @@ type Config struct {
 	// mesh.DefaultServices and mesh.DefaultEndpoints.
 	Services, Endpoints int
 	// CPUProfile, if set, is a directory where each server child writes a
-	// CPU profile per change: SERVER-PROTOCOL-CHANGE.pprof.
+	// CPU profile per change: SERVER-PROTOCOL-CHANGE.pprof (the on-demand
+	// scenario: one over all its changes, SERVER-ondemand-changes.pprof).
 	CPUProfile string
 	// HeapProfile, if set, is a directory where each server child writes,
 	// when it measures its resident set once every client has converged,

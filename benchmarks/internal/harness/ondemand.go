@@ -135,11 +135,21 @@ func RunOnDemand(cfg Config, od OnDemand) (out []OnDemandResult, err error) {
 			return results(ss), fmt.Errorf("%s: %w", s.res.Server, err)
 		}
 	}
+	for _, s := range ss {
+		if err := s.srv.call(request{Op: "profile", Name: s.res.Server + "-ondemand-changes"}, nil); err != nil {
+			return results(ss), fmt.Errorf("%s: %w", s.res.Server, err)
+		}
+	}
 	for r, svc := range changedServices(cfg, od) {
 		for _, s := range ss {
 			if err := s.change(r, svc); err != nil {
 				return results(ss), fmt.Errorf("%s: round %d: %w", s.res.Server, r+1, err)
 			}
+		}
+	}
+	for _, s := range ss {
+		if err := s.srv.call(request{Op: "unprofile"}, nil); err != nil {
+			return results(ss), fmt.Errorf("%s: %w", s.res.Server, err)
 		}
 	}
 	for _, s := range ss {
@@ -194,7 +204,11 @@ func (s *odSession) close() error { return stopPair(s.srv, s.cl) }
 // server did not start) even with an error, for close.
 func openOnDemand(cfg Config, od OnDemand, name string) (*odSession, error) {
 	s := &odSession{cfg: cfg, res: OnDemandResult{Server: name, Clients: cfg.Clients, Services: cfg.Services, Subset: od.Subset}}
-	srv, err := start(cfg, name, append(serverArgs(cfg, name), "-nodebounce")...)
+	args := append(serverArgs(cfg, name), "-nodebounce")
+	if cfg.CPUProfile != "" {
+		args = append(args, "-cpuprofile", cfg.CPUProfile)
+	}
+	srv, err := start(cfg, name, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +221,7 @@ func openOnDemand(cfg Config, od OnDemand, name string) (*odSession, error) {
 	if err := srv.call(request{Op: "usage"}, &base); err != nil {
 		return s, err
 	}
-	args := append([]string{"ondemand", "-addr", hello.Addr, "-n", strconv.Itoa(cfg.Clients),
+	args = append([]string{"ondemand", "-addr", hello.Addr, "-n", strconv.Itoa(cfg.Clients),
 		"-subset", strconv.Itoa(od.Subset), "-seed", strconv.FormatUint(od.Seed, 10), "-quiet", cfg.Quiet.String(),
 		"-backoff-base", cfg.Backoff.Base.String(), "-backoff-max", cfg.Backoff.Max.String()}, meshArgs(cfg)...)
 	if s.cl, err = start(cfg, "clients", args...); err != nil {

@@ -58,7 +58,9 @@ var kindOf = map[string]string{
 //     per push and subscription, and shared; InitProxy reads no config
 //     (xds.Config.ProxyKinds is empty), so a Full push does not call it
 //     again;
-//   - xds.Config.TypeKinds makes an endpoint change regenerate EDS only;
+//   - xds.Config.TypeKinds makes an endpoint change regenerate EDS only,
+//     and xds.Config.NamedKinds lets a push skip the connections that
+//     watch none of the resources it names (on-demand subsets);
 //   - endpoint changes are non-Full ConfigUpdates and bypass the debounce
 //     window; cluster, route and swap changes are Full and wait in the
 //     default window (100ms) unless Config.NoDebounce.
@@ -144,7 +146,13 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 			return xds.ProxyState{View: "mesh"}, nil
 		},
 		// InitProxy reads no config: a Full push need not call it again.
-		ProxyKinds:             []string{},
+		ProxyKinds: []string{},
+		// A change names each resource it touches, by its name: a push
+		// skips the connections that watch none of them.
+		NamedKinds: map[string]xds.TypeURL{
+			kindService: xds.ClusterType, kindEndpoints: xds.EndpointType,
+			kindListener: xds.ListenerType, kindRoute: xds.RouteType,
+		},
 		Debounce:               deb,
 		NewStreamRate:          cfg.NewStreamRate,
 		MaxOpeningStreams:      cfg.Openings,

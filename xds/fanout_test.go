@@ -1,0 +1,148 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
+	"github.com/xdspush/xdspush/pushcontext"
+)
+
+// namedKinds makes the test host's kinds named kinds (each key names the
+// resource of its type it changes), counting the connections pushes skip.
+func namedKinds(skipped *atomic.Int64) func(*Config) {
+	return func(cfg *Config) {
+		cfg.NamedKinds = map[string]TypeURL{kindCluster: ClusterType, kindEndpoint: EndpointType, kindListener: ListenerType, kindRoute: RouteType}
+		cfg.ProxyKinds = []string{} // the test host's InitProxy reads no index
+		cfg.Hooks.OnPush = func(ev PushEvent) { skipped.Add(int64(ev.Skipped)) }
+	}
+}
+
+// A push that names resources skips the connections that watch none of
+// them; they count as synced to it at once, report its version, and a
+// client that then subscribes to what it changed is answered with the
+// change, not with what its connection last applied.
+func TestNamedPushSkipsWhoWatchesNoneOfIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 6)
+		var skipped atomic.Int64
+		f := start(t, st, namedKinds(&skipped), false)
+		subsets := [][]string{{"c0", "c1"}, {"c1", "c2"}, {"c3"}, {"c4", "c5"}}
+		cs := make([]*dclient, len(subsets))
+		for k, names := range subsets {
+			cs[k] = f.connectDelta(fmt.Sprint("n", k), nil)
+			cs[k].subscribe(ClusterType, names...)
+			cs[k].subscribe(EndpointType, names...)
+		}
+		settle()
+		for _, c := range cs {
+			c.ackAll()
+		}
+		// Endpoints of c1: clients 0 and 1 watch them, 2 and 3 do not.
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.9.9.9:80") }, key(kindEndpoint, "c1"))
+		settle()
+		if got := skipped.Load(); got != 2 {
+			t.Errorf("the push skipped %d connections; want 2", got)
+		}
+		for k, c := range cs {
+			var want []string
+			if k < 2 {
+				want = []string{"EDS[c1]-[]"}
+			}
+			checkSummaries(t, fmt.Sprint("client ", k), c.ackUntilQuiet(), want...)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+		defer cancel()
+		if _, err := f.srv.WaitForVersion(ctx, f.srv.Version()); err != nil {
+			t.Fatalf("WaitForVersion = %v", err)
+		}
+		for _, p := range f.srv.Status() {
+			if p.Version != f.srv.Version() {
+				t.Errorf("%s stands on version %s; want %s", p.ProxyID, p.Version, f.srv.Version())
+			}
+		}
+		// Client 2 was skipped; it now asks for c1: the answer is the
+		// push's content (its step first applies the push it skipped).
+		cs[2].subscribe(ClusterType, "c1")
+		cs[2].subscribe(EndpointType, "c1")
+		settle()
+		rs := cs[2].ackUntilQuiet()
+		checkSummaries(t, "client 2 subscribing to c1", rs, "CDS[c1]-[]", "EDS[c1]-[]")
+		var cla endpointv3.ClusterLoadAssignment
+		if err := proto.Unmarshal(rs[1].Resources[0].Resource.Value, &cla); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&cla, st.endpoints["c1"]) {
+			t.Errorf("client 2 was sent c1's endpoints %v; want the changed ones %v", &cla, st.endpoints["c1"])
+		}
+		if _, err := f.srv.Sync(ctx); err != nil {
+			t.Fatalf("Sync = %v", err)
+		}
+	})
+}
+
+// Pushes that cannot skip anyone: Forced, a key of a kind that is not
+// named, more keys than a connection's check may look up.
+func TestNamedPushesThatSkipNoOne(t *testing.T) {
+	many := make([]pushcontext.ConfigKey, maxNamedKeys+1)
+	for i := range many {
+		many[i] = pushcontext.ConfigKey{Kind: kindEndpoint, Name: fmt.Sprint("c", i)}
+	}
+	for _, tc := range []struct {
+		name string
+		req  *pushcontext.PushRequest
+		skip bool
+	}{
+		{"named", &pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(key(kindEndpoint, "c5"))}, true},
+		{"forced", &pushcontext.PushRequest{Forced: true, ConfigsUpdated: pushcontext.NewConfigSet(key(kindEndpoint, "c5"))}, false},
+		{"a kind not named", &pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(key(kindEndpoint, "c5"), key("other", "x"))}, false},
+		{"too many keys", &pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(many...)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set := &settings{named: map[string]int{kindEndpoint: 1}}
+			if got := set.namedKeys(tc.req) != nil; got != tc.skip {
+				t.Errorf("namedKeys(%s) != nil is %v; want %v", tc.name, got, tc.skip)
+			}
+		})
+	}
+}
+
+// New refuses NamedKinds it can tell are not what they say.
+func TestNamedKindsChecked(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		tweak func(*Config)
+		want  string // in the error; "" for none
+	}{
+		{"ok", func(cfg *Config) {}, ""},
+		{"InitProxy reads every kind", func(cfg *Config) { cfg.ProxyKinds = nil }, "ProxyKinds is nil"},
+		{"InitProxy reads it", func(cfg *Config) { cfg.ProxyKinds = []string{kindEndpoint} }, "ProxyKinds lists"},
+		{"no generator", func(cfg *Config) { cfg.NamedKinds["x"] = SecretType }, "has no generator"},
+		{"not a kind of its type", func(cfg *Config) { cfg.NamedKinds[kindEndpoint] = ClusterType }, "do not list"},
+		{"a kind of another type", func(cfg *Config) { cfg.TypeKinds[RouteType] = []string{kindRoute, kindCluster} }, "lists \"cluster\" too"},
+		{"a type fed by every kind", func(cfg *Config) { delete(cfg.TypeKinds, RouteType) }, "no entry for"},
+		{"empty kind", func(cfg *Config) { cfg.NamedKinds[""] = ClusterType }, "empty kind"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, _ := newConfig(t, newStore())
+			var skipped atomic.Int64
+			namedKinds(&skipped)(&cfg)
+			tc.tweak(&cfg)
+			_, err := New(cfg)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("New = %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("New = %v; want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
