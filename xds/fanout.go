@@ -147,13 +147,13 @@ func (c *conn) skip(item *pushItem, nk namedKeys) bool {
 		return false // a step is running: it may be changing what the client watches
 	}
 	defer func() { <-c.stepSem }()
-	if c.stopped || c.writing || len(c.outbox) > 0 {
+	if c.stopped || c.writing || len(c.outbox) > 0 || c.core.concerns(nk) {
 		return false
 	}
 	c.mu.Lock()
 	idle := !c.closed && !c.busy && !c.kicked && c.inbox.empty() && c.queued == 0
 	c.mu.Unlock()
-	if !idle || !c.core.idle() || c.core.concerns(nk) {
+	if !idle || !c.core.idle() {
 		return false
 	}
 	top := c.core.appliedSeq
@@ -167,7 +167,7 @@ func (c *conn) skip(item *pushItem, nk namedKeys) bool {
 	c.statusMu.Lock()
 	c.st.version = item.req.Push.Version()
 	c.statusMu.Unlock()
-	c.publishSynced()
+	c.s.track.setSynced(c, item.seq) // what syncedTo now returns
 	return true
 }
 

@@ -167,10 +167,13 @@ func (v *viewCache) forget(k genKey, call *genCall) {
 
 // generate returns the full target of type i for the proxy of c, for sub,
 // from req.Push. A proxy with a view shares it with the other proxies of
-// that view.
+// that view that have the same subscription.
 func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	view := c.proxy.View
-	if view == "" {
+	if view == "" || !sub.shared() {
+		// Without a view, or for a subscription no other connection has
+		// (an on-demand client's own subset), no one else would take
+		// what a view's cache kept.
 		return s.generateFor(ctx, c, i, sub, req, push)
 	}
 	k := genKey{view: view, typ: i, seq: req.Push.Seq(), sub: sub}

@@ -89,10 +89,15 @@ func (tc *transitionCache) put(k transKey, t *transition) {
 	if tc.cur == nil {
 		tc.cur = make(map[transKey]*transition)
 	}
-	if _, ok := tc.cur[k]; !ok {
+	if _, ok := tc.cur[k]; !ok && len(tc.cur) < maxTransitions {
 		tc.cur[k] = t
 	}
 }
+
+// maxTransitions bounds the steps kept per PushContext: clients in the
+// same state are few states (a fleet's proxies move alike), and each step
+// kept keeps its response, encoded, until two newer PushContexts come.
+const maxTransitions = 1024
 
 // sameStep reports whether releasing tgt to type i with o depends only on
 // what its transKey captures (see the comment at the top of this file), so
@@ -190,7 +195,10 @@ func (c *core) record(k transKey, i int, m *outMsg, d *diffResult, keep bool) {
 			m.shared.resources = len(m.resp.Resources)
 		}
 	}
-	if !keep {
+	if !keep || !ts.sub.shared() {
+		// A subscription no other connection has is a step no other
+		// client takes: keeping it would keep its response as long as
+		// the cache does (an on-demand client's own subset).
 		return
 	}
 	tr := &transition{after: ts.held.set, changed: slices.Clone(d.changed)}

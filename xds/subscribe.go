@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"weak"
 
 	"github.com/xdspush/xdspush/internal/sortedset"
@@ -26,7 +27,16 @@ type subscription struct {
 	// holds does not grow with the names (a fleet's proxies list them
 	// alike). It takes no part in equality.
 	order []uint32
+	// multi is set once a second connection subscribes to the same names
+	// (subTable.intern): only then are a view's steps for it kept for
+	// others to take (see record).
+	multi atomic.Bool
 }
+
+// shared reports whether other connections may take the steps of a
+// connection with this subscription: it is the empty or the wildcard one,
+// or a second connection has subscribed to the same names.
+func (s *subscription) shared() bool { return len(s.names) == 0 || s.multi.Load() }
 
 var (
 	noSubscription       = &subscription{}
@@ -201,6 +211,9 @@ func (t *subTable) intern(s *subscription) *subscription {
 	defer t.mu.Unlock()
 	for _, wp := range t.m[h] {
 		if p := wp.Value(); p != nil && p.equal(s) {
+			if p != s {
+				p.multi.Store(true)
+			}
 			return p
 		}
 	}

@@ -93,7 +93,7 @@ func run() error {
 	services := flag.Int("services", 0, "services in the mesh (0: 100; ondemand: 1000)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
 	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof; ondemand: SERVER-ondemand-changes.pprof, over every change)")
-	heapprofile := flag.String("heapprofile", "", "directory where each server writes its live heap once the clients have converged (SERVER-PROTOCOL-heap.pprof, .txt); it samples the heap finely, which costs CPU, so the run's CPU figures are not comparable")
+	heapprofile := flag.String("heapprofile", "", "directory where each server writes its live heap once the clients have converged (SERVER-PROTOCOL-heap.pprof, .txt; ondemand: SERVER-ondemand-heap); it samples the heap finely, which costs CPU, so the run's CPU figures are not comparable")
 	timeout := flag.Duration("timeout", 0, "bound of each phase (0: 60s + 10ms per client)")
 	runs := flag.Int("runs", 10, "burst: runs per server and protocol")
 	changes := flag.Int("changes", 20, "burst: changes per run")

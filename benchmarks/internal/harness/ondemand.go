@@ -231,7 +231,7 @@ func openOnDemand(cfg Config, od OnDemand, name string) (*odSession, error) {
 	if err := s.cl.call(request{Op: "start", Timeout: cfg.Timeout.Seconds()}, &st); err != nil {
 		return s, err
 	}
-	if err := srv.call(request{Op: "usage"}, &after); err != nil {
+	if err := srv.call(request{Op: "usage", Name: name + "-ondemand-heap"}, &after); err != nil {
 		return s, err
 	}
 	res := &s.res

@@ -24,9 +24,13 @@ var Names = []string{"xdspush", "floor", "gcp", "gcp-pertype"}
 // MaxRequestBytes (gRPC alone bounds every request), to measure what they
 // cost.
 //
+// "xdspush-unnamed" is xdspush without xds.Config.NamedKinds: every push
+// is queued for every connection, to measure what skipping costs or
+// saves.
+//
 // "filecp" is the example users run, examples/filecp, built, in a process of
 // its own, changed by writing its files (see Config.Filecp).
-var Variants = []string{"xdspush-unlimited", "xdspush-whole", "filecp"}
+var Variants = []string{"xdspush-unlimited", "xdspush-whole", "xdspush-unnamed", "filecp"}
 
 // Config configures a server.
 type Config struct {
@@ -61,6 +65,9 @@ type Config struct {
 	// Whole is "xdspush-whole": xdspush with xds.Config.SendOversized and
 	// MaxInitialRequestBytes equal to MaxRequestBytes.
 	Whole bool
+	// Unnamed is "xdspush-unnamed": xdspush without
+	// xds.Config.NamedKinds.
+	Unnamed bool
 	// Filecp is the path of the built examples/filecp, which "filecp"
 	// runs.
 	Filecp string
@@ -178,6 +185,9 @@ func New(name string, cfg Config) (Server, error) {
 		return newXDSPush(cfg)
 	case "xdspush-whole":
 		cfg.Whole = true
+		return newXDSPush(cfg)
+	case "xdspush-unnamed":
+		cfg.Unnamed = true
 		return newXDSPush(cfg)
 	case "filecp":
 		return newFilecp(cfg)

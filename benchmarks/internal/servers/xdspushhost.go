@@ -149,10 +149,7 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 		ProxyKinds: []string{},
 		// A change names each resource it touches, by its name: a push
 		// skips the connections that watch none of them.
-		NamedKinds: map[string]xds.TypeURL{
-			kindService: xds.ClusterType, kindEndpoints: xds.EndpointType,
-			kindListener: xds.ListenerType, kindRoute: xds.RouteType,
-		},
+		NamedKinds:             named(!cfg.Unnamed),
 		Debounce:               deb,
 		NewStreamRate:          cfg.NewStreamRate,
 		MaxOpeningStreams:      cfg.Openings,
@@ -188,6 +185,18 @@ func newXDSPush(cfg Config) (*xdspushHost, error) {
 	h.gs = grpc.NewServer(h.srv.ServerOptions()...)
 	h.srv.Register(h.gs)
 	return h, nil
+}
+
+// named returns the host's named kinds (xds.Config.NamedKinds), or nil
+// if not on.
+func named(on bool) map[string]xds.TypeURL {
+	if !on {
+		return nil
+	}
+	return map[string]xds.TypeURL{
+		kindService: xds.ClusterType, kindEndpoints: xds.EndpointType,
+		kindListener: xds.ListenerType, kindRoute: xds.RouteType,
+	}
 }
 
 func (h *xdspushHost) generateClusters(_ context.Context, p *xds.Proxy, _ xds.Watch, _ *pushcontext.PushRequest) ([]xds.Resource, error) {
