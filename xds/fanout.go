@@ -114,8 +114,9 @@ func (c *core) concerns(nk namedKeys) bool {
 
 // idle reports whether nothing is under way on the core: no push in its
 // phases or waiting for a retry, and no type with a regeneration due, a
-// response unanswered, or an answer deferred or to retry, nor names held
-// for removal, awaited, kept or unread. A push that concerns none of what
+// response unanswered, a NACK that stands, content withheld, an answer
+// deferred or to retry, nor names held for removal, awaited, kept or
+// unread. A push that concerns none of what
 // the connection watches would only move it to the push's PushContext.
 func (c *core) idle() bool {
 	if c.plan != nil || c.failed != nil {
@@ -125,10 +126,13 @@ func (c *core) idle() bool {
 		if ts == nil {
 			continue
 		}
-		if ts.dirty || len(ts.flights) > 0 {
+		// A NACK that stands, or content withheld because the client
+		// rejected it, is settled by the next generation of the type,
+		// whatever the push changed.
+		if ts.dirty || len(ts.flights) > 0 || ts.nackStands() {
 			return false
 		}
-		if r := ts.rare; r != nil && (r.deferred != nil || r.retry != nil || len(r.removing) > 0 ||
+		if r := ts.rare; r != nil && (r.deferred != nil || r.retry != nil || len(r.removing) > 0 || len(r.rejected) > 0 ||
 			len(r.awaited) > 0 || len(r.kept) > 0 || len(r.unread) > 0 || r.holds > 0) {
 			return false
 		}

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
@@ -145,4 +147,30 @@ func TestNamedKindsChecked(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A connection whose NACK stands is not skipped: the next generation of
+// the type settles it (the content it rejected, withheld, is dropped once
+// the client no longer asks for it), whatever the push changed.
+func TestNamedPushDoesNotSkipAStandingNACK(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 6)
+		var skipped atomic.Int64
+		f := start(t, st, namedKinds(&skipped), false)
+		nacker, other := f.connectDelta("nacker", nil), f.connectDelta("other", nil)
+		for _, c := range []*dclient{nacker, other} {
+			c.subscribe(EndpointType, "c0")
+		}
+		settle()
+		r := nacker.recv()
+		nacker.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce, ErrorDetail: &statuspb.Status{Message: "rejected"}})
+		other.ackAll()
+		settle()
+		f.update(false, func(s *store) { s.endpoints["c5"] = xdsfixture.CLA("c5", "10.9.9.9:80") }, key(kindEndpoint, "c5"))
+		settle()
+		if got := skipped.Load(); got != 1 {
+			t.Errorf("the push skipped %d connections; want 1 (not the one whose NACK stands)", got)
+		}
+	})
 }

@@ -105,6 +105,11 @@ func TestFault(t *testing.T) {
 // added are the sure ones.
 var faultSeeds = []uint64{1, 3, 6, 23, 153, 239, 585, 5139, 20015, 22012, 24041, 30047, 30106, 30752, 32079, 32690, 32709, 33208, 35577, 36720, 40630}
 
+// namedFaultSeeds are the seeds with which TestFault/named once failed,
+// kept as faultSeeds are: 70292, a skipped connection whose NACK stood
+// because no push settled it (see core.idle).
+var namedFaultSeeds = []uint64{70292}
+
 // raceFaultSeeds is how many of faultSeeds, the last ones, TestFaultSeeds
 // runs under the race detector: a seed's run takes about 20 seconds there,
 // and the package's tests must stay within go test's default timeout.
@@ -113,7 +118,8 @@ var faultSeeds = []uint64{1, 3, 6, 23, 153, 239, 585, 5139, 20015, 22012, 24041,
 const raceFaultSeeds = 3
 
 // TestFaultSeeds runs TestFault with every seed of faultSeeds, or, under
-// the race detector, with the last raceFaultSeeds of them.
+// the race detector, with the last raceFaultSeeds of them; and, without
+// the race detector, TestFault/named with every seed of namedFaultSeeds.
 func TestFaultSeeds(t *testing.T) {
 	seeds := faultSeeds
 	if raceEnabled {
@@ -123,6 +129,14 @@ func TestFaultSeeds(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			runFault(t, faultParams{changes: 1000, clients: 50, seed: seed, churn: 20})
+		})
+	}
+	if raceEnabled {
+		return
+	}
+	for _, seed := range namedFaultSeeds {
+		t.Run(strconv.FormatUint(seed, 10)+"/named", func(t *testing.T) {
+			runFault(t, faultParams{changes: 1000, clients: 50, seed: seed, churn: 20, named: true})
 		})
 	}
 }

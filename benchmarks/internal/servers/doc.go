@@ -6,7 +6,9 @@
 //     Config.NewStreamRate set it;
 //     "xdspush-unlimited", run only when named, the same with admission
 //     off; "xdspush-whole", run only when named, the same without the
-//     bounds on message sizes the library checks itself (see Variants);
+//     bounds on message sizes the library checks itself; "xdspush-unnamed",
+//     run only when named, the same without xds.Config.NamedKinds (see
+//     Variants);
 //   - "floor": a minimal server that marshals each response once and writes
 //     the same bytes to every stream (floor.go);
 //   - "gcp" and "gcp-pertype": go-control-plane's SnapshotCache in ADS
