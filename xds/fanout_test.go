@@ -27,16 +27,22 @@ func namedKinds(skipped *atomic.Int64) func(*Config) {
 	}
 }
 
+// startNamed starts a Server of six clusters whose kinds are named, and
+// returns it, its store and the count of connections its pushes skipped.
+func startNamed(t *testing.T) (*fixture, *store, *atomic.Int64) {
+	st := newStore()
+	world(st, 6)
+	skipped := new(atomic.Int64)
+	return start(t, st, namedKinds(skipped), false), st, skipped
+}
+
 // A push that names resources skips the connections that watch none of
 // them; they count as synced to it at once, report its version, and a
 // client that then subscribes to what it changed is answered with the
 // change, not with what its connection last applied.
 func TestNamedPushSkipsWhoWatchesNoneOfIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 6)
-		var skipped atomic.Int64
-		f := start(t, st, namedKinds(&skipped), false)
+		f, st, skipped := startNamed(t)
 		subsets := [][]string{{"c0", "c1"}, {"c1", "c2"}, {"c3"}, {"c4", "c5"}}
 		cs := make([]*dclient, len(subsets))
 		for k, names := range subsets {
@@ -154,10 +160,7 @@ func TestNamedKindsChecked(t *testing.T) {
 // the client no longer asks for it), whatever the push changed.
 func TestNamedPushDoesNotSkipAStandingNACK(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 6)
-		var skipped atomic.Int64
-		f := start(t, st, namedKinds(&skipped), false)
+		f, _, skipped := startNamed(t)
 		nacker, other := f.connectDelta("nacker", nil), f.connectDelta("other", nil)
 		for _, c := range []*dclient{nacker, other} {
 			c.subscribe(EndpointType, "c0")
