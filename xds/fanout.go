@@ -116,8 +116,8 @@ func (c *core) concerns(nk namedKeys) bool {
 // phases or waiting for a retry, and no type with a regeneration due, a
 // response unanswered, a NACK that stands, content withheld, an answer
 // deferred or to retry, nor names held for removal, awaited, kept or
-// unread. A push that concerns none of what
-// the connection watches would only move it to the push's PushContext.
+// unread. A push that concerns none of what the connection watches would
+// only move it to the push's PushContext.
 func (c *core) idle() bool {
 	if c.plan != nil || c.failed != nil {
 		return false
