@@ -45,6 +45,12 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		return err
 	}
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
+	if ok && filtered != req {
+		// The keys the scope dropped explain the rebuilds of the types
+		// only they name, as they do when they come alone (a skipped
+		// push applied with the next, pushes merged in the inbox).
+		c.rebuildsExplained(req, pc, c.typesNamedBy(filtered))
+	}
 	if !ok {
 		c.rebuildsExplained(req, pc, nil)
 		if !dirty {
@@ -310,6 +316,20 @@ func (c *core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.P
 			}
 		}
 	}
+}
+
+// typesNamedBy returns, by type index, whether req names a kind of the type.
+func (c *core) typesNamedBy(req *pushcontext.PushRequest) []bool {
+	out := make([]bool, len(c.types))
+	for i, kinds := range c.set.kinds {
+		for _, k := range kinds {
+			if req.ConfigsUpdated.HasKind(k) {
+				out[i] = true
+				break
+			}
+		}
+	}
+	return out
 }
 
 // affected reports whether type i must be regenerated for req (already
