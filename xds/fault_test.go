@@ -419,7 +419,7 @@ type faultMesh struct {
 	injected  map[genKey]bool    // every generator ever made to fail
 	nacking   atomic.Bool        // the NACKing clients reject content
 	named     bool               // see faultParams.named
-	skipped   atomic.Int64       // connections pushes skipped (PushEvent.Skipped)
+	unqueued  atomic.Int64       // connections a push was not queued for (PushEvent.Skipped)
 
 	replicas []*faultReplica
 
@@ -581,7 +581,7 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			OnReferenceError: func(xds.ReferenceErrorEvent) { r.m.refErrors.Add(1) },
 			OnNACK:           func(xds.NACK) { r.m.nacks.Add(1) },
 			OnPhaseTimeout:   func(xds.PhaseTimeoutEvent) { r.m.phaseTimeouts.Add(1) },
-			OnPush:           func(ev xds.PushEvent) { r.m.skipped.Add(int64(ev.Skipped)) },
+			OnPush:           func(ev xds.PushEvent) { r.m.unqueued.Add(int64(ev.Skipped)) },
 			OnQueue: func(ev xds.QueueEvent) {
 				if ev.Merged > 1 {
 					r.m.merged.Add(1)
@@ -859,12 +859,12 @@ func runFault(t *testing.T, p faultParams) {
 		for _, c := range run.clients {
 			xdstest.AssertNoDangling(t, c.Client)
 		}
-		if p.named && m.skipped.Load() == 0 {
+		if p.named && m.unqueued.Load() == 0 {
 			t.Errorf("named kinds: no push skipped a connection")
 		}
-		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections skipped %d",
+		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections not queued for a push %d",
 			p.seed, p.changes, len(run.clients), m.replicas[0].srv.Version(), run.stats, run.syncs,
-			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load(), m.skipped.Load())
+			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load(), m.unqueued.Load())
 	})
 }
 

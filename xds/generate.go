@@ -173,7 +173,9 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 	if view == "" || !sub.shared() {
 		// Without a view, or for a subscription no other connection has
 		// (an on-demand client's own subset), no one else would take
-		// what a view's cache kept.
+		// what a view's cache kept: the target is the proxy's own, and so
+		// are its steps (record keeps none), whose responses would
+		// otherwise stay cached, encoded, until two pushes later.
 		return s.generateFor(ctx, c, i, sub, req, push)
 	}
 	k := genKey{view: view, typ: i, seq: req.Push.Seq(), sub: sub}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/pushqueue"
 )
 
@@ -346,6 +347,16 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// names reports whether req names a kind of type i (a key of it).
+func (s *settings) names(i int, req *pushcontext.PushRequest) bool {
+	for _, k := range s.kinds[i] {
+		if req.ConfigsUpdated.HasKind(k) {
+			return true
+		}
+	}
+	return false
 }
 
 // refers reports whether resources of type i name others that a client

@@ -195,10 +195,7 @@ func (c *core) record(k transKey, i int, m *outMsg, d *diffResult, keep bool) {
 			m.shared.resources = len(m.resp.Resources)
 		}
 	}
-	if !keep || !ts.sub.shared() {
-		// A subscription no other connection has is a step no other
-		// client takes: keeping it would keep its response as long as
-		// the cache does (an on-demand client's own subset).
+	if !keep {
 		return
 	}
 	tr := &transition{after: ts.held.set, changed: slices.Clone(d.changed)}

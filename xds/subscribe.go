@@ -28,8 +28,8 @@ type subscription struct {
 	// alike). It takes no part in equality.
 	order []uint32
 	// multi is set once a second connection subscribes to the same names
-	// (subTable.intern): only then are a view's steps for it kept for
-	// others to take (see record).
+	// (subTable.intern): only then does a view generate its targets once
+	// for all of them and keep their steps (see Server.generate).
 	multi atomic.Bool
 }
 
