@@ -130,7 +130,8 @@ func (t *tracker) stop() {
 func (t *tracker) add(c *conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c.syncedSeq, c.tracked = 0, true
+	c.syncedSeq.Store(0)
+	c.tracked = true
 	t.min = 0
 	t.conns++
 	t.hist[0]++
@@ -142,7 +143,7 @@ func (t *tracker) remove(c *conn) {
 	defer t.mu.Unlock()
 	t.conns--
 	c.tracked = false
-	t.drop(c.syncedSeq)
+	t.drop(c.syncedSeq.Load())
 	delete(t.failing, c)
 	t.wake()
 }
@@ -176,14 +177,30 @@ func (t *tracker) setSynced(c *conn, seq uint64) {
 	}
 }
 
+// rest records that c rests (see fanout.go): it stands at restSeq, synced
+// to every push, until a push is queued for it (leave) or it publishes
+// how far it is synced after a step.
+func (t *tracker) rest(c *conn) {
+	t.setSynced(c, restSeq)
+}
+
+// leave moves c, if it rests, to seq.
+func (t *tracker) leave(c *conn, seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c.syncedSeq.Load() == restSeq && t.moveLocked(c, seq) {
+		t.wake()
+	}
+}
+
 // moveLocked moves c to seq in the histogram and reports whether the
 // lowest value changed. t.mu must be held.
 func (t *tracker) moveLocked(c *conn, seq uint64) bool {
-	if seq == c.syncedSeq {
+	old := c.syncedSeq.Load()
+	if seq == old {
 		return false
 	}
-	old := c.syncedSeq
-	c.syncedSeq = seq
+	c.syncedSeq.Store(seq)
 	t.hist[seq]++
 	changed := t.selective > 0
 	if seq < t.min {
@@ -273,7 +290,7 @@ func (t *tracker) wait(ctx context.Context, need func() (seq uint64, ok bool, bu
 				if _, f := t.failing[c]; f {
 					failing = append(failing, c)
 				}
-				done = done && c.syncedSeq >= seq
+				done = done && c.syncedSeq.Load() >= seq
 			}
 			done = done && len(failing) == 0
 		}

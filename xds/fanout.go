@@ -2,6 +2,9 @@ package xds
 
 import (
 	"context"
+	"hash/maphash"
+	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -10,40 +13,62 @@ import (
 // The fan-out of a push (Server.push). A push is queued for every
 // registered connection, but for a push that names resources only
 // (Config.NamedKinds) and is not Forced, which skips the connections it
-// cannot concern:
+// cannot concern without touching them:
 //
-//   - A connection is skipped only between two of its steps (the fan-out
-//     takes its step lock without waiting, and queues the push if it
-//     cannot), and only when it is idle: nothing queued or in its inbox,
-//     nothing being written, no push in its phases or waiting for a
-//     retry, nothing deferred, held back or awaited (core.idle), and it
-//     is synced to every push it has applied. It must watch none of the
-//     named resources (core.concerns).
-//   - A skipped connection keeps the push (conn.skipped, the newest one
-//     skipped) and counts as synced to it at once (conn.syncedTo): the
-//     push would have sent it nothing. Its next step, before it reads a
-//     request, a tick or a queued push, applies the push as any other
-//     (conn.catchUp), so that the answer to a request that subscribes to
-//     one of the named resources comes from the push's PushContext, never
-//     an older one. A step that could change what the connection watches
-//     holds the step lock from before it reads the request: the fan-out
-//     either sees the subscription as it was before the step, and then
-//     the step catches up first, or waits for none and queues the push.
+//   - A connection rests between two of its steps when nothing is under
+//     way on it: nothing queued or in its inbox, nothing being written, no
+//     push in its phases or waiting for a retry, nothing deferred, held
+//     back or awaited (core.idle), and it is synced to every push it has
+//     applied (conn.rest, at the end of a step). Resting, it publishes a
+//     digest of what it watches (for each named type, a Bloom filter of
+//     the names it watches or holds; every bit for a wildcard or a glob)
+//     and stands in the tracker as synced to every push (restSeq).
+//   - The fan-out reads each connection's words on the board (board:
+//     whether it rests, its digest), in order: a resting one that
+//     watches none of the named resources is skipped, and nothing of it
+//     is read or written; one the digest cannot rule out is checked exactly
+//     (core.concerns) under its step lock, taken without waiting. Every
+//     other connection is queued the push (conn.queuedFor), which ends
+//     its rest: it stands in the tracker at the push before (it is synced
+//     to every push that skipped it) and keeps the newest push that
+//     skipped it (conn.skipped), which it applies first.
+//   - A step of a resting connection begins by ending the rest
+//     (conn.wake) and applies the newest push that names resources only
+//     (Server.narrow), if it has not applied it, before it reads a
+//     request, a tick or a queued push: so a request that subscribes to a
+//     named resource is answered from the PushContext of the push that
+//     changed it, never an older one. The fan-out stores Server.narrow
+//     before it reads whether a connection rests, and the step ends the
+//     rest before it reads Server.narrow, both atomically: if the fan-out
+//     saw the connection resting, the step sees the push.
 //
 // So a change reaches its subscribers and costs, per connection it does
-// not concern, a lock tried and a few lookups, not a step.
+// not concern, a read of a few words, not a step. Status reports a resting
+// connection at the version of the newest push that skipped it.
 
 // maxNamedKeys bounds the keys of a push that skips connections: a
 // connection's check costs a lookup per key.
 const maxNamedKeys = 256
 
+// restSeq is where a resting connection stands in the tracker: synced to
+// every push, as every push either skips it or ends its rest first.
+const restSeq = math.MaxUint64
+
+// digestWords is the size of a named type's Bloom filter in a digest, in
+// 64-bit words; each name sets two of its bits. With 10 names watched, a
+// name the connection does not watch passes it about one time in 200.
+const digestWords = 4
+
 // namedKeys are the resources a push names, by type.
 type namedKeys []namedType
 
 type namedType struct {
-	idx   int
-	names []string
-	set   map[string]struct{}
+	idx    int
+	slot   int // in a digest (settings.digestSlot)
+	names  []string
+	set    map[string]struct{}
+	hashes []uint64 // each name's hash (see digestBits)
+	any    filter   // every name's bits
 }
 
 // namedKeys returns the resources req names, or nil if req may concern a
@@ -64,14 +89,57 @@ func (s *settings) namedKeys(req *pushcontext.PushRequest) namedKeys {
 			j++
 		}
 		if j == len(out) {
-			out = append(out, namedType{idx: i, set: make(map[string]struct{})})
+			out = append(out, namedType{idx: i, slot: s.digestSlot[i], set: make(map[string]struct{})})
 		}
-		if _, dup := out[j].set[k.Name]; !dup {
-			out[j].set[k.Name] = struct{}{}
-			out[j].names = append(out[j].names, k.Name)
+		t := &out[j]
+		if _, dup := t.set[k.Name]; !dup {
+			t.set[k.Name] = struct{}{}
+			t.names = append(t.names, k.Name)
+			t.hashes = append(t.hashes, maphash.String(s.digestSeed, k.Name))
+			t.any.add(s.digestSeed, k.Name)
 		}
 	}
 	return out
+}
+
+// digestBits returns the two bits of a named type's filter that a name of
+// hash h sets.
+func digestBits(h uint64) [2]uint {
+	return [2]uint{uint(h % (64 * digestWords)), uint((h >> 32) % (64 * digestWords))}
+}
+
+// filter is a named type's Bloom filter in a digest: each name sets two
+// of its bits (digestBits).
+type filter [digestWords]uint64
+
+func (f *filter) add(seed maphash.Seed, name string) {
+	for _, b := range digestBits(maphash.String(seed, name)) {
+		f[b/64] |= 1 << (b % 64)
+	}
+}
+
+// digestOf returns the filter of what ts's subscription watches and the
+// type holds, or every bit for a wildcard or a glob.
+func digestOf(ts *typeState, seed maphash.Seed) (f filter) {
+	if ts == nil {
+		return f
+	}
+	sub := ts.sub
+	if sub.wildcard || sub.globs != nil {
+		for w := range f {
+			f[w] = math.MaxUint64
+		}
+		return f
+	}
+	for _, n := range sub.names {
+		f.add(seed, n)
+	}
+	// An idle connection holds what it watches; it holds more only of
+	// names it watches no more (as concerns checks).
+	if ts.held.len() > len(sub.names) {
+		ts.held.each(func(name string, _ *encoded) { f.add(seed, name) })
+	}
+	return f
 }
 
 // concerns reports whether the connection watches, or holds, one of the
@@ -140,58 +208,222 @@ func (c *core) idle() bool {
 	return true
 }
 
-// skip keeps item, a push of the resources nk names, for the connection's
-// next step instead of queuing it, if the connection is idle between two
-// steps and watches none of them; it reports whether it did. The caller
-// holds Server.mu (pushes are fanned out in order).
-func (c *conn) skip(item *pushItem, nk namedKeys) bool {
+// rest makes the connection rest if nothing is under way on it (see the
+// top of this file). It runs at the end of a step, under the step lock.
+func (c *conn) rest() {
+	if c.dig == nil || c.stopped || c.writing || len(c.outbox) > 0 || c.dig[restWord].Load() != 0 || !c.core.idle() {
+		return
+	}
+	if at := c.syncedTo(); at == 0 || at < c.core.appliedSeq {
+		return // initialising, or not synced to what it applied
+	}
+	set := c.s.set
+	wild := uint64(0)
+	for i, slot := range set.digestSlot {
+		if slot < 0 {
+			continue
+		}
+		ts := c.core.types[i]
+		f := digestOf(ts, set.digestSeed)
+		for w := range f {
+			c.dig[filterWord+slot*digestWords+w].Store(f[w])
+		}
+		if ts != nil && ts.sub.wildcard {
+			wild |= 1 << slot
+		}
+	}
+	c.dig[wildWord].Store(wild)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.busy || c.kicked || !c.inbox.empty() || c.queued != 0 || c.skipped != nil {
+		return
+	}
+	c.dig[restWord].Store(1)
+	c.rests.Store(true)
+	c.s.track.rest(c)
+}
+
+// The words of a connection on the board.
+const (
+	restWord   = iota // 1 while the connection rests
+	wildWord          // a bit for each named type it watches as a wildcard
+	filterWord        // its filter of each named type's names, digestWords each
+)
+
+// verdict is what the fan-out of a push makes of a connection, from its
+// words on the board.
+type verdict uint8
+
+const (
+	queue verdict = iota // queue the push: the connection does not rest, or the push concerns it
+	skip                 // skip the connection: it rests and watches none of the push's resources
+	check                // it rests, and its digest cannot rule the push out (see conn.skips)
+)
+
+// verdictOf reads w, a connection's words, for a push of the resources nk
+// names.
+func verdictOf(w []atomic.Uint64, nk namedKeys) verdict {
+	if w[restWord].Load() == 0 {
+		return queue
+	}
+	wild := w[wildWord].Load()
+	v := skip
+	for _, t := range nk {
+		if wild&(1<<t.slot) != 0 {
+			return queue // it watches every resource of the type
+		}
+		if mayMatch(w[filterWord+t.slot*digestWords:filterWord+(t.slot+1)*digestWords], &t) {
+			v = check
+		}
+	}
+	return v
+}
+
+// skips reports whether a push of the resources nk names, which the
+// connection's digest cannot rule out, skips it: it still rests and
+// watches none of them, checked between two of its steps. The caller
+// holds Server.mu.
+func (c *conn) skips(nk namedKeys) bool {
 	select {
 	case c.stepSem <- struct{}{}:
 	default:
 		return false // a step is running: it may be changing what the client watches
 	}
 	defer func() { <-c.stepSem }()
-	if c.stopped || c.writing || len(c.outbox) > 0 || c.core.concerns(nk) {
-		return false
-	}
-	c.mu.Lock()
-	idle := !c.closed && !c.busy && !c.kicked && c.inbox.empty() && c.queued == 0
-	c.mu.Unlock()
-	if !idle || !c.core.idle() {
-		return false
-	}
-	top := c.core.appliedSeq
-	if c.skipped != nil {
-		top = max(top, c.skipped.seq)
-	}
-	if c.syncedTo() < top {
-		return false // not synced to what it has applied
-	}
-	c.skipped = item
-	c.statusMu.Lock()
-	c.st.version = item.req.Push.Version()
-	c.statusMu.Unlock()
-	c.s.track.setSynced(c, item.seq) // what syncedTo now returns
-	return true
+	return c.dig[restWord].Load() != 0 && !c.core.concerns(nk)
 }
 
-// catchUp applies the push the fan-out skipped the connection for, if any
-// (see skip), before the step goes on. It runs under the step lock.
+// mayMatch reports whether the filter f leaves open that one of t's
+// names is among those it was made of.
+func mayMatch(f []atomic.Uint64, t *namedType) bool {
+	var g filter
+	hit := false
+	for w := range g {
+		g[w] = f[w].Load()
+		hit = hit || g[w]&t.any[w] != 0
+	}
+	if !hit {
+		return false
+	}
+	for _, h := range t.hashes {
+		b := digestBits(h)
+		if g[b[0]/64]&(1<<(b[0]%64)) != 0 && g[b[1]/64]&(1<<(b[1]%64)) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// boardPage is the number of connections a page of the board holds.
+const boardPage = 256
+
+// board holds what the fan-out reads of each registered connection, in
+// pages that never move, so that it reads them in order and touches no
+// connection it skips: whether the connection rests, the named types it
+// watches as a wildcard, and its digest. Slots are given and taken back
+// under Server.mu; a connection writes its own words, atomically, in its
+// steps, which end before its slot is taken back (the stream's handler
+// holds the step lock from then on).
+type board struct {
+	stride int // words per connection: none without Config.NamedKinds
+	pages  [][]atomic.Uint64
+	conns  []*conn // by slot; nil where free
+	free   []int
+}
+
+func newBoard(set *settings) board {
+	b := board{}
+	if set.named != nil {
+		b.stride = filterWord + set.digestSlots*digestWords
+	}
+	return b
+}
+
+// add gives c a slot, and its words if there are any.
+func (b *board) add(c *conn) {
+	slot := len(b.conns)
+	if n := len(b.free); n > 0 {
+		slot, b.free = b.free[n-1], b.free[:n-1]
+		b.conns[slot] = c
+	} else {
+		b.conns = append(b.conns, c)
+	}
+	c.slot = slot
+	if b.stride == 0 {
+		return
+	}
+	p, off := slot/boardPage, slot%boardPage*b.stride
+	if p == len(b.pages) {
+		b.pages = append(b.pages, make([]atomic.Uint64, boardPage*b.stride))
+	}
+	c.dig = b.pages[p][off : off+b.stride : off+b.stride]
+	for i := range c.dig {
+		c.dig[i].Store(0)
+	}
+}
+
+// remove takes c's slot back.
+func (b *board) remove(c *conn) {
+	b.conns[c.slot] = nil
+	b.free = append(b.free, c.slot)
+}
+
+// words returns the words of the connection in slot.
+func (b *board) words(slot int) []atomic.Uint64 {
+	off := slot % boardPage * b.stride
+	return b.pages[slot/boardPage][off : off+b.stride]
+}
+
+// queuedFor ends the connection's rest, if it rests, as a push of Seq seq
+// is queued for it: it stands in the tracker at before, the Seq of the
+// push fanned out before, to which it is synced, and keeps last, the
+// newest push that names resources only, to apply first (it skipped the
+// connection, or the connection applied it before it rested).
+func (c *conn) queuedFor(seq uint64, last *pushItem, before uint64) {
+	c.mu.Lock()
+	if c.dig[restWord].Swap(0) != 0 {
+		c.rests.Store(false)
+		c.skipped = last
+	}
+	if c.syncedSeq.Load() == restSeq {
+		c.s.track.leave(c, before)
+	}
+	c.queued = max(c.queued, seq)
+	c.mu.Unlock()
+}
+
+// wake ends the connection's rest, if it rests, and returns the push it
+// was skipped for and has not applied, if any, for the step to apply
+// before anything else (see the top of this file). It runs at the start
+// of a step, under the step lock.
+func (c *conn) wake() *pushItem {
+	if c.dig == nil {
+		return nil
+	}
+	var item *pushItem
+	if c.dig[restWord].Swap(0) != 0 {
+		c.rests.Store(false)
+		item = c.s.narrow.Load()
+	} else {
+		c.mu.Lock()
+		item, c.skipped = c.skipped, nil
+		c.mu.Unlock()
+	}
+	if item == nil || item.seq <= c.core.appliedSeq {
+		return nil
+	}
+	return item
+}
+
+// catchUp applies the push the connection was skipped for, if any (see
+// wake), before the step goes on. It runs under the step lock.
 func (c *conn) catchUp(ctx context.Context, now time.Time) error {
-	item := c.skipped
+	item := c.wake()
 	if item == nil {
 		return nil
 	}
-	c.skipped = nil
 	if err := c.core.push(ctx, now, item); err != nil {
 		return err
 	}
 	return c.core.flushDeferred()
-}
-
-// queuedFor records that a push of Seq seq is queued for the connection.
-func (c *conn) queuedFor(seq uint64) {
-	c.mu.Lock()
-	c.queued = max(c.queued, seq)
-	c.mu.Unlock()
 }

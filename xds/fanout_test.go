@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -115,7 +116,7 @@ func TestNamedPushesThatSkipNoOne(t *testing.T) {
 		{"too many keys", &pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(many...)}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			set := &settings{named: map[string]int{kindEndpoint: 1}}
+			set := &settings{named: map[string]int{kindEndpoint: 1}, digestSlot: []int{-1, 0}, digestSlots: 1, digestSeed: maphash.MakeSeed()}
 			if got := set.namedKeys(tc.req) != nil; got != tc.skip {
 				t.Errorf("namedKeys(%s) != nil is %v; want %v", tc.name, got, tc.skip)
 			}
@@ -174,6 +175,179 @@ func TestNamedPushDoesNotSkipAStandingNACK(t *testing.T) {
 		settle()
 		if got := skipped.Load(); got != 1 {
 			t.Errorf("the push skipped %d connections; want 1 (not the one whose NACK stands)", got)
+		}
+	})
+}
+
+// The fan-out's verdict on a connection from its words on the board: a
+// resting connection whose digest rules the push out is skipped, one it
+// cannot is checked, a wildcard or a connection that does not rest is
+// queued the push.
+func TestVerdictFromDigest(t *testing.T) {
+	set := &settings{named: map[string]int{kindCluster: 0, kindEndpoint: 1}, digestSlot: []int{0, 1}, digestSlots: 2, digestSeed: maphash.MakeSeed()}
+	push := func(keys ...pushcontext.ConfigKey) namedKeys {
+		return set.namedKeys(&pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(keys...)})
+	}
+	words := func(resting bool, wild uint64, clusters, endpoints []string) []atomic.Uint64 {
+		w := make([]atomic.Uint64, filterWord+2*digestWords)
+		if resting {
+			w[restWord].Store(1)
+		}
+		w[wildWord].Store(wild)
+		for slot, names := range [][]string{clusters, endpoints} {
+			var f filter
+			for _, n := range names {
+				f.add(set.digestSeed, n)
+			}
+			for i, x := range f {
+				w[filterWord+slot*digestWords+i].Store(x)
+			}
+		}
+		return w
+	}
+	mine := []string{"c1", "c2", "c3"}
+	for _, tc := range []struct {
+		name string
+		w    []atomic.Uint64
+		nk   namedKeys
+		want verdict
+	}{
+		{"watches none of it", words(true, 0, mine, mine), push(key(kindEndpoint, "c9")), skip},
+		{"watches one of it", words(true, 0, mine, mine), push(key(kindEndpoint, "c9"), key(kindEndpoint, "c2")), check},
+		{"watches it in another type only", words(true, 0, nil, mine), push(key(kindCluster, "c2")), skip},
+		{"does not rest", words(false, 0, nil, nil), push(key(kindEndpoint, "c9")), queue},
+		{"a wildcard of the type", words(true, 1<<1, nil, nil), push(key(kindEndpoint, "c9")), queue},
+		{"a wildcard of another type", words(true, 1<<0, nil, nil), push(key(kindEndpoint, "c9")), skip},
+		{"watches nothing", words(true, 0, nil, nil), push(key(kindEndpoint, "c1"), key(kindCluster, "c1")), skip},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := verdictOf(tc.w, tc.nk); got != tc.want {
+				t.Errorf("verdictOf = %d; want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// A digest of ten names lets few others through: each such name costs
+// the fan-out an exact check of the connection.
+func TestDigestFalsePositives(t *testing.T) {
+	seed := maphash.MakeSeed()
+	var f filter
+	for i := range 10 {
+		f.add(seed, fmt.Sprint("watched-", i))
+	}
+	w := make([]atomic.Uint64, digestWords)
+	for i, x := range f {
+		w[i].Store(x)
+	}
+	const tries = 10000
+	passed := 0
+	for i := range tries {
+		var nt namedType
+		name := fmt.Sprint("other-", i)
+		nt.hashes = []uint64{maphash.String(seed, name)}
+		nt.any.add(seed, name)
+		if mayMatch(w, &nt) {
+			passed++
+		}
+	}
+	// About 0.6% are expected; the bound leaves room for the seed.
+	if passed > tries/50 {
+		t.Errorf("%d of %d names the digest does not hold pass it", passed, tries)
+	}
+	for i := range 10 {
+		var nt namedType
+		name := fmt.Sprint("watched-", i)
+		nt.hashes = []uint64{maphash.String(seed, name)}
+		nt.any.add(seed, name)
+		if !mayMatch(w, &nt) {
+			t.Errorf("%s does not pass the digest made of it", name)
+		}
+	}
+}
+
+// The board gives each connection its own words, reuses a slot taken
+// back, with its words cleared, and keeps pages in place as it grows.
+func TestBoardSlots(t *testing.T) {
+	set := &settings{named: map[string]int{kindEndpoint: 0}, digestSlots: 1}
+	b := newBoard(set)
+	conns := make([]*conn, 3*boardPage)
+	for i := range conns {
+		conns[i] = &conn{}
+		b.add(conns[i])
+		if conns[i].slot != i {
+			t.Fatalf("connection %d has slot %d", i, conns[i].slot)
+		}
+		conns[i].dig[restWord].Store(uint64(i + 1))
+	}
+	first := &b.pages[0][0]
+	for i, c := range conns {
+		if got := b.words(c.slot)[restWord].Load(); got != uint64(i+1) {
+			t.Fatalf("slot %d reads %d; want %d", c.slot, got, i+1)
+		}
+	}
+	b.remove(conns[7])
+	again := &conn{}
+	b.add(again)
+	switch {
+	case again.slot != 7:
+		t.Errorf("the new connection has slot %d; want 7, taken back", again.slot)
+	case again.dig[restWord].Load() != 0:
+		t.Errorf("a reused slot's words are not cleared")
+	case b.conns[7] != again:
+		t.Errorf("slot 7 is not the new connection's")
+	case &b.pages[0][0] != first:
+		t.Errorf("a page moved")
+	}
+	if n := len(newBoard(&settings{}).pages); n != 0 {
+		t.Errorf("a board without named kinds has %d pages", n)
+	}
+}
+
+// A resting connection stands in the tracker as synced to every push;
+// a push queued for it moves it back, so that Sync waits for its client's
+// ACK as for any other.
+func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _, skipped := startNamed(t)
+		subsets := [][]string{{"c0", "c1"}, {"c2"}}
+		cs := make([]*dclient, len(subsets))
+		for k, names := range subsets {
+			cs[k] = f.connectDelta(fmt.Sprint("n", k), nil)
+			cs[k].subscribe(ClusterType, names...)
+			cs[k].subscribe(EndpointType, names...)
+		}
+		settle()
+		for _, c := range cs {
+			c.ackAll()
+		}
+		settle()
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.9.9.9:80") }, key(kindEndpoint, "c1"))
+		ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() {
+			_, err := f.srv.Sync(ctx)
+			done <- err
+		}()
+		settle()
+		select {
+		case err := <-done:
+			t.Fatalf("Sync = %v before client 0 ACKed the push", err)
+		default:
+		}
+		if got := skipped.Load(); got != 1 {
+			t.Errorf("the push skipped %d connections; want 1", got)
+		}
+		checkSummaries(t, "client 0", cs[0].ackAll(), "EDS[c1]-[]")
+		settle()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Sync = %v", err)
+			}
+		default:
+			t.Fatal("Sync still waits once client 0 ACKed the push")
 		}
 	})
 }

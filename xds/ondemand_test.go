@@ -12,9 +12,11 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
@@ -296,4 +298,210 @@ func (c *odClient) recv(b *testing.B) *discoveryv3.DeltaDiscoveryResponse {
 		b.Fatal("no response")
 	}
 	return nil
+}
+
+// Delta clients subscribe to and drop clusters by name, each on its own
+// goroutine, over TCP, while pushes of endpoint changes stream in and skip
+// the clients that watch none of what they change: whatever the order in
+// which a connection's rest, a subscription and a push's fan-out meet,
+// once Sync returns every client holds, for every cluster it watches, the
+// endpoints of now (TestNamedPushSkipsWhoWatchesNoneOfIt pins down one
+// such order).
+func TestNamedPushesRaceSubscriptions(t *testing.T) {
+	const clusters, clients, changes = 40, 24, 300
+	st := newStore()
+	world(st, clusters)
+	var skipped atomic.Int64
+	pushed := make(chan struct{}, changes)
+	f := start(t, st, func(cfg *Config) {
+		cfg.Debounce = DebounceConfig{After: time.Millisecond, Max: 2 * time.Millisecond}
+		cfg.Generators[EndpointType] = &deltaEDS{Generator: cfg.Generators[EndpointType], st: st}
+		namedKinds(&skipped)(cfg)
+		counted := cfg.Hooks.OnPush
+		cfg.Hooks.OnPush = func(ev PushEvent) {
+			counted(ev)
+			pushed <- struct{}{}
+		}
+	}, true)
+	cs := make([]*heldClient, clients)
+	for k := range cs {
+		cs[k] = dialHeld(t, f.tcp.Addr().String(), fmt.Sprintf("n%d", k))
+	}
+	// Each client acts, now and then, as a push goes out: subscribes to a
+	// cluster and waits for its endpoints, or drops one.
+	var wg sync.WaitGroup
+	ticks := make([]chan struct{}, clients)
+	for k, c := range cs {
+		ticks[k] = make(chan struct{}, 1)
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(k), 5))
+			for range ticks[k] {
+				if rng.IntN(3) > 0 {
+					continue
+				}
+				name := fmt.Sprintf("c%d", rng.IntN(clusters))
+				if c.watches(name) && rng.IntN(2) == 0 {
+					c.drop(name)
+					continue
+				}
+				c.watch(name)
+				if !c.waitFor(name) {
+					t.Errorf("client %d: %s never arrived", k, name)
+					return
+				}
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	for i := range changes {
+		name := fmt.Sprintf("c%d", rng.IntN(clusters))
+		addr := fmt.Sprintf("10.8.%d.%d:80", i/250, i%250)
+		f.update(false, func(s *store) { s.endpoints[name] = xdsfixture.CLA(name, addr) }, key(kindEndpoint, name))
+		select { // one push per change, or the pushes would merge into a few
+		case <-pushed:
+		case <-time.After(defaultTestTimeout):
+			t.Fatal("no push")
+		}
+		for _, tick := range ticks {
+			select {
+			case tick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	for _, tick := range ticks {
+		close(tick)
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	if nacks, err := f.srv.Sync(ctx); err != nil || len(nacks) > 0 {
+		t.Fatalf("Sync = %v, %v", nacks, err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, c := range cs {
+		c.mu.Lock()
+		for name := range c.subs {
+			if got, want := c.held[name], st.endpoints[name]; !proto.Equal(got, want) {
+				t.Errorf("client %d holds %s as %v; want %v", k, name, got, want)
+			}
+		}
+		c.mu.Unlock()
+	}
+	if skipped.Load() == 0 {
+		t.Error("no push skipped a connection")
+	}
+}
+
+// heldClient is a Delta client that subscribes to clusters and their
+// endpoints by name and records the endpoints it holds before it ACKs
+// them, so that once Sync returns they are what it was sent.
+type heldClient struct {
+	stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+	node   *corev3.Node
+	sendMu sync.Mutex
+	mu     sync.Mutex
+	subs   map[string]bool
+	held   map[string]*endpointv3.ClusterLoadAssignment
+	moved  chan struct{} // signalled after each response
+}
+
+func dialHeld(t *testing.T, addr, id string) *heldClient {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &heldClient{stream: stream, node: &corev3.Node{Id: id}, subs: map[string]bool{},
+		held: map[string]*endpointv3.ClusterLoadAssignment{}, moved: make(chan struct{}, 1)}
+	done := make(chan struct{})
+	t.Cleanup(func() { cancel(); cc.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if TypeURL(r.TypeUrl) == EndpointType {
+				c.mu.Lock()
+				for _, res := range r.Resources {
+					cla := new(endpointv3.ClusterLoadAssignment)
+					if err := res.Resource.UnmarshalTo(cla); err != nil {
+						t.Errorf("%s: %v", res.Name, err)
+					}
+					if c.subs[res.Name] {
+						c.held[res.Name] = cla
+					}
+				}
+				for _, n := range r.RemovedResources {
+					delete(c.held, n)
+				}
+				c.mu.Unlock()
+			}
+			c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: r.TypeUrl, ResponseNonce: r.Nonce})
+			select {
+			case c.moved <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return c
+}
+
+func (c *heldClient) send(req *discoveryv3.DeltaDiscoveryRequest) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	_ = c.stream.Send(req)
+}
+
+func (c *heldClient) watches(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subs[name]
+}
+
+// watch subscribes to the cluster name and its endpoints.
+func (c *heldClient) watch(name string) {
+	c.mu.Lock()
+	c.subs[name] = true
+	c.mu.Unlock()
+	for _, typ := range []TypeURL{ClusterType, EndpointType} {
+		c.send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: string(typ), ResourceNamesSubscribe: []string{name}})
+	}
+}
+
+// drop unsubscribes from the cluster name and its endpoints, and forgets
+// them, as a Delta client does.
+func (c *heldClient) drop(name string) {
+	c.mu.Lock()
+	delete(c.subs, name)
+	delete(c.held, name)
+	c.mu.Unlock()
+	for _, typ := range []TypeURL{EndpointType, ClusterType} {
+		c.send(&discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: string(typ), ResourceNamesUnsubscribe: []string{name}})
+	}
+}
+
+// waitFor waits until the client holds the endpoints of name.
+func (c *heldClient) waitFor(name string) bool {
+	deadline := time.After(defaultTestTimeout)
+	for {
+		c.mu.Lock()
+		_, ok := c.held[name]
+		c.mu.Unlock()
+		if ok {
+			return true
+		}
+		select {
+		case <-c.moved:
+		case <-deadline:
+			return false
+		}
+	}
 }

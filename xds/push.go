@@ -242,15 +242,28 @@ func (s *Server) push(ctx context.Context, u *update) {
 		return nk == nil && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))
 	})
 	item := &pushItem{req: &out, seq: next.Seq(), start: s.set.clock.Now(), merged: 1}
+	last := s.narrow.Load()
+	var before uint64
+	if prev != nil {
+		before = prev.Seq()
+	}
+	if nk != nil {
+		s.narrow.Store(item) // before any connection is read (see fanout.go)
+	}
 	skipped := 0
 	s.mu.Lock()
-	for c := range s.conns {
-		if nk != nil && c.skip(item, nk) {
-			skipped++
+	for slot, c := range s.board.conns {
+		if c == nil {
 			continue
 		}
+		if nk != nil {
+			if v := verdictOf(s.board.words(slot), nk); v == skip || (v == check && c.skips(nk)) {
+				skipped++
+				continue
+			}
+		}
 		if s.set.named != nil {
-			c.queuedFor(item.seq)
+			c.queuedFor(item.seq, last, before)
 		}
 		s.queue.Enqueue(c, item)
 	}

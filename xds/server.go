@@ -72,10 +72,12 @@ type Server struct {
 	buildFails int        // consecutive failed builds
 
 	current atomic.Pointer[pushcontext.PushContext] // the last published PushContext
+	narrow  atomic.Pointer[pushItem]                // the newest push that names resources only (see fanout.go)
 
 	mu      sync.Mutex         // protects the fields below
 	state   int                // stateNew … stateStopped
 	conns   map[*conn]struct{} // registered connections, initialised or not
+	board   board              // the registered connections, for the fan-out (see fanout.go)
 	live    map[*conn]struct{} // every stream past admission, until it ends (see enlist)
 	streams sync.WaitGroup     // stream handlers and the goroutines they start; Add under mu while running, or by shutdown before its Wait
 
@@ -106,6 +108,7 @@ func New(cfg Config) (*Server, error) {
 		cache:      newEncCache(len(set.order)),
 		codec:      newInternCodec(),
 		conns:      make(map[*conn]struct{}),
+		board:      newBoard(set),
 		live:       make(map[*conn]struct{}),
 		loadedCh:   make(chan struct{}),
 		ready:      make(chan struct{}),
@@ -409,6 +412,7 @@ func (s *Server) register(c *conn) (*pushcontext.PushContext, error) {
 		return nil, errShuttingDown
 	}
 	s.conns[c] = struct{}{}
+	s.board.add(c)
 	s.track.add(c)
 	return s.current.Load(), nil
 }
@@ -435,6 +439,7 @@ func (s *Server) delist(c *conn) {
 func (s *Server) unregister(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
+	s.board.remove(c)
 	s.mu.Unlock()
 	s.track.remove(c)
 }

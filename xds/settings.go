@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math"
 	"slices"
@@ -25,6 +26,9 @@ type settings struct {
 	kinds                   [][]string     // by type index; nil = every kind
 	proxyKinds              []string       // Config.ProxyKinds; nil = every kind
 	named                   map[string]int // Config.NamedKinds: kind → type index
+	digestSlot              []int          // by type index: its place in a connection's digest, -1 if no kind of it is named (see fanout.go)
+	digestSlots             int
+	digestSeed              maphash.Seed
 	knownKinds              func(kind string) bool
 	leaf                    []bool // by type index: its resources name no other resource (EDS, SDS)
 	edsIdx                  int    // index of EndpointType, -1 if not served
@@ -338,6 +342,17 @@ func (s *settings) namedKinds(cfg *Config) error {
 		}
 		s.named[k] = i
 	}
+	s.digestSlot = make([]int, len(s.order))
+	for i := range s.digestSlot {
+		s.digestSlot[i] = -1
+	}
+	for _, i := range s.named {
+		if s.digestSlot[i] < 0 {
+			s.digestSlot[i] = s.digestSlots
+			s.digestSlots++
+		}
+	}
+	s.digestSeed = maphash.MakeSeed()
 	return nil
 }
 

@@ -165,6 +165,7 @@ type connState struct {
 	connectedAt instant
 	pending     int // phases of the current push not released
 	version     string
+	seq         uint64 // the Seq of version's PushContext
 	view        string
 	// types is the status of each watched type, in push order; standing
 	// the client's NACKs that stand (see typeState.nackStands). Both are
@@ -189,7 +190,7 @@ func (c *conn) publishStatus(initialised bool) {
 		st.initialised = true
 	}
 	if pc := c.proxy.Push; pc != nil {
-		st.version = pc.Version()
+		st.version, st.seq = pc.Version(), pc.Seq()
 	}
 	st.view = c.proxy.View
 	st.pending = 0
@@ -239,11 +240,6 @@ func (c *conn) syncedTo() uint64 {
 		if low > 0 {
 			x = min(x, low-1)
 		}
-	}
-	if c.skipped != nil && x >= c.core.appliedSeq {
-		// Synced to what it applied, it is to the push it was skipped
-		// for, which concerns nothing it watches (see fanout.go).
-		x = max(x, c.skipped.seq)
 	}
 	return x
 }
@@ -316,6 +312,12 @@ func (c *conn) status() ConnStatus {
 		Version:       c.st.version,
 		View:          c.st.view,
 		PendingPhases: c.st.pending,
+	}
+	if c.rests.Load() {
+		// Served the newest push that skipped it (see fanout.go).
+		if n := c.s.narrow.Load(); n != nil && n.seq > c.st.seq {
+			cs.Version = n.req.Push.Version()
+		}
 	}
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()

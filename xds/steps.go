@@ -305,6 +305,9 @@ func (c *conn) settle(stepped bool) []*outMsg {
 	}
 	batch := c.nextBatch()
 	c.pauseIfBacklogged()
+	if batch == nil {
+		c.rest()
+	}
 	return batch
 }
 
@@ -407,9 +410,9 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	if item.empty() {
 		return nil, nil
 	}
-	if c.skipped != nil {
+	if skipped := c.wake(); skipped != nil {
 		// Applied with what followed it, in one push (see catchUp).
-		item, c.skipped = c.skipped.Merge(item), nil
+		item = skipped.Merge(item)
 	}
 	now := c.s.set.clock.Now()
 	callHook(c.s.set, c.s.set.hooks.Load().OnQueue, QueueEvent{

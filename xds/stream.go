@@ -96,9 +96,14 @@ type conn struct {
 	failErr        error              // why a step ended the stream (see unlockStep)
 	outbox         []*outMsg
 	writingApplied uint64 // the lowest appliedSeq stamped on the batch being written (0 when none)
-	// skipped is the newest push the fan-out skipped the connection for,
-	// which its next step applies first (see fanout.go); nil if none.
-	skipped *pushItem
+	// slot is the connection's place on the Server's board, and dig its
+	// words there (with Config.NamedKinds only), set when it registers:
+	// whether it rests, and its digest (see fanout.go). rests repeats
+	// whether it rests, for Status, which may read it after the slot is
+	// another connection's.
+	slot  int
+	dig   []atomic.Uint64
+	rests atomic.Bool
 	// timer (made by the opening, before the first step) fires at the
 	// earlier of timerAt, the core's next deadline, and writeAt, when a
 	// write in progress is checked for being blocked (see arm); armedAt is
@@ -143,14 +148,20 @@ type conn struct {
 	// that has not reached its inbox yet, 0 if none (kept with
 	// Config.NamedKinds only; see skip).
 	queued uint64
-	busy   bool // initialising, writing or in a push's phases: the inbox waits
-	kicked bool // unpark queued a kick that no deliver has posted yet
-	closed bool // the stream has ended
-	ended  bool // OnDisconnect is due or done; protected by hookSem
+	// skipped is the newest push that skipped the connection while it
+	// rested, kept by the fan-out that ended the rest, for its next step
+	// to apply first (see fanout.go); nil if none.
+	skipped *pushItem
+	busy    bool // initialising, writing or in a push's phases: the inbox waits
+	kicked  bool // unpark queued a kick that no deliver has posted yet
+	closed  bool // the stream has ended
+	ended   bool // OnDisconnect is due or done; protected by hookSem
 
 	// Protected by Server.track.mu: the push this connection is synced
-	// to, and whether it is registered with the tracker.
-	syncedSeq uint64
+	// to, and whether it is registered with the tracker. syncedSeq is
+	// atomic so that the fan-out can read it without the lock (see
+	// conn.queuedFor).
+	syncedSeq atomic.Uint64
 	tracked   bool
 
 	statusMu sync.Mutex // protects st
