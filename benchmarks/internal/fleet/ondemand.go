@@ -110,6 +110,7 @@ type odExpectation struct {
 	t           *odTarget
 	subscribers []int
 	responses   []int64
+	failed      int64 // streams that had failed before the change
 }
 
 // NewOnDemand returns an OnDemand fleet, not connected.
@@ -183,7 +184,7 @@ func (f *OnDemand) Expect(tg mesh.Target) error {
 		return fmt.Errorf("fleet: on-demand clients expect endpoint changes, not %s", tg.Type)
 	}
 	e := odExpectation{t: &odTarget{name: tg.Name, msg: tg.Message, done: make(chan struct{})},
-		responses: make([]int64, len(f.clients))}
+		responses: make([]int64, len(f.clients)), failed: f.failed.Load()}
 	for i, c := range f.clients {
 		e.responses[i] = c.responses.Load()
 		c.mu.Lock()
@@ -211,6 +212,10 @@ type OnDemandChange struct {
 	// not subscribers.
 	Receivers int `json:"receivers"`
 	Others    int `json:"others"`
+	// Failed counts the streams that failed from Expect until the
+	// server fell quiet: a client whose stream fails opens another and
+	// receives its subset again, which counts it among the receivers.
+	Failed int64 `json:"failed"`
 	// Violations counts the resources received without a subscription,
 	// since the fleet was made.
 	Violations int64    `json:"violations"`
@@ -231,7 +236,8 @@ func (f *OnDemand) Wait(ctx context.Context) (OnDemandChange, error) {
 	waitQuiet(ctx, &f.lastRecv, f.cfg.Quiet)
 	f.target.Store(nil)
 	f.pending = odExpectation{}
-	out := OnDemandChange{At: make([]int64, len(e.subscribers)), Violations: f.violations(), Errors: f.errors()}
+	out := OnDemandChange{At: make([]int64, len(e.subscribers)), Failed: f.failed.Load() - e.failed,
+		Violations: f.violations(), Errors: f.errors()}
 	for k, i := range e.subscribers {
 		if c := f.clients[i]; c.targetOf.Load() == e.t {
 			out.At[k] = c.targetAt.Load()

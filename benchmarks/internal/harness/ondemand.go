@@ -70,6 +70,9 @@ type OnDemandRound struct {
 	// Receivers counts the clients that received anything from the change
 	// until the server fell quiet; Others those of them not subscribed.
 	Receivers, Others int
+	// Failed counts the client streams that failed meanwhile (each
+	// opened again, its client among the receivers).
+	Failed int64
 	// Latency runs from the hand-over until the last subscriber received
 	// the change.
 	Latency time.Duration
@@ -302,7 +305,7 @@ func (s *odSession) change(r, svc int) error {
 		return err
 	}
 	rd := OnDemandRound{Service: svc, Subscribers: len(ch.At), Receivers: ch.Receivers, Others: ch.Others,
-		CPU: time.Duration(u1.CPU - u0.CPU), Wall: wall, Marshalled: -1}
+		Failed: ch.Failed, CPU: time.Duration(u1.CPU - u0.CPU), Wall: wall, Marshalled: -1}
 	lat := since(handed.T0, ch.At)
 	rd.Latency, rd.Missing = lat.Max, lat.Missing
 	if st0.Stats != nil && st1.Stats != nil {

@@ -93,18 +93,19 @@ func ReportOnDemand(w io.Writer, rs []OnDemandResult) {
 		}
 		return ratio(f(r), f(floor))
 	}
-	fmt.Fprintln(w, "| server | clients | subset | init | ×floor | init CPU | ×floor | RSS/client | ×floor | heap/client | ×floor | change p50 / max | ×floor | received / subscribed | others | idle CPU/s | CPU/change | ×floor | CPU/subscriber | marshalled/change | first p50 / p99 / max | ×floor p99 | violations |")
+	fmt.Fprintln(w, "| server | clients | subset | init | ×floor | init CPU | ×floor | RSS/client | ×floor | heap/client | ×floor | change p50 / max | ×floor | received / subscribed | others (streams failed) | idle CPU/s | CPU/change | ×floor | CPU/subscriber | marshalled/change | first p50 / p99 / max | ×floor p99 | violations |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	var errs []string
 	for i := range rs {
 		r := &rs[i]
 		cl := r.ChangeLatency()
 		perChange, perSub := r.CPUPerChange()
-		received, subscribed, others := 0, 0, 0
+		received, subscribed, others, failed := 0, 0, 0, int64(0)
 		for _, rd := range r.Rounds {
 			received += rd.Receivers
 			subscribed += rd.Subscribers
 			others += rd.Others
+			failed += rd.Failed
 		}
 		marshalled := "–"
 		if m := r.MarshalledPerChange(); m >= 0 {
@@ -116,7 +117,7 @@ func ReportOnDemand(w io.Writer, rs []OnDemandResult) {
 			size(r.RSSPerClient), of(r, func(x *OnDemandResult) float64 { return x.RSSPerClient }),
 			size(r.HeapPerClient), of(r, func(x *OnDemandResult) float64 { return x.HeapPerClient }),
 			dur(cl.P50) + " / " + dur(cl.Max), roundRatio(r, floor, func(_ *OnDemandResult, rd OnDemandRound) float64 { return float64(rd.Latency) }),
-			fmt.Sprintf("%d / %d", received, subscribed), fmt.Sprint(others), dur(r.IdleCPU),
+			fmt.Sprintf("%d / %d", received, subscribed), fmt.Sprintf("%d (%d)", others, failed), dur(r.IdleCPU),
 			dur(perChange), roundRatio(r, floor, func(x *OnDemandResult, rd OnDemandRound) float64 { return float64(x.NetCPU(rd)) }),
 			dur(perSub), marshalled,
 			fmt.Sprintf("%s / %s / %s", dur(r.First.P50), dur(r.First.P99), dur(r.First.Max)),
