@@ -37,6 +37,23 @@ func startNamed(t *testing.T) (*fixture, *store, *atomic.Int64) {
 	return start(t, st, namedKinds(skipped), false), st, skipped
 }
 
+// connectSubsets connects a Delta client for each subset, subscribed to
+// its clusters and their endpoints by name, and ACKs what they are sent.
+// Only for synctest bubbles.
+func connectSubsets(f *fixture, subsets ...[]string) []*dclient {
+	cs := make([]*dclient, len(subsets))
+	for k, names := range subsets {
+		cs[k] = f.connectDelta(fmt.Sprint("n", k), nil)
+		cs[k].subscribe(ClusterType, names...)
+		cs[k].subscribe(EndpointType, names...)
+	}
+	settle()
+	for _, c := range cs {
+		c.ackAll()
+	}
+	return cs
+}
+
 // A push that names resources skips the connections that watch none of
 // them; they count as synced to it at once, report its version, and a
 // client that then subscribes to what it changed is answered with the
@@ -44,17 +61,7 @@ func startNamed(t *testing.T) (*fixture, *store, *atomic.Int64) {
 func TestNamedPushSkipsWhoWatchesNoneOfIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, st, skipped := startNamed(t)
-		subsets := [][]string{{"c0", "c1"}, {"c1", "c2"}, {"c3"}, {"c4", "c5"}}
-		cs := make([]*dclient, len(subsets))
-		for k, names := range subsets {
-			cs[k] = f.connectDelta(fmt.Sprint("n", k), nil)
-			cs[k].subscribe(ClusterType, names...)
-			cs[k].subscribe(EndpointType, names...)
-		}
-		settle()
-		for _, c := range cs {
-			c.ackAll()
-		}
+		cs := connectSubsets(f, []string{"c0", "c1"}, []string{"c1", "c2"}, []string{"c3"}, []string{"c4", "c5"})
 		// Endpoints of c1: clients 0 and 1 watch them, 2 and 3 do not.
 		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.9.9.9:80") }, key(kindEndpoint, "c1"))
 		settle()
@@ -310,17 +317,7 @@ func TestBoardSlots(t *testing.T) {
 func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f, _, skipped := startNamed(t)
-		subsets := [][]string{{"c0", "c1"}, {"c2"}}
-		cs := make([]*dclient, len(subsets))
-		for k, names := range subsets {
-			cs[k] = f.connectDelta(fmt.Sprint("n", k), nil)
-			cs[k].subscribe(ClusterType, names...)
-			cs[k].subscribe(EndpointType, names...)
-		}
-		settle()
-		for _, c := range cs {
-			c.ackAll()
-		}
+		cs := connectSubsets(f, []string{"c0", "c1"}, []string{"c2"})
 		settle()
 		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.9.9.9:80") }, key(kindEndpoint, "c1"))
 		ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
