@@ -146,7 +146,7 @@ type conn struct {
 	inbox *pushItem
 	// queued is the Seq of the newest push queued for the connection
 	// that has not reached its inbox yet, 0 if none (kept with
-	// Config.NamedKinds only; see skip).
+	// Config.NamedKinds only; see queuedFor).
 	queued uint64
 	// skipped is the newest push that skipped the connection while it
 	// rested, kept by the fan-out that ended the rest, for its next step
