@@ -377,12 +377,17 @@ func (b *board) words(slot int) []atomic.Uint64 {
 // queuedFor ends the connection's rest, if it rests, as a push of Seq seq
 // is queued for it: it stands in the tracker at before, the Seq of the
 // push fanned out before, to which it is synced, and keeps last, the
-// newest push that names resources only, to apply first (it skipped the
-// connection, or the connection applied it before it rested).
+// newest push that names resources only, to apply first if it has not
+// (the push skipped it while it rested). It keeps last even if it does
+// not rest: a step that ended the rest itself may read Server.narrow only
+// after the fan-out of a push that names no resources has cleared it, and
+// then finds last here (see wake).
 func (c *conn) queuedFor(seq uint64, last *pushItem, before uint64) {
 	c.mu.Lock()
 	if c.dig[restWord].Swap(0) != 0 {
 		c.rests.Store(false)
+	}
+	if last != nil && (c.skipped == nil || c.skipped.seq < last.seq) {
 		c.skipped = last
 	}
 	if c.syncedSeq.Load() == restSeq {
@@ -404,11 +409,13 @@ func (c *conn) wake() *pushItem {
 	if c.dig[restWord].Swap(0) != 0 {
 		c.rests.Store(false)
 		item = c.s.narrow.Load()
-	} else {
-		c.mu.Lock()
-		item, c.skipped = c.skipped, nil
-		c.mu.Unlock()
 	}
+	c.mu.Lock()
+	if k := c.skipped; k != nil && (item == nil || k.seq > item.seq) {
+		item = k
+	}
+	c.skipped = nil
+	c.mu.Unlock()
 	if item == nil || item.seq <= c.core.appliedSeq {
 		return nil
 	}

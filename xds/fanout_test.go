@@ -346,5 +346,17 @@ func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
 		default:
 			t.Fatal("Sync still waits once client 0 ACKed the push")
 		}
+		// A push that skips no one ends every rest: the Server keeps the
+		// last push that named resources, and its PushContext, no more.
+		if f.srv.narrow.Load() == nil {
+			t.Fatal("no push that names resources kept")
+		}
+		if err := f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Reason: pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate)}); err != nil {
+			t.Fatal(err)
+		}
+		settle()
+		if n := f.srv.narrow.Load(); n != nil {
+			t.Errorf("after a Forced push, the Server keeps push %d", n.seq)
+		}
 	})
 }

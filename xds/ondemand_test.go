@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
+	"github.com/xdspush/xdspush/pushcontext"
 )
 
 // On-demand clusters over gRPC: Delta clients each subscribe to their own
@@ -312,7 +313,7 @@ func TestNamedPushesRaceSubscriptions(t *testing.T) {
 	st := newStore()
 	world(st, clusters)
 	var skipped atomic.Int64
-	pushed := make(chan struct{}, changes)
+	pushed := make(chan struct{}, 2*changes)
 	f := start(t, st, func(cfg *Config) {
 		cfg.Debounce = DebounceConfig{After: time.Millisecond, Max: 2 * time.Millisecond}
 		cfg.Generators[EndpointType] = &deltaEDS{Generator: cfg.Generators[EndpointType], st: st}
@@ -357,6 +358,13 @@ func TestNamedPushesRaceSubscriptions(t *testing.T) {
 		name := fmt.Sprintf("c%d", rng.IntN(clusters))
 		addr := fmt.Sprintf("10.8.%d.%d:80", i/250, i%250)
 		f.update(false, func(s *store) { s.endpoints[name] = xdsfixture.CLA(name, addr) }, key(kindEndpoint, name))
+		if i%10 == 9 {
+			// A Forced push, which skips no one, now and then.
+			<-pushed
+			if err := f.srv.ConfigUpdate(&pushcontext.PushRequest{Forced: true, Reason: pushcontext.NewReasonStats(pushcontext.ReasonConfigUpdate)}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		select { // one push per change, or the pushes would merge into a few
 		case <-pushed:
 		case <-time.After(defaultTestTimeout):

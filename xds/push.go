@@ -267,6 +267,13 @@ func (s *Server) push(ctx context.Context, u *update) {
 		}
 		s.queue.Enqueue(c, item)
 	}
+	if nk == nil && last != nil {
+		// Every connection was queued the push, which ended every rest,
+		// and keeps last (conn.queuedFor), where a step that ended its
+		// rest itself and reads Server.narrow after this finds it: the
+		// Server need not keep last, nor its PushContext.
+		s.narrow.Store(nil)
+	}
 	n := len(s.conns) - skipped
 	s.mu.Unlock()
 	s.track.pushed(u.gens, next.Seq())
