@@ -40,7 +40,10 @@ import (
 //     changed it, never an older one. The fan-out stores Server.narrow
 //     before it reads whether a connection rests, and the step ends the
 //     rest before it reads Server.narrow, both atomically: if the fan-out
-//     saw the connection resting, the step sees the push.
+//     saw the connection resting, the step sees the push, or a newer one;
+//     if that one was queued for the connection (behind pushes it must
+//     not jump ahead of), the fan-out that first queued one kept the
+//     push that skipped it (see conn.wake).
 //
 // So a change reaches its subscribers and costs, per connection it does
 // not concern, a read of a few words, not a step. Status reports a resting
@@ -377,17 +380,18 @@ func (b *board) words(slot int) []atomic.Uint64 {
 // queuedFor ends the connection's rest, if it rests, as a push of Seq seq
 // is queued for it: it stands in the tracker at before, the Seq of the
 // push fanned out before, to which it is synced, and keeps last, the
-// newest push that names resources only, to apply first if it has not
-// (the push skipped it while it rested). It keeps last even if it does
-// not rest: a step that ended the rest itself may read Server.narrow only
-// after the fan-out of a push that names no resources has cleared it, and
-// then finds last here (see wake).
+// newest push that names resources only, to apply first (every push
+// fanned out since it rested skipped it). A connection that no longer
+// rests but has nothing queued keeps last too: its step may have ended
+// the rest itself and not yet read Server.narrow (see wake). One with
+// pushes queued keeps nothing: last may be one of them, not to be applied
+// ahead of the others.
 func (c *conn) queuedFor(seq uint64, last *pushItem, before uint64) {
 	c.mu.Lock()
 	if c.dig[restWord].Swap(0) != 0 {
 		c.rests.Store(false)
-	}
-	if last != nil && (c.skipped == nil || c.skipped.seq < last.seq) {
+		c.skipped = last
+	} else if last != nil && c.queued == 0 && c.inbox.empty() && (c.skipped == nil || c.skipped.seq < last.seq) {
 		c.skipped = last
 	}
 	if c.syncedSeq.Load() == restSeq {
@@ -401,18 +405,26 @@ func (c *conn) queuedFor(seq uint64, last *pushItem, before uint64) {
 // was skipped for and has not applied, if any, for the step to apply
 // before anything else (see the top of this file). It runs at the start
 // of a step, under the step lock.
+//
+// A step that ends the rest itself reads Server.narrow after: if a push
+// skipped the connection, Server.narrow holds it or a newer push. The
+// newer push may have been queued for the connection (its fan-out came
+// after the rest ended), behind others not applied yet; then a push is
+// queued, and the first fan-out that queued one left the newest push that
+// skipped the connection in skipped (see queuedFor).
 func (c *conn) wake() *pushItem {
 	if c.dig == nil {
 		return nil
 	}
 	var item *pushItem
-	if c.dig[restWord].Swap(0) != 0 {
+	rested := c.dig[restWord].Swap(0) != 0
+	if rested {
 		c.rests.Store(false)
 		item = c.s.narrow.Load()
 	}
 	c.mu.Lock()
-	if k := c.skipped; k != nil && (item == nil || k.seq > item.seq) {
-		item = k
+	if !rested || c.queued != 0 || !c.inbox.empty() {
+		item = c.skipped
 	}
 	c.skipped = nil
 	c.mu.Unlock()

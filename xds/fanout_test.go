@@ -346,8 +346,9 @@ func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
 		default:
 			t.Fatal("Sync still waits once client 0 ACKed the push")
 		}
-		// A push that skips no one ends every rest: the Server keeps the
-		// last push that named resources, and its PushContext, no more.
+		// A push that skips no one ends every rest, and stands in for the
+		// last push that named resources: the Server keeps no older
+		// PushContext.
 		if f.srv.narrow.Load() == nil {
 			t.Fatal("no push that names resources kept")
 		}
@@ -355,8 +356,8 @@ func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		settle()
-		if n := f.srv.narrow.Load(); n != nil {
-			t.Errorf("after a Forced push, the Server keeps push %d", n.seq)
+		if n, now := f.srv.narrow.Load(), f.srv.current.Load(); n == nil || n.req.Push != now {
+			t.Errorf("after a Forced push, the Server keeps %v; want the push of %s", n, now.Version())
 		}
 	})
 }

@@ -107,8 +107,10 @@ var faultSeeds = []uint64{1, 3, 6, 23, 153, 239, 585, 5139, 20015, 22012, 24041,
 
 // namedFaultSeeds are the seeds with which TestFault/named once failed,
 // kept as faultSeeds are: 70292, a skipped connection whose NACK stood
-// because no push settled it (see core.idle).
-var namedFaultSeeds = []uint64{70292}
+// because no push settled it (see core.idle); 84011 and 84031, a queued
+// push applied ahead of an earlier one queued for the same connection,
+// which was then dropped (see conn.queuedFor).
+var namedFaultSeeds = []uint64{70292, 84011, 84031}
 
 // raceFaultSeeds is how many of faultSeeds, the last ones, TestFaultSeeds
 // runs under the race detector: a seed's run takes about 20 seconds there,

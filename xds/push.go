@@ -269,10 +269,12 @@ func (s *Server) push(ctx context.Context, u *update) {
 	}
 	if nk == nil && last != nil {
 		// Every connection was queued the push, which ended every rest,
-		// and keeps last (conn.queuedFor), where a step that ended its
-		// rest itself and reads Server.narrow after this finds it: the
-		// Server need not keep last, nor its PushContext.
-		s.narrow.Store(nil)
+		// so the push may stand in for last: a step that ended its rest
+		// itself before the fan-out came to it, and reads Server.narrow
+		// only now, catches up to the push, which was queued for it alone
+		// since it rested. The Server then keeps no PushContext older
+		// than the last.
+		s.narrow.Store(item)
 	}
 	n := len(s.conns) - skipped
 	s.mu.Unlock()
