@@ -361,3 +361,58 @@ func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
 		}
 	})
 }
+
+// The rest protocol's decisions, one interleaving each: what a step that
+// ends a rest applies first (wake), and what a fan-out that queues a push
+// leaves it (queuedFor). A step never applies a push queued for it ahead
+// of an earlier one queued, which would then be dropped as applied.
+func TestRestProtocol(t *testing.T) {
+	push := func(seq uint64) *pushItem { return &pushItem{seq: seq, req: &pushcontext.PushRequest{}} }
+	type state struct {
+		resting bool
+		queued  uint64 // Seq of the newest push queued, 0 if none
+		skipped *pushItem
+	}
+	for _, tc := range []struct {
+		name    string
+		applied uint64
+		narrow  *pushItem
+		before  state
+		fanOut  *pushItem // queuedFor(fanOut.seq, last, fanOut.seq-1), if set
+		last    *pushItem
+		want    *pushItem // what wake returns
+	}{
+		{name: "woken by a request after a skip", applied: 3, narrow: push(5), before: state{resting: true}, want: push(5)},
+		{name: "woken, nothing skipped since", applied: 5, narrow: push(5), before: state{resting: true}, want: nil},
+		{name: "the fan-out ended the rest", applied: 3, narrow: push(5), before: state{resting: true}, fanOut: push(6), last: push(5), want: push(5)},
+		{name: "ended the rest itself, then a push was queued", applied: 3, narrow: push(7), before: state{queued: 7, skipped: push(5)}, want: push(5)},
+		{name: "not resting, nothing queued: keeps the last", applied: 3, narrow: push(6), before: state{}, fanOut: push(7), last: push(6), want: push(6)},
+		{name: "not resting, a push queued: keeps nothing", applied: 3, narrow: push(6), before: state{queued: 6}, fanOut: push(7), last: push(6), want: nil},
+		{name: "kept, but applied since", applied: 6, narrow: push(6), before: state{skipped: push(6)}, want: nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Server{}
+			s.narrow.Store(tc.narrow)
+			c := &conn{s: s, core: &core{appliedSeq: tc.applied}, dig: make([]atomic.Uint64, filterWord+digestWords)}
+			if tc.before.resting {
+				c.dig[restWord].Store(1)
+			}
+			c.queued, c.skipped = tc.before.queued, tc.before.skipped
+			if tc.fanOut != nil {
+				c.queuedFor(tc.fanOut.seq, tc.last, tc.fanOut.seq-1)
+				if c.dig[restWord].Load() != 0 {
+					t.Fatal("a connection queued a push still rests")
+				}
+				// Delivered, as the step starts: the inbox holds it.
+				c.queued, c.inbox = 0, tc.fanOut
+			}
+			got := c.wake()
+			if (got == nil) != (tc.want == nil) || (got != nil && got.seq != tc.want.seq) {
+				t.Errorf("wake() = %v; want %v", got, tc.want)
+			}
+			if c.dig[restWord].Load() != 0 || c.skipped != nil {
+				t.Errorf("after wake: resting %d, skipped %v", c.dig[restWord].Load(), c.skipped)
+			}
+		})
+	}
+}
