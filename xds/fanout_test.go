@@ -385,6 +385,11 @@ func TestRestProtocol(t *testing.T) {
 		{name: "woken by a request after a skip", applied: 3, narrow: push(5), before: state{resting: true}, want: push(5)},
 		{name: "woken, nothing skipped since", applied: 5, narrow: push(5), before: state{resting: true}, want: nil},
 		{name: "the fan-out ended the rest", applied: 3, narrow: push(5), before: state{resting: true}, fanOut: push(6), last: push(5), want: push(5)},
+		// A fan-out came between the step's end of the rest and its read
+		// of Server.narrow: it queued push 7, now in Server.narrow, and
+		// kept 5, which skipped the connection (modelled as that state
+		// when the step starts).
+		{name: "a push queued while it woke", applied: 3, narrow: push(7), before: state{resting: true, queued: 7, skipped: push(5)}, want: push(5)},
 		{name: "ended the rest itself, then a push was queued", applied: 3, narrow: push(7), before: state{queued: 7, skipped: push(5)}, want: push(5)},
 		{name: "not resting, nothing queued: keeps the last", applied: 3, narrow: push(6), before: state{}, fanOut: push(7), last: push(6), want: push(6)},
 		{name: "not resting, a push queued: keeps nothing", applied: 3, narrow: push(6), before: state{queued: 6}, fanOut: push(7), last: push(6), want: nil},
