@@ -234,11 +234,24 @@ func (c *core) initProxy(pc *pushcontext.PushContext) error {
 	c.initSeq = pc.Seq()
 	st, err := c.host.initProxy(c.ctx, c.proxy, pc)
 	if err != nil {
+		if abandoned(err, errInitTimeout) {
+			c.disown()
+		}
 		return err
 	}
 	c.prevScope = c.proxy.Scope
 	c.proxy.Data, c.proxy.Scope, c.proxy.View = st.Data, st.Scope, st.View
 	return nil
+}
+
+// disown leaves c.proxy to a host call that the Server stopped waiting
+// for (see guarded), which may still read it, and goes on with a copy: a
+// Proxy changes only between the host calls made for it, never during
+// one, and a push that fails after the call was abandoned moves the proxy
+// back (moveBack).
+func (c *core) disown() {
+	p := *c.proxy
+	c.proxy = &p
 }
 
 // takeOut returns the responses queued since the last call, in order.

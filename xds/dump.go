@@ -95,7 +95,7 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 // dump runs under the step lock (see steps.go), as a step does.
 func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
-	if pc := c.proxy.Push; pc != nil {
+	if pc := c.core.proxy.Push; pc != nil {
 		d.Version = pc.Version()
 	}
 	for i, ts := range c.core.types {

@@ -214,9 +214,13 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
 	start := s.set.clock.Now()
+	p := c.proxy
 	res, err := guarded(s, ctx, "Generate", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
-		return s.set.generators[i].Generate(ctx, c.proxy, w, req)
+		return s.set.generators[i].Generate(ctx, p, w, req)
 	})
+	if abandoned(err, ErrGenerateTimeout) {
+		c.disown()
+	}
 	if h := s.set.hooks.Load().OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, push, start, err)
 		ev.Resources, ev.Returned = len(res), res
@@ -249,10 +253,14 @@ func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGene
 		ok bool
 	}
 	start := s.set.clock.Now()
+	p := c.proxy
 	d, err := guarded(s, ctx, "GenerateDelta", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) (delta, error) {
-		ch, ok, err := dg.GenerateDelta(ctx, c.proxy, w, req)
+		ch, ok, err := dg.GenerateDelta(ctx, p, w, req)
 		return delta{ch, ok}, err
 	})
+	if abandoned(err, ErrGenerateTimeout) {
+		c.disown()
+	}
 	ch, ok := d.ch, d.ok
 	if h := s.set.hooks.Load().OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, true, start, err)

@@ -178,7 +178,9 @@ type Watch struct {
 //
 // Fields are set before the Proxy is passed to the host and change only
 // between the host calls made for that proxy (Data, Scope, View and Push,
-// on pushes), never during one.
+// on pushes), never during one. A call that the Server stops waiting for
+// (past Config.GenerateTimeout, or when Run stops) keeps a Proxy that
+// never changes again: the connection goes on with a copy.
 type Proxy struct {
 	// ID is the Node.Id of the first request.
 	ID string
@@ -199,8 +201,10 @@ type Proxy struct {
 	// View is the proxy's view, as returned by Config.InitProxy; "" means
 	// none.
 	View string
-	// Push is the PushContext the proxy is being served from; it only
-	// moves forward.
+	// Push is the PushContext the proxy is being served from. It moves
+	// forward, except after a push whose generation failed before any of
+	// it could be sent: the proxy is then back on the snapshot its client
+	// holds until the push is retried.
 	Push *pushcontext.PushContext
 }
 

@@ -597,6 +597,74 @@ func TestShutdownClosesStreams(t *testing.T) {
 	}
 }
 
+// A host call that Run's stop abandons keeps a Proxy that does not
+// change under it, although the connection goes on stepping: a push whose
+// Generator was abandoned fails, and moves the connection's proxy back to
+// the snapshot its client holds, which must not be written into the Proxy
+// the abandoned call still reads.
+func TestAbandonedHostCallKeepsItsProxy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// stall makes the host call of the push hold: it calls held with
+		// the Proxy it was given.
+		stall func(cfg *Config, held func(p *Proxy))
+	}{
+		{"Generate at a push", func(cfg *Config, held func(*Proxy)) {
+			inner := cfg.Generators[ClusterType]
+			var calls atomic.Int64
+			cfg.Generators[ClusterType] = GeneratorFunc(func(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
+				if calls.Add(1) == 2 {
+					held(p)
+				}
+				return inner.Generate(ctx, p, w, req)
+			})
+		}},
+		{"InitProxy at a Full push", func(cfg *Config, held func(*Proxy)) {
+			inner := cfg.InitProxy
+			var calls atomic.Int64
+			cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
+				if calls.Add(1) == 2 {
+					held(p)
+				}
+				return inner(ctx, p, pc)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var changed atomic.Pointer[string]
+				held := func(p *Proxy) {
+					push, view := p.Push, p.View
+					time.Sleep(time.Hour) // ignores its ctx: abandoned by the stop
+					if p.Push != push || p.View != view {
+						msg := fmt.Sprintf("the Proxy changed during the call: Push %s → %s, View %q → %q",
+							push.Version(), p.Push.Version(), view, p.View)
+						changed.Store(&msg)
+					}
+				}
+				f, stop := startStoppable(t, func(cfg *Config) { tc.stall(cfg, held) })
+				c := f.connect("n", f.dialConn(), true)
+				c.request(ClusterType)
+				c.recv()
+				f.update(true, func(s *store) { s.clusters["c0"] = xdsfixture.Cluster("c0") }, key(kindCluster, "c0"))
+				time.Sleep(time.Second) // past the debounce window: the push waits in the host call
+				synctest.Wait()
+				done := stop()
+				if err := c.recvErr(); status.Code(err) != codes.Unavailable {
+					t.Errorf("stream ended with %v; want Unavailable", err)
+				}
+				if err := <-done; err != nil {
+					t.Errorf("Run() = %v; want nil", err)
+				}
+				time.Sleep(2 * time.Hour) // the abandoned call returns
+				if msg := changed.Load(); msg != nil {
+					t.Error(*msg)
+				}
+			})
+		})
+	}
+}
+
 // stallInit makes InitProxy for proxy id, from its call'th call on, ignore
 // its ctx and take an hour.
 func stallInit(cfg *Config, id string, call int) {

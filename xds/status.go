@@ -189,10 +189,10 @@ func (c *conn) publishStatus(initialised bool) {
 	if initialised {
 		st.initialised = true
 	}
-	if pc := c.proxy.Push; pc != nil {
+	if pc := core.proxy.Push; pc != nil {
 		st.version, st.seq = pc.Version(), pc.Seq()
 	}
-	st.view = c.proxy.View
+	st.view = core.proxy.View
 	st.pending = 0
 	if core.plan != nil {
 		st.pending = len(core.plan.phases)

@@ -77,9 +77,13 @@ type conn struct {
 	stream  sotwStream  // nil on a Delta stream
 	dstream deltaStream // nil on a SotW stream
 	seq     uint64      // per-Server connection number
-	proxy   *Proxy
-	core    *core
-	delta   bool
+	// proxy is the Proxy as the stream opened. Its ID, ConnID, Node, Peer
+	// and Identity never change; Data, Scope, View and Push are current
+	// in core.proxy, which is this one until a host call holding it is
+	// abandoned (see core.disown).
+	proxy *Proxy
+	core  *core
+	delta bool
 	// plain: the stream compresses nothing, so responses shared with
 	// other streams are written as encoded once (see sharedMsg).
 	plain bool
@@ -474,5 +478,9 @@ func (s *Server) disconnected(c *conn, err *error) {
 		c.ended = true
 		<-c.hookSem
 	}
-	callHook(s.set, s.set.hooks.Load().OnDisconnect, DisconnectEvent{Proxy: c.proxy, Err: *err})
+	p := c.proxy
+	if c.core != nil {
+		p = c.core.proxy
+	}
+	callHook(s.set, s.set.hooks.Load().OnDisconnect, DisconnectEvent{Proxy: p, Err: *err})
 }
