@@ -446,3 +446,43 @@ func (c *conn) catchUp(ctx context.Context, now time.Time) error {
 	}
 	return c.core.flushDeferred()
 }
+
+// fanOut queues item, the push of the snapshot after the one of Seq
+// before, for every registered connection it concerns: with nk, the keys
+// of a push that names resources, a resting connection whose digest rules
+// the push out is skipped untouched, one it cannot rule out is checked
+// under its step lock (see verdictOf). It returns how many connections
+// were queued the push and how many skipped.
+func (s *Server) fanOut(item *pushItem, nk namedKeys, before uint64) (queued, skipped int) {
+	last := s.narrow.Load()
+	if nk != nil {
+		s.narrow.Store(item) // before any connection is read (see the file's doc)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for slot, c := range s.board.conns {
+		if c == nil {
+			continue
+		}
+		if nk != nil {
+			if v := verdictOf(s.board.words(slot), nk); v == skip || (v == check && c.skips(nk)) {
+				skipped++
+				continue
+			}
+		}
+		if s.set.named != nil {
+			c.queuedFor(item.seq, last, before)
+		}
+		s.queue.Enqueue(c, item)
+	}
+	if nk == nil && last != nil {
+		// Every connection was queued the push, which ended every rest,
+		// so the push may stand in for last: a step that ended its rest
+		// itself before the fan-out came to it, and reads Server.narrow
+		// only now, catches up to the push, which was queued for it alone
+		// since it rested. The Server then keeps no PushContext older
+		// than the last.
+		s.narrow.Store(item)
+	}
+	return len(s.conns) - skipped, skipped
+}

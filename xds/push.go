@@ -242,42 +242,11 @@ func (s *Server) push(ctx context.Context, u *update) {
 		return nk == nil && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))
 	})
 	item := &pushItem{req: &out, seq: next.Seq(), start: s.set.clock.Now(), merged: 1}
-	last := s.narrow.Load()
 	var before uint64
 	if prev != nil {
 		before = prev.Seq()
 	}
-	if nk != nil {
-		s.narrow.Store(item) // before any connection is read (see fanout.go)
-	}
-	skipped := 0
-	s.mu.Lock()
-	for slot, c := range s.board.conns {
-		if c == nil {
-			continue
-		}
-		if nk != nil {
-			if v := verdictOf(s.board.words(slot), nk); v == skip || (v == check && c.skips(nk)) {
-				skipped++
-				continue
-			}
-		}
-		if s.set.named != nil {
-			c.queuedFor(item.seq, last, before)
-		}
-		s.queue.Enqueue(c, item)
-	}
-	if nk == nil && last != nil {
-		// Every connection was queued the push, which ended every rest,
-		// so the push may stand in for last: a step that ended its rest
-		// itself before the fan-out came to it, and reads Server.narrow
-		// only now, catches up to the push, which was queued for it alone
-		// since it rested. The Server then keeps no PushContext older
-		// than the last.
-		s.narrow.Store(item)
-	}
-	n := len(s.conns) - skipped
-	s.mu.Unlock()
+	n, skipped := s.fanOut(item, nk, before)
 	s.track.pushed(u.gens, next.Seq())
 
 	ev := PushEvent{Version: next.Version(), Full: req.Full, Build: took, Attempts: attempts, Connections: n, Skipped: skipped, Reason: req.Reason}
