@@ -75,13 +75,14 @@ func (c *conn) postEvent(ev event) bool {
 // setPaused). first is set for the stream's first receive goroutine, which
 // hands its first request to the stream's opening to run.
 //
-// After a step that made responses, it hands reading on to a new receive
-// goroutine and ends. Making responses (diffs, encoding) grows a stack
-// well past the 2 KiB or so that waiting in grpc-go's Recv takes, and the
-// runtime halves a stack only while less than a quarter of it is in use:
-// a receive goroutine that lived on would keep 8 KiB for as long as the
-// stream idles, where a new one starts small. A step that only records an
-// ACK, the common one, keeps its goroutine.
+// After each step it hands reading on to a new receive goroutine and
+// ends. A step grows a stack well past the 2 KiB or so that waiting in
+// grpc-go's Recv takes (making responses to 8 KiB and more; even one that
+// only records an ACK, to 4 KiB and more), and the runtime halves a stack
+// only while less than a quarter of it is in use: a receive goroutine
+// that lived on would keep that stack for as long as the stream idles,
+// where a new one starts small (BenchmarkIdleConnection reports the stack
+// an idle client keeps).
 func (c *conn) receive(first bool) {
 	for {
 		var in inbound
@@ -110,9 +111,7 @@ func (c *conn) receive(first bool) {
 		if !c.lockStep() {
 			return
 		}
-		made := c.made
 		err = c.handle(c.ctx, in)
-		fresh := c.made != made
 		if !c.unlockStep(err) {
 			return
 		}
@@ -123,10 +122,8 @@ func (c *conn) receive(first bool) {
 				return
 			}
 		}
-		if fresh {
-			c.s.goStream(func() { c.receive(false) })
-			return
-		}
+		c.s.goStream(func() { c.receive(false) })
+		return
 	}
 }
 
@@ -290,7 +287,6 @@ func (c *conn) settle(stepped bool) []*outMsg {
 	if stepped {
 		c.core.dropRare()
 	}
-	c.made += uint64(len(out))
 	c.outbox = append(c.outbox, out...)
 	c.resetTimer()
 	if c.writing || len(c.outbox) > 0 || c.core.busy() {

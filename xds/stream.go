@@ -115,10 +115,9 @@ type conn struct {
 	timer            Timer
 	timerAt, writeAt instant
 	armedAt          instant
-	made             uint64 // responses the core has made (see receive)
-	stopped          bool   // the stream is ending: no step may run
-	writing          bool   // a batch is being written (by a writer goroutine, or inline)
-	paused           bool   // the receive goroutine is asked to wait
+	stopped          bool // the stream is ending: no step may run
+	writing          bool // a batch is being written (by a writer goroutine, or inline)
+	paused           bool // the receive goroutine is asked to wait
 
 	// events is the stream's mailbox, read by the opening until the
 	// stream is admitted and then by loop: the first request, and what
