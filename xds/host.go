@@ -180,7 +180,12 @@ type Watch struct {
 // between the host calls made for that proxy (Data, Scope, View and Push,
 // on pushes), never during one. A call that the Server stops waiting for
 // (past Config.GenerateTimeout, or when Run stops) keeps a Proxy that
-// never changes again: the connection goes on with a copy.
+// never changes again: the connection goes on with a copy. A host that
+// keeps the pointer past a call (in a map of connected proxies, say) may
+// read ID, ConnID, Node, Peer and Identity from any goroutine, as they
+// never change, but not Data, Scope, View or Push: those change between
+// calls, with no lock a host could take (Server.Status reports each
+// connection's view and version).
 type Proxy struct {
 	// ID is the Node.Id of the first request.
 	ID string
