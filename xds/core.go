@@ -234,9 +234,7 @@ func (c *core) initProxy(pc *pushcontext.PushContext) error {
 	c.initSeq = pc.Seq()
 	st, err := c.host.initProxy(c.ctx, c.proxy, pc)
 	if err != nil {
-		if abandoned(err, errInitTimeout) {
-			c.disown()
-		}
+		c.disownIfAbandoned(err, errInitTimeout)
 		return err
 	}
 	c.prevScope = c.proxy.Scope
@@ -244,14 +242,17 @@ func (c *core) initProxy(pc *pushcontext.PushContext) error {
 	return nil
 }
 
-// disown leaves c.proxy to a host call that the Server stopped waiting
-// for (see guarded), which may still read it, and goes on with a copy: a
-// Proxy changes only between the host calls made for it, never during
-// one, and a push that fails after the call was abandoned moves the proxy
-// back (moveBack).
-func (c *core) disown() {
-	p := *c.proxy
-	c.proxy = &p
+// disownIfAbandoned is called with the error of a host call made with
+// c.proxy, whose guard's timeout error is timeoutErr. If the Server stopped
+// waiting for the call (see guarded), which may still read the Proxy, the
+// connection goes on with a copy: a Proxy changes only between the host
+// calls made for it, never during one, and a push that fails after the
+// call was abandoned moves the proxy back (moveBack).
+func (c *core) disownIfAbandoned(err, timeoutErr error) {
+	if err == timeoutErr || err == errHostStopped {
+		p := *c.proxy
+		c.proxy = &p
+	}
 }
 
 // takeOut returns the responses queued since the last call, in order.

@@ -218,9 +218,7 @@ func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscript
 	res, err := guarded(s, ctx, "Generate", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
 		return s.set.generators[i].Generate(ctx, p, w, req)
 	})
-	if abandoned(err, ErrGenerateTimeout) {
-		c.disown()
-	}
+	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	if h := s.set.hooks.Load().OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, push, start, err)
 		ev.Resources, ev.Returned = len(res), res
@@ -258,9 +256,7 @@ func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGene
 		ch, ok, err := dg.GenerateDelta(ctx, p, w, req)
 		return delta{ch, ok}, err
 	})
-	if abandoned(err, ErrGenerateTimeout) {
-		c.disown()
-	}
+	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	ch, ok := d.ch, d.ok
 	if h := s.set.hooks.Load().OnGenerate; h != nil {
 		ev := s.generateEvent(c, i, req, true, start, err)

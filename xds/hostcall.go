@@ -91,13 +91,6 @@ func guarded[T any](s *Server, ctx context.Context, name string, timeout time.Du
 	}
 }
 
-// abandoned reports whether err is what guarded returns for a call it
-// stopped waiting for, whose timeout error is timeoutErr: the call may
-// still be running.
-func abandoned(err, timeoutErr error) bool {
-	return err == timeoutErr || err == errHostStopped
-}
-
 // guardTimer returns a timer set for d, from the Server's pool of the
 // guards' timers: a connection makes host calls at every push, and
 // keeping a timer of its own for them would cost memory for as long as

@@ -610,22 +610,16 @@ func TestAbandonedHostCallKeepsItsProxy(t *testing.T) {
 		stall func(cfg *Config, held func(p *Proxy))
 	}{
 		{"Generate at a push", func(cfg *Config, held func(*Proxy)) {
-			inner := cfg.Generators[ClusterType]
-			var calls atomic.Int64
+			inner, hold := cfg.Generators[ClusterType], onSecondCall(held)
 			cfg.Generators[ClusterType] = GeneratorFunc(func(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
-				if calls.Add(1) == 2 {
-					held(p)
-				}
+				hold(p)
 				return inner.Generate(ctx, p, w, req)
 			})
 		}},
 		{"InitProxy at a Full push", func(cfg *Config, held func(*Proxy)) {
-			inner := cfg.InitProxy
-			var calls atomic.Int64
+			inner, hold := cfg.InitProxy, onSecondCall(held)
 			cfg.InitProxy = func(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
-				if calls.Add(1) == 2 {
-					held(p)
-				}
+				hold(p)
 				return inner(ctx, p, pc)
 			}
 		}},
@@ -662,6 +656,17 @@ func TestAbandonedHostCallKeepsItsProxy(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// onSecondCall returns a function that calls f on its second call (the
+// first push's, after the stream's opening) and does nothing otherwise.
+func onSecondCall(f func(*Proxy)) func(*Proxy) {
+	var calls atomic.Int64
+	return func(p *Proxy) {
+		if calls.Add(1) == 2 {
+			f(p)
+		}
 	}
 }
 

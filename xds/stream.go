@@ -80,7 +80,7 @@ type conn struct {
 	// proxy is the Proxy as the stream opened. Its ID, ConnID, Node, Peer
 	// and Identity never change; Data, Scope, View and Push are current
 	// in core.proxy, which is this one until a host call holding it is
-	// abandoned (see core.disown).
+	// abandoned (see core.disownIfAbandoned).
 	proxy *Proxy
 	core  *core
 	delta bool
