@@ -92,7 +92,7 @@ func run() error {
 	rounds := flag.Int("rounds", harness.DefaultRounds, "changes of each kind (each to another service), the server and the floor taking turns at each; the figures pool them, the ratios to the floor are the median of the rounds'")
 	services := flag.Int("services", 0, "services in the mesh (0: 100; ondemand: 1000)")
 	endpoints := flag.Int("endpoints", 0, "endpoints per service (0: 3)")
-	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile per change (SERVER-PROTOCOL-CHANGE.pprof; ondemand: SERVER-ondemand-changes.pprof, over every change)")
+	cpuprofile := flag.String("cpuprofile", "", "directory where each server writes a CPU profile of the initial convergence and one per change (SERVER-PROTOCOL-init.pprof, SERVER-PROTOCOL-CHANGE.pprof; ondemand: SERVER-ondemand-changes.pprof, over every change)")
 	heapprofile := flag.String("heapprofile", "", "directory where each server writes its live heap once the clients have converged (SERVER-PROTOCOL-heap.pprof, .txt; ondemand: SERVER-ondemand-heap); it samples the heap finely, which costs CPU, so the run's CPU figures are not comparable")
 	timeout := flag.Duration("timeout", 0, "bound of each phase (0: 60s + 10ms per client)")
 	runs := flag.Int("runs", 10, "burst: runs per server and protocol")

@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -174,6 +175,17 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 		return 0
 	}
 	prof := &profiler{dir: *profDir, heapDir: *heapDir}
+	hp, _ := srv.(servers.HeapProfiler)
+	if hp != nil {
+		prof.heapOf = hp.WriteHeap
+	}
+	// serverUsage is readUsage of the serving process.
+	serverUsage := func(rss bool) (usage, error) {
+		if p := pid(); p != 0 {
+			return readUsageOf(p, hp, rss)
+		}
+		return readOwnUsage(rss)
+	}
 	defer prof.stop()
 	var w *watch // between "watch" and "unwatch"
 	defer func() {
@@ -184,13 +196,13 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	return serve(in, out, func(req request) (any, error) {
 		switch req.Op {
 		case "usage":
-			u, err := readUsage(pid(), true)
+			u, err := serverUsage(true)
 			if err == nil && req.Name != "" {
 				err = prof.heap(req.Name)
 			}
 			return u, err
 		case "cpu":
-			return readUsage(pid(), false)
+			return serverUsage(false)
 		case "change":
 			if req.Change == nil {
 				return nil, errors.New("change: no change")
@@ -406,7 +418,10 @@ func burst(srv servers.Server, changes []mesh.Change, interval time.Duration) (h
 type profiler struct {
 	dir     string // CPU profiles
 	heapDir string // heap profiles (see heap)
-	f       *os.File
+	// heapOf, if set, writes the serving process's heap profile, which
+	// is then not this process's (servers.HeapProfiler).
+	heapOf func(w io.Writer, debug int) error
+	f      *os.File
 }
 
 func (p *profiler) start(name string) error {
@@ -439,7 +454,11 @@ func (p *profiler) heap(name string) error {
 		if err != nil {
 			return err
 		}
-		err = pprof.Lookup("heap").WriteTo(f, out.debug)
+		if p.heapOf != nil {
+			err = p.heapOf(f, out.debug)
+		} else {
+			err = pprof.Lookup("heap").WriteTo(f, out.debug)
+		}
 		if e := f.Close(); err == nil {
 			err = e
 		}
@@ -469,6 +488,62 @@ func readUsage(pid int, rss bool) (usage, error) {
 	if pid != 0 {
 		return usageOf(pid)
 	}
+	return readOwnUsage(rss)
+}
+
+// readUsageOf is readUsage for the serving process another server runs
+// (servers.Processor), measured alike if it can profile its heap
+// (servers.HeapProfiler): after a garbage collection in it, less the
+// free heap it has not returned to the system yet, which
+// debug.FreeOSMemory would return. Without that, its resident set would
+// hold up to a heap's worth of garbage collected since the last time
+// the runtime returned memory, which the servers measured here do not.
+func readUsageOf(pid int, hp servers.HeapProfiler, rss bool) (usage, error) {
+	u, err := usageOf(pid)
+	if err != nil || !rss || hp == nil {
+		return u, err
+	}
+	var b bytes.Buffer
+	if err := hp.WriteHeap(&b, 1); err != nil {
+		return u, err
+	}
+	ms, err := memStatsOf(b.String(), "HeapIdle", "HeapReleased", "HeapAlloc")
+	if err != nil {
+		return u, err
+	}
+	if u, err = usageOf(pid); err != nil { // after the collection
+		return u, err
+	}
+	u.RSS -= ms["HeapIdle"] - ms["HeapReleased"]
+	u.Heap = ms["HeapAlloc"]
+	return u, nil
+}
+
+// memStatsOf reads the named runtime.MemStats fields from a heap
+// profile written with debug 1 ("# Name = value" lines).
+func memStatsOf(profile string, names ...string) (map[string]int64, error) {
+	out := make(map[string]int64, len(names))
+	for _, line := range strings.Split(profile, "\n") {
+		name, value, ok := strings.Cut(strings.TrimPrefix(line, "# "), " = ")
+		if !ok || !slices.Contains(names, name) {
+			continue
+		}
+		v, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("heap profile: %s: %w", name, err)
+		}
+		out[name] = v
+	}
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("heap profile: no %s", n)
+		}
+	}
+	return out, nil
+}
+
+// readOwnUsage is readUsage for this process.
+func readOwnUsage(rss bool) (usage, error) {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return usage{}, err

@@ -60,7 +60,8 @@ type Config struct {
 	// mesh.DefaultServices and mesh.DefaultEndpoints.
 	Services, Endpoints int
 	// CPUProfile, if set, is a directory where each server child writes a
-	// CPU profile per change: SERVER-PROTOCOL-CHANGE.pprof (the on-demand
+	// CPU profile of the initial convergence, SERVER-PROTOCOL-init.pprof,
+	// and one per change: SERVER-PROTOCOL-CHANGE.pprof (the on-demand
 	// scenario: one over all its changes, SERVER-ondemand-changes.pprof).
 	CPUProfile string
 	// HeapProfile, if set, is a directory where each server child writes,
@@ -443,8 +444,16 @@ func openSession(cfg Config, name, protocol string) (*session, error) {
 	if s.cl, err = start(cfg, "clients", clArgs...); err != nil {
 		return s, err
 	}
+	// The initial convergence's profile (see Config.CPUProfile): the
+	// server's alone, the clients child starting only now.
+	if err := srv.call(request{Op: "profile", Name: name + "-" + protocol + "-init"}, nil); err != nil {
+		return s, err
+	}
 	var conv fleet.Convergence
 	if err := s.cl.call(request{Op: "start", Timeout: timeout}, &conv); err != nil {
+		return s, err
+	}
+	if err := srv.call(request{Op: "unprofile"}, nil); err != nil {
 		return s, err
 	}
 	res.Init = since(conv.Start, conv.At)

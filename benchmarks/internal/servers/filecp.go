@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -38,6 +39,7 @@ type filecpServer struct {
 	m  *mesh.Mesh
 
 	cmd    *exec.Cmd
+	admin  string        // its admin address
 	done   chan struct{} // closed once the process has exited
 	stderr *tail
 }
@@ -125,7 +127,10 @@ func (s *filecpServer) Start(ctx context.Context, lis net.Listener) error {
 	}
 	admin := al.Addr().String()
 	al.Close()
-	s.cmd = exec.Command(s.bin, "-dir", s.dir, "-addr", addr, "-admin", admin, "-max-conn-age", "0")
+	s.admin = admin
+	// -pprof serves its profiles on the admin address (see WriteHeap),
+	// which costs nothing until one is asked for.
+	s.cmd = exec.Command(s.bin, "-dir", s.dir, "-addr", addr, "-admin", admin, "-max-conn-age", "0", "-pprof")
 	s.cmd.Stdout = nil // its push log: not read
 	s.cmd.Stderr = s.stderr
 	if err := s.cmd.Start(); err != nil {
@@ -238,7 +243,40 @@ func (s *filecpServer) Process() int {
 	return s.cmd.Process.Pid
 }
 
-var _ Processor = (*filecpServer)(nil)
+// WriteHeap writes filecp's live heap profile to w, after a garbage
+// collection, as runtime/pprof.Profile.WriteTo with debug does (its
+// sampling rate is the runtime's default, one sample per 512 KiB
+// allocated).
+func (s *filecpServer) WriteHeap(w io.Writer, debug int) error {
+	if s.admin == "" {
+		return errors.New("filecp: not started")
+	}
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/heap?debug=%d&gc=1", s.admin, debug))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("filecp: heap profile: %s", resp.Status)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+var (
+	_ Processor    = (*filecpServer)(nil)
+	_ HeapProfiler = (*filecpServer)(nil)
+)
+
+// HeapProfiler is implemented by the Processors that can profile their
+// heap: a heap profile of the benchmark's server child would not show
+// the serving process's.
+type HeapProfiler interface {
+	// WriteHeap writes the serving process's live heap profile, after a
+	// garbage collection, as runtime/pprof.Profile.WriteTo with debug
+	// does (with debug 1, its runtime.MemStats follow).
+	WriteHeap(w io.Writer, debug int) error
+}
 
 // tail keeps the last max bytes written to it.
 type tail struct {
