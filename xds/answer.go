@@ -88,9 +88,11 @@ func (c *core) answer(i int, a *answer) error {
 	c.genFrom[i] = c.proxy.Push.Seq()
 	set := c.set
 	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.proxy.Push}
-	// Delta clusters that are sent re-warm (see sendWarmed).
+	// Delta clusters that are sent re-warm (see sendWarmed), if the client
+	// watches endpoints already (a client's first clusters are sent before
+	// it asks for any: their endpoints will be sent as it does).
 	var warm *warmSet
-	if c.delta && i == set.cdsIdx {
+	if c.delta && i == set.cdsIdx && set.edsIdx >= 0 && c.types[set.edsIdx] != nil {
 		warm = &warmSet{}
 	}
 	// A push waits for the clusters its routes name: it waits for their
