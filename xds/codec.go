@@ -1,8 +1,12 @@
 package xds
 
 import (
+	"bytes"
+	"hash/maphash"
+	"slices"
 	"sync"
 	"unicode/utf8"
+	"unsafe"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
@@ -18,6 +22,13 @@ const (
 	internMaxNames   = 1 << 16 // names; one more clears the table first
 	internMaxBytes   = 4 << 20 // bytes of names; a name beyond clears it first
 	internMaxNameLen = 1 << 10 // longer names are not interned
+)
+
+// Bounds of the table's requests remembered whole (see internTable.recall).
+const (
+	recallMinNames = 16      // requests of fewer names are looked up name by name
+	recallMax      = 256     // requests; one more clears them first
+	recallMaxBytes = 4 << 20 // bytes of their names, encoded and decoded
 )
 
 // Field numbers of the resource names in discovery requests.
@@ -50,7 +61,13 @@ const (
 //
 // The table holds at most 65,536 names and 4 MiB of them: when a name
 // would exceed either, the table is cleared and fills again with the names
-// clients send. Names longer than 1 KiB are not interned. Every call returns an option sharing the same table.
+// clients send. Names longer than 1 KiB are not interned. Besides, the
+// names of the last requests of 16 names or more are remembered whole (at
+// most 256 requests and 4 MiB), so that a request repeating the names of
+// one of them, byte for byte (every ACK of a client whose subscription is
+// unchanged, and the same subscription sent by many clients), is decoded
+// without looking up each name. Every call returns an option sharing the
+// same table.
 func (s *Server) CodecOption() grpc.ServerOption {
 	return grpc.ForceServerCodecV2(s.codec)
 }
@@ -103,6 +120,9 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 	merge := proto.UnmarshalOptions{Merge: true}
 	var counts [2]int
 	run := 0 // start of the fields not merged yet
+	// The names' fields, tags included, are b[lo:hi] when no other field
+	// is among them (split: one is), as encoders write a repeated field.
+	lo, hi, other, split := -1, 0, false, false
 	for pos := 0; pos < len(b); {
 		num, typ, n := protowire.ConsumeTag(b[pos:])
 		if n < 0 {
@@ -115,10 +135,11 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 				return proto.Unmarshal(b, m)
 			}
 			pos += n + vn
+			other = lo >= 0
 			continue
 		}
-		v, vn := protowire.ConsumeBytes(b[pos+n:])
-		if vn < 0 || !utf8.Valid(v) {
+		_, vn := protowire.ConsumeBytes(b[pos+n:])
+		if vn < 0 {
 			return proto.Unmarshal(b, m)
 		}
 		if run < pos {
@@ -126,9 +147,13 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 				return proto.Unmarshal(b, m)
 			}
 		}
+		if lo < 0 {
+			lo = pos
+		}
+		split = split || other
 		counts[i]++
 		pos += n + vn
-		run = pos
+		run, hi = pos, pos
 	}
 	if run < len(b) {
 		if err := merge.Unmarshal(b[run:], m); err != nil {
@@ -138,6 +163,17 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 	if counts[0]+counts[1] == 0 {
 		return nil
 	}
+	var whole []byte // the names' fields, if the request is to be recalled whole
+	if !split && counts[0]+counts[1] >= recallMinNames {
+		whole = b[lo:hi]
+		if names, ok := c.names.recall(whole); ok {
+			set(&names) // valid UTF-8: they were when remembered
+			return nil
+		}
+	}
+	if !validNames(b, fields) {
+		return proto.Unmarshal(b, m)
+	}
 	var names [2][]string
 	for i, n := range counts {
 		if n > 0 {
@@ -146,6 +182,9 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 	}
 	if missed := c.names.lookup(b, fields, &names); missed {
 		c.names.insert(b, fields, &names)
+	}
+	if whole != nil {
+		c.names.remember(whole, names)
 	}
 	set(&names)
 	return nil
@@ -163,6 +202,16 @@ func fieldIndex(fields [2]protowire.Number, num protowire.Number, typ protowire.
 		}
 	}
 	return -1
+}
+
+// validNames reports whether every value of fields in b is valid UTF-8, as
+// proto.Unmarshal requires of a string field.
+func validNames(b []byte, fields [2]protowire.Number) bool {
+	valid := true
+	eachName(b, fields, func(_, _ int, v []byte) {
+		valid = valid && utf8.Valid(v)
+	})
+	return valid
 }
 
 // eachName calls fn with the index in fields, the position among that
@@ -184,11 +233,67 @@ func eachName(b []byte, fields [2]protowire.Number, fn func(i, j int, v []byte))
 }
 
 // internTable is a bounded set of resource names, shared by the streams of
-// a Server.
+// a Server, and the names of its last requests of many names (see recall).
 type internTable struct {
 	mu    sync.RWMutex
 	m     map[string]string
 	bytes int // sum of the lengths of the names in m
+
+	seed      maphash.Seed
+	reqs      map[uint64]*recalled // by the hash of recalled.fields
+	reqsBytes int                  // of the requests in reqs (see recalled.size)
+}
+
+// recalled is a request remembered whole: its names' fields as encoded,
+// and their decoding. Neither is modified once in internTable.reqs.
+type recalled struct {
+	fields []byte
+	names  [2][]string
+}
+
+// size is the memory r holds: its encoding and the string headers of its
+// names (the strings are the table's).
+func (r *recalled) size() int {
+	return len(r.fields) + int(unsafe.Sizeof(""))*(len(r.names[0])+len(r.names[1]))
+}
+
+// recall returns the decoding of a request whose names' fields (tags
+// included) were fields, byte for byte: copies of the names remembered,
+// the caller's to keep.
+func (t *internTable) recall(fields []byte) ([2][]string, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if len(t.reqs) == 0 { // and the seed may not be made yet
+		return [2][]string{}, false
+	}
+	r := t.reqs[maphash.Bytes(t.seed, fields)]
+	if r == nil || !bytes.Equal(r.fields, fields) {
+		return [2][]string{}, false
+	}
+	return [2][]string{slices.Clone(r.names[0]), slices.Clone(r.names[1])}, true
+}
+
+// remember keeps names, the decoding of a request whose names' fields
+// were fields, for recall; neither is kept itself.
+func (t *internTable) remember(fields []byte, names [2][]string) {
+	r := &recalled{fields: bytes.Clone(fields), names: [2][]string{slices.Clone(names[0]), slices.Clone(names[1])}}
+	if r.size() > recallMaxBytes {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.reqs == nil || len(t.reqs) >= recallMax || t.reqsBytes+r.size() > recallMaxBytes {
+		t.reqs, t.reqsBytes = make(map[uint64]*recalled), 0
+		if t.seed == (maphash.Seed{}) {
+			t.seed = maphash.MakeSeed()
+		}
+	}
+	h := maphash.Bytes(t.seed, fields)
+	if old := t.reqs[h]; old != nil {
+		t.reqsBytes -= old.size()
+	}
+	t.reqs[h] = r
+	t.reqsBytes += r.size()
 }
 
 // lookup appends the names of b to names: interned ones, new strings for

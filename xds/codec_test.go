@@ -33,6 +33,14 @@ func codecCases(t testing.TB) []struct {
 		return protowire.AppendString(protowire.AppendTag(nil, num, protowire.BytesType), s)
 	}
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	// many encodes n names of field num, recalled whole (recallMinNames).
+	many := func(num protowire.Number, n int) []byte {
+		var b []byte
+		for i := range n {
+			b = append(b, str(num, fmt.Sprintf("outbound|80||svc-%d", i))...)
+		}
+		return b
+	}
 	node := &corev3.Node{Id: "sidecar~10.0.0.1~pod.ns~ns.svc.cluster.local", Metadata: &structpb.Struct{
 		Fields: map[string]*structpb.Value{"k": structpb.NewStringValue("v")},
 	}}
@@ -78,6 +86,11 @@ func codecCases(t testing.TB) []struct {
 		{name: "stray end group", b: cat(str(3, "a"), protowire.AppendTag(nil, 9, protowire.EndGroupType))},
 		{name: "malformed node", b: cat(str(3, "a"), str(2, "\x0a\x05ab"))},
 		{name: "long name", b: cat(str(3, string(bytes.Repeat([]byte("n"), internMaxNameLen+1))), str(3, "a"))},
+		{name: "many names", b: cat(str(4, string(EndpointType)), many(3, recallMinNames), str(5, "v1/8"))},
+		{name: "many names, subscribed and unsubscribed", b: cat(many(3, recallMinNames), many(4, 3), str(3, "a"))},
+		{name: "many names, one invalid UTF-8", b: cat(many(3, recallMinNames), str(3, "\xff"))},
+		{name: "many names, another field among them", b: cat(many(3, recallMinNames), str(1, "v1"), many(3, 2))},
+		{name: "many names, truncated", b: cat(many(3, recallMinNames), str(3, "abcdef")[:4])},
 	}
 }
 
@@ -123,6 +136,88 @@ func TestCodecDecodeMatchesProto(t *testing.T) {
 			checkDecode(t, c, tc.b) // names interned now
 		})
 	}
+}
+
+// A request of many names is recalled whole the second time: the names
+// decoded are the caller's own, and the table stays within its bounds.
+func TestCodecRecall(t *testing.T) {
+	names := func(prefix string, n int) []string {
+		var out []string
+		for i := range n {
+			out = append(out, fmt.Sprintf("%s-%d", prefix, i))
+		}
+		return out
+	}
+	encode := func(t *testing.T, m proto.Message) mem.BufferSlice {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}
+	}
+	tests := []struct {
+		name       string
+		req        proto.Message
+		remembered int // requests the table remembers after decoding it
+	}{
+		{"sotw", &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: names("c", 100), ResponseNonce: "n"}, 1},
+		{"delta", &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType), ResourceNamesSubscribe: names("a", 20), ResourceNamesUnsubscribe: names("b", 5)}, 1},
+		{"few names", &discoveryv3.DiscoveryRequest{ResourceNames: names("c", recallMinNames-1)}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newInternCodec()
+			data := encode(t, tt.req)
+			first := tt.req.ProtoReflect().New().Interface()
+			if err := c.Unmarshal(data, first); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(c.names.reqs); got != tt.remembered {
+				t.Fatalf("requests remembered: %d; want %d", got, tt.remembered)
+			}
+			// The caller owns what it decoded, remembered or recalled:
+			// changing it changes nothing the next request decodes to.
+			prev := first
+			for range 2 {
+				switch m := prev.(type) {
+				case *discoveryv3.DiscoveryRequest:
+					m.ResourceNames[0] = "changed"
+				case *discoveryv3.DeltaDiscoveryRequest:
+					m.ResourceNamesSubscribe[0], m.ResourceNamesUnsubscribe[0] = "changed", "changed"
+				}
+				next := tt.req.ProtoReflect().New().Interface()
+				if err := c.Unmarshal(data, next); err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(next, tt.req) {
+					t.Fatal("decoded again: not the request; a name changed by the caller of an earlier decoding")
+				}
+				prev = next
+			}
+		})
+	}
+	t.Run("bounded", func(t *testing.T) {
+		c := newInternCodec()
+		most, mostBytes := 0, 0
+		for i := range 2 * recallMax {
+			// Each request's names differ from the others' by its first.
+			req := &discoveryv3.DiscoveryRequest{ResourceNames: append([]string{fmt.Sprint(i)}, names("svc", 400)...)}
+			var got discoveryv3.DiscoveryRequest
+			if err := c.Unmarshal(encode(t, req), &got); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(&got, req) {
+				t.Fatalf("request %d decoded wrong", i)
+			}
+			most, mostBytes = max(most, len(c.names.reqs)), max(mostBytes, c.names.reqsBytes)
+		}
+		if most > recallMax || mostBytes > recallMaxBytes {
+			t.Errorf("remembered up to %d requests, %d bytes; want at most %d, %d", most, mostBytes, recallMax, recallMaxBytes)
+		}
+		if most < 2 {
+			t.Errorf("remembered up to %d requests; want requests remembered", most)
+		}
+	})
 }
 
 func FuzzDecode(f *testing.F) {
@@ -277,5 +372,39 @@ func TestCodecMarshalUnchanged(t *testing.T) {
 	}
 	if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(nil)}, "not a message"); err == nil {
 		t.Error("Unmarshal(into a string) = nil; want an error")
+	}
+}
+
+// BenchmarkCodecDecode decodes a SotW ACK repeating n names, as a client
+// of a mesh of n services sends for its endpoints, with CodecOption's
+// codec and with gRPC's protobuf codec.
+func BenchmarkCodecDecode(b *testing.B) {
+	for _, n := range []int{10, 1000} {
+		req := &discoveryv3.DiscoveryRequest{
+			VersionInfo: "9f3c2a71-42", TypeUrl: string(EndpointType), ResponseNonce: "9f3c2a71-42/1007",
+			Node: &corev3.Node{Id: "sidecar~10.0.0.1~app-1.ns~ns.svc.cluster.local"},
+		}
+		for i := range n {
+			req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|8080||svc-%d.ns.svc.cluster.local", i))
+		}
+		raw, err := proto.Marshal(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		data := mem.BufferSlice{mem.SliceBuffer(raw)}
+		for _, codec := range []struct {
+			name string
+			c    encoding.CodecV2
+		}{{"intern", newInternCodec()}, {"grpc", encoding.GetCodecV2(grpcproto.Name)}} {
+			b.Run(fmt.Sprintf("names=%d/codec=%s", n, codec.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					var got discoveryv3.DiscoveryRequest
+					if err := codec.c.Unmarshal(data, &got); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
