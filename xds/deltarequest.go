@@ -119,7 +119,13 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if !wildcard && len(initial) > 0 {
 		want = sortedset.Union(sub, initial)
 	}
-	names := sortedset.Union(ts.sub.names, want)
+	// A first subscription (every client's first request of a type) is
+	// what the request names: its names, which the request hands over,
+	// become the subscription's, and all of them are added.
+	names, added, removed := want, want, []string(nil)
+	if len(ts.sub.names) > 0 {
+		names = sortedset.Union(ts.sub.names, want)
+	}
 	if len(unsub) > 0 {
 		names = sortedset.Subtract(names, unsub)
 	}
@@ -127,7 +133,9 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		return nil, status.Errorf(codes.InvalidArgument,
 			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxResourceNames)
 	}
-	added, removed := diffNames(ts.sub.names, names)
+	if len(ts.sub.names) > 0 || len(unsub) > 0 {
+		added, removed = diffNames(ts.sub.names, names)
+	}
 	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
 		if err := c.checkSubscription(i, names); err != nil {
 			return nil, err
@@ -149,7 +157,17 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if len(removed) > 0 || (wasWildcard && !wildcard) {
 		c.await(ts, ts.dropUncovered())
 	}
-	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, added, removed), nil
+	var subscribed map[string]struct{}
+	switch {
+	case len(added) == 0:
+	case len(added) == len(ts.sub.names) && ts.sub.shared():
+		// Every name of a subscription other connections have: the set
+		// they share (a ResourceDelta's maps are never modified).
+		subscribed = ts.sub.nameSet()
+	default:
+		subscribed = nameSet(added)
+	}
+	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, subscribed, removed), nil
 }
 
 // checkDeltaNames checks the names of a Delta request against the bounds
@@ -297,10 +315,10 @@ func answered(sub, unsub, covered []string) map[string]struct{} {
 // deltaAnswer returns how a Delta request is answered (nil: it is not),
 // from what it subscribed to (sub, added) and unsubscribed from (unsub,
 // removed), and the wildcard before and after it.
-func deltaAnswer(first, wildcard, wasWildcard bool, sub, unsub, added, removed []string) *answer {
+func deltaAnswer(first, wildcard, wasWildcard bool, sub, unsub []string, added map[string]struct{}, removed []string) *answer {
 	var delta pushcontext.ResourceDelta
 	if len(added) > 0 {
-		delta.Subscribed = nameSet(added)
+		delta.Subscribed = added
 	}
 	if len(removed) > 0 {
 		delta.Unsubscribed = nameSet(removed)

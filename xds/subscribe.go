@@ -31,6 +31,25 @@ type subscription struct {
 	// (subTable.intern): only then does a view generate its targets once
 	// for all of them and keep their steps (see Server.generate).
 	multi atomic.Bool
+	// set is names as a set, made once a connection asks for it of a
+	// shared subscription (see nameSet); nil until then.
+	set atomic.Pointer[map[string]struct{}]
+	// filter is the filter of names in the digest of an idle connection,
+	// kept if there are many (see digest); nil until made.
+	filter atomic.Pointer[subDigest]
+}
+
+// nameSet returns s's names as a set, made once and shared by the
+// connections that ask: it must not be modified.
+func (s *subscription) nameSet() map[string]struct{} {
+	if m := s.set.Load(); m != nil {
+		return *m
+	}
+	m := nameSet(s.names)
+	if s.set.CompareAndSwap(nil, &m) {
+		return m
+	}
+	return *s.set.Load()
 }
 
 // shared reports whether other connections may take the steps of a
