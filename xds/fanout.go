@@ -121,6 +121,38 @@ func (f *filter) add(seed maphash.Seed, name string) {
 	}
 }
 
+// digestMemoNames is the number of names from which a subscription keeps
+// its filter (see subscription.digest): a connection makes the filter of
+// its subscriptions after each step that leaves it idle (see conn.rest),
+// and a client of a large mesh repeats the same thousands of names.
+const digestMemoNames = 32
+
+// digest returns the filter of s's names. It is made once for a
+// subscription of digestMemoNames names or more, and shared.
+func (s *subscription) digest(seed maphash.Seed) (f filter) {
+	if len(s.names) < digestMemoNames {
+		for _, n := range s.names {
+			f.add(seed, n)
+		}
+		return f
+	}
+	if d := s.filter.Load(); d != nil && d.seed == seed {
+		return d.f
+	}
+	d := &subDigest{seed: seed}
+	for _, n := range s.names {
+		d.f.add(seed, n)
+	}
+	s.filter.Store(d)
+	return d.f
+}
+
+// subDigest is the filter of a subscription's names made with seed.
+type subDigest struct {
+	seed maphash.Seed
+	f    filter
+}
+
 // digestOf returns the filter of what ts's subscription watches and the
 // type holds, or every bit for a wildcard or a glob.
 func digestOf(ts *typeState, seed maphash.Seed) (f filter) {
@@ -134,9 +166,7 @@ func digestOf(ts *typeState, seed maphash.Seed) (f filter) {
 		}
 		return f
 	}
-	for _, n := range sub.names {
-		f.add(seed, n)
-	}
+	f = sub.digest(seed)
 	// An idle connection holds what it watches; it holds more only of
 	// names it watches no more (as concerns checks).
 	if ts.held.len() > len(sub.names) {
