@@ -137,23 +137,25 @@
 //
 //	go test -run='^$' -bench=Coalesce -benchmem -count=6 ./benchmarks/workqueue/
 //
-// where pushqueue's Merge keeps the newer value. Medians of six runs, both
-// queues in one run, on an otherwise idle machine:
+// where pushqueue's Merge keeps the newer value. Medians of twelve runs
+// (two sittings of six), both queues in one run, on a 2-core machine:
 //
 //	                           pushqueue   workqueue   workqueue/pushqueue
-//	int keys, long-lived queue    267 µs      299 µs   1.12
-//	int keys, new queue           323 µs      316 µs   0.98
-//	string keys, long-lived       324 µs      389 µs   1.20
-//	string keys, new queue        409 µs      406 µs   0.99
+//	int keys, long-lived queue    273 µs      317 µs   1.16
+//	int keys, new queue           375 µs      346 µs   0.92
+//	string keys, long-lived       349 µs      463 µs   1.33
+//	string keys, new queue        468 µs      609 µs   1.30
 //
-// On a long-lived queue pushqueue allocates nothing per fan-out (workqueue:
-// 3 allocations and 17.5 KiB with int keys, 4 and 35 KiB with strings); a
-// new queue costs it 38 allocations (134 KiB with int keys, 191 KiB with
+// (The sittings' ratios: 1.08 and 1.20; 0.90 and 0.96; 1.18 and 1.42;
+// 1.29 and 1.30. The machine's noise is 5–25 % per row.)
+//
+// On a long-lived queue pushqueue makes no allocation per fan-out
+// (workqueue: 3 and 17.5 KiB with int keys, 4 and 35 KiB with strings); a
+// new queue costs it 38 allocations (147 KiB with int keys, 191 KiB with
 // strings), workqueue 40–41 (98 and 141 KiB). The FIFO holds the keys'
-// entries, not the keys, so that Dequeue does not hash a key again: with
-// string keys that took the new-queue fan-out from 491 µs (0.81 of
-// workqueue's speed) to 409 µs, and the long-lived one from 348 to 324
-// µs. pushqueue reads the clock for each new request, so that Drain can
-// report how long it waited; workqueue does so only when it is named and
-// has a metrics provider.
+// entries, not the keys, so that an Enqueue that merges hashes its key
+// once and a Dequeue not at all, which is what puts string keys ahead. pushqueue
+// reads the clock for each new request, so that Drain can report how long
+// it waited; workqueue does so only when it is named and has a metrics
+// provider.
 package pushqueue
