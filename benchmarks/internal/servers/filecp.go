@@ -23,14 +23,16 @@ import (
 
 // filecpServer runs the example users run, examples/filecp, built
 // (Config.Filecp), as a process of its own, with its defaults but for
-// -max-conn-age (off, as the other servers have none). The mesh is written
+// -max-conn-age (off, as the other servers have none) and -pprof (its
+// profiles on its admin address: see WriteHeap). The mesh is written
 // to a directory, one file per resource, which filecp serves and watches;
 // a change rewrites the files of the resources it touched, each replaced
 // whole by a rename (as an editor or a configuration-management tool
 // does), and removes those it removed. A change is handed over when the
 // first rename is made, so its latency holds filecp's settling of file
 // events (100ms: see the example's README). Its CPU time and resident set
-// are the filecp process's (Process).
+// are the filecp process's (Process), the resident set measured as the
+// harness measures its own (see WriteHeap).
 type filecpServer struct {
 	bin string
 	dir string // removed by Stop
