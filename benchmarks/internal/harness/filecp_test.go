@@ -1,9 +1,13 @@
 package harness
 
 import (
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -74,5 +78,75 @@ func TestUsageOfAnotherProcess(t *testing.T) {
 	}
 	if other.RSS <= 0 || other.Heap != 0 || other.Goroutines != 0 {
 		t.Errorf("usage %+v; want a resident set, no heap or goroutines (unknown of another process)", other)
+	}
+}
+
+// selfHeap profiles this process's heap, as filecp's admin does its own
+// (after a collection).
+type selfHeap struct{}
+
+func (selfHeap) WriteHeap(w io.Writer, debug int) error {
+	runtime.GC()
+	return pprof.Lookup("heap").WriteTo(w, debug)
+}
+
+// TestUsageOfAnotherProcessHeap reads this process's usage as another's
+// that can profile its heap: the resident set less the free heap not
+// returned to the system, and the live heap, from the profile.
+func TestUsageOfAnotherProcessHeap(t *testing.T) {
+	// 128 MiB of garbage, collected: free heap the runtime returns to the
+	// system only little by little.
+	const garbage = 128 << 20
+	bufs := make([][]byte, garbage>>20)
+	for i := range bufs {
+		bufs[i] = make([]byte, 1<<20)
+		for j := 0; j < len(bufs[i]); j += 4096 {
+			bufs[i][j] = 1 // resident
+		}
+	}
+	bufs = nil
+	runtime.GC()
+	plain, err := usageOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := readUsageOf(os.Getpid(), selfHeap{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Heap <= 0 || u.Heap > garbage/4 {
+		t.Errorf("live heap %d; want some, and not the garbage", u.Heap)
+	}
+	if taken := plain.RSS - u.RSS; taken < garbage/4 {
+		t.Errorf("resident set %d, as is %d; want most of the %d bytes of free heap taken off", u.RSS, plain.RSS, garbage)
+	}
+	// Without a resident set asked for, nothing is taken off.
+	if u, err := readUsageOf(os.Getpid(), selfHeap{}, false); err != nil || u.Heap != 0 {
+		t.Errorf("readUsageOf(rss false) = %+v, %v; want /proc's alone", u, err)
+	}
+}
+
+func TestMemStatsOf(t *testing.T) {
+	tests := []struct {
+		name    string
+		profile string
+		want    map[string]int64
+		wantErr bool
+	}{
+		{"fields", "heap profile: 1: 2 [3: 4] @ heap/1024\n# runtime.MemStats\n# HeapIdle = 300\n# HeapReleased = 100\n# HeapAlloc = 42\n# NumGC = 7\n",
+			map[string]int64{"HeapIdle": 300, "HeapReleased": 100, "HeapAlloc": 42}, false},
+		{"missing", "# HeapIdle = 300\n# HeapAlloc = 42\n", nil, true},
+		{"not a number", "# HeapIdle = x\n# HeapReleased = 1\n# HeapAlloc = 2\n", nil, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := memStatsOf(tt.profile, "HeapIdle", "HeapReleased", "HeapAlloc")
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v; want error %v", err, tt.wantErr)
+			}
+			if !tt.wantErr && !maps.Equal(got, tt.want) {
+				t.Errorf("got %v; want %v", got, tt.want)
+			}
+		})
 	}
 }
