@@ -293,22 +293,28 @@ func TestCodecTableBounded(t *testing.T) {
 	}
 }
 
+// encodedACK encodes a SotW ACK of n endpoint names, as a client of a
+// mesh of n services sends.
+func encodedACK(tb testing.TB, n int) mem.BufferSlice {
+	req := &discoveryv3.DiscoveryRequest{
+		VersionInfo: "9f3c2a71-42", TypeUrl: string(EndpointType), ResponseNonce: "9f3c2a71-42/1007",
+	}
+	for i := range n {
+		req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|8080||svc-%d.ns.svc.cluster.local", i))
+	}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(b)}
+}
+
 // An ACK's decoding allocates the same whatever the number of names it
 // repeats, once they are interned.
 func TestCodecAllocsIndependentOfNames(t *testing.T) {
 	c := newInternCodec()
 	allocs := func(n int) float64 {
-		req := &discoveryv3.DiscoveryRequest{
-			VersionInfo: "9f3c2a71-42", TypeUrl: string(EndpointType), ResponseNonce: "9f3c2a71-42/1007",
-		}
-		for i := range n {
-			req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|8080||svc-%d.ns.svc.cluster.local", i))
-		}
-		b, err := proto.Marshal(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		data := mem.BufferSlice{mem.SliceBuffer(b)}
+		data := encodedACK(t, n)
 		var got discoveryv3.DiscoveryRequest
 		if err := c.Unmarshal(data, &got); err != nil { // interns the names
 			t.Fatal(err)
@@ -380,18 +386,7 @@ func TestCodecMarshalUnchanged(t *testing.T) {
 // codec and with gRPC's protobuf codec.
 func BenchmarkCodecDecode(b *testing.B) {
 	for _, n := range []int{10, 1000} {
-		req := &discoveryv3.DiscoveryRequest{
-			VersionInfo: "9f3c2a71-42", TypeUrl: string(EndpointType), ResponseNonce: "9f3c2a71-42/1007",
-			Node: &corev3.Node{Id: "sidecar~10.0.0.1~app-1.ns~ns.svc.cluster.local"},
-		}
-		for i := range n {
-			req.ResourceNames = append(req.ResourceNames, fmt.Sprintf("outbound|8080||svc-%d.ns.svc.cluster.local", i))
-		}
-		raw, err := proto.Marshal(req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		data := mem.BufferSlice{mem.SliceBuffer(raw)}
+		data := encodedACK(b, n)
 		for _, codec := range []struct {
 			name string
 			c    encoding.CodecV2
