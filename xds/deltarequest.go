@@ -119,22 +119,10 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if !wildcard && len(initial) > 0 {
 		want = sortedset.Union(sub, initial)
 	}
-	// A first subscription (every client's first request of a type) is
-	// what the request names: its names, which the request hands over,
-	// become the subscription's, and all of them are added.
-	names, added, removed := want, want, []string(nil)
-	if len(ts.sub.names) > 0 {
-		names = sortedset.Union(ts.sub.names, want)
-	}
-	if len(unsub) > 0 {
-		names = sortedset.Subtract(names, unsub)
-	}
+	names, added, removed := deltaNames(ts.sub.names, want, unsub)
 	if len(names) > set.maxResourceNames {
 		return nil, status.Errorf(codes.InvalidArgument,
 			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxResourceNames)
-	}
-	if len(ts.sub.names) > 0 || len(unsub) > 0 {
-		added, removed = diffNames(ts.sub.names, names)
 	}
 	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
 		if err := c.checkSubscription(i, names); err != nil {
@@ -157,17 +145,43 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if len(removed) > 0 || (wasWildcard && !wildcard) {
 		c.await(ts, ts.dropUncovered())
 	}
-	var subscribed map[string]struct{}
+	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, subscribedSet(ts.sub, added), removed), nil
+}
+
+// deltaNames returns the names a Delta subscription of cur holds once a
+// request subscribes to want and unsubscribes from unsub, and which of
+// them it adds and removes. A first subscription (every client's first
+// request of a type) is what the request names: its names, which the
+// request hands over, become the subscription's, and all of them are
+// added.
+func deltaNames(cur, want, unsub []string) (names, added, removed []string) {
+	if len(cur) == 0 && len(unsub) == 0 {
+		return want, want, nil
+	}
+	names = want
+	if len(cur) > 0 {
+		names = sortedset.Union(cur, want)
+	}
+	if len(unsub) > 0 {
+		names = sortedset.Subtract(names, unsub)
+	}
+	added, removed = diffNames(cur, names)
+	return names, added, removed
+}
+
+// subscribedSet returns the set of the names added to sub, which a
+// ResourceDelta reports as subscribed: nil if none, and when they are
+// every name of a subscription other connections have, the set they share
+// (a ResourceDelta's maps are never modified).
+func subscribedSet(sub *subscription, added []string) map[string]struct{} {
 	switch {
 	case len(added) == 0:
-	case len(added) == len(ts.sub.names) && ts.sub.shared():
-		// Every name of a subscription other connections have: the set
-		// they share (a ResourceDelta's maps are never modified).
-		subscribed = ts.sub.nameSet()
+		return nil
+	case len(added) == len(sub.names) && sub.shared():
+		return sub.nameSet()
 	default:
-		subscribed = nameSet(added)
+		return nameSet(added)
 	}
-	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, subscribed, removed), nil
 }
 
 // checkDeltaNames checks the names of a Delta request against the bounds
