@@ -211,9 +211,10 @@ func (c *Client) apply(ed *edit, resp *Response) {
 // clusters. Each change may drop resources and so change the next type's
 // subscription; the chain is at most four types long.
 func (c *Client) settle(ed *edit) {
+	refs := make(listenerMemo)
 	for range 8 {
-		ed.next.servingRoutes, ed.next.inService = c.inService(ed.next)
-		want := c.desired(ed.next)
+		ed.next.servingRoutes, ed.next.inService = c.inService(ed.next, refs)
+		want := c.desired(ed.next, refs)
 		types := slices.Collect(maps.Keys(want))
 		for t, ts := range ed.next.types {
 			if ts.watched {
@@ -243,7 +244,7 @@ func (c *Client) settle(ed *edit) {
 // holds every route it names, otherwise those of the version it replaces
 // (see State.servingRoutes and State.inService), which the client keeps
 // serving while the new one warms.
-func (c *Client) inService(s *State) (routes, clusters map[string][]string) {
+func (c *Client) inService(s *State, memo listenerMemo) (routes, clusters map[string][]string) {
 	held := make(map[string]*routev3.RouteConfiguration)
 	for _, r := range s.Resources(xds.RouteType) {
 		if rc, ok := r.Message.(*routev3.RouteConfiguration); ok {
@@ -256,7 +257,7 @@ func (c *Client) inService(s *State) (routes, clusters map[string][]string) {
 		if !ok {
 			continue
 		}
-		refs := refsOfListener(l)
+		refs := memo.refs(l)
 		cs := slices.Clone(refs.clusters)
 		complete := true
 		for _, rt := range refs.routes {
@@ -279,12 +280,12 @@ func (c *Client) inService(s *State) (routes, clusters map[string][]string) {
 
 // desired returns what the client should subscribe to, given what it
 // holds.
-func (c *Client) desired(s *State) map[xds.TypeURL]sub {
+func (c *Client) desired(s *State, memo listenerMemo) map[xds.TypeURL]sub {
 	want := make(map[xds.TypeURL]sub, 4)
 	var routes, clusters, eds []string
 	for _, r := range s.Resources(xds.ListenerType) {
 		if l, ok := r.Message.(*listenerv3.Listener); ok {
-			refs := refsOfListener(l)
+			refs := memo.refs(l)
 			routes = append(routes, refs.routes...)
 			clusters = append(clusters, refs.clusters...)
 		}

@@ -29,6 +29,20 @@ func refsOfListener(l *listenerv3.Listener) listenerRefs {
 	return listenerRefs{routes: r.Routes, clusters: r.Clusters}
 }
 
+// listenerMemo remembers the references of the Listeners one settling of
+// a client's subscriptions reads, each several times (a held Listener is
+// not modified: its references are those of its first reading).
+type listenerMemo map[*listenerv3.Listener]listenerRefs
+
+func (m listenerMemo) refs(l *listenerv3.Listener) listenerRefs {
+	r, ok := m[l]
+	if !ok {
+		r = refsOfListener(l)
+		m[l] = r
+	}
+	return r
+}
+
 var (
 	clustersOfRoute = xdsrefs.ClustersOfRoute
 	decodeAny       = xdsrefs.DecodeAny
