@@ -179,6 +179,9 @@ func runServerChild(args []string, in io.Reader, out io.Writer) error {
 	if hp != nil {
 		prof.heapOf = hp.WriteHeap
 	}
+	if cp, ok := srv.(servers.CPUProfiler); ok {
+		prof.cpuOf = cp.StartCPUProfile
+	}
 	// serverUsage is readUsage of the serving process.
 	serverUsage := func(rss bool) (usage, error) {
 		if p := pid(); p != 0 {
@@ -421,7 +424,12 @@ type profiler struct {
 	// heapOf, if set, writes the serving process's heap profile, which
 	// is then not this process's (servers.HeapProfiler).
 	heapOf func(w io.Writer, debug int) error
-	f      *os.File
+	// cpuOf, if set, profiles the serving process's CPU, which is then
+	// not this process's (servers.CPUProfiler).
+	cpuOf func(w io.Writer) (stop func() error, err error)
+	f     *os.File
+	// stopOf ends a profile cpuOf started.
+	stopOf func() error
 }
 
 func (p *profiler) start(name string) error {
@@ -431,6 +439,15 @@ func (p *profiler) start(name string) error {
 	f, err := os.Create(filepath.Join(p.dir, name+".pprof"))
 	if err != nil {
 		return err
+	}
+	if p.cpuOf != nil {
+		stop, err := p.cpuOf(f)
+		if err != nil {
+			f.Close()
+			return err
+		}
+		p.f, p.stopOf = f, stop
+		return nil
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
 		f.Close()
@@ -473,9 +490,16 @@ func (p *profiler) stop() error {
 	if p.f == nil {
 		return nil
 	}
-	pprof.StopCPUProfile()
-	err := p.f.Close()
-	p.f = nil
+	var err error
+	if p.stopOf != nil {
+		err = p.stopOf()
+	} else {
+		pprof.StopCPUProfile()
+	}
+	if e := p.f.Close(); err == nil {
+		err = e
+	}
+	p.f, p.stopOf = nil, nil
 	return err
 }
 

@@ -1,6 +1,8 @@
 package harness
 
 import (
+	"bytes"
+	"compress/gzip"
 	"io"
 	"maps"
 	"os"
@@ -28,7 +30,9 @@ func TestRunFilecp(t *testing.T) {
 	}
 	const clients = 10
 	var stderr strings.Builder
+	profiles := t.TempDir()
 	rs, err := Run(Config{
+		CPUProfile: profiles,
 		Clients:    clients,
 		Servers:    []string{"filecp"},
 		Protocols:  []string{"sotw"},
@@ -58,6 +62,26 @@ func TestRunFilecp(t *testing.T) {
 		}
 		if c.CPU < 0 {
 			t.Errorf("%s change: server CPU %v; want filecp's, ≥ 0 (/proc counts it in 10 ms ticks)", k, c.CPU)
+		}
+	}
+	// The server's CPU profiles are filecp's (servers.CPUProfiler): each
+	// maps filecp's executable, not the server child's.
+	for _, name := range []string{"filecp-sotw-init", "filecp-sotw-" + mesh.ClusterChange} {
+		b, err := os.ReadFile(filepath.Join(profiles, name+".pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			t.Fatalf("%s: %v; want a gzipped profile", name, err)
+		}
+		raw, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Contains(raw, []byte(bin)) || bytes.Contains(raw, []byte(os.Args[0])) {
+			t.Errorf("%s: maps %s: %t, maps %s: %t; want filecp's profile", name,
+				bin, bytes.Contains(raw, []byte(bin)), os.Args[0], bytes.Contains(raw, []byte(os.Args[0])))
 		}
 	}
 }

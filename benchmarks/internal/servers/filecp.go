@@ -1,6 +1,7 @@
 package servers
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +25,7 @@ import (
 // filecpServer runs the example users run, examples/filecp, built
 // (Config.Filecp), as a process of its own, with its defaults but for
 // -max-conn-age (off, as the other servers have none) and -pprof (its
-// profiles on its admin address: see WriteHeap). The mesh is written
+// profiles on its admin address: see WriteHeap and StartCPUProfile). The mesh is written
 // to a directory, one file per resource, which filecp serves and watches;
 // a change rewrites the files of the resources it touched, each replaced
 // whole by a rename (as an editor or a configuration-management tool
@@ -265,10 +266,71 @@ func (s *filecpServer) WriteHeap(w io.Writer, debug int) error {
 	return err
 }
 
+// StartCPUProfile starts profiling filecp's CPU (see CPUProfiler).
+func (s *filecpServer) StartCPUProfile(w io.Writer) (func() error, error) {
+	if s.admin == "" {
+		return nil, errors.New("filecp: not started")
+	}
+	return startCPUProfileOf(s.admin, w)
+}
+
+// startCPUProfileOf starts a CPU profile of the process serving
+// net/http/pprof at addr; stop ends it and writes it to w.
+//
+// net/http/pprof profiles for the seconds a request asks, and ends early
+// when the request's context does, which its server sees as soon as the
+// client closes its side of the connection (a half-close): the profile is
+// then written on the side still open. So the request asks for an hour,
+// the longest profile stop may end, and stop half-closes and reads the
+// response.
+func startCPUProfileOf(addr string, w io.Writer) (stop func() error, err error) {
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	tc, ok := conn.(*net.TCPConn)
+	if !ok {
+		conn.Close()
+		return nil, fmt.Errorf("profile of %s: not a TCP connection", addr)
+	}
+	if _, err := fmt.Fprintf(tc, "GET /debug/pprof/profile?seconds=3600 HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", addr); err != nil {
+		tc.Close()
+		return nil, err
+	}
+	return func() error {
+		defer tc.Close()
+		if err := tc.CloseWrite(); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(tc), nil)
+		if err != nil {
+			return fmt.Errorf("profile of %s: %w", addr, err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+			return fmt.Errorf("profile of %s: %s: %s", addr, resp.Status, msg)
+		}
+		_, err = io.Copy(w, resp.Body)
+		return err
+	}, nil
+}
+
 var (
 	_ Processor    = (*filecpServer)(nil)
 	_ HeapProfiler = (*filecpServer)(nil)
+	_ CPUProfiler  = (*filecpServer)(nil)
 )
+
+// CPUProfiler is implemented by the Processors that can profile their
+// CPU: a CPU profile of the benchmark's server child would not show the
+// serving process's.
+type CPUProfiler interface {
+	// StartCPUProfile starts profiling the serving process's CPU; stop
+	// ends the profile and writes it to w, as runtime/pprof's
+	// StopCPUProfile does.
+	StartCPUProfile(w io.Writer) (stop func() error, err error)
+}
 
 // HeapProfiler is implemented by the Processors that can profile their
 // heap: a heap profile of the benchmark's server child would not show
