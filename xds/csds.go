@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
@@ -28,9 +27,6 @@ const (
 	// clientStatusTimeout bounds one CSDS request when its context has
 	// no earlier deadline.
 	clientStatusTimeout = 10 * time.Second
-	// clientStatusDumps is how many connections one CSDS request dumps
-	// at once.
-	clientStatusDumps = 8
 )
 
 // RegisterClientStatus registers the client status discovery service
@@ -109,9 +105,8 @@ const (
 //   - A connection still being initialised (Config.InitProxy) is reported
 //     with its Node and no configs.
 //
-// Cost. Each matching connection is read with Dump, which waits until the
-// connection is between two steps (not handling a request or generating a
-// push); up to 8 connections are dumped at once, and the
+// Cost. Each matching connection is read with Dump, which reads what the
+// connection published after its last step and does not wait for it; the
 // whole request is bounded by its context and by 10 seconds: past that it
 // fails with codes.DeadlineExceeded. Status is read once before the dumps
 // (to select connections) and once after: a type is reported SYNCED only
@@ -174,19 +169,11 @@ func (s *Server) clientStatus(ctx context.Context, req *statusv3.ClientStatusReq
 	}
 	dumps := make([]*ConnDump, len(conns))
 	errs := make([]error, len(conns))
-	sem := make(chan struct{}, clientStatusDumps)
-	var wg sync.WaitGroup
 	for i, cs := range conns {
-		if !cs.Initialised {
-			continue // Dump would wait for InitProxy
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
+		if cs.Initialised { // one still being initialised has published nothing
 			dumps[i], errs[i] = s.Dump(ctx, cs.ConnID)
-		})
+		}
 	}
-	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}

@@ -61,12 +61,16 @@ type DumpedResource struct {
 // content last sent for each resource. It is meant for debugging, like
 // Envoy's config_dump seen from the server.
 //
-// Dump takes the dump between two of the connection's steps, so it waits
-// while one handles a request or generates a push, and until the proxy is
-// initialised; it must not be called from a Hook. It returns an error if
-// no registered connection has that ID, if the connection ends first, or
-// ctx.Err() if ctx ends first.
+// Dump reads what the connection published after its last step, as Status
+// does: it does not wait for the connection, and may be called from any
+// goroutine, a Hook included. A connection whose proxy is still being
+// initialised has no types yet. It returns an error if no registered
+// connection has that ID or the connection has ended, or ctx.Err() if ctx
+// has ended.
 func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	var c *conn
 	for _, cand := range s.connections() {
 		if cand.proxy.ConnID == connID {
@@ -77,48 +81,52 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 	if c == nil {
 		return nil, fmt.Errorf("xds: no connection %q", connID)
 	}
-	// The step lock, taken as lockStep does, but for as long as ctx lasts.
-	select {
-	case c.stepSem <- struct{}{}:
-	case <-c.done:
-		return nil, fmt.Errorf("xds: connection %q ended", connID)
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	defer func() { <-c.stepSem }()
-	if c.stopped {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
 		return nil, fmt.Errorf("xds: connection %q ended", connID)
 	}
 	return c.dump(), nil
 }
 
-// dump runs under the step lock (see steps.go), as a step does.
+// dump builds a ConnDump from the connection's published state: it copies
+// the types' snapshots under the status lock, and reads them after, as
+// nothing modifies them (see holding.snapshot).
 func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
-	if pc := c.core.proxy.Push; pc != nil {
-		d.Version = pc.Version()
-	}
-	for i, ts := range c.core.types {
-		if ts == nil {
-			continue
-		}
-		ents := ts.held.entries()
-		td := TypeDump{
-			Type:      c.s.set.order[i],
-			Wildcard:  ts.sub.wildcard,
-			Names:     slices.Clone(ts.sub.names),
-			Resources: make([]DumpedResource, 0, len(ents)),
-		}
-		removals, rejected := ts.removing(), ts.rejected()
-		for _, e := range ents {
-			_, removing := removals[e.name]
-			td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: removing})
-		}
-		for _, n := range sortedKeys(rejected) {
-			e := rejected[n]
-			td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.version, Resource: e.any})
-		}
-		d.Types = append(d.Types, td)
+	c.statusMu.Lock()
+	d.Version = c.st.version
+	snaps := slices.Clone(c.st.types)
+	c.statusMu.Unlock()
+	d.Types = make([]TypeDump, 0, len(snaps))
+	for k := range snaps {
+		d.Types = append(d.Types, snaps[k].dump(c.s.set.order[snaps[k].idx]))
 	}
 	return d
+}
+
+// dump returns the TypeDump sn records, of type t.
+func (sn *typeSnap) dump(t TypeURL) TypeDump {
+	ents := sn.held.entries()
+	td := TypeDump{
+		Type:      t,
+		Wildcard:  sn.sub.wildcard,
+		Names:     slices.Clone(sn.sub.names),
+		Resources: make([]DumpedResource, 0, len(ents)),
+	}
+	var removing map[string]struct{}
+	var rejected map[string]*encoded
+	if sn.rare != nil {
+		removing, rejected = sn.rare.removing, sn.rare.rejected
+	}
+	for _, e := range ents {
+		_, rm := removing[e.name]
+		td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: rm})
+	}
+	for _, n := range sortedKeys(rejected) {
+		e := rejected[n]
+		td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.version, Resource: e.any})
+	}
+	return td
 }

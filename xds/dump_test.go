@@ -150,8 +150,9 @@ func TestDumpErrors(t *testing.T) {
 			t.Errorf("Dump(unknown) = %v; want no connection", err)
 		}
 
-		// InitProxy blocks: the connection is registered, its loop not
-		// running yet, so Dump waits until ctx ends.
+		// InitProxy blocks: the connection is registered and has
+		// published nothing yet. Dump does not wait for it: it returns
+		// the connection with no types, or ctx's error if ctx has ended.
 		started, release := make(chan string, 1), make(chan struct{})
 		st.mu.Lock()
 		st.initStarted, st.initRelease = started, release
@@ -163,6 +164,9 @@ func TestDumpErrors(t *testing.T) {
 		if len(conns) != 1 {
 			t.Fatalf("Status() = %+v; want one connection", conns)
 		}
+		if d, err := f.srv.Dump(t.Context(), conns[0].ConnID); err != nil || len(d.Types) != 0 {
+			t.Errorf("Dump() while initialising = %+v, %v; want no types", d, err)
+		}
 		ctx, cancel := context.WithCancel(t.Context())
 		cancel()
 		if _, err := f.srv.Dump(ctx, conns[0].ConnID); err != context.Canceled {
@@ -170,8 +174,8 @@ func TestDumpErrors(t *testing.T) {
 		}
 		close(release)
 		synctest.Wait()
-		if _, err := f.srv.Dump(t.Context(), conns[0].ConnID); err != nil {
-			t.Errorf("Dump() once initialised = %v", err)
+		if d, err := f.srv.Dump(t.Context(), conns[0].ConnID); err != nil || len(d.Types) != 1 {
+			t.Errorf("Dump() once initialised = %+v, %v; want CDS", d, err)
 		}
 		c.cancel()
 		synctest.Wait()

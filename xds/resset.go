@@ -68,16 +68,19 @@ func entriesSorted(ents []entry) bool {
 
 // holding is what a client holds of one type, as far as the Server knows:
 // a shared set, and the client's own differences from it. It is owned by
-// the connection's core.
+// the connection's core; its snapshots (see snapshot) are immutable.
 type holding struct {
 	set  *resSet
 	over map[string]*encoded // name → encoding held instead; nil: not held although in set
-	n    int                 // names held
+	n    int32               // names held
+	// shared marks over as shared with a snapshot, which nothing may
+	// modify: put and del copy it before they write (see own).
+	shared bool
 }
 
 func newHolding() holding { return holding{set: emptySet} }
 
-func (h *holding) len() int { return h.n }
+func (h *holding) len() int { return int(h.n) }
 
 func (h *holding) get(name string) *encoded {
 	if e, ok := h.over[name]; ok {
@@ -118,6 +121,7 @@ func (h *holding) put(name string, e *encoded) (prev *encoded) {
 	if prev == nil {
 		h.n++
 	}
+	h.own()
 	if h.set.get(name) == e {
 		delete(h.over, name)
 	} else {
@@ -136,6 +140,7 @@ func (h *holding) del(name string) (prev *encoded) {
 		return nil
 	}
 	h.n--
+	h.own()
 	if h.set.get(name) == nil {
 		delete(h.over, name)
 	} else {
@@ -149,7 +154,7 @@ func (h *holding) del(name string) (prev *encoded) {
 
 // reset makes the client hold exactly s.
 func (h *holding) reset(s *resSet) {
-	*h = holding{set: s, n: s.len()}
+	*h = holding{set: s, n: int32(s.len())}
 }
 
 // entries returns what the client holds, sorted by name. The slice is new
@@ -208,9 +213,23 @@ func (h *holding) compact() {
 	h.reset(newSet(h.entries()))
 }
 
-// snapshot is a copy of a holding, to restore after a NACK.
+// snapshot returns a copy of h that nothing modifies: to restore after a
+// NACK, or to publish (see typeSnap). The copy shares h's overlay, which
+// h copies before it next writes to it (own): a response's snapshots
+// before and after it cost one copy of the overlay, not two, and one a
+// reader keeps none.
 func (h *holding) snapshot() holding {
-	return holding{set: h.set, over: maps.Clone(h.over), n: h.n}
+	h.shared = h.over != nil
+	return *h
+}
+
+// own makes h's overlay its own before a write: a copy, if a snapshot
+// shares it.
+func (h *holding) own() {
+	if h.shared {
+		h.over = maps.Clone(h.over)
+		h.shared = false
+	}
 }
 
 // names returns the names held, sorted.

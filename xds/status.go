@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -103,21 +104,33 @@ func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
 // connState): the few words Status derives a TypeStatus from, so that a
 // connection keeps a small record per type, not a TypeStatus.
 type typeSnap struct {
-	idx, names, timeouts  int32 // idx: the type index
-	wildcard              bool
+	idx, timeouts         int32 // idx: the type index
 	sentNonce, ackedNonce string
 	sentAt, ackedAt       instant
 	nack                  *NACK
-	fault                 *typeFault            // immutable: a new failure makes a new one
-	errs                  []ResourceErrorStatus // nil when none
+	fault                 *typeFault // immutable: a new failure makes a new one
+	// What Dump reads besides: the subscription (immutable) and a
+	// snapshot of what the client holds.
+	sub  *subscription
+	held holding
+	rare *snapRare // nil when the type has none of it
+}
+
+// snapRare is what a typeSnap copies of the rare part of a type's state
+// (typeRare): the resource errors that stand, for Status, and for Dump
+// what the client rejected and what is being removed.
+type snapRare struct {
+	errs     []ResourceErrorStatus // sorted by name
+	rejected map[string]*encoded
+	removing map[string]struct{}
 }
 
 // snap returns what publishStatus copies of ts.
 func (ts *typeState) snap() typeSnap {
 	sn := typeSnap{
 		idx:        int32(ts.idx),
-		wildcard:   ts.sub.wildcard,
-		names:      int32(len(ts.sub.names)),
+		sub:        ts.sub,
+		held:       ts.held.snapshot(),
 		timeouts:   ts.timeouts,
 		sentNonce:  ts.nonceSent,
 		ackedNonce: ts.nonceAcked,
@@ -126,10 +139,15 @@ func (ts *typeState) snap() typeSnap {
 		nack:       ts.nack,
 		fault:      ts.fault,
 	}
-	if errs := ts.errs(); len(errs) > 0 {
-		sn.errs = make([]ResourceErrorStatus, 0, len(errs))
+	errs, rej, rm := ts.errs(), ts.rejected(), ts.removing()
+	if len(errs) == 0 && len(rej) == 0 && len(rm) == 0 {
+		return sn
+	}
+	sn.rare = &snapRare{rejected: maps.Clone(rej), removing: maps.Clone(rm)}
+	if len(errs) > 0 {
+		sn.rare.errs = make([]ResourceErrorStatus, 0, len(errs))
 		for _, n := range sortedKeys(errs) {
-			sn.errs = append(sn.errs, ResourceErrorStatus{Name: n, Code: errs[n].code, Message: errs[n].msg})
+			sn.rare.errs = append(sn.rare.errs, ResourceErrorStatus{Name: n, Code: errs[n].code, Message: errs[n].msg})
 		}
 	}
 	return sn
@@ -138,18 +156,20 @@ func (ts *typeState) snap() typeSnap {
 // status returns the TypeStatus sn records, of type t.
 func (sn *typeSnap) status(set *settings, t TypeURL) TypeStatus {
 	st := TypeStatus{
-		Type:           t,
-		Names:          int(sn.names),
-		Wildcard:       sn.wildcard,
-		SentVersion:    versionOf(sn.sentNonce),
-		SentNonce:      sn.sentNonce,
-		SentAt:         set.time(sn.sentAt),
-		AckedVersion:   versionOf(sn.ackedNonce),
-		AckedNonce:     sn.ackedNonce,
-		AckedAt:        set.time(sn.ackedAt),
-		NACK:           sn.nack,
-		PhaseTimeouts:  int(sn.timeouts),
-		ResourceErrors: slices.Clone(sn.errs),
+		Type:          t,
+		Names:         len(sn.sub.names),
+		Wildcard:      sn.sub.wildcard,
+		SentVersion:   versionOf(sn.sentNonce),
+		SentNonce:     sn.sentNonce,
+		SentAt:        set.time(sn.sentAt),
+		AckedVersion:  versionOf(sn.ackedNonce),
+		AckedNonce:    sn.ackedNonce,
+		AckedAt:       set.time(sn.ackedAt),
+		NACK:          sn.nack,
+		PhaseTimeouts: int(sn.timeouts),
+	}
+	if sn.rare != nil {
+		st.ResourceErrors = slices.Clone(sn.rare.errs)
 	}
 	if f := sn.fault; f != nil {
 		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = f.err, f.stage, f.since, f.fails

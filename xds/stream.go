@@ -28,8 +28,9 @@ import (
 // (inline.go), the writer records the end of
 // each batch it wrote, the stream's timer runs what is due (the core's
 // deadlines, the check of a blocked write) on the goroutine it calls back
-// on (see tick), and Dump reads the connection on its caller's. The
-// handler goroutine, which alone can end the stream (grpc-go ends a
+// on (see tick). No read takes the step lock: Status, Dump, Failures and
+// the rest read what the step published (publishStatus). The handler
+// goroutine, which alone can end the stream (grpc-go ends a
 // stream when its handler returns), waits in loop for the stream's end: a
 // step that failed, a failed write, the end of the receive goroutine, the
 // Server's shutdown. (With a Clock that cannot call back, it also waits

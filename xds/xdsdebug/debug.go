@@ -18,9 +18,6 @@ import (
 	"github.com/xdspush/xdspush/xds"
 )
 
-// defaultDumpTimeout is Config.DumpTimeout's default.
-const defaultDumpTimeout = 5 * time.Second
-
 // Config configures a Handler. The zero value is a Handler mounted at the
 // root (or under http.StripPrefix) that never shows secret material.
 type Config struct {
@@ -35,9 +32,12 @@ type Config struct {
 	// material is always redacted, and such a request gets 403.
 	AllowSecrets bool
 
-	// DumpTimeout bounds how long one config_dump request waits for the
-	// connections it dumps (Server.Dump waits until each connection is
-	// between two steps). Zero means 5 seconds; it must not be negative.
+	// DumpTimeout must not be negative; it is otherwise ignored.
+	//
+	// Deprecated: it bounded how long a config_dump request waited for
+	// the connections it dumps; Server.Dump no longer waits for a
+	// connection (it reads what the connection published), so there is
+	// nothing to wait for.
 	DumpTimeout time.Duration
 }
 
@@ -47,7 +47,6 @@ type Handler struct {
 	srv          *xds.Server
 	prefix       string
 	allowSecrets bool
-	dumpTimeout  time.Duration
 }
 
 // New returns a Handler serving the debug pages of srv. It returns an error
@@ -62,10 +61,7 @@ func New(srv *xds.Server, cfg Config) (*Handler, error) {
 	if cfg.Prefix != "" && (!strings.HasPrefix(cfg.Prefix, "/") || strings.HasSuffix(cfg.Prefix, "/")) {
 		return nil, fmt.Errorf("xdsdebug: Config.Prefix %q must start with / and not end with one", cfg.Prefix)
 	}
-	h := &Handler{srv: srv, prefix: cfg.Prefix, allowSecrets: cfg.AllowSecrets, dumpTimeout: cfg.DumpTimeout}
-	if h.dumpTimeout == 0 {
-		h.dumpTimeout = defaultDumpTimeout
-	}
+	h := &Handler{srv: srv, prefix: cfg.Prefix, allowSecrets: cfg.AllowSecrets}
 	return h, nil
 }
 
@@ -348,8 +344,7 @@ func (h *Handler) configDump(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "secret material is not shown by this server")
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), h.dumpTimeout)
-	defer cancel()
+	ctx := r.Context()
 	out := []ConnConfig{}
 	selected := 0
 	for _, cs := range h.srv.Status() {
@@ -365,8 +360,7 @@ func (h *Handler) configDump(w http.ResponseWriter, r *http.Request) {
 			d, err := h.srv.Dump(ctx, cs.ConnID)
 			if err != nil {
 				if ctx.Err() != nil {
-					writeError(w, http.StatusGatewayTimeout, "dumping %s: %v", cs.ConnID, ctx.Err())
-					return
+					return // the request is gone
 				}
 				continue // ended meanwhile
 			}

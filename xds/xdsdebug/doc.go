@@ -37,11 +37,11 @@
 //     not as its content. Secret material is shown only if the request
 //     asks with include_secrets=1 and Config.AllowSecrets is set; asked
 //     without it, the request is refused with 403.
-//   - Cost. syncz, connections and push_status read Server.Status, which
-//     does not wait. config_dump calls Server.Dump for each selected
-//     connection, which waits until that connection's goroutine is between
-//     two steps, so it is bounded by Config.DumpTimeout (and the request's
-//     context); it always needs proxy= or conn=.
+//   - Cost. No page waits for a connection: syncz, connections and
+//     push_status read Server.Status, config_dump Server.Dump, both of
+//     which read what each connection published after its last step.
+//     config_dump renders every resource of each connection it selects,
+//     so it always needs proxy= or conn=.
 //   - Mounting. The Handler serves paths relative to Config.Prefix
 //     (default ""): mount it at the root, under http.StripPrefix, or with
 //     its Prefix set to where it is mounted.
