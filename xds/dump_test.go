@@ -234,3 +234,77 @@ func TestStatusWhileSubscriptionsChange(t *testing.T) {
 		t.Error("Status never saw a subscription")
 	}
 }
+
+// TestReadsFromHooks: the reads that do not wait (Status, Dump, Failures)
+// may be called from every hook, which run on the connections' own
+// goroutines: a read that waited for a step would never return (on fake
+// time, the bubble would deadlock). A Dump made in OnACK shows the type
+// ACKed, held.
+func TestReadsFromHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		var mu sync.Mutex
+		calls := map[string]int{}
+		var ackedHeld []string // per OnACK: "TYPE held" or what was wrong
+		var srv *Server
+		read := func(hook, connID string) *ConnDump {
+			_ = srv.Status()
+			_ = srv.Failures()
+			var d *ConnDump
+			if connID != "" {
+				d, _ = srv.Dump(context.Background(), connID)
+			}
+			mu.Lock()
+			calls[hook]++
+			mu.Unlock()
+			return d
+		}
+		f := start(t, st, func(cfg *Config) {
+			cfg.Hooks = Hooks{
+				OnPush:       func(PushEvent) { read("OnPush", "") },
+				OnQueue:      func(ev QueueEvent) { read("OnQueue", ev.ConnID) },
+				OnConnect:    func(ev ConnectEvent) { read("OnConnect", ev.Proxy.ConnID) },
+				OnDisconnect: func(ev DisconnectEvent) { read("OnDisconnect", ev.Proxy.ConnID) },
+				OnSend:       func(ev SendEvent) { read("OnSend", ev.ConnID) },
+				OnGenerate:   func(ev GenerateEvent) { read("OnGenerate", "") },
+				OnACK: func(ev ACKEvent) {
+					d := read("OnACK", ev.ConnID)
+					got := fmt.Sprintf("%s not dumped", ev.Type.Short())
+					for _, td := range d.Types {
+						if td.Type == ev.Type {
+							got = fmt.Sprintf("%s holds %d", ev.Type.Short(), len(td.Resources))
+						}
+					}
+					mu.Lock()
+					ackedHeld = append(ackedHeld, got)
+					mu.Unlock()
+				},
+			}
+		}, false)
+		srv = f.srv
+		c := f.connect("p", nil, true)
+		subs := c.subscribeAll(2)
+		f.update(true, func(s *store) {
+			s.clusters["c0"] = xdsfixture.Cluster("c0")
+			s.clusters["c0"].AltStatName = "changed"
+		}, key(kindCluster, "c0"))
+		settle()
+		c.ackUntilQuiet(subs)
+		c.cancel()
+		synctest.Wait()
+
+		mu.Lock()
+		defer mu.Unlock()
+		for _, hook := range []string{"OnPush", "OnQueue", "OnConnect", "OnDisconnect", "OnSend", "OnGenerate", "OnACK"} {
+			if calls[hook] == 0 {
+				t.Errorf("%s was not called", hook)
+			}
+		}
+		for _, got := range ackedHeld {
+			if !strings.Contains(got, "holds") || strings.HasSuffix(got, "holds 0") {
+				t.Errorf("Dump in OnACK: %s; want the ACKed type held", got)
+			}
+		}
+	})
+}

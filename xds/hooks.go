@@ -32,9 +32,10 @@ import (
 //
 // They are called synchronously, from the Server's goroutines (several at
 // once), so they must be fast, must not block and must be safe for
-// concurrent use. In particular they must not call Sync, WaitForVersion or
-// Dump, which wait for the connections that run the hooks. A nil field is
-// skipped. A hook that panics is recovered and logged; the event is lost,
+// concurrent use. In particular they must not call Sync or WaitForVersion,
+// which wait for the connections that run the hooks (Status, Dump and
+// Failures do not wait: they read what the connections published). A nil
+// field is skipped. A hook that panics is recovered and logged; the event is lost,
 // nothing else is. A Server's hooks are its Config's and those an observer
 // added later with Server.Observe.
 type Hooks struct {
