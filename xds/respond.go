@@ -66,14 +66,33 @@ func (m *outMsg) free() {
 }
 
 func (c *core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
+	return c.sotwMsgIn(new(discoveryv3.DiscoveryResponse), i, anys, size, o)
+}
+
+// sotwMsgIn is sotwMsg with the response's storage given.
+func (c *core) sotwMsgIn(resp *discoveryv3.DiscoveryResponse, i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
 	m := c.stamp(i, len(anys), 0, size, o)
-	m.resp = &discoveryv3.DiscoveryResponse{
-		VersionInfo: o.pc.Version(),
-		Resources:   anys,
-		TypeUrl:     string(c.set.order[i]),
-		Nonce:       m.nonce,
-	}
+	resp.VersionInfo = o.pc.Version()
+	resp.Resources = anys
+	resp.TypeUrl = string(c.set.order[i])
+	resp.Nonce = m.nonce
+	m.resp = resp
 	return m
+}
+
+// sotwOne is a SotW response of one resource, allocated with the slice
+// that holds it: most responses to a change carry one.
+type sotwOne struct {
+	resp discoveryv3.DiscoveryResponse
+	anys [1]*anypb.Any
+}
+
+// deltaOne is a Delta response of one resource, allocated with the
+// resource and the slice that holds it.
+type deltaOne struct {
+	resp discoveryv3.DeltaDiscoveryResponse
+	ptrs [1]*discoveryv3.Resource
+	res  [1]discoveryv3.Resource
 }
 
 // heldMsg returns the SotW response of full-state type i that carries
@@ -85,7 +104,14 @@ func (c *core) heldMsg(i int, o relOpts) *outMsg {
 // entriesMsg returns the SotW response of type i that carries ents, and
 // arms the type's heartbeat for those with a TTL (see noteTTL).
 func (c *core) entriesMsg(i int, ents []entry, o relOpts) *outMsg {
-	anys := make([]*anypb.Any, 0, len(ents))
+	var resp *discoveryv3.DiscoveryResponse
+	var anys []*anypb.Any
+	if len(ents) == 1 {
+		one := new(sotwOne)
+		resp, anys = &one.resp, one.anys[:0]
+	} else {
+		resp, anys = new(discoveryv3.DiscoveryResponse), make([]*anypb.Any, 0, len(ents))
+	}
 	size := 0
 	for _, e := range ents {
 		if a := e.enc.sotwAny(); a != nil {
@@ -96,17 +122,34 @@ func (c *core) entriesMsg(i int, ents []entry, o relOpts) *outMsg {
 			c.noteTTL(c.types[i], t.d)
 		}
 	}
-	return c.sotwMsg(i, anys, size, o)
+	return c.sotwMsgIn(resp, i, anys, size, o)
 }
 
 func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
-	res := make([]*discoveryv3.Resource, 0, len(ups))
+	n := 0
+	for _, r := range ups {
+		if r.enc.any != nil {
+			n++
+		}
+	}
+	// The resources are allocated together, in one array (and for one,
+	// with the response).
+	var resp *discoveryv3.DeltaDiscoveryResponse
+	var drs []discoveryv3.Resource
+	var res []*discoveryv3.Resource
+	if n == 1 {
+		one := new(deltaOne)
+		resp, drs, res = &one.resp, one.res[:], one.ptrs[:0]
+	} else {
+		resp, drs, res = new(discoveryv3.DeltaDiscoveryResponse), make([]discoveryv3.Resource, n), make([]*discoveryv3.Resource, 0, n)
+	}
 	size := 0
 	for _, r := range ups {
 		if r.enc.any == nil {
 			continue
 		}
-		dr := &discoveryv3.Resource{Name: r.name, Version: r.enc.version, Resource: r.enc.any}
+		dr := &drs[len(res)]
+		dr.Name, dr.Version, dr.Resource = r.name, r.enc.version, r.enc.any
 		if t := r.enc.ttl; t != nil {
 			dr.Ttl = t.ttl
 			c.noteTTL(c.types[i], t.d)
@@ -115,13 +158,12 @@ func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
 		size += len(r.enc.any.Value)
 	}
 	m := c.stamp(i, len(res), len(gone), size, o)
-	m.dresp = &discoveryv3.DeltaDiscoveryResponse{
-		SystemVersionInfo: o.pc.Version(),
-		Resources:         res,
-		TypeUrl:           string(c.set.order[i]),
-		RemovedResources:  gone,
-		Nonce:             m.nonce,
-	}
+	resp.SystemVersionInfo = o.pc.Version()
+	resp.Resources = res
+	resp.TypeUrl = string(c.set.order[i])
+	resp.RemovedResources = gone
+	resp.Nonce = m.nonce
+	m.dresp = resp
 	return m
 }
 

@@ -464,7 +464,8 @@ func (s *Server) connections() []*conn {
 
 // nonce returns a nonce unique within the Server, prefixed by version.
 func (s *Server) nonce(version string) string {
-	return version + "/" + strconv.FormatUint(s.nonceSeq.Add(1), 10)
+	var buf [20]byte // a string conversion in a concatenation does not allocate
+	return version + "/" + string(strconv.AppendUint(buf[:0], s.nonceSeq.Add(1), 10))
 }
 
 // initProxy calls Config.InitProxy through its guard.
