@@ -215,9 +215,10 @@ func (h *holding) compact() {
 
 // snapshot returns a copy of h that nothing modifies: to restore after a
 // NACK, or to publish (see typeSnap). The copy shares h's overlay, which
-// h copies before it next writes to it (own): a response's snapshots
-// before and after it cost one copy of the overlay, not two, and one a
-// reader keeps none.
+// h copies before it next writes to it (own): the snapshots before and
+// after a response cost one copy of the overlay between them (two when
+// each made its own), and a published one costs the copy that the next
+// write makes.
 func (h *holding) snapshot() holding {
 	h.shared = h.over != nil
 	return *h
