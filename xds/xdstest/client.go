@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -163,6 +164,9 @@ type Client struct {
 	paused    bool
 	resume    chan struct{} // closed by Resume
 	changed   chan struct{} // closed and replaced on every change
+	// listenerRefs are the references of the Listeners the last settling
+	// of the subscriptions read (see listenerMemo).
+	listenerRefs map[*listenerv3.Listener]listenerRefs
 }
 
 // stream is one ADS stream of a Client.

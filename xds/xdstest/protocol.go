@@ -211,7 +211,8 @@ func (c *Client) apply(ed *edit, resp *Response) {
 // clusters. Each change may drop resources and so change the next type's
 // subscription; the chain is at most four types long.
 func (c *Client) settle(ed *edit) {
-	refs := make(listenerMemo)
+	refs := &listenerMemo{cur: make(map[*listenerv3.Listener]listenerRefs, len(c.listenerRefs)), prev: c.listenerRefs}
+	defer func() { c.listenerRefs = refs.cur }() // the Listeners held now
 	for range 8 {
 		ed.next.servingRoutes, ed.next.inService = c.inService(ed.next, refs)
 		want := c.desired(ed.next, refs)
@@ -244,7 +245,7 @@ func (c *Client) settle(ed *edit) {
 // holds every route it names, otherwise those of the version it replaces
 // (see State.servingRoutes and State.inService), which the client keeps
 // serving while the new one warms.
-func (c *Client) inService(s *State, memo listenerMemo) (routes, clusters map[string][]string) {
+func (c *Client) inService(s *State, memo *listenerMemo) (routes, clusters map[string][]string) {
 	held := make(map[string]*routev3.RouteConfiguration)
 	for _, r := range s.Resources(xds.RouteType) {
 		if rc, ok := r.Message.(*routev3.RouteConfiguration); ok {
@@ -280,7 +281,7 @@ func (c *Client) inService(s *State, memo listenerMemo) (routes, clusters map[st
 
 // desired returns what the client should subscribe to, given what it
 // holds.
-func (c *Client) desired(s *State, memo listenerMemo) map[xds.TypeURL]sub {
+func (c *Client) desired(s *State, memo *listenerMemo) map[xds.TypeURL]sub {
 	want := make(map[xds.TypeURL]sub, 4)
 	var routes, clusters, eds []string
 	for _, r := range s.Resources(xds.ListenerType) {

@@ -29,17 +29,24 @@ func refsOfListener(l *listenerv3.Listener) listenerRefs {
 	return listenerRefs{routes: r.Routes, clusters: r.Clusters}
 }
 
-// listenerMemo remembers the references of the Listeners one settling of
-// a client's subscriptions reads, each several times (a held Listener is
-// not modified: its references are those of its first reading).
-type listenerMemo map[*listenerv3.Listener]listenerRefs
+// listenerMemo remembers the references of the Listeners a client's
+// settling of its subscriptions reads, each several times, and what the
+// previous settling read: a held Listener is not modified, so its
+// references are those of its first reading, and most responses (of the
+// other types) leave the Listeners held as they were.
+type listenerMemo struct {
+	cur, prev map[*listenerv3.Listener]listenerRefs
+}
 
-func (m listenerMemo) refs(l *listenerv3.Listener) listenerRefs {
-	r, ok := m[l]
+func (m *listenerMemo) refs(l *listenerv3.Listener) listenerRefs {
+	if r, ok := m.cur[l]; ok {
+		return r
+	}
+	r, ok := m.prev[l]
 	if !ok {
 		r = refsOfListener(l)
-		m[l] = r
 	}
+	m.cur[l] = r
 	return r
 }
 
