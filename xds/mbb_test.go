@@ -877,14 +877,23 @@ func TestMakeBeforeBreakRandom(t *testing.T) {
 	}
 }
 
+// raceSized returns full, or, under the race detector, short: the size of
+// a long randomized test's run (see raceEnabled).
+func raceSized(full, short int) int {
+	if raceEnabled {
+		return short
+	}
+	return full
+}
+
 func testMakeBeforeBreakRandom(t *testing.T, views bool) {
 	const (
-		changes   = 1000
 		perKind   = 50 // SotW clients, and as many Delta clients
 		seed      = 20260601
 		ackDelay  = 3 * time.Millisecond
 		changeGap = 1500 * time.Microsecond
 	)
+	changes := raceSized(1000, 300)
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, 1))
 		h := startHost(t, baseWorld(3), func(cfg *xds.Config) {
