@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 	"unsafe"
 
@@ -29,6 +30,9 @@ const (
 	recallMinNames = 16      // requests of fewer names are looked up name by name
 	recallMax      = 256     // requests; one more clears them first
 	recallMaxBytes = 4 << 20 // bytes of their names, encoded and decoded
+	// recallCheckEvery: one recall in so many checks that the names it
+	// shares were not written to (see internTable.recall).
+	recallCheckEvery = 16
 )
 
 // Field numbers of the resource names in discovery requests.
@@ -66,8 +70,14 @@ const (
 // most 256 requests and 4 MiB), so that a request repeating the names of
 // one of them, byte for byte (every ACK of a client whose subscription is
 // unchanged, and the same subscription sent by many clients), is decoded
-// without looking up each name. Every call returns an option sharing the
-// same table.
+// without looking up each name, and shares them with that one: the names
+// of a request decoded so are read-only, for the Server (which never
+// writes to a request's names) and for whatever else sees the request (a
+// stream interceptor that rewrites names must give the request a new
+// slice, not write into the one it has). One recall in 16 checks that
+// the names it shares were not written to; names that were are decoded
+// anew, and the Server's Logger reports it, once, as an error. Every call
+// returns an option sharing the same table.
 func (s *Server) CodecOption() grpc.ServerOption {
 	return grpc.ForceServerCodecV2(s.codec)
 }
@@ -166,7 +176,7 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 	var whole []byte // the names' fields, if the request is to be recalled whole
 	if !split && counts[0]+counts[1] >= recallMinNames {
 		whole = b[lo:hi]
-		if names, ok := c.names.recall(whole); ok {
+		if names, ok := c.names.recall(whole, fields); ok {
 			set(&names) // valid UTF-8: they were when remembered
 			return nil
 		}
@@ -242,6 +252,10 @@ type internTable struct {
 	seed      maphash.Seed
 	reqs      map[uint64]*recalled // by the hash of recalled.fields
 	reqsBytes int                  // of the requests in reqs (see recalled.size)
+	recalls   atomic.Uint64        // recalls made (see recall)
+	// written, if set, is called when a recall finds that names it shared
+	// were written to.
+	written func()
 }
 
 // recalled is a request remembered whole: its names' fields as encoded,
@@ -258,9 +272,13 @@ func (r *recalled) size() int {
 }
 
 // recall returns the decoding of a request whose names' fields (tags
-// included) were fields, byte for byte: copies of the names remembered,
-// the caller's to keep.
-func (t *internTable) recall(fields []byte) ([2][]string, bool) {
+// included, of the field numbers nums) were fields, byte for byte: the
+// names remembered, shared with every request that recalls them, which no
+// one may write to (the Server never writes to a request's names; see
+// CodecOption). One recall in recallCheckEvery checks that they were not:
+// if they were, it reports so to t.written and recalls nothing, and the
+// request's decoding remembers its names anew.
+func (t *internTable) recall(fields []byte, nums [2]protowire.Number) ([2][]string, bool) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if len(t.reqs) == 0 { // and the seed may not be made yet
@@ -270,13 +288,30 @@ func (t *internTable) recall(fields []byte) ([2][]string, bool) {
 	if r == nil || !bytes.Equal(r.fields, fields) {
 		return [2][]string{}, false
 	}
-	return [2][]string{slices.Clone(r.names[0]), slices.Clone(r.names[1])}, true
+	if t.recalls.Add(1)%recallCheckEvery == 0 && !r.intact(nums) {
+		if t.written != nil {
+			t.written()
+		}
+		return [2][]string{}, false
+	}
+	return r.names, true
+}
+
+// intact reports whether r's names are still the decoding of its fields,
+// of the field numbers nums.
+func (r *recalled) intact(nums [2]protowire.Number) bool {
+	ok := true
+	eachName(r.fields, nums, func(i, j int, v []byte) {
+		ok = ok && j < len(r.names[i]) && r.names[i][j] == string(v)
+	})
+	return ok
 }
 
 // remember keeps names, the decoding of a request whose names' fields
 // were fields, for recall; neither is kept itself.
 func (t *internTable) remember(fields []byte, names [2][]string) {
-	r := &recalled{fields: bytes.Clone(fields), names: [2][]string{slices.Clone(names[0]), slices.Clone(names[1])}}
+	// Clipped: an append to a recalled request's names copies them.
+	r := &recalled{fields: bytes.Clone(fields), names: [2][]string{slices.Clip(slices.Clone(names[0])), slices.Clip(slices.Clone(names[1]))}}
 	if r.size() > recallMaxBytes {
 		return
 	}

@@ -3,18 +3,25 @@ package xds
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	grpcproto "google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
 // codecCases are encoded discovery requests, well-formed or not.
@@ -175,24 +182,44 @@ func TestCodecRecall(t *testing.T) {
 			if got := len(c.names.reqs); got != tt.remembered {
 				t.Fatalf("requests remembered: %d; want %d", got, tt.remembered)
 			}
-			// The caller owns what it decoded, remembered or recalled:
+			// The caller owns what it decoded and the table remembered:
 			// changing it changes nothing the next request decodes to.
-			prev := first
-			for range 2 {
-				switch m := prev.(type) {
+			// What is recalled is shared, read-only (see CodecOption):
+			// the same names for every request that recalls them, clipped
+			// so that an append copies them.
+			nameLists := func(m proto.Message) [][]string {
+				switch m := m.(type) {
 				case *discoveryv3.DiscoveryRequest:
-					m.ResourceNames[0] = "changed"
+					return [][]string{m.ResourceNames}
 				case *discoveryv3.DeltaDiscoveryRequest:
-					m.ResourceNamesSubscribe[0], m.ResourceNamesUnsubscribe[0] = "changed", "changed"
+					return [][]string{m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe}
 				}
+				return nil
+			}
+			for _, l := range nameLists(first) {
+				l[0] = "changed"
+			}
+			var recalled [][]string
+			for k := range 2 {
 				next := tt.req.ProtoReflect().New().Interface()
 				if err := c.Unmarshal(data, next); err != nil {
 					t.Fatal(err)
 				}
 				if !proto.Equal(next, tt.req) {
-					t.Fatal("decoded again: not the request; a name changed by the caller of an earlier decoding")
+					t.Fatal("decoded again: not the request; a name changed by the caller of the first decoding")
 				}
-				prev = next
+				if tt.remembered == 0 {
+					continue
+				}
+				for j, l := range nameLists(next) {
+					if cap(l) != len(l) {
+						t.Errorf("recalled names: cap %d, len %d; want them clipped", cap(l), len(l))
+					}
+					if k == 1 && &l[0] != &recalled[j][0] {
+						t.Error("recalled twice: two copies of the names; want them shared")
+					}
+				}
+				recalled = nameLists(next)
 			}
 		})
 	}
@@ -328,8 +355,8 @@ func TestCodecAllocsIndependentOfNames(t *testing.T) {
 	}
 	std := encoding.GetCodecV2(grpcproto.Name)
 	few, many := allocs(10), allocs(1000)
-	if many != few {
-		t.Errorf("decoding an ACK of 1,000 names: %v allocations; want %v, as for 10", many, few)
+	if many > few {
+		t.Errorf("decoding an ACK of 1,000 names: %v allocations; want at most %v, as for 10", many, few)
 	}
 	if few > 10 {
 		t.Errorf("decoding an ACK of 10 names: %v allocations; want at most 10", few)
@@ -402,4 +429,184 @@ func BenchmarkCodecDecode(b *testing.B) {
 			})
 		}
 	}
+}
+
+// The names of a request the codec recalls are shared with every request
+// that recalls them (see CodecOption): the Server must never write to
+// them. Two streams of each protocol send the same request of names out
+// of order, repeated, with "*" and an xdstp:// name not in canonical form,
+// which the Server sorts, compacts and rewrites; the second stream's
+// names are recalled. Decoded again, the request must still be what the
+// clients sent.
+func TestRequestNamesNotWritten(t *testing.T) {
+	xdstpName := "xdstp://auth/envoy.config.endpoint.v3.ClusterLoadAssignment/c?b=2&a=1"
+	if cn, err := xdstp.Canonical(xdstpName); err != nil || cn == xdstpName {
+		t.Fatalf("xdstp.Canonical(%q) = %q, %v; want another spelling", xdstpName, cn, err)
+	}
+	var names []string
+	for i := range recallMinNames {
+		names = append(names, fmt.Sprintf("c%d", recallMinNames-i))
+	}
+	names = append(names, "c3", "*", xdstpName)
+
+	st := newStore()
+	world(st, 4)
+	f := start(t, st, nil, false)
+	sotw := &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: names}
+	delta := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(EndpointType), ResourceNamesSubscribe: names, ResourceNamesUnsubscribe: names[:recallMinNames/2]}
+	for k := range 2 {
+		c := f.connect(fmt.Sprintf("sotw-%d", k), nil, true)
+		c.send(proto.Clone(sotw).(*discoveryv3.DiscoveryRequest))
+		c.recv()
+		d := f.connectDelta(fmt.Sprintf("delta-%d", k), nil)
+		d.send(proto.Clone(delta).(*discoveryv3.DeltaDiscoveryRequest))
+		d.recv()
+	}
+	for _, want := range []proto.Message{sotw, delta} {
+		b, err := proto.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := want.ProtoReflect().New().Interface()
+		if err := f.srv.codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, got); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("%T decoded again after two streams sent it: %v; want %v (the Server wrote into recalled names)", want, got, want)
+		}
+	}
+}
+
+// canonicalNames and normalizeNames return their input itself when it is
+// as they would make it, and a copy otherwise: never do they write to it.
+func TestNamesReadOnly(t *testing.T) {
+	x := "xdstp://auth/envoy.config.endpoint.v3.ClusterLoadAssignment/c?b=2&a=1"
+	cx, _ := xdstp.Canonical(x)
+	tests := []struct {
+		name      string
+		in        []string
+		canonical []string
+		sorted    []string
+		star      bool
+	}{
+		{"none", nil, nil, nil, false},
+		{"sorted", []string{"a", "b"}, []string{"a", "b"}, []string{"a", "b"}, false},
+		{"unsorted", []string{"b", "a", "b"}, []string{"b", "a", "b"}, []string{"a", "b"}, false},
+		{"star", []string{"*", "a"}, []string{"*", "a"}, []string{"a"}, true},
+		{"xdstp", []string{x, "a"}, []string{cx, "a"}, []string{"a", x}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := slices.Clone(tt.in)
+			if got := canonicalNames(in); !slices.Equal(got, tt.canonical) {
+				t.Errorf("canonicalNames(%q) = %q; want %q", tt.in, got, tt.canonical)
+			}
+			got, star := normalizeNames(in)
+			if !slices.Equal(got, tt.sorted) || star != tt.star {
+				t.Errorf("normalizeNames(%q) = %q, %v; want %q, %v", tt.in, got, star, tt.sorted, tt.star)
+			}
+			if !slices.Equal(in, tt.in) {
+				t.Errorf("input written to: %q; was %q", in, tt.in)
+			}
+			if len(in) > 0 && slices.Equal(got, in) && &got[0] != &in[0] {
+				t.Errorf("normalizeNames(%q) copied names already normal", tt.in)
+			}
+		})
+	}
+}
+
+// Names a recall shared and someone wrote to are found at a later recall
+// (one in recallCheckEvery) and reported: that request and the next are
+// decoded anew, as the request the client sent.
+func TestCodecRecallFindsNamesWritten(t *testing.T) {
+	var names []string
+	for i := range 2 * recallMinNames {
+		names = append(names, fmt.Sprintf("c%d", i))
+	}
+	req := &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: names}
+	b, err := proto.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newInternCodec()
+	written := 0
+	c.names.written = func() { written++ }
+	decode := func() *discoveryv3.DiscoveryRequest {
+		var m discoveryv3.DiscoveryRequest
+		if err := c.Unmarshal(mem.BufferSlice{mem.SliceBuffer(b)}, &m); err != nil {
+			t.Fatal(err)
+		}
+		return &m
+	}
+	decode()                              // remembered
+	decode().ResourceNames[0] = "changed" // recalled, and written to
+	found := -1
+	for k := range 2 * recallCheckEvery {
+		m := decode()
+		if written > 0 && found < 0 {
+			found = k
+		}
+		if found >= 0 && !proto.Equal(m, req) {
+			t.Fatalf("decoding %d, once the names written to were found: %v; want the request", k, m)
+		}
+	}
+	if found < 0 || found >= recallCheckEvery || written != 1 {
+		t.Errorf("found at decoding %d, reported %d times; want within %d decodings, once", found, written, recallCheckEvery)
+	}
+}
+
+// The Server logs an error when it finds that names CodecOption shared
+// were written to, by a stream interceptor here.
+func TestCodecNamesWrittenLogged(t *testing.T) {
+	var log syncBuffer
+	writing := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		return h(srv, &namesWriter{ServerStream: ss})
+	}
+	st := newStore()
+	world(st, 4)
+	f := startCodec(t, st, "", func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelError}))
+	}, false, true, grpc.StreamInterceptor(writing))
+	var names []string
+	for i := range recallMinNames {
+		names = append(names, fmt.Sprintf("c%d", i))
+	}
+	for k := range recallCheckEvery + 2 {
+		c := f.connect(fmt.Sprintf("n%d", k), nil, true)
+		c.request(EndpointType, names...)
+		c.recv()
+	}
+	if !strings.Contains(log.String(), "were written to") {
+		t.Errorf("log: %q; want the names written to reported", log.String())
+	}
+}
+
+// namesWriter is a stream whose requests' first name is written to after
+// they are received, as a careless interceptor might.
+type namesWriter struct{ grpc.ServerStream }
+
+func (w *namesWriter) RecvMsg(m any) error {
+	err := w.ServerStream.RecvMsg(m)
+	if r, ok := m.(*discoveryv3.DiscoveryRequest); ok && err == nil && len(r.ResourceNames) > 0 {
+		r.ResourceNames[0] = "rewritten-" + r.ResourceNames[0]
+	}
+	return err
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use, for a logger.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

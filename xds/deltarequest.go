@@ -87,8 +87,8 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if err := c.checkDeltaNames(req); err != nil {
 		return nil, err
 	}
-	canonicalNames(req.ResourceNamesSubscribe)
-	canonicalNames(req.ResourceNamesUnsubscribe)
+	req.ResourceNamesSubscribe = canonicalNames(req.ResourceNamesSubscribe)
+	req.ResourceNamesUnsubscribe = canonicalNames(req.ResourceNamesUnsubscribe)
 	req.InitialResourceVersions = canonicalVersions(req.InitialResourceVersions)
 	ts := c.types[i]
 	first := ts == nil

@@ -21,16 +21,23 @@ import (
 // subscribes to them; the glob itself names no resource, and is never
 // reported missing. A SotW subscription takes a glob as a plain name.
 
-// canonicalNames rewrites in place the xdstp:// names of names in canonical
-// form.
-func canonicalNames(names []string) {
+// canonicalNames returns names with its xdstp:// names in canonical form:
+// names itself when they are, a copy otherwise. A request's names are
+// never written to: CodecOption's decoding shares them between requests.
+func canonicalNames(names []string) []string {
+	out, copied := names, false
 	for k, n := range names {
-		if xdstp.Is(n) {
-			if cn, err := xdstp.Canonical(n); err == nil {
-				names[k] = cn
+		if !xdstp.Is(n) {
+			continue
+		}
+		if cn, err := xdstp.Canonical(n); err == nil && cn != n {
+			if !copied {
+				out, copied = slices.Clone(names), true
 			}
+			out[k] = cn
 		}
 	}
+	return out
 }
 
 // canonicalVersions returns versions with its xdstp:// names in canonical

@@ -339,7 +339,7 @@ func (c *core) sotwRequestNames(ts *typeState, req *discoveryv3.DiscoveryRequest
 	if err := c.checkNames(req.TypeUrl, req.ResourceNames); err != nil {
 		return sotwNames{}, err
 	}
-	canonicalNames(req.ResourceNames)
+	req.ResourceNames = canonicalNames(req.ResourceNames)
 	names, star, order := parseNames(req.ResourceNames)
 	return sotwNames{names, star, order, false}, nil
 }

@@ -114,6 +114,15 @@ func New(cfg Config) (*Server, error) {
 		ready:      make(chan struct{}),
 		retryBuild: make(chan time.Duration, 1),
 	}
+	var warned atomic.Bool
+	s.codec.names.written = func() {
+		if warned.CompareAndSwap(false, true) {
+			set.logger.LogAttrs(context.Background(), slog.LevelError,
+				"xds: the resource names of a request decoded by CodecOption were written to; "+
+					"they are shared with other requests and must not be modified "+
+					"(a stream interceptor must give the request a new slice); logged once")
+		}
+	}
 	s.inline.init(s, set.clock, set.concurrency)
 	s.track.init()
 	s.stopCtx, s.stop = context.WithCancel(context.Background())

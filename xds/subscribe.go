@@ -151,7 +151,7 @@ func parseNames(raw []string) (names []string, star bool, order []uint32) {
 			return raw, false, nil
 		}
 	}
-	names, star = normalizeNames(slices.Clone(raw))
+	names, star = normalizeNames(raw)
 	if len(names) >= int(starIndex) {
 		return names, star, nil // too many to index: sameNames is false
 	}
@@ -189,9 +189,19 @@ func (ts *typeState) sameNames(raw []string) bool {
 	return true
 }
 
-// normalizeNames sorts names in place, drops duplicates and "*", and reports
-// whether "*" was present. The result shares names' backing array.
+// normalizeNames returns names sorted, without duplicates and "*", and
+// reports whether "*" was present: names itself when it is so already, a
+// copy otherwise. A request's names are never written to (see
+// canonicalNames).
 func normalizeNames(names []string) ([]string, bool) {
+	sorted := true
+	for k := 1; k < len(names) && sorted; k++ {
+		sorted = names[k-1] < names[k]
+	}
+	if _, star := slices.BinarySearch(names, "*"); sorted && !star {
+		return names, false
+	}
+	names = slices.Clone(names)
 	star := false
 	if len(names) > 1 {
 		slices.Sort(names)
