@@ -67,7 +67,7 @@ func (c *core) answer(i int, a *answer) error {
 		r.deferred = r.deferred.merge(a)
 		return nil
 	}
-	tgt, err := c.generate(i, false, false, &pushcontext.PushRequest{
+	tgt, err := c.generate(i, &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		Push:   c.proxy.Push,
@@ -141,7 +141,7 @@ func (c *core) sendWarmed(warm *warmSet) error {
 	if warm.all {
 		a = &answer{}
 	}
-	tgt, err := c.generate(e, false, false, &pushcontext.PushRequest{
+	tgt, err := c.generate(e, &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		Push:   c.proxy.Push,

@@ -8,13 +8,69 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
+// A push takes the core up to three steps, with the host's code run
+// between them by its runner (runPush): push decides what the push needs;
+// if it re-initialises the proxy, the runner calls InitProxy and hands the
+// result to initialized; if it regenerates types, the runner makes the
+// generations it lists and hands them to generated, which releases the
+// push's first phases. Between these steps the core takes no other input.
+
+// pushNeed is what a push step asks of its runner: InitProxy against init,
+// or the generations gens. Neither: the push is done with.
+type pushNeed struct {
+	init *pushcontext.PushContext
+	gens []genNeed
+}
+
+func (n pushNeed) done() bool { return n.init == nil && len(n.gens) == 0 }
+
+// genNeed is a generation a push asks for: the target of type typ for
+// sub, from req.Push. If dg is set, its GenerateDelta is asked first.
+type genNeed struct {
+	typ int
+	sub *subscription
+	req *pushcontext.PushRequest
+	dg  DeltaGenerator
+}
+
+// genResult is what the runner made of a genNeed: a full target (tgt),
+// or, when the DeltaGenerator answered (delta), the upserts it returned
+// that sub covers, encoded (up), and the names it removed; or err.
+type genResult struct {
+	tgt     *target
+	delta   bool
+	up      *resSet
+	removed []string
+	err     error
+}
+
+// pushing is a push between its steps.
+type pushing struct {
+	item   *pushItem
+	before proxyAt
+	pc     *pushcontext.PushContext
+	dirty  bool // a type was left to regenerate when the push began
+	// The push filtered by the proxy's scope, its plan, and what it
+	// generates into the plan (see generated).
+	filtered *pushcontext.PushRequest
+	plan     *plan
+	gens     []genNeed
+}
+
 // push applies a push to the connection: re-initialises the proxy on a
 // Full push, filters by dependencies, generates the affected watched
 // types and starts releasing its phases. If a type fails to generate, the
 // push waits, merged with later pushes, for a retry (see Generator), and
 // only the types that cannot name the failed one's resources are released
 // meanwhile (see independent).
-func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
+//
+// It returns what the push needs of the host before it can go on (see
+// pushNeed); the runner must hand the result to initialized or generated
+// before any other step.
+func (c *core) push(ctx context.Context, now time.Time, item *pushItem) (pushNeed, error) {
+	if c.pushing != nil {
+		panic("xds: a push stepped while another waits for its host calls")
+	}
 	c.step(ctx, now)
 	if c.failed != nil {
 		item = c.failed.Merge(item)
@@ -22,7 +78,7 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	}
 	if at := c.firstAnswerRetry(); !at.IsZero() {
 		c.failed, c.pushRetryAt = item, at
-		return nil
+		return pushNeed{}, nil
 	}
 	if item.seq <= c.appliedSeq {
 		// Pushes reach the core in the order of their sequence numbers,
@@ -36,14 +92,36 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		// nothing; a type an answer left to regenerate (dirty) has its
 		// own retry.
 		c.applied(item.seq, true)
-		return nil
+		return pushNeed{}, nil
 	}
-	dirty := slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
-	req := item.req
-	before, pc, err := c.moveTo(req)
-	if err != nil {
-		return err
+	p := &pushing{item: item, dirty: slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })}
+	p.pc, p.before = c.moveTo(item.req)
+	if item.req.Full && p.pc.Seq() > c.initSeq {
+		if c.reinit(item.req, p.pc) {
+			c.pushing = p
+			return pushNeed{init: p.pc}, nil
+		}
+		c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
 	}
+	return c.pushFiltered(p)
+}
+
+// initialized goes on with the push that asked for InitProxy, with what
+// it returned.
+func (c *core) initialized(st ProxyState, err error) (pushNeed, error) {
+	p := c.pushing
+	c.pushing = nil
+	if err := c.initializedAt(p.pc, st, err); err != nil {
+		return pushNeed{}, err
+	}
+	return c.pushFiltered(p)
+}
+
+// pushFiltered moves the proxy to the push's snapshot, filters the push
+// by the proxy's scope and lists the types it regenerates.
+func (c *core) pushFiltered(p *pushing) (pushNeed, error) {
+	req, pc := p.item.req, p.pc
+	c.proxy.Push = pc
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
 	if ok && filtered != req {
 		// The keys the scope dropped explain the rebuilds of the types
@@ -53,9 +131,9 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 	}
 	if !ok {
 		c.rebuildsExplained(req, pc, nil)
-		if !dirty {
-			c.applied(item.seq, true)
-			return nil
+		if !p.dirty {
+			c.applied(p.item.seq, true)
+			return pushNeed{}, nil
 		}
 		// The push does not concern the proxy, but an earlier push left
 		// types to regenerate: do them now rather than wait for a push
@@ -67,27 +145,44 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) error {
 		cp.Push = pc
 		filtered = &cp
 	}
-	pl := newPlan(filtered, len(c.set.order))
-	failed, err := c.generatePush(pl, filtered)
+	p.filtered = filtered
+	p.plan = newPlan(filtered, len(c.set.order))
+	p.gens = c.pushGenerations(filtered)
+	c.pushing = p
+	if len(p.gens) == 0 {
+		return pushNeed{}, c.generated(nil)
+	}
+	return pushNeed{gens: p.gens}, nil
+}
+
+// generated goes on with the push that asked for generations, with what
+// the runner made of them, in their order. A result missing at the end
+// is of a generation not made: the runner stopped at a timeout.
+func (c *core) generated(results []genResult) error {
+	p := c.pushing
+	c.pushing = nil
+	pl := p.plan
+	failed, err := c.generatedPush(pl, p.gens, results)
 	if err != nil {
 		pl.free()
 		return err
 	}
+	item := p.item
 	if failed != nil {
-		c.pushFailed(pl, failed, &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged})
+		c.pushFailed(pl, failed, &pushItem{req: p.filtered, seq: item.seq, start: item.start, merged: item.merged})
 		if len(pl.phases) == 0 {
 			// Nothing of the push is sent: the proxy stays where it was,
 			// so that answers to its requests keep coming from the
 			// snapshot its client holds, not from one whose other types
 			// it has not been sent.
 			pl.free()
-			c.moveBack(before)
+			c.moveBack(p.before)
 			return nil
 		}
 	} else {
 		c.pushFails = 0
 	}
-	c.generatedFrom(pl, pc, req)
+	c.generatedFrom(pl, p.pc, item.req)
 	if failed == nil {
 		c.applied(item.seq, false)
 	}
@@ -129,30 +224,19 @@ func (c *core) pushFailed(pl *plan, failed []bool, retry *pushItem) {
 	c.pushRetryAt = c.now.Add(c.set.backoffFor(c.pushFails, c.seed))
 }
 
-// moveTo moves the proxy to the snapshot of the push req (never back to
-// an older one), calling InitProxy again if a Full push asks for it. It
-// returns where the proxy stood before: if the push fails, the proxy
-// stays there (moveBack), so that answers to its requests keep coming
-// from the snapshot its client holds, not from one whose other types it
-// has not been sent.
-func (c *core) moveTo(req *pushcontext.PushRequest) (proxyAt, *pushcontext.PushContext, error) {
+// moveTo returns the snapshot the push req moves the proxy to (never an
+// older one than it stands on), and where the proxy stands before: if the
+// push fails, the proxy stays there (moveBack), so that answers to its
+// requests keep coming from the snapshot its client holds, not from one
+// whose other types it has not been sent. A Full push may re-initialise
+// the proxy first (see reinit).
+func (c *core) moveTo(req *pushcontext.PushRequest) (*pushcontext.PushContext, proxyAt) {
 	pc := req.Push
 	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
 		pc = c.proxy.Push // never go back to an older snapshot
 	}
-	before := proxyAt{push: c.proxy.Push, data: c.proxy.Data, scope: c.proxy.Scope, view: c.proxy.View,
+	return pc, proxyAt{push: c.proxy.Push, data: c.proxy.Data, scope: c.proxy.Scope, view: c.proxy.View,
 		prevScope: c.prevScope, initSeq: c.initSeq}
-	if req.Full && pc.Seq() > c.initSeq {
-		if c.reinit(req, pc) {
-			if err := c.initProxy(pc); err != nil {
-				return before, nil, err
-			}
-		} else {
-			c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
-		}
-	}
-	c.proxy.Push = pc
-	return before, pc, nil
 }
 
 // moveBack puts the proxy back where it stood before a push (see moveTo).
@@ -161,16 +245,14 @@ func (c *core) moveBack(before proxyAt) {
 	c.prevScope, c.initSeq = before.prevScope, before.initSeq
 }
 
-// generatePush generates every type the push filtered affects into the
-// phases of pl. It returns, by type index, the types whose generation
-// failed (nil if none did), or the error that ends the stream (a
-// generator timed out).
-func (c *core) generatePush(pl *plan, filtered *pushcontext.PushRequest) ([]bool, error) {
+// pushGenerations lists the generations of every type the push filtered
+// affects.
+func (c *core) pushGenerations(filtered *pushcontext.PushRequest) []genNeed {
 	set := c.set
 	// A cluster that is sent re-warms on the client, which then waits for
 	// its endpoints: when CDS is generated, so is EDS.
 	cdsAffected := set.cdsIdx >= 0 && c.types[set.cdsIdx] != nil && c.affected(set.cdsIdx, filtered)
-	var failed []bool
+	var gens []genNeed
 	for i, ts := range c.types {
 		if ts == nil {
 			continue
@@ -179,16 +261,39 @@ func (c *core) generatePush(pl *plan, filtered *pushcontext.PushRequest) ([]bool
 		if !c.affected(i, filtered) && !eds {
 			continue
 		}
+		n := genNeed{typ: i, sub: ts.sub, req: filtered}
 		// EDS re-sends the endpoints of re-warming clusters, which a
-		// DeltaGenerator does not list: it is generated in full then.
+		// DeltaGenerator does not list: it is generated in full then, as
+		// is a type the client holds nothing of, or one left dirty. So is
+		// a Forced push, and a proxy with a view (its generation is
+		// shared).
 		full := ts.dirty || eds || ts.held.len() == 0 && ts.nonceSent == ""
-		tgt, err := c.generate(i, true, !full, filtered)
+		if dg, ok := set.generators[i].(DeltaGenerator); ok && !full && !filtered.Forced && c.proxy.View == "" {
+			n.dg = dg
+		}
+		gens = append(gens, n)
+	}
+	return gens
+}
+
+// generatedPush turns the results of the push's generations into the
+// phases of pl. It returns, by type index, the types whose generation
+// failed (nil if none did), or the error that ends the stream (a
+// generator timed out).
+func (c *core) generatedPush(pl *plan, gens []genNeed, results []genResult) ([]bool, error) {
+	var failed []bool
+	for k, n := range gens {
+		if k == len(results) {
+			break // not made: an earlier one timed out
+		}
+		i, ts := n.typ, c.types[n.typ]
+		tgt, err := c.pushTarget(i, results[k])
 		if err != nil {
 			c.typeFailed(ts, "generate", err, true)
 			if err == ErrGenerateTimeout {
 				return nil, errStreamGenerateTimeout
 			}
-			if set.resourceErrors {
+			if c.set.resourceErrors {
 				c.pushFailedErrors(i)
 			}
 			if failed == nil {

@@ -13,9 +13,11 @@ import (
 // machine that steps take, which does no I/O, starts no goroutine, takes
 // no lock, reads no clock, logs nothing and calls no hook. What it needs of
 // the world comes in as the arguments of its steps; what it does goes out
-// as messages, notices and a deadline the runner applies. The one way out
-// it still has is its host (coreHost): the Generators and InitProxy, which
-// it calls synchronously, through the runner's guard.
+// as messages, notices and a deadline the runner applies; a push's host
+// calls (InitProxy, its generations) are made by the runner between the
+// push's steps. The one way out it still has is its host (coreHost): the
+// Generators of answers, which it calls synchronously, through the
+// Server's guard.
 var coreFiles = []string{
 	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
 	"fetch.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go",

@@ -26,8 +26,10 @@ import (
 // reports; see notice), and move the deadline at which tick wants to run
 // next (deadline). It logs nothing, calls no hook and takes no lock; what
 // Status and the other reads see, the runner copies after each step (see
-// conn.publishStatus). Generators and InitProxy are called through
-// c.host, synchronously.
+// conn.publishStatus). What a push needs of the host's code (InitProxy,
+// its generations) is an input: push returns what it needs, the runner
+// makes the calls and hands their results to the next step (runPush). An
+// answer's generation is still called through c.host, synchronously.
 //
 // What it keeps per type is a typeState (typestate.go).
 //
@@ -62,6 +64,7 @@ type core struct {
 	genFrom []uint64
 
 	plan    *plan     // the push being released phase by phase; nil when none
+	pushing *pushing  // a push waiting for its host calls (see push); nil when none
 	out     []*outMsg // responses to write, in order
 	notices []notice  // what the steps since the runner last reported did (see notice)
 	// noticeBuf is the pooled buffer notices is in, nil when none is
@@ -97,16 +100,14 @@ type core struct {
 	retrying bool
 }
 
-// coreHost is what a core needs from its Server: the host's code behind
-// its guards, and the shared caches.
+// coreHost is what a core needs from its Server during a step: the
+// Generators, for answers, and the shared caches. What a push needs of the
+// host (InitProxy, its generations) its runner calls on its behalf,
+// between its steps (genHost, runPush).
 type coreHost interface {
-	// generate returns the full target of type i for the proxy of c,
-	// shared by the proxies of its view; see generate.go.
-	generate(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
-	// generateDelta calls a DeltaGenerator for the proxy of c.
-	generateDelta(ctx context.Context, c *core, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
-	// encode checks and encodes resources of type i into a set.
-	encode(i int, res []Resource) (*resSet, error)
+	// generate returns the full target of type i for proxy p, shared by
+	// the proxies of its view; see generate.go.
+	generate(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
 	// intern returns the subscription equal to sub that other connections
 	// share, or sub.
 	intern(sub *subscription) *subscription
@@ -118,8 +119,6 @@ type coreHost interface {
 	// phase gates of clients in the same state.
 	wouldSend(k transKey) (sends, known bool)
 	knownSends(k transKey, sends bool)
-	// initProxy calls Config.InitProxy, bounded by Config.GenerateTimeout.
-	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
 	// nonce returns a new nonce for a response of version: the version,
 	// '/', and a number greater than that of every nonce before it (see
 	// nonceOrdinal).
@@ -193,12 +192,13 @@ func (c *core) step(ctx context.Context, now time.Time) {
 	c.ctx, c.now = ctx, now
 }
 
-// init initialises the proxy against pc (the stream's first step).
-func (c *core) init(ctx context.Context, now time.Time, pc *pushcontext.PushContext, seq uint64) error {
+// init initialises the proxy against pc (the stream's first step), with
+// what InitProxy returned for it (st, err).
+func (c *core) init(ctx context.Context, now time.Time, pc *pushcontext.PushContext, seq uint64, st ProxyState, err error) error {
 	c.step(ctx, now)
 	c.proxy.Push = pc
 	c.appliedSeq, c.completedSeq = seq, seq
-	return c.initProxy(pc)
+	return c.initializedAt(pc, st, err)
 }
 
 // proxyAt is where a proxy stands: its snapshot and what InitProxy made of
@@ -229,10 +229,9 @@ func (c *core) reinit(req *pushcontext.PushRequest, pc *pushcontext.PushContext)
 	return pc.RebuiltAfter(c.initSeq, kinds...)
 }
 
-// initProxy calls Config.InitProxy against pc and stores its result.
-func (c *core) initProxy(pc *pushcontext.PushContext) error {
+// initializedAt stores what InitProxy, called against pc, returned.
+func (c *core) initializedAt(pc *pushcontext.PushContext, st ProxyState, err error) error {
 	c.initSeq = pc.Seq()
-	st, err := c.host.initProxy(c.ctx, c.proxy, pc)
 	if err != nil {
 		c.disownIfAbandoned(err, errInitTimeout)
 		return err

@@ -233,7 +233,7 @@ func (b *burst) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 
 func (b *burst) push(item *pushItem) {
 	b.t.Helper()
-	if err := b.c.push(context.Background(), b.now, item); err != nil {
+	if err := runPush(context.Background(), b.h, b.c, b.now, item); err != nil {
 		b.t.Fatal(err)
 	}
 }

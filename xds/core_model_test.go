@@ -769,7 +769,7 @@ func (r *modelRun) settle() {
 		item := r.parked
 		r.parked = nil
 		r.logf("push %d (merged %d)", item.seq, item.merged)
-		if err := r.c.push(context.Background(), r.now, item); err != nil {
+		if err := runPush(context.Background(), r.h, r.c, r.now, item); err != nil {
 			r.t.Fatal(err)
 		}
 		if err := r.c.flushDeferred(); err != nil {
@@ -953,7 +953,8 @@ func (r *modelRun) reconnect() {
 	r.streams++
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*outMsg]bool{}
 	r.c = newCore(r.h.set, r.h, &Proxy{ID: "p", ConnID: fmt.Sprintf("p-%d", r.streams+1)}, true, 1)
-	if err := r.c.init(context.Background(), r.now, r.pc, r.pc.Seq()); err != nil {
+	st, err := r.h.initProxy(context.Background(), r.c.proxy, r.pc)
+	if err := r.c.init(context.Background(), r.now, r.pc, r.pc.Seq(), st, err); err != nil {
 		r.t.Fatal(err)
 	}
 	r.logf("-- reconnect: stream %d", r.streams+1)

@@ -462,7 +462,7 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	r.ack(ClusterType)
 	r.expect("then the route", "RDS [r0]")
 	r.ack(RouteType)
-	if err := r.c.push(r.ctx(), r.now, r.c.takeFailed()); err != nil {
+	if err := runPush(r.ctx(), r.h, r.c, r.now, r.c.takeFailed()); err != nil {
 		t.Fatal(err)
 	}
 	r.expect("then the push's cluster phase keeps c0", "CDS [c0 c1]")
@@ -521,7 +521,7 @@ func TestCoreSotWFirstRouteAnswerBeforePush(t *testing.T) {
 	}
 	r.expect("the first answer, from the stream's snapshot", "RDS [r0]")
 	r.ack(RouteType)
-	if err := r.c.push(r.ctx(), r.now, r.c.takeFailed()); err != nil {
+	if err := runPush(r.ctx(), r.h, r.c, r.now, r.c.takeFailed()); err != nil {
 		t.Fatal(err)
 	}
 	r.throughListenerPhase() // the push's cluster phase keeps c0

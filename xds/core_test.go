@@ -46,7 +46,10 @@ type fakeHost struct {
 	inits  int // InitProxy calls
 }
 
-var _ coreHost = (*fakeHost)(nil)
+var (
+	_ coreHost = (*fakeHost)(nil)
+	_ genHost  = (*fakeHost)(nil)
+)
 
 // cfgWorld is the configuration, by type and name.
 type cfgWorld map[TypeURL]map[string]proto.Message
@@ -101,7 +104,7 @@ func (h *fakeHost) put(t TypeURL, msgs ...proto.Message) {
 	}
 }
 
-func (h *fakeHost) generate(_ context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (h *fakeHost) generate(_ context.Context, _ *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	t := h.set.order[i]
 	kind := "answer"
 	if push {
@@ -132,7 +135,7 @@ func (h *fakeHost) generate(_ context.Context, c *core, i int, sub *subscription
 	return &target{set: set, sub: sub}, nil
 }
 
-func (h *fakeHost) generateDelta(_ context.Context, _ *core, i int, _ DeltaGenerator, _ *subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
+func (h *fakeHost) generateDelta(_ context.Context, _ *Proxy, i int, _ DeltaGenerator, _ *subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
 	t := h.set.order[i]
 	ch := h.changes[t]
 	if ch == nil {
@@ -228,7 +231,8 @@ func (h *fakeHost) newCore(delta bool) *core {
 	h.t.Helper()
 	c := newCore(h.set, h, &Proxy{ID: "p", ConnID: "p-1"}, delta, 1)
 	pc := h.build(nil)
-	if err := c.init(context.Background(), epoch, pc, pc.Seq()); err != nil {
+	st, err := h.initProxy(context.Background(), c.proxy, pc)
+	if err := c.init(context.Background(), epoch, pc, pc.Seq(), st, err); err != nil {
 		h.t.Fatal(err)
 	}
 	return c
@@ -436,7 +440,7 @@ func TestCoreSotWRequests(t *testing.T) {
 					ts.nonceSent = st.nonce
 				}
 				if !st.noHeld {
-					tgt, err := h.generate(context.Background(), c, i, ts.sub, &pushcontext.PushRequest{Push: c.proxy.Push}, false)
+					tgt, err := h.generate(context.Background(), c.proxy, i, ts.sub, &pushcontext.PushRequest{Push: c.proxy.Push}, false)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -558,7 +562,7 @@ func FuzzDeltaSubscribe(f *testing.F) {
 				}
 			}
 			// Pretend the client was sent everything it subscribes to.
-			tgt, err := h.generate(context.Background(), c, i, ts.sub, &pushcontext.PushRequest{Push: c.proxy.Push}, false)
+			tgt, err := h.generate(context.Background(), c.proxy, i, ts.sub, &pushcontext.PushRequest{Push: c.proxy.Push}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -613,7 +617,7 @@ func (r *coreRun) change(full bool, f func(), keys ...pushcontext.ConfigKey) {
 	f()
 	item := r.h.next(r.pc, r.now, full, keys...)
 	r.pc = item.req.Push
-	if err := r.c.push(r.ctx(), r.now, item); err != nil {
+	if err := runPush(r.ctx(), r.h, r.c, r.now, item); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -1091,7 +1095,7 @@ func TestCorePushOfTheSnapshotItStandsOn(t *testing.T) {
 			}
 			r.h.gens = nil
 			item := &pushItem{req: &pushcontext.PushRequest{Full: true, Forced: true, Push: r.pc}, seq: r.pc.Seq(), start: r.now, merged: 1}
-			if err := r.c.push(r.ctx(), r.now, item); err != nil {
+			if err := runPush(r.ctx(), r.h, r.c, r.now, item); err != nil {
 				t.Fatal(err)
 			}
 			r.expect("the push of the snapshot the connection stands on")

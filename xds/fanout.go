@@ -471,7 +471,7 @@ func (c *conn) catchUp(ctx context.Context, now time.Time) error {
 	if item == nil {
 		return nil
 	}
-	if err := c.core.push(ctx, now, item); err != nil {
+	if err := runPush(ctx, c.s, c.core, now, item); err != nil {
 		return err
 	}
 	return c.core.flushDeferred()

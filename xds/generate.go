@@ -11,19 +11,20 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
-// Generation: the core asks for the target of a type (generate); the
-// Server calls the Generator through its guard, checks and encodes what it
-// returns, and shares the result between the proxies of a view.
+// Generation: the core asks for the target of a type, for an answer
+// (generate) or, through its runner, for a push (genNeed, made by
+// generateAll); the Server calls the Generator through its guard, checks
+// and encodes what it returns, and shares the result between the proxies
+// of a view.
 
-// generate returns the target of type i for the proxy, generated from
-// req.Push: the full target from Generate, or, for a push that may use a
-// DeltaGenerator, a partial target (Delta, SotW by-name) or what the client
-// holds with the changes applied (SotW full-state).
+// generate returns the full target of type i for the proxy, generated
+// from req.Push for an answer.
 //
 // A target that makes a response that cannot be split under
 // Config.MaxResponseBytes fails (see fits).
-func (c *core) generate(i int, push, mayDelta bool, req *pushcontext.PushRequest) (*target, error) {
-	tgt, err := c.generateTarget(i, push, mayDelta, req)
+func (c *core) generate(i int, req *pushcontext.PushRequest) (*target, error) {
+	tgt, err := c.host.generate(c.ctx, c.proxy, i, c.types[i].sub, req, false)
+	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	if err == nil {
 		err = c.fits(i, tgt)
 	}
@@ -33,66 +34,50 @@ func (c *core) generate(i int, push, mayDelta bool, req *pushcontext.PushRequest
 	return tgt, nil
 }
 
-func (c *core) generateTarget(i int, push, mayDelta bool, req *pushcontext.PushRequest) (*target, error) {
-	ts := c.types[i]
-	if push && mayDelta && !req.Forced && c.proxy.View == "" {
-		if dg, ok := c.set.generators[i].(DeltaGenerator); ok {
-			ch, ok, err := c.host.generateDelta(c.ctx, c, i, dg, ts.sub, req)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				if c.delta || !c.set.fullState[i] {
-					// Delta, and SotW by-name types (which send only what
-					// changed and never remove), need nothing else: the
-					// work is proportional to the change.
-					return c.partialTarget(i, ch)
-				}
-				return c.applyChanges(i, ch)
-			}
+// pushTarget returns the target of type i that the push's generation r
+// made: the full target from Generate, or, from a DeltaGenerator's
+// changes, a partial target (Delta, SotW by-name) or what the client
+// holds with the changes applied (SotW full-state).
+func (c *core) pushTarget(i int, r genResult) (*target, error) {
+	c.disownIfAbandoned(r.err, ErrGenerateTimeout)
+	if r.err != nil {
+		return nil, r.err
+	}
+	tgt := r.tgt
+	if r.delta {
+		if c.delta || !c.set.fullState[i] {
+			// Delta, and SotW by-name types (which send only what
+			// changed and never remove), need nothing else: the work is
+			// proportional to the change.
+			tgt = c.partialTarget(i, r.up, r.removed)
+		} else {
+			tgt = c.applyChanges(i, r.up, r.removed)
 		}
 	}
-	return c.host.generate(c.ctx, c, i, ts.sub, req, push)
-}
-
-// partialTarget returns the changes ch as a partial target.
-func (c *core) partialTarget(i int, ch Changes) (*target, error) {
-	ts := c.types[i]
-	res := make([]Resource, 0, len(ch.Upserted))
-	for _, r := range ch.Upserted {
-		if ts.covers(r.Name) {
-			res = append(res, r)
-		}
-	}
-	set, err := c.host.encode(i, res)
-	if err != nil {
+	if err := c.fits(i, tgt); err != nil {
 		return nil, err
-	}
-	tgt := &target{set: set, sub: ts.sub, partial: true}
-	for _, n := range ch.Removed {
-		if set.find(n) < 0 {
-			tgt.removed = append(tgt.removed, n)
-		}
 	}
 	return tgt, nil
 }
 
-// applyChanges returns what the client holds (what is removing excluded)
-// with ch applied, as a full target.
-func (c *core) applyChanges(i int, ch Changes) (*target, error) {
-	ts := c.types[i]
-	res := make([]Resource, 0, len(ch.Upserted))
-	for _, r := range ch.Upserted {
-		if ts.covers(r.Name) {
-			res = append(res, r)
+// partialTarget returns the changes of type i, up upserted and removed,
+// as a partial target.
+func (c *core) partialTarget(i int, up *resSet, removed []string) *target {
+	tgt := &target{set: up, sub: c.types[i].sub, partial: true}
+	for _, n := range removed {
+		if up.find(n) < 0 {
+			tgt.removed = append(tgt.removed, n)
 		}
 	}
-	up, err := c.host.encode(i, res)
-	if err != nil {
-		return nil, err
-	}
-	gone := make(map[string]struct{}, len(ch.Removed))
-	for _, n := range ch.Removed {
+	return tgt
+}
+
+// applyChanges returns what the client holds of type i (what is removing
+// excluded) with up upserted and removed removed, as a full target.
+func (c *core) applyChanges(i int, up *resSet, removed []string) *target {
+	ts := c.types[i]
+	gone := make(map[string]struct{}, len(removed))
+	for _, n := range removed {
 		gone[n] = struct{}{}
 	}
 	ents := make([]entry, 0, ts.held.len()+up.len())
@@ -105,7 +90,73 @@ func (c *core) applyChanges(i int, ch Changes) (*target, error) {
 	}
 	ents = append(ents, up.ents...)
 	slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
-	return &target{set: newSet(ents), sub: ts.sub}, nil
+	return &target{set: newSet(ents), sub: ts.sub}
+}
+
+// genHost is what a runner calls on its core's behalf: the host's code,
+// behind the Server's guards. The Server implements it.
+type genHost interface {
+	// generate returns the full target of type i for proxy p, for sub,
+	// shared by the proxies of its view; see Server.generate.
+	generate(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
+	// generateDelta calls a DeltaGenerator for proxy p.
+	generateDelta(ctx context.Context, p *Proxy, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
+	// encode checks and encodes resources of type i into a set.
+	encode(i int, res []Resource) (*resSet, error)
+	// initProxy calls Config.InitProxy, bounded by Config.GenerateTimeout.
+	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
+}
+
+// runPush takes item through c's push steps, making the host calls they
+// ask for between them. It is what a runner does with a push.
+func runPush(ctx context.Context, h genHost, c *core, now time.Time, item *pushItem) error {
+	need, err := c.push(ctx, now, item)
+	for err == nil && !need.done() {
+		if need.init != nil {
+			st, ierr := h.initProxy(ctx, c.proxy, need.init)
+			need, err = c.initialized(st, ierr)
+			continue
+		}
+		err = c.generated(generateAll(ctx, h, c.proxy, need.gens))
+		break
+	}
+	return err
+}
+
+// generateAll makes the generations gens for proxy p, in order, up to the
+// first that times out.
+func generateAll(ctx context.Context, h genHost, p *Proxy, gens []genNeed) []genResult {
+	out := make([]genResult, 0, len(gens))
+	for _, n := range gens {
+		r := generateOne(ctx, h, p, n)
+		out = append(out, r)
+		if r.err == ErrGenerateTimeout {
+			break
+		}
+	}
+	return out
+}
+
+// generateOne makes the generation n for proxy p.
+func generateOne(ctx context.Context, h genHost, p *Proxy, n genNeed) genResult {
+	if n.dg != nil {
+		ch, ok, err := h.generateDelta(ctx, p, n.typ, n.dg, n.sub, n.req)
+		if err != nil {
+			return genResult{err: err}
+		}
+		if ok {
+			res := make([]Resource, 0, len(ch.Upserted))
+			for _, r := range ch.Upserted {
+				if n.sub.covers(r.Name) {
+					res = append(res, r)
+				}
+			}
+			up, err := h.encode(n.typ, res)
+			return genResult{delta: true, up: up, removed: ch.Removed, err: err}
+		}
+	}
+	tgt, err := h.generate(ctx, p, n.typ, n.sub, n.req, true)
+	return genResult{tgt: tgt, err: err}
 }
 
 // genKey identifies a shared generation: one view, type, snapshot and
@@ -168,15 +219,15 @@ func (v *viewCache) forget(k genKey, call *genCall) {
 // generate returns the full target of type i for the proxy of c, for sub,
 // from req.Push. A proxy with a view shares it with the other proxies of
 // that view that have the same subscription.
-func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
-	view := c.proxy.View
+func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+	view := p.View
 	if view == "" || !sub.shared() {
 		// Without a view, or for a subscription no other connection has
 		// (an on-demand client's own subset), no one else would take
 		// what a view's cache kept: the target is the proxy's own, and so
 		// are its steps (record keeps none), whose responses would
 		// otherwise stay cached, encoded, until two pushes later.
-		return s.generateFor(ctx, c, i, sub, req, push)
+		return s.generateFor(ctx, p, i, sub, req, push)
 	}
 	k := genKey{view: view, typ: i, seq: req.Push.Seq(), sub: sub}
 	call, owner := s.views.get(k)
@@ -197,9 +248,9 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 		}
 		// The owner failed: try for ourselves (its failure may be its own:
 		// a timeout, a cancelled stream).
-		return s.generateFor(ctx, c, i, sub, req, push)
+		return s.generateFor(ctx, p, i, sub, req, push)
 	}
-	call.tgt, call.err = s.generateFor(ctx, c, i, sub, req, push)
+	call.tgt, call.err = s.generateFor(ctx, p, i, sub, req, push)
 	if call.err != nil {
 		s.views.forget(k, call)
 	} else {
@@ -211,16 +262,14 @@ func (s *Server) generate(ctx context.Context, c *core, i int, sub *subscription
 
 // generateFor calls type i's Generator for the proxy of c and turns what
 // it returns into a target.
-func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
 	start := s.set.clock.Now()
-	p := c.proxy
 	res, err := guarded(s, ctx, "Generate", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
 		return s.set.generators[i].Generate(ctx, p, w, req)
 	})
-	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	if h := s.set.hooks.Load().OnGenerate; h != nil {
-		ev := s.generateEvent(c, i, req, push, start, err)
+		ev := s.generateEvent(p, i, req, push, start, err)
 		ev.Resources, ev.Returned = len(res), res
 		callHook(s.set, h, ev)
 	}
@@ -244,22 +293,20 @@ func (s *Server) generateFor(ctx context.Context, c *core, i int, sub *subscript
 }
 
 // generateDelta calls a DeltaGenerator for the proxy of c.
-func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
+func (s *Server) generateDelta(ctx context.Context, p *Proxy, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
 	type delta struct {
 		ch Changes
 		ok bool
 	}
 	start := s.set.clock.Now()
-	p := c.proxy
 	d, err := guarded(s, ctx, "GenerateDelta", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) (delta, error) {
 		ch, ok, err := dg.GenerateDelta(ctx, p, w, req)
 		return delta{ch, ok}, err
 	})
-	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	ch, ok := d.ch, d.ok
 	if h := s.set.hooks.Load().OnGenerate; h != nil {
-		ev := s.generateEvent(c, i, req, true, start, err)
+		ev := s.generateEvent(p, i, req, true, start, err)
 		ev.Delta, ev.Declined = true, !ok && err == nil
 		if ok {
 			ev.Resources, ev.Removed, ev.Changes = len(ch.Upserted), len(ch.Removed), ch
@@ -269,13 +316,13 @@ func (s *Server) generateDelta(ctx context.Context, c *core, i int, dg DeltaGene
 	return ch, ok && err == nil, err
 }
 
-func (s *Server) generateEvent(c *core, i int, req *pushcontext.PushRequest, push bool, start time.Time, err error) GenerateEvent {
+func (s *Server) generateEvent(p *Proxy, i int, req *pushcontext.PushRequest, push bool, start time.Time, err error) GenerateEvent {
 	return GenerateEvent{
-		ProxyID: c.proxy.ID,
-		ConnID:  c.proxy.ConnID,
+		ProxyID: p.ID,
+		ConnID:  p.ConnID,
 		Type:    s.set.order[i],
 		Version: req.Push.Version(),
-		View:    c.proxy.View,
+		View:    p.View,
 		Push:    push,
 		Request: req,
 		Took:    s.set.clock.Now().Sub(start),

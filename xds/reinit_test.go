@@ -68,7 +68,7 @@ func TestProxyKindsReinit(t *testing.T) {
 				item.req.Forced = p.forced
 				r.pc = item.req.Push
 				if !p.missed {
-					if err := r.c.push(r.ctx(), r.now, item); err != nil {
+					if err := runPush(r.ctx(), r.h, r.c, r.now, item); err != nil {
 						t.Fatal(err)
 					}
 				}

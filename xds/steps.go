@@ -414,7 +414,7 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	callHook(c.s.set, c.s.set.hooks.Load().OnQueue, QueueEvent{
 		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: now.Sub(item.start), Merged: item.merged,
 	})
-	err := c.core.push(ctx, now, item)
+	err := runPush(ctx, c.s, c.core, now, item)
 	if err == nil {
 		err = c.core.flushDeferred()
 	}

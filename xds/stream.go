@@ -394,7 +394,8 @@ func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err 
 	if err != nil {
 		return false, err
 	}
-	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq()); err != nil {
+	st, err := s.initProxy(ctx, p, pc)
+	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq(), st, err); err != nil {
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
 		return true, s.refused(ctx, p.Peer, p, toClient, detail)
 	}
