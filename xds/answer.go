@@ -51,38 +51,65 @@ func (a *answer) merge(b *answer) *answer {
 	return out
 }
 
+// answering is an answer waiting for its generation, which the runner
+// makes between two steps (see flow.go).
+type answering struct {
+	gen genNeed // what the runner is to generate; gen.req is nil when none waits
+	i   int
+	a   *answer
+	// warm, when warming, is the set of clusters whose endpoints the
+	// answer sends (see sendWarmed).
+	warm    *warmSet
+	warming bool
+	// beat marks the responses of a heartbeat (see beat): those queued
+	// from the queued-th on.
+	beat   bool
+	queued int
+}
+
 // answer answers a request of type i, or, if the current push has phases
 // up to type i still to release, keeps the answer until they are released:
 // an answer, generated from the proxy's current PushContext, must not
 // overtake the phases that make what it sends safe to hold (the clusters
-// a route names, the endpoints of a cluster). A failed generation is
-// retried by tick after a backoff.
-func (c *core) answer(i int, a *answer) error {
+// a route names, the endpoints of a cluster). It reports whether the
+// answer waits for its generation (c.answering): the step then stops, and
+// answerGenerated goes on with it (see flow.go).
+func (c *core) answer(i int, a *answer) bool {
 	ts := c.types[i]
 	if ts == nil {
-		return nil
+		return false
 	}
 	if c.blocked(i) {
 		r := ts.rareForWrite()
 		r.deferred = r.deferred.merge(a)
-		return nil
+		return false
 	}
-	tgt, err := c.generate(i, &pushcontext.PushRequest{
+	c.answering = answering{i: i, a: a, gen: genNeed{typ: i, sub: ts.sub, req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		Push:   c.proxy.Push,
 		Delta:  a.delta,
-	})
+	}}}
+	return true
+}
+
+// answered sends the answer w with what its generation r made. A failed
+// generation is retried by tick after a backoff. It reports whether the
+// answer waits for another generation: the endpoints of the clusters it
+// sent a Delta client (see sendWarmed).
+func (c *core) answered(w answering, r genResult) (bool, error) {
+	i, a, ts := w.i, w.a, c.types[w.i]
+	tgt, err := c.targetOf(i, r)
 	if err != nil {
 		c.typeFailed(ts, "generate", err, false)
 		if err == ErrGenerateTimeout {
-			return errStreamGenerateTimeout
+			return false, errStreamGenerateTimeout
 		}
 		if c.set.resourceErrors {
 			c.answerFailed(i, a)
 		}
 		c.retryLater(ts, a)
-		return nil
+		return false, nil
 	}
 	c.typeOK(ts)
 	c.genFrom[i] = c.proxy.Push.Seq()
@@ -99,14 +126,14 @@ func (c *core) answer(i int, a *answer) error {
 	// endpoints too. It waits for the routes its listeners name: it waits
 	// for the clusters a client that asks for them by name (a gRPC client)
 	// asks for once it reads them, too.
-	var answered func(*plan, entry)
+	var answeredRef func(*plan, entry)
 	pl := c.plan
 	if pl != nil && pl.t[i].refs {
 		switch i {
 		case set.cdsIdx:
-			answered = c.answeredCluster
+			answeredRef = c.answeredCluster
 		case set.rdsIdx:
-			answered = c.sentRoute
+			answeredRef = c.sentRoute
 		}
 	}
 	if set.refers(i) {
@@ -114,8 +141,8 @@ func (c *core) answer(i int, a *answer) error {
 			if warm != nil {
 				warm.addCluster(r.enc)
 			}
-			if answered != nil {
-				answered(pl, r)
+			if answeredRef != nil {
+				answeredRef(pl, r)
 			}
 			// What it names that the client subscribes to by name and
 			// does not yet, it asks for once it reads it.
@@ -126,26 +153,35 @@ func (c *core) answer(i int, a *answer) error {
 	if a.initial && len(ts.removing()) > 0 {
 		c.planRemoval(i)
 	}
-	return c.sendWarmed(warm)
+	return c.sendWarmed(warm), nil
 }
 
 // sendWarmed sends the endpoints of the clusters an answer sent a Delta
 // client, even if unchanged: a cluster it receives re-warms, and the
-// client waits for its endpoints (envoy#33607).
-func (c *core) sendWarmed(warm *warmSet) error {
+// client waits for its endpoints (envoy#33607). It reports whether that
+// waits for their generation.
+func (c *core) sendWarmed(warm *warmSet) bool {
 	e := c.set.edsIdx
 	if e < 0 || warm.empty() || c.types[e] == nil {
-		return nil
+		return false
 	}
 	a := &answer{force: warm.names, restrict: true}
 	if warm.all {
 		a = &answer{}
 	}
-	tgt, err := c.generate(e, &pushcontext.PushRequest{
+	c.answering = answering{i: e, a: a, warm: warm, warming: true, gen: genNeed{typ: e, sub: c.types[e].sub, req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		Push:   c.proxy.Push,
-	})
+	}}}
+	return true
+}
+
+// warmed sends the endpoints sendWarmed asked for, w, with what their
+// generation r made.
+func (c *core) warmed(w answering, r genResult) error {
+	e, a := w.i, w.a
+	tgt, err := c.targetOf(e, r)
 	if err != nil {
 		c.typeFailed(c.types[e], "generate", err, false)
 		if err == ErrGenerateTimeout {
@@ -154,7 +190,7 @@ func (c *core) sendWarmed(warm *warmSet) error {
 		c.retryLater(c.types[e], a)
 		return nil
 	}
-	c.send(c.release(e, tgt, relOpts{force: a.force, restrict: a.restrict, pc: c.proxy.Push, warm: warm}))
+	c.send(c.release(e, tgt, relOpts{force: a.force, restrict: a.restrict, pc: c.proxy.Push, warm: w.warm}))
 	return nil
 }
 
@@ -185,30 +221,6 @@ func (c *core) blocked(i int) bool {
 		}
 	}
 	return false
-}
-
-// flushDeferred answers the requests that waited for phases now released.
-func (c *core) flushDeferred() error {
-	for {
-		answered := false
-		for i, ts := range c.types {
-			if ts == nil || ts.deferred() == nil || c.blocked(i) {
-				continue
-			}
-			a := ts.rare.deferred
-			ts.rare.deferred = nil
-			if err := c.answer(i, a); err != nil {
-				return err
-			}
-			answered = true
-		}
-		if !answered || c.plan == nil {
-			return nil
-		}
-		// The push waited for those answers (see fetchedAll): it may go
-		// on, or be complete.
-		c.advance(false)
-	}
 }
 
 // truncate cuts s to at most n bytes, for logging what a client sent.

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"slices"
 	"time"
 
@@ -9,40 +8,11 @@ import (
 )
 
 // A push takes the core up to three steps, with the host's code run
-// between them by its runner (runPush): push decides what the push needs;
-// if it re-initialises the proxy, the runner calls InitProxy and hands the
-// result to initialized; if it regenerates types, the runner makes the
-// generations it lists and hands them to generated, which releases the
-// push's first phases. Between these steps the core takes no other input.
-
-// pushNeed is what a push step asks of its runner: InitProxy against init,
-// or the generations gens. Neither: the push is done with.
-type pushNeed struct {
-	init *pushcontext.PushContext
-	gens []genNeed
-}
-
-func (n pushNeed) done() bool { return n.init == nil && len(n.gens) == 0 }
-
-// genNeed is a generation a push asks for: the target of type typ for
-// sub, from req.Push. If dg is set, its GenerateDelta is asked first.
-type genNeed struct {
-	typ int
-	sub *subscription
-	req *pushcontext.PushRequest
-	dg  DeltaGenerator
-}
-
-// genResult is what the runner made of a genNeed: a full target (tgt),
-// or, when the DeltaGenerator answered (delta), the upserts it returned
-// that sub covers, encoded (up), and the names it removed; or err.
-type genResult struct {
-	tgt     *target
-	delta   bool
-	up      *resSet
-	removed []string
-	err     error
-}
+// between them by its runner (see flow.go): push decides what the push
+// needs; if it re-initialises the proxy, the runner calls InitProxy and
+// hands the result to initialized; if it regenerates types, the runner
+// makes the generations it lists and hands them to generated, which
+// releases the push's first phases.
 
 // pushing is a push between its steps.
 type pushing struct {
@@ -65,20 +35,18 @@ type pushing struct {
 // meanwhile (see independent).
 //
 // It returns what the push needs of the host before it can go on (see
-// pushNeed); the runner must hand the result to initialized or generated
-// before any other step.
-func (c *core) push(ctx context.Context, now time.Time, item *pushItem) (pushNeed, error) {
-	if c.pushing != nil {
-		panic("xds: a push stepped while another waits for its host calls")
-	}
-	c.step(ctx, now)
+// need); the runner hands the result to initialized or generated before
+// any other step.
+func (c *core) push(now time.Time, item *pushItem) (need, error) {
+	c.mustBeIdle()
+	c.step(now)
 	if c.failed != nil {
 		item = c.failed.Merge(item)
 		c.failed = nil
 	}
 	if at := c.firstAnswerRetry(); !at.IsZero() {
 		c.failed, c.pushRetryAt = item, at
-		return pushNeed{}, nil
+		return need{}, nil
 	}
 	if item.seq <= c.appliedSeq {
 		// Pushes reach the core in the order of their sequence numbers,
@@ -92,14 +60,14 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) (pushNee
 		// nothing; a type an answer left to regenerate (dirty) has its
 		// own retry.
 		c.applied(item.seq, true)
-		return pushNeed{}, nil
+		return need{}, nil
 	}
 	p := &pushing{item: item, dirty: slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })}
 	p.pc, p.before = c.moveTo(item.req)
 	if item.req.Full && p.pc.Seq() > c.initSeq {
 		if c.reinit(item.req, p.pc) {
 			c.pushing = p
-			return pushNeed{init: p.pc}, nil
+			return need{init: p.pc}, nil
 		}
 		c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
 	}
@@ -108,18 +76,18 @@ func (c *core) push(ctx context.Context, now time.Time, item *pushItem) (pushNee
 
 // initialized goes on with the push that asked for InitProxy, with what
 // it returned.
-func (c *core) initialized(st ProxyState, err error) (pushNeed, error) {
+func (c *core) initialized(st ProxyState, err error) (need, error) {
 	p := c.pushing
 	c.pushing = nil
 	if err := c.initializedAt(p.pc, st, err); err != nil {
-		return pushNeed{}, err
+		return need{}, err
 	}
 	return c.pushFiltered(p)
 }
 
 // pushFiltered moves the proxy to the push's snapshot, filters the push
 // by the proxy's scope and lists the types it regenerates.
-func (c *core) pushFiltered(p *pushing) (pushNeed, error) {
+func (c *core) pushFiltered(p *pushing) (need, error) {
 	req, pc := p.item.req, p.pc
 	c.proxy.Push = pc
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
@@ -133,7 +101,7 @@ func (c *core) pushFiltered(p *pushing) (pushNeed, error) {
 		c.rebuildsExplained(req, pc, nil)
 		if !p.dirty {
 			c.applied(p.item.seq, true)
-			return pushNeed{}, nil
+			return need{}, nil
 		}
 		// The push does not concern the proxy, but an earlier push left
 		// types to regenerate: do them now rather than wait for a push
@@ -150,22 +118,22 @@ func (c *core) pushFiltered(p *pushing) (pushNeed, error) {
 	p.gens = c.pushGenerations(filtered)
 	c.pushing = p
 	if len(p.gens) == 0 {
-		return pushNeed{}, c.generated(nil)
+		return c.generated(nil)
 	}
-	return pushNeed{gens: p.gens}, nil
+	return need{gens: p.gens}, nil
 }
 
 // generated goes on with the push that asked for generations, with what
 // the runner made of them, in their order. A result missing at the end
 // is of a generation not made: the runner stopped at a timeout.
-func (c *core) generated(results []genResult) error {
+func (c *core) generated(results []genResult) (need, error) {
 	p := c.pushing
 	c.pushing = nil
 	pl := p.plan
 	failed, err := c.generatedPush(pl, p.gens, results)
 	if err != nil {
 		pl.free()
-		return err
+		return need{}, err
 	}
 	item := p.item
 	if failed != nil {
@@ -177,7 +145,7 @@ func (c *core) generated(results []genResult) error {
 			// it has not been sent.
 			pl.free()
 			c.moveBack(p.before)
-			return nil
+			return need{}, nil
 		}
 	} else {
 		c.pushFails = 0
@@ -192,11 +160,11 @@ func (c *core) generated(results []genResult) error {
 // startPlan starts releasing pl, the phases of the push just generated,
 // with its removal phases if removals (a push released in part removes
 // nothing: what it would remove, its retry does, after every upsert).
-func (c *core) startPlan(pl *plan, removals bool) error {
+func (c *core) startPlan(pl *plan, removals bool) (need, error) {
 	if len(pl.phases) == 0 {
 		pl.free()
 		c.completedSeq = max(c.completedSeq, c.appliedSeq)
-		return nil
+		return need{}, nil
 	}
 	if removals {
 		for _, i := range c.set.removalOrder {
@@ -209,7 +177,8 @@ func (c *core) startPlan(pl *plan, removals bool) error {
 	pl.phaseBuf = pl.phases
 	c.plan = pl
 	c.advance(false)
-	return c.flushDeferred()
+	c.flow = flow{stage: flowFlush}
+	return c.resume()
 }
 
 // pushFailed keeps the push retry, whose generation failed for the types
@@ -261,7 +230,7 @@ func (c *core) pushGenerations(filtered *pushcontext.PushRequest) []genNeed {
 		if !c.affected(i, filtered) && !eds {
 			continue
 		}
-		n := genNeed{typ: i, sub: ts.sub, req: filtered}
+		n := genNeed{typ: i, sub: ts.sub, req: filtered, push: true}
 		// EDS re-sends the endpoints of re-warming clusters, which a
 		// DeltaGenerator does not list: it is generated in full then, as
 		// is a type the client holds nothing of, or one left dirty. So is
@@ -287,7 +256,7 @@ func (c *core) generatedPush(pl *plan, gens []genNeed, results []genResult) ([]b
 			break // not made: an earlier one timed out
 		}
 		i, ts := n.typ, c.types[n.typ]
-		tgt, err := c.pushTarget(i, results[k])
+		tgt, err := c.targetOf(i, results[k])
 		if err != nil {
 			c.typeFailed(ts, "generate", err, true)
 			if err == ErrGenerateTimeout {

@@ -20,7 +20,7 @@ import (
 // Server's guard.
 var coreFiles = []string{
 	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
-	"fetch.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go",
+	"fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go",
 	"typestate.go", "unread.go",
 }
 

@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"context"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -63,10 +62,14 @@ type core struct {
 	// clients come and go one per snapshot.
 	genFrom []uint64
 
-	plan    *plan     // the push being released phase by phase; nil when none
-	pushing *pushing  // a push waiting for its host calls (see push); nil when none
-	out     []*outMsg // responses to write, in order
-	notices []notice  // what the steps since the runner last reported did (see notice)
+	plan    *plan    // the push being released phase by phase; nil when none
+	pushing *pushing // a push waiting for its host calls (see push); nil when none
+	// answering is the answer waiting for its generation, and flow what
+	// the step does once it is sent (see flow.go).
+	answering answering
+	flow      flow
+	out       []*outMsg // responses to write, in order
+	notices   []notice  // what the steps since the runner last reported did (see notice)
 	// noticeBuf is the pooled buffer notices is in, nil when none is
 	// queued (see emit).
 	noticeBuf *[]notice
@@ -74,7 +77,6 @@ type core struct {
 	// the core then queues an event for each response (nResponse).
 	debug bool
 	now   time.Time // the time of the current step
-	ctx   context.Context
 
 	// Sync (convergence.go): the newest push applied (generated, or left
 	// out as not concerning the proxy), and the newest whose phases have
@@ -100,14 +102,11 @@ type core struct {
 	retrying bool
 }
 
-// coreHost is what a core needs from its Server during a step: the
-// Generators, for answers, and the shared caches. What a push needs of the
-// host (InitProxy, its generations) its runner calls on its behalf,
-// between its steps (genHost, runPush).
+// coreHost is what a core reads of its Server during a step: the caches
+// its connections share. The host's code (InitProxy, the Generators) the
+// core does not call: its runner calls it on the core's behalf, between
+// steps (see flow.go).
 type coreHost interface {
-	// generate returns the full target of type i for proxy p, shared by
-	// the proxies of its view; see generate.go.
-	generate(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
 	// intern returns the subscription equal to sub that other connections
 	// share, or sub.
 	intern(sub *subscription) *subscription
@@ -187,15 +186,16 @@ func newCore(set *settings, host coreHost, p *Proxy, delta bool, seed uint64) *c
 	}
 }
 
-// step sets the context and time of a step.
-func (c *core) step(ctx context.Context, now time.Time) {
-	c.ctx, c.now = ctx, now
+// step sets the time of a step.
+func (c *core) step(now time.Time) {
+	c.now = now
 }
 
 // init initialises the proxy against pc (the stream's first step), with
 // what InitProxy returned for it (st, err).
-func (c *core) init(ctx context.Context, now time.Time, pc *pushcontext.PushContext, seq uint64, st ProxyState, err error) error {
-	c.step(ctx, now)
+func (c *core) init(now time.Time, pc *pushcontext.PushContext, seq uint64, st ProxyState, err error) error {
+	c.mustBeIdle()
+	c.step(now)
 	c.proxy.Push = pc
 	c.appliedSeq, c.completedSeq = seq, seq
 	return c.initializedAt(pc, st, err)
@@ -315,33 +315,23 @@ func (c *core) deadline() time.Time {
 }
 
 // tick runs what is due at now: a phase that waited for its timeout,
-// answers to retry. It reports whether a failed push is due for a retry
-// (the runner then queues it, so that it is generated under a push slot).
-func (c *core) tick(ctx context.Context, now time.Time) (retryPush bool, err error) {
-	c.step(ctx, now)
+// answers to retry, heartbeats (see flow). Once it is over,
+// pushRetryDue reports whether a failed push is due for a retry.
+func (c *core) tick(now time.Time) (need, error) {
+	c.mustBeIdle()
+	c.step(now)
 	if pl := c.plan; pl != nil && !pl.waitSince.IsZero() && !now.Before(pl.waitSince.Add(c.set.phaseTimeout)) {
 		c.phaseTimedOut()
 	}
-	for _, ts := range c.types {
-		if ts != nil && ts.retry() != nil && !now.Before(c.set.time(ts.rare.retryAt)) {
-			a := ts.rare.retry
-			ts.rare.retry = nil
-			if err := c.answer(ts.idx, a); err != nil {
-				return false, err
-			}
-		}
-	}
-	for i, ts := range c.types {
-		if b := ts.beatDue(); ts != nil && b != 0 && !now.Before(c.set.time(b)) {
-			if err := c.beat(i); err != nil {
-				return false, err
-			}
-		}
-	}
-	if err := c.flushDeferred(); err != nil {
-		return false, err
-	}
-	return c.failed != nil && !now.Before(c.pushRetryAt), nil
+	c.flow = flow{stage: flowRetries}
+	return c.resume()
+}
+
+// pushRetryDue reports whether a failed push is due for a retry at the
+// current step's time (the runner then queues it, so that it is generated
+// under a push slot).
+func (c *core) pushRetryDue() bool {
+	return c.failed != nil && !c.now.Before(c.pushRetryAt)
 }
 
 // takeFailed returns the failed push to queue again.

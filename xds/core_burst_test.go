@@ -280,8 +280,7 @@ func (b *burst) do(ev byte) bool {
 		in := b.outbox[0]
 		b.outbox = b.outbox[1:]
 		b.log = append(b.log, "Q "+describe(in))
-		b.c.step(context.Background(), b.now)
-		if err := b.c.request(in); err != nil {
+		if err := runRequest(context.Background(), b.h, b.c, b.now, in); err != nil {
 			b.t.Fatal(err)
 		}
 	default:
@@ -308,7 +307,7 @@ func (b *burst) idle() bool {
 		b.t.Fatalf("still ticking after %d deadlines (failing: %s); events: %q", b.ticks, b.failing(), b.log)
 	}
 	b.log = append(b.log, "tick")
-	if _, err := b.c.tick(context.Background(), b.now); err != nil {
+	if _, err := runTick(context.Background(), b.h, b.c, b.now); err != nil {
 		b.t.Fatal(err)
 	}
 	b.after()

@@ -772,7 +772,7 @@ func (r *modelRun) settle() {
 		if err := runPush(context.Background(), r.h, r.c, r.now, item); err != nil {
 			r.t.Fatal(err)
 		}
-		if err := r.c.flushDeferred(); err != nil {
+		if err := runFlush(context.Background(), r.h, r.c); err != nil {
 			r.t.Fatal(err)
 		}
 	}
@@ -906,8 +906,7 @@ func (r *modelRun) readRequest() {
 	if in.delta != nil && in.delta.InitialResourceVersions != nil && r.resumeLeft > 0 {
 		r.resumeLeft--
 	}
-	r.c.step(context.Background(), r.now)
-	if err := r.c.request(in); err != nil {
+	if err := runRequest(context.Background(), r.h, r.c, r.now, in); err != nil {
 		r.fail("request %s: %v", describe(in), err)
 	}
 	r.settle()
@@ -924,7 +923,7 @@ func nackOf(in inbound) string {
 func (r *modelRun) tick() {
 	r.now = r.c.deadline()
 	r.logf("tick")
-	retry, err := r.c.tick(context.Background(), r.now)
+	retry, err := runTick(context.Background(), r.h, r.c, r.now)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -954,7 +953,7 @@ func (r *modelRun) reconnect() {
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*outMsg]bool{}
 	r.c = newCore(r.h.set, r.h, &Proxy{ID: "p", ConnID: fmt.Sprintf("p-%d", r.streams+1)}, true, 1)
 	st, err := r.h.initProxy(context.Background(), r.c.proxy, r.pc)
-	if err := r.c.init(context.Background(), r.now, r.pc, r.pc.Seq(), st, err); err != nil {
+	if err := r.c.init(r.now, r.pc, r.pc.Seq(), st, err); err != nil {
 		r.t.Fatal(err)
 	}
 	r.logf("-- reconnect: stream %d", r.streams+1)

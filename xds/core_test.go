@@ -232,7 +232,7 @@ func (h *fakeHost) newCore(delta bool) *core {
 	c := newCore(h.set, h, &Proxy{ID: "p", ConnID: "p-1"}, delta, 1)
 	pc := h.build(nil)
 	st, err := h.initProxy(context.Background(), c.proxy, pc)
-	if err := c.init(context.Background(), epoch, pc, pc.Seq(), st, err); err != nil {
+	if err := c.init(epoch, pc, pc.Seq(), st, err); err != nil {
 		h.t.Fatal(err)
 	}
 	return c
@@ -454,8 +454,7 @@ func TestCoreSotWRequests(t *testing.T) {
 			setUp(ClusterType, tt.cds)
 			setUp(EndpointType, tt.eds)
 			h.gens = nil
-			c.step(context.Background(), epoch)
-			if err := c.request(inbound{sotw: tt.req}); err != nil {
+			if err := runRequest(context.Background(), h, c, epoch, inbound{sotw: tt.req}); err != nil {
 				t.Fatalf("request() = %v", err)
 			}
 			if got := summaries(h.takeOut(c)); !slices.Equal(got, tt.want) {
@@ -498,7 +497,7 @@ func FuzzDeltaSubscribe(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		h := newFakeHost(t, nil)
 		c := h.newCore(true)
-		c.step(context.Background(), epoch)
+		c.step(epoch)
 		alphabet := []string{"*", "a", "b", "c", "d", "e", "f"}
 		for _, n := range alphabet[1:] {
 			h.put(ClusterType, xdsfixture.Cluster(n))
@@ -624,8 +623,7 @@ func (r *coreRun) change(full bool, f func(), keys ...pushcontext.ConfigKey) {
 
 func (r *coreRun) request(in inbound) {
 	r.t.Helper()
-	r.c.step(r.ctx(), r.now)
-	if err := r.c.request(in); err != nil {
+	if err := runRequest(r.ctx(), r.h, r.c, r.now, in); err != nil {
 		r.t.Fatal(err)
 	}
 }
@@ -706,7 +704,7 @@ func (r *coreRun) replyTo(m *outMsg, nack string) {
 func (r *coreRun) wait(d time.Duration) (retryPush bool) {
 	r.t.Helper()
 	r.now = r.now.Add(d)
-	retry, err := r.c.tick(r.ctx(), r.now)
+	retry, err := runTick(r.ctx(), r.h, r.c, r.now)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -14,19 +14,16 @@ import (
 // the nonce (ACK, NACK or stale) and the subscription change. Unlike SotW,
 // a subscription change is applied whatever the nonce says, because Delta
 // changes are incremental and one that is dropped is lost for good.
-func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) error {
+func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
 	resend := c.deltaNonce(i, req)
 	a, err := c.deltaSubscribe(i, req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(resend) > 0 {
 		a = a.merge(c.resendAnswer(i, resend))
 	}
-	if a == nil {
-		return nil
-	}
-	return c.answer(i, a)
+	return a, nil
 }
 
 // deltaNonce applies the nonce part of a request: a NACK is recorded (and

@@ -474,7 +474,7 @@ func (c *conn) catchUp(ctx context.Context, now time.Time) error {
 	if err := runPush(ctx, c.s, c.core, now, item); err != nil {
 		return err
 	}
-	return c.core.flushDeferred()
+	return runFlush(ctx, c.s, c.core)
 }
 
 // fanOut queues item, the push of the snapshot after the one of Seq

@@ -11,34 +11,20 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
-// Generation: the core asks for the target of a type, for an answer
-// (generate) or, through its runner, for a push (genNeed, made by
-// generateAll); the Server calls the Generator through its guard, checks
-// and encodes what it returns, and shares the result between the proxies
-// of a view.
+// Generation: a step of the core asks for the target of a type (genNeed,
+// see flow.go), for a push or an answer; its runner has the Server call
+// the Generator through its guard, check and encode what it returns, and
+// share the result between the proxies of a view (generateOne), and hands
+// the result back to the core (targetOf).
 
-// generate returns the full target of type i for the proxy, generated
-// from req.Push for an answer.
+// targetOf returns the target of type i that the generation r made: the
+// full target from Generate, or, from a DeltaGenerator's changes, a
+// partial target (Delta, SotW by-name) or what the client holds with the
+// changes applied (SotW full-state).
 //
 // A target that makes a response that cannot be split under
 // Config.MaxResponseBytes fails (see fits).
-func (c *core) generate(i int, req *pushcontext.PushRequest) (*target, error) {
-	tgt, err := c.host.generate(c.ctx, c.proxy, i, c.types[i].sub, req, false)
-	c.disownIfAbandoned(err, ErrGenerateTimeout)
-	if err == nil {
-		err = c.fits(i, tgt)
-	}
-	if err != nil {
-		return nil, err
-	}
-	return tgt, nil
-}
-
-// pushTarget returns the target of type i that the push's generation r
-// made: the full target from Generate, or, from a DeltaGenerator's
-// changes, a partial target (Delta, SotW by-name) or what the client
-// holds with the changes applied (SotW full-state).
-func (c *core) pushTarget(i int, r genResult) (*target, error) {
+func (c *core) targetOf(i int, r genResult) (*target, error) {
 	c.disownIfAbandoned(r.err, ErrGenerateTimeout)
 	if r.err != nil {
 		return nil, r.err
@@ -91,72 +77,6 @@ func (c *core) applyChanges(i int, up *resSet, removed []string) *target {
 	ents = append(ents, up.ents...)
 	slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
 	return &target{set: newSet(ents), sub: ts.sub}
-}
-
-// genHost is what a runner calls on its core's behalf: the host's code,
-// behind the Server's guards. The Server implements it.
-type genHost interface {
-	// generate returns the full target of type i for proxy p, for sub,
-	// shared by the proxies of its view; see Server.generate.
-	generate(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
-	// generateDelta calls a DeltaGenerator for proxy p.
-	generateDelta(ctx context.Context, p *Proxy, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
-	// encode checks and encodes resources of type i into a set.
-	encode(i int, res []Resource) (*resSet, error)
-	// initProxy calls Config.InitProxy, bounded by Config.GenerateTimeout.
-	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
-}
-
-// runPush takes item through c's push steps, making the host calls they
-// ask for between them. It is what a runner does with a push.
-func runPush(ctx context.Context, h genHost, c *core, now time.Time, item *pushItem) error {
-	need, err := c.push(ctx, now, item)
-	for err == nil && !need.done() {
-		if need.init != nil {
-			st, ierr := h.initProxy(ctx, c.proxy, need.init)
-			need, err = c.initialized(st, ierr)
-			continue
-		}
-		err = c.generated(generateAll(ctx, h, c.proxy, need.gens))
-		break
-	}
-	return err
-}
-
-// generateAll makes the generations gens for proxy p, in order, up to the
-// first that times out.
-func generateAll(ctx context.Context, h genHost, p *Proxy, gens []genNeed) []genResult {
-	out := make([]genResult, 0, len(gens))
-	for _, n := range gens {
-		r := generateOne(ctx, h, p, n)
-		out = append(out, r)
-		if r.err == ErrGenerateTimeout {
-			break
-		}
-	}
-	return out
-}
-
-// generateOne makes the generation n for proxy p.
-func generateOne(ctx context.Context, h genHost, p *Proxy, n genNeed) genResult {
-	if n.dg != nil {
-		ch, ok, err := h.generateDelta(ctx, p, n.typ, n.dg, n.sub, n.req)
-		if err != nil {
-			return genResult{err: err}
-		}
-		if ok {
-			res := make([]Resource, 0, len(ch.Upserted))
-			for _, r := range ch.Upserted {
-				if n.sub.covers(r.Name) {
-					res = append(res, r)
-				}
-			}
-			up, err := h.encode(n.typ, res)
-			return genResult{delta: true, up: up, removed: ch.Removed, err: err}
-		}
-	}
-	tgt, err := h.generate(ctx, p, n.typ, n.sub, n.req, true)
-	return genResult{tgt: tgt, err: err}
 }
 
 // genKey identifies a shared generation: one view, type, snapshot and

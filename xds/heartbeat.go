@@ -59,8 +59,10 @@ func (ts *typeState) beatDue() instant {
 	return ts.rare.beatAt
 }
 
-// beat sends the heartbeat of type i, and arms the next one.
-func (c *core) beat(i int) error {
+// beat sends the heartbeat of type i, and arms the next one. It reports
+// whether the heartbeat is an answer that waits for its generation (a
+// SotW full-state type's).
+func (c *core) beat(i int) bool {
 	ts := c.types[i]
 	r := ts.rareForWrite()
 	r.beatAt, r.ttl = 0, 0
@@ -74,7 +76,7 @@ func (c *core) beat(i int) error {
 		}
 	})
 	if len(beats) == 0 {
-		return nil // nothing held has a TTL any longer: the beats stop
+		return false // nothing held has a TTL any longer: the beats stop
 	}
 	r.beatAt = c.set.instant(c.now.Add(r.ttl / 3))
 	c.beating = true
@@ -91,12 +93,11 @@ func (c *core) beat(i int) error {
 		m.dresp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: string(c.set.order[i]), Nonce: m.nonce}
 	case c.set.fullState[i]:
 		f.free()
-		queued := len(c.out)
-		err := c.answer(i, &answer{all: true})
-		for _, m := range c.out[queued:] {
-			m.beat = true
+		if c.answer(i, &answer{all: true}) {
+			c.answering.beat, c.answering.queued = true, len(c.out)
+			return true
 		}
-		return err
+		return false
 	default:
 		anys := make([]*anypb.Any, len(beats))
 		for k, b := range beats {
@@ -108,5 +109,5 @@ func (c *core) beat(i int) error {
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	c.send(m)
-	return nil
+	return false
 }

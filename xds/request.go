@@ -2,6 +2,7 @@ package xds
 
 import (
 	"slices"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -77,60 +78,42 @@ func (c *core) checkBounds(in inbound, t string, i int) error {
 // protocols: an empty type URL and more than Config.MaxResourceNames names
 // end the stream with InvalidArgument, and a type without a generator is
 // ignored.
-func (c *core) request(in inbound) error {
+func (c *core) request(now time.Time, in inbound) (need, error) {
+	c.mustBeIdle()
+	c.step(now)
 	t := in.typeURL()
 	if t == "" {
-		return status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
+		return need{}, status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
 	i := c.set.typeIndex(TypeURL(t))
 	if err := c.checkBounds(in, t, i); err != nil {
-		return err
+		return need{}, err
 	}
 	if i < 0 {
 		c.emit(notice{kind: nUnknownType, typ: truncate(t, c.set.maxNameLength)})
-		return nil
+		return need{}, nil
 	}
+	var a *answer
 	var err error
 	if in.delta != nil {
-		err = c.deltaRequest(i, in.delta)
+		a, err = c.deltaRequest(i, in.delta)
 	} else {
-		err = c.sotwRequest(i, in.sotw)
+		a, err = c.sotwRequest(i, in.sotw)
 	}
 	if err != nil {
-		return err
+		return need{}, err
 	}
-	if err := c.retryHeldBack(i); err != nil {
-		return err
+	c.flow = flow{stage: flowHeldBack, i: i}
+	if a != nil && c.answer(i, a) {
+		return c.wantAnswer(), nil
 	}
-	c.advance(false)
-	return c.flushDeferred()
-}
-
-// retryHeldBack answers at once, rather than after its backoff, a type
-// waiting only to retry what a reference held back (nothing failed), once
-// the client has ACKed its last response of type i: what the client held
-// that named it may be gone.
-func (c *core) retryHeldBack(i int) error {
-	if ts := c.types[i]; ts == nil || ts.nonceSent == "" || !ts.synced() || !c.retrying {
-		return nil
-	}
-	for j, ts := range c.types {
-		if j == i || ts == nil || ts.retry() == nil || ts.fault != nil || c.blocked(j) {
-			continue
-		}
-		a := ts.rare.retry
-		ts.rare.retry = nil
-		if err := c.answer(j, a); err != nil {
-			return err
-		}
-	}
-	return nil
+	return c.resume()
 }
 
 // sotwRequest applies the SotW request state machine, in istiod's order:
 // NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
 // subscription change, and answers when it should.
-func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
+func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, error) {
 	full, ts := c.set.fullState[i], c.types[i]
 
 	// 1. NACK: record it. The rejected content is not sent again to this
@@ -149,15 +132,15 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		}
 		if ts == nil || ts.nonceSent == "" || req.ResponseNonce != ts.nonceSent {
 			if again != nil {
-				return c.answer(i, again)
+				return again, nil
 			}
-			return nil
+			return nil, nil
 		}
 	}
 
 	rn, err := c.sotwRequestNames(ts, req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	names, star, order := rn.names, rn.star, rn.order
 
@@ -166,7 +149,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 		if ts != nil {
 			c.unwatch(i)
 		}
-		return nil
+		return nil, nil
 	}
 	// An empty list of a full-state type is the legacy wildcard only while
 	// the client has never named a resource of the type on the stream (not
@@ -193,7 +176,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) error {
 	renewed := req.ResponseNonce == ""
 	if !renewed && req.ResponseNonce != ts.nonceSent {
 		c.sotwStale(i, req.ResponseNonce, names, star, wildcard)
-		return nil
+		return nil, nil
 	}
 
 	// 5. ACK of the last response, possibly with a new subscription; or,
@@ -240,10 +223,10 @@ func (c *core) unwatch(i int) {
 // before (the type is not watched yet, and the request carries a
 // version), the client holds a response of the type from an earlier
 // stream (see heldBefore).
-func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32, before bool) error {
+func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32, before bool) (*answer, error) {
 	ts := c.types[i]
 	if err := c.checkSubscription(i, names); err != nil {
-		return err
+		return nil, err
 	}
 	sub, order := c.sotwSubscription(names, wildcard, order)
 	nts := newTypeState(i, sub)
@@ -279,7 +262,7 @@ func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 		c.dropped[i] = false
 	}
 	c.rewarm(i)
-	return c.answer(i, &answer{all: true})
+	return &answer{all: true}, nil
 }
 
 // heldBefore records what a SotW client that reconnects holds of ts's
@@ -348,12 +331,12 @@ func (c *core) sotwRequestNames(ts *typeState, req *discoveryv3.DiscoveryRequest
 // with no nonce from a client that has read no response yet (renewed),
 // with the subscription it carries, and answers what changed (step 5 of
 // sotwRequest). again is the answer a NACK asked for, if any.
-func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, again *answer) error {
+func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, again *answer) (*answer, error) {
 	ts, full := c.types[i], c.set.fullState[i]
 	names, star, order, same := req.names, req.star, req.order, req.same
 	if !same {
 		if err := c.checkSubscription(i, names); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if !renewed && !nacked {
@@ -383,29 +366,29 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	ts.keptSettled(old)
 	if renewed {
 		c.rewarm(i)
-		return c.answer(i, &answer{all: true})
+		return &answer{all: true}, nil
 	}
 	if ts.alwaysRespond && !nacked {
 		ts.alwaysRespond = false
-		return c.answer(i, &answer{all: true})
+		return &answer{all: true}, nil
 	}
 	if !changed {
 		if again != nil {
-			return c.answer(i, again)
+			return again, nil
 		}
-		return nil
+		return nil, nil
 	}
 	if !full {
 		if len(added) == 0 {
 			if again != nil {
-				return c.answer(i, again)
+				return again, nil
 			}
-			return nil // pure removal: nothing to send
+			return nil, nil // pure removal: nothing to send
 		}
-		return c.answer(i, again.merge(&answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(added)}}))
+		return again.merge(&answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(added)}}), nil
 	}
 	// A full-state type must be answered with the whole subscribed state.
-	return c.answer(i, &answer{all: true})
+	return &answer{all: true}, nil
 }
 
 // rewarm records a SotW request of type i answered in full: when it is

@@ -179,8 +179,7 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 	now := c.s.set.clock.Now()
 	err := c.catchUp(ctx, now)
 	if err == nil {
-		c.core.step(ctx, now)
-		err = c.core.request(in)
+		err = runRequest(ctx, c.s, c.core, now, in)
 	}
 	c.afterStep()
 	return err
@@ -341,7 +340,7 @@ func (c *conn) onTimer(ctx context.Context) error {
 		c.afterStep()
 		return err
 	}
-	retryPush, err := c.core.tick(ctx, now)
+	retryPush, err := runTick(ctx, c.s, c.core, now)
 	if retryPush {
 		// Generated again under a push slot, merged with what arrives
 		// meanwhile.
@@ -416,7 +415,7 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	})
 	err := runPush(ctx, c.s, c.core, now, item)
 	if err == nil {
-		err = c.core.flushDeferred()
+		err = runFlush(ctx, c.s, c.core)
 	}
 	return c.settle(true), err
 }

@@ -395,7 +395,7 @@ func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err 
 		return false, err
 	}
 	st, err := s.initProxy(ctx, p, pc)
-	if err := c.core.init(ctx, s.set.clock.Now(), pc, pc.Seq(), st, err); err != nil {
+	if err := c.core.init(s.set.clock.Now(), pc, pc.Seq(), st, err); err != nil {
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
 		return true, s.refused(ctx, p.Peer, p, toClient, detail)
 	}
