@@ -2,6 +2,7 @@ package xds
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -21,10 +22,32 @@ type pushing struct {
 	pc     *pushcontext.PushContext
 	dirty  bool // a type was left to regenerate when the push began
 	// The push filtered by the proxy's scope, its plan, and what it
-	// generates into the plan (see generated).
+	// generates into the plan (see generated), with the storage of their
+	// results.
 	filtered *pushcontext.PushRequest
 	plan     *plan
 	gens     []genNeed
+	results  []genResult
+}
+
+// pushingPool holds pushings for the next pushes, with the storage of
+// their generations.
+var pushingPool = sync.Pool{New: func() any { return new(pushing) }}
+
+func newPushing(item *pushItem) *pushing {
+	p := pushingPool.Get().(*pushing)
+	p.item = item
+	return p
+}
+
+// free empties p, which nothing refers to any longer (its plan is not
+// its own: it is the core's, or freed), and returns it to pushingPool.
+func (p *pushing) free() {
+	gens, results := p.gens[:cap(p.gens)], p.results[:cap(p.results)]
+	clear(gens)
+	clear(results)
+	*p = pushing{gens: gens[:0], results: results[:0]}
+	pushingPool.Put(p)
 }
 
 // push applies a push to the connection: re-initialises the proxy on a
@@ -62,7 +85,8 @@ func (c *core) push(now time.Time, item *pushItem) (need, error) {
 		c.applied(item.seq, true)
 		return need{}, nil
 	}
-	p := &pushing{item: item, dirty: slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })}
+	p := newPushing(item)
+	p.dirty = slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
 	p.pc, p.before = c.moveTo(item.req)
 	if item.req.Full && p.pc.Seq() > c.initSeq {
 		if c.reinit(item.req, p.pc) {
@@ -80,6 +104,7 @@ func (c *core) initialized(st ProxyState, err error) (need, error) {
 	p := c.pushing
 	c.pushing = nil
 	if err := c.initializedAt(p.pc, st, err); err != nil {
+		p.free()
 		return need{}, err
 	}
 	return c.pushFiltered(p)
@@ -101,6 +126,7 @@ func (c *core) pushFiltered(p *pushing) (need, error) {
 		c.rebuildsExplained(req, pc, nil)
 		if !p.dirty {
 			c.applied(p.item.seq, true)
+			p.free()
 			return need{}, nil
 		}
 		// The push does not concern the proxy, but an earlier push left
@@ -115,12 +141,12 @@ func (c *core) pushFiltered(p *pushing) (need, error) {
 	}
 	p.filtered = filtered
 	p.plan = newPlan(filtered, len(c.set.order))
-	p.gens = c.pushGenerations(filtered)
+	p.gens = c.pushGenerations(p.gens, filtered)
 	c.pushing = p
 	if len(p.gens) == 0 {
 		return c.generated(nil)
 	}
-	return need{gens: p.gens}, nil
+	return need{gens: p.gens, results: p.results[:0]}, nil
 }
 
 // generated goes on with the push that asked for generations, with what
@@ -131,26 +157,28 @@ func (c *core) generated(results []genResult) (need, error) {
 	c.pushing = nil
 	pl := p.plan
 	failed, err := c.generatedPush(pl, p.gens, results)
+	p.results = results[:0]
+	item, filtered, pc, before := p.item, p.filtered, p.pc, p.before
+	p.free()
 	if err != nil {
 		pl.free()
 		return need{}, err
 	}
-	item := p.item
 	if failed != nil {
-		c.pushFailed(pl, failed, &pushItem{req: p.filtered, seq: item.seq, start: item.start, merged: item.merged})
+		c.pushFailed(pl, failed, &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged})
 		if len(pl.phases) == 0 {
 			// Nothing of the push is sent: the proxy stays where it was,
 			// so that answers to its requests keep coming from the
 			// snapshot its client holds, not from one whose other types
 			// it has not been sent.
 			pl.free()
-			c.moveBack(p.before)
+			c.moveBack(before)
 			return need{}, nil
 		}
 	} else {
 		c.pushFails = 0
 	}
-	c.generatedFrom(pl, p.pc, item.req)
+	c.generatedFrom(pl, pc, item.req)
 	if failed == nil {
 		c.applied(item.seq, false)
 	}
@@ -214,14 +242,13 @@ func (c *core) moveBack(before proxyAt) {
 	c.prevScope, c.initSeq = before.prevScope, before.initSeq
 }
 
-// pushGenerations lists the generations of every type the push filtered
-// affects.
-func (c *core) pushGenerations(filtered *pushcontext.PushRequest) []genNeed {
+// pushGenerations appends to gens the generations of every type the push
+// filtered affects.
+func (c *core) pushGenerations(gens []genNeed, filtered *pushcontext.PushRequest) []genNeed {
 	set := c.set
 	// A cluster that is sent re-warms on the client, which then waits for
 	// its endpoints: when CDS is generated, so is EDS.
 	cdsAffected := set.cdsIdx >= 0 && c.types[set.cdsIdx] != nil && c.affected(set.cdsIdx, filtered)
-	var gens []genNeed
 	for i, ts := range c.types {
 		if ts == nil {
 			continue

@@ -13,11 +13,10 @@ import (
 // machine that steps take, which does no I/O, starts no goroutine, takes
 // no lock, reads no clock, logs nothing and calls no hook. What it needs of
 // the world comes in as the arguments of its steps; what it does goes out
-// as messages, notices and a deadline the runner applies; a push's host
-// calls (InitProxy, its generations) are made by the runner between the
-// push's steps. The one way out it still has is its host (coreHost): the
-// Generators of answers, which it calls synchronously, through the
-// Server's guard.
+// as messages, notices and a deadline the runner applies, and what it
+// needs of the host's code (InitProxy, a generation) as a need, which the
+// runner meets between steps (drive.go). What it reads of its Server
+// (coreHost) are the caches that connections share.
 var coreFiles = []string{
 	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
 	"fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go",

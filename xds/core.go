@@ -19,16 +19,21 @@ import (
 //   - push: a push taken from the push queue — apply.go, released phase
 //     by phase in phases.go and fetch.go, each response made in diff.go;
 //   - tick: time has passed (phase deadlines, retries) — tick below;
+//   - flushDeferred: the runner asks for the answers that waited for a
+//     push's phases (flow.go);
+//   - the results of the host calls a step asked for: initialized,
+//     generated and answerGenerated (flow.go);
 //
 // each of which may queue responses (take them with takeOut) and notices
 // (what the host hears of: hooks and log records, which the runner
 // reports; see notice), and move the deadline at which tick wants to run
-// next (deadline). It logs nothing, calls no hook and takes no lock; what
-// Status and the other reads see, the runner copies after each step (see
-// conn.publishStatus). What a push needs of the host's code (InitProxy,
-// its generations) is an input: push returns what it needs, the runner
-// makes the calls and hands their results to the next step (runPush). An
-// answer's generation is still called through c.host, synchronously.
+// next (deadline). It logs nothing, calls no hook, calls none of the
+// host's code and takes no lock: what a step needs of InitProxy or a
+// Generator it returns (need), and the runner makes the call and hands
+// the result to the step that goes on (drive.go). What Status and the
+// other reads see, the runner copies after each step (see
+// conn.publishStatus). What it reads of its Server (c.host) are the caches
+// its connections share.
 //
 // What it keeps per type is a typeState (typestate.go).
 //

@@ -36,7 +36,7 @@ func drive(ctx context.Context, h genHost, c *core, n need, err error) error {
 			st, ierr := h.initProxy(ctx, c.proxy, n.init)
 			n, err = c.initialized(st, ierr)
 		case len(n.gens) > 0:
-			n, err = c.generated(generateAll(ctx, h, c.proxy, n.gens))
+			n, err = c.generated(generateAll(ctx, n.results, h, c.proxy, n.gens))
 		case n.gen != nil:
 			n, err = c.answerGenerated(generateOne(ctx, h, c.proxy, *n.gen))
 		default:
@@ -76,9 +76,8 @@ func runFlush(ctx context.Context, h genHost, c *core) error {
 }
 
 // generateAll makes the generations gens for proxy p, in order, up to the
-// first that times out.
-func generateAll(ctx context.Context, h genHost, p *Proxy, gens []genNeed) []genResult {
-	out := make([]genResult, 0, len(gens))
+// first that times out, and appends their results to out.
+func generateAll(ctx context.Context, out []genResult, h genHost, p *Proxy, gens []genNeed) []genResult {
 	for _, n := range gens {
 		r := generateOne(ctx, h, p, n)
 		out = append(out, r)

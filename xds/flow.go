@@ -22,7 +22,10 @@ import "github.com/xdspush/xdspush/pushcontext"
 type need struct {
 	init *pushcontext.PushContext // a push: InitProxy against it
 	gens []genNeed                // a push: these generations
-	gen  *genNeed                 // an answer: this generation
+	// results is storage for the results of gens, to append them to
+	// (empty; its capacity is the core's to reuse).
+	results []genResult
+	gen     *genNeed // an answer: this generation
 }
 
 func (n need) done() bool { return n.init == nil && len(n.gens) == 0 && n.gen == nil }
