@@ -142,16 +142,10 @@ const starIndex = ^uint32(0)
 // typeState.order). It does not modify raw, and returns raw itself (and a
 // nil order) when raw is already in that form.
 func parseNames(raw []string) (names []string, star bool, order []uint32) {
-	sorted := true
-	for k := 1; k < len(raw) && sorted; k++ {
-		sorted = raw[k-1] < raw[k]
+	if normalNames(raw) {
+		return raw, false, nil
 	}
-	if sorted {
-		if _, star := slices.BinarySearch(raw, "*"); !star {
-			return raw, false, nil
-		}
-	}
-	names, star = normalizeNames(raw)
+	names, star = normalized(raw)
 	if len(names) >= int(starIndex) {
 		return names, star, nil // too many to index: sameNames is false
 	}
@@ -194,13 +188,27 @@ func (ts *typeState) sameNames(raw []string) bool {
 // copy otherwise. A request's names are never written to (see
 // canonicalNames).
 func normalizeNames(names []string) ([]string, bool) {
-	sorted := true
-	for k := 1; k < len(names) && sorted; k++ {
-		sorted = names[k-1] < names[k]
-	}
-	if _, star := slices.BinarySearch(names, "*"); sorted && !star {
+	if normalNames(names) {
 		return names, false
 	}
+	return normalized(names)
+}
+
+// normalNames reports whether names are sorted, without duplicates and
+// without "*": as normalizeNames returns them.
+func normalNames(names []string) bool {
+	for k := 1; k < len(names); k++ {
+		if names[k-1] >= names[k] {
+			return false
+		}
+	}
+	_, star := slices.BinarySearch(names, "*")
+	return !star
+}
+
+// normalized returns a copy of names sorted, without duplicates and "*",
+// and reports whether "*" was present.
+func normalized(names []string) ([]string, bool) {
 	names = slices.Clone(names)
 	star := false
 	if len(names) > 1 {
