@@ -2,7 +2,6 @@ package xds
 
 import (
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/xdspush/xdspush/pushcontext"
@@ -15,39 +14,27 @@ import (
 // makes the generations it lists and hands them to generated, which
 // releases the push's first phases.
 
-// pushing is a push between its steps.
+// pushing is a push between its steps, before its phases: part of its
+// plan (plan.gen), so that a push takes no storage of its own.
 type pushing struct {
 	item   *pushItem
 	before proxyAt
 	pc     *pushcontext.PushContext
 	dirty  bool // a type was left to regenerate when the push began
-	// The push filtered by the proxy's scope, its plan, and what it
-	// generates into the plan (see generated), with the storage of their
-	// results.
+	// The push filtered by the proxy's scope, and what it generates (see
+	// generated), with the storage of their results.
 	filtered *pushcontext.PushRequest
-	plan     *plan
 	gens     []genNeed
 	results  []genResult
 }
 
-// pushingPool holds pushings for the next pushes, with the storage of
-// their generations.
-var pushingPool = sync.Pool{New: func() any { return new(pushing) }}
-
-func newPushing(item *pushItem) *pushing {
-	p := pushingPool.Get().(*pushing)
-	p.item = item
-	return p
-}
-
-// free empties p, which nothing refers to any longer (its plan is not
-// its own: it is the core's, or freed), and returns it to pushingPool.
-func (p *pushing) free() {
+// reset empties p: what it referred to is let go, the storage of its
+// generations is kept.
+func (p *pushing) reset() {
 	gens, results := p.gens[:cap(p.gens)], p.results[:cap(p.results)]
 	clear(gens)
 	clear(results)
 	*p = pushing{gens: gens[:0], results: results[:0]}
-	pushingPool.Put(p)
 }
 
 // push applies a push to the connection: re-initialises the proxy on a
@@ -85,34 +72,37 @@ func (c *core) push(now time.Time, item *pushItem) (need, error) {
 		c.applied(item.seq, true)
 		return need{}, nil
 	}
-	p := newPushing(item)
+	pl := planPool.Get().(*plan)
+	p := &pl.gen
+	p.item = item
 	p.dirty = slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
 	p.pc, p.before = c.moveTo(item.req)
 	if item.req.Full && p.pc.Seq() > c.initSeq {
 		if c.reinit(item.req, p.pc) {
-			c.pushing = p
+			c.pushing = pl
 			return need{init: p.pc}, nil
 		}
 		c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
 	}
-	return c.pushFiltered(p)
+	return c.pushFiltered(pl)
 }
 
 // initialized goes on with the push that asked for InitProxy, with what
 // it returned.
 func (c *core) initialized(st ProxyState, err error) (need, error) {
-	p := c.pushing
+	pl := c.pushing
 	c.pushing = nil
-	if err := c.initializedAt(p.pc, st, err); err != nil {
-		p.free()
+	if err := c.initializedAt(pl.gen.pc, st, err); err != nil {
+		pl.free()
 		return need{}, err
 	}
-	return c.pushFiltered(p)
+	return c.pushFiltered(pl)
 }
 
 // pushFiltered moves the proxy to the push's snapshot, filters the push
 // by the proxy's scope and lists the types it regenerates.
-func (c *core) pushFiltered(p *pushing) (need, error) {
+func (c *core) pushFiltered(pl *plan) (need, error) {
+	p := &pl.gen
 	req, pc := p.item.req, p.pc
 	c.proxy.Push = pc
 	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
@@ -126,7 +116,7 @@ func (c *core) pushFiltered(p *pushing) (need, error) {
 		c.rebuildsExplained(req, pc, nil)
 		if !p.dirty {
 			c.applied(p.item.seq, true)
-			p.free()
+			pl.free()
 			return need{}, nil
 		}
 		// The push does not concern the proxy, but an earlier push left
@@ -140,9 +130,9 @@ func (c *core) pushFiltered(p *pushing) (need, error) {
 		filtered = &cp
 	}
 	p.filtered = filtered
-	p.plan = newPlan(filtered, len(c.set.order))
+	pl.start(filtered, len(c.set.order))
 	p.gens = c.pushGenerations(p.gens, filtered)
-	c.pushing = p
+	c.pushing = pl
 	if len(p.gens) == 0 {
 		return c.generated(nil)
 	}
@@ -153,13 +143,13 @@ func (c *core) pushFiltered(p *pushing) (need, error) {
 // the runner made of them, in their order. A result missing at the end
 // is of a generation not made: the runner stopped at a timeout.
 func (c *core) generated(results []genResult) (need, error) {
-	p := c.pushing
+	pl := c.pushing
 	c.pushing = nil
-	pl := p.plan
+	p := &pl.gen
 	failed, err := c.generatedPush(pl, p.gens, results)
 	p.results = results[:0]
 	item, filtered, pc, before := p.item, p.filtered, p.pc, p.before
-	p.free()
+	p.reset()
 	if err != nil {
 		pl.free()
 		return need{}, err

@@ -67,8 +67,8 @@ type core struct {
 	// clients come and go one per snapshot.
 	genFrom []uint64
 
-	plan    *plan    // the push being released phase by phase; nil when none
-	pushing *pushing // a push waiting for its host calls (see push); nil when none
+	plan    *plan // the push being released phase by phase; nil when none
+	pushing *plan // a push waiting for its host calls (see push); nil when none
 	// answering is the answer waiting for its generation, and flow what
 	// the step does once it is sent (see flow.go).
 	answering answering

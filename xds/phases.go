@@ -48,6 +48,9 @@ type plan struct {
 	// whose first answers held those removals back.
 	reconnect bool
 	anchors   []int
+	// gen is the push before its phases, while it waits for its host
+	// calls (see core.push); empty once they begin.
+	gen pushing
 }
 
 // planType is a plan's state for one type.
@@ -129,7 +132,9 @@ func (pl *plan) reset() {
 	anchors := pl.anchors[:0]
 	names := pl.warmBuf.names
 	clear(names)
-	*pl = plan{t: t[:0], phaseBuf: buf[:0], anchors: anchors, warmBuf: warmSet{names: names}}
+	gen := pl.gen
+	gen.reset()
+	*pl = plan{t: t[:0], phaseBuf: buf[:0], anchors: anchors, warmBuf: warmSet{names: names}, gen: gen}
 }
 
 // newWarmSet returns the plan's warm set, emptied, for its CDS phase.
