@@ -26,6 +26,10 @@ type pushing struct {
 	filtered *pushcontext.PushRequest
 	gens     []genNeed
 	results  []genResult
+	// genBuf and resBuf are where gens and results begin: a push of up to
+	// eight types allocates neither, not even in a plan just made.
+	genBuf [8]genNeed
+	resBuf [8]genResult
 }
 
 // reset empties p: what it referred to is let go, the storage of its
@@ -131,6 +135,9 @@ func (c *core) pushFiltered(pl *plan) (need, error) {
 	}
 	p.filtered = filtered
 	pl.start(filtered, len(c.set.order))
+	if p.gens == nil {
+		p.gens, p.results = p.genBuf[:0], p.resBuf[:0]
+	}
 	p.gens = c.pushGenerations(p.gens, filtered)
 	c.pushing = pl
 	if len(p.gens) == 0 {

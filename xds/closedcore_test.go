@@ -47,9 +47,18 @@ var coreBannedCalls = map[string]map[string]bool{
 	"sync": {"Mutex": true, "RWMutex": true, "WaitGroup": true, "Once": true, "Cond": true, "Map": true, "OnceFunc": true, "OnceValue": true, "OnceValues": true},
 }
 
+// coreHostCalls are the methods through which the host's code runs
+// (Generators, InitProxy, and the Server's guarded calls of them): a core
+// file must not call them. What a step needs of them, it asks its runner
+// for (need, see flow.go).
+var coreHostCalls = map[string]bool{
+	"Generate": true, "GenerateDelta": true, "generate": true, "generateDelta": true,
+	"generateFor": true, "initProxy": true, "encode": true, "encodeAll": true,
+}
+
 // TestCoreStaysClosed reads the core's files and fails on what a closed
 // core must not do: a banned import or call, a goroutine, a channel, a
-// select, or a call of a hook or a logger.
+// select, a call of a hook or a logger, or a call of the host's code.
 func TestCoreStaysClosed(t *testing.T) {
 	fset := token.NewFileSet()
 	for _, name := range coreFiles {
@@ -82,6 +91,9 @@ func TestCoreViolations(t *testing.T) {
 		{"hook", `package p; type h struct{ OnACK func() }; func f(hooks *h) { hooks.OnACK() }`, 1},
 		{"callHook", `package p; func f() { callHook(nil, nil, 0) }`, 1},
 		{"logger", `package p; type s struct{ logger any }; func f(set *s) { _ = set.logger }`, 1},
+		{"generator", `package p; type g interface{ Generate() }; func f(x g) { x.Generate() }`, 1},
+		{"initProxy", `package p; type h interface{ initProxy() }; func f(x h) { x.initProxy() }`, 1},
+		{"generator named, not called", `package p; type g interface{ Generate() }; func f(x g) func() { return x.Generate }`, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,6 +134,9 @@ func coreViolations(fset *token.FileSet, f *ast.File) []string {
 		case *ast.CallExpr:
 			if id, ok := n.Fun.(*ast.Ident); ok && (id.Name == "callHook" || id.Name == "guarded") {
 				add(n, "calls "+id.Name)
+			}
+			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && coreHostCalls[sel.Sel.Name] {
+				add(n, "calls the host's code ("+sel.Sel.Name+")")
 			}
 		case *ast.SelectStmt:
 			add(n, "selects")
