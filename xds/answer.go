@@ -1,6 +1,10 @@
 package xds
 
-import "github.com/xdspush/xdspush/pushcontext"
+import (
+	"sync"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
 
 // answer says how to answer a request of one type. Answers that wait
 // (deferred behind a push's phases, or retried after a failure) merge.
@@ -54,7 +58,7 @@ func (a *answer) merge(b *answer) *answer {
 // answering is an answer waiting for its generation, which the runner
 // makes between two steps (see flow.go).
 type answering struct {
-	gen genNeed // what the runner is to generate; gen.req is nil when none waits
+	gen genNeed // what the runner is to generate
 	i   int
 	a   *answer
 	// warm, when warming, is the set of clusters whose endpoints the
@@ -65,6 +69,17 @@ type answering struct {
 	// from the queued-th on.
 	beat   bool
 	queued int
+}
+
+// answeringPool holds answerings for the next answers: a connection holds
+// one only while its step waits for a generation, not while it idles.
+var answeringPool = sync.Pool{New: func() any { return new(answering) }}
+
+// wait makes w the answer the core waits for.
+func (c *core) wait(w answering) {
+	p := answeringPool.Get().(*answering)
+	*p = w
+	c.answering = p
 }
 
 // answer answers a request of type i, or, if the current push has phases
@@ -84,12 +99,12 @@ func (c *core) answer(i int, a *answer) bool {
 		r.deferred = r.deferred.merge(a)
 		return false
 	}
-	c.answering = answering{i: i, a: a, gen: genNeed{typ: i, sub: ts.sub, req: &pushcontext.PushRequest{
+	c.wait(answering{i: i, a: a, gen: genNeed{typ: i, sub: ts.sub, req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		Push:   c.proxy.Push,
 		Delta:  a.delta,
-	}}}
+	}}})
 	return true
 }
 
@@ -169,11 +184,11 @@ func (c *core) sendWarmed(warm *warmSet) bool {
 	if warm.all {
 		a = &answer{}
 	}
-	c.answering = answering{i: e, a: a, warm: warm, warming: true, gen: genNeed{typ: e, sub: c.types[e].sub, req: &pushcontext.PushRequest{
+	c.wait(answering{i: e, a: a, warm: warm, warming: true, gen: genNeed{typ: e, sub: c.types[e].sub, req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		Push:   c.proxy.Push,
-	}}}
+	}}})
 	return true
 }
 

@@ -69,9 +69,10 @@ type core struct {
 
 	plan    *plan // the push being released phase by phase; nil when none
 	pushing *plan // a push waiting for its host calls (see push); nil when none
-	// answering is the answer waiting for its generation, and flow what
+	// answering is the answer waiting for its generation (nil: none, and
+	// the connection keeps none while it idles), and flow what
 	// the step does once it is sent (see flow.go).
-	answering answering
+	answering *answering
 	flow      flow
 	out       []*outMsg // responses to write, in order
 	notices   []notice  // what the steps since the runner last reported did (see notice)

@@ -84,7 +84,7 @@ const (
 )
 
 // waiting reports whether the core waits for its runner's result.
-func (c *core) waiting() bool { return c.pushing != nil || c.answering.gen.req != nil }
+func (c *core) waiting() bool { return c.pushing != nil || c.answering != nil }
 
 // mustBeIdle panics if a step begins while another waits for its runner:
 // a runner that did so would break the order of what the core sends.
@@ -100,8 +100,11 @@ func (c *core) wantAnswer() need { return need{gen: &c.answering.gen} }
 // answerGenerated goes on with the answer that waits for its generation,
 // with what the runner made of it (r), then with the step's flow.
 func (c *core) answerGenerated(r genResult) (need, error) {
-	w := c.answering
-	c.answering = answering{}
+	p := c.answering
+	w := *p
+	*p = answering{}
+	answeringPool.Put(p)
+	c.answering = nil
 	var again bool
 	var err error
 	if w.warming {
