@@ -140,84 +140,116 @@ func (c *core) flushDeferred() (need, error) {
 func (c *core) resume() (need, error) {
 	f := &c.flow
 	for {
+		waits := false
 		switch f.stage {
 		case flowDone:
 			return need{}, nil
-
 		case flowHeldBack:
 			if ts := c.types[f.i]; ts == nil || ts.nonceSent == "" || !ts.synced() || !c.retrying {
 				f.stage = flowAdvance
-				continue
+			} else {
+				f.stage, f.j = flowHeldBackScan, 0
 			}
-			f.stage, f.j = flowHeldBackScan, 0
-
 		case flowHeldBackScan:
-			for f.j < len(c.types) {
-				j, ts := f.j, c.types[f.j]
-				f.j++
-				if j == f.i || ts == nil || ts.retry() == nil || ts.fault != nil || c.blocked(j) {
-					continue
-				}
-				a := ts.rare.retry
-				ts.rare.retry = nil
-				if c.answer(j, a) {
-					return c.wantAnswer(), nil
-				}
-			}
-			f.stage = flowAdvance
-
+			waits = c.retryHeldBack()
 		case flowAdvance:
 			c.advance(false)
 			f.stage, f.j, f.any = flowFlush, 0, false
-
 		case flowRetries:
-			for f.j < len(c.types) {
-				ts := c.types[f.j]
-				f.j++
-				if ts != nil && ts.retry() != nil && !c.now.Before(c.set.time(ts.rare.retryAt)) {
-					a := ts.rare.retry
-					ts.rare.retry = nil
-					if c.answer(ts.idx, a) {
-						return c.wantAnswer(), nil
-					}
-				}
-			}
-			f.stage, f.j = flowBeats, 0
-
+			waits = c.answerRetries()
 		case flowBeats:
-			for f.j < len(c.types) {
-				i, ts := f.j, c.types[f.j]
-				f.j++
-				if b := ts.beatDue(); ts != nil && b != 0 && !c.now.Before(c.set.time(b)) {
-					if c.beat(i) {
-						return c.wantAnswer(), nil
-					}
-				}
-			}
-			f.stage, f.j, f.any = flowFlush, 0, false
-
+			waits = c.sendBeats()
 		case flowFlush:
-			for f.j < len(c.types) {
-				j, ts := f.j, c.types[f.j]
-				f.j++
-				if ts == nil || ts.deferred() == nil || c.blocked(j) {
-					continue
-				}
-				a := ts.rare.deferred
-				ts.rare.deferred = nil
-				f.any = true
-				if c.answer(j, a) {
-					return c.wantAnswer(), nil
-				}
-			}
-			if !f.any || c.plan == nil {
-				f.stage = flowDone
-				continue
-			}
-			// The push waited for those answers (see fetchedAll): it may
-			// go on, or be complete.
-			c.advance(false)
-			f.j, f.any = 0, false
+			waits = c.answerDeferred()
+		}
+		if waits {
+			return c.wantAnswer(), nil
 		}
 	}
+}
+
+// Each scan of a flow's stage goes on from the type at flow.j, and
+// reports whether an answer it made waits for its generation; when it
+// has seen every type, the flow moves to its next stage.
+
+// retryHeldBack answers the types that wait only to retry what a
+// reference held back (see flowHeldBack).
+func (c *core) retryHeldBack() bool {
+	f := &c.flow
+	for f.j < len(c.types) {
+		j, ts := f.j, c.types[f.j]
+		f.j++
+		if j == f.i || ts == nil || ts.retry() == nil || ts.fault != nil || c.blocked(j) {
+			continue
+		}
+		a := ts.rare.retry
+		ts.rare.retry = nil
+		if c.answer(j, a) {
+			return true
+		}
+	}
+	f.stage = flowAdvance
+	return false
+}
+
+// answerRetries answers the failed answers due for a retry at the tick.
+func (c *core) answerRetries() bool {
+	f := &c.flow
+	for f.j < len(c.types) {
+		ts := c.types[f.j]
+		f.j++
+		if ts != nil && ts.retry() != nil && !c.now.Before(c.set.time(ts.rare.retryAt)) {
+			a := ts.rare.retry
+			ts.rare.retry = nil
+			if c.answer(ts.idx, a) {
+				return true
+			}
+		}
+	}
+	f.stage, f.j = flowBeats, 0
+	return false
+}
+
+// sendBeats sends the heartbeats due at the tick.
+func (c *core) sendBeats() bool {
+	f := &c.flow
+	for f.j < len(c.types) {
+		i, ts := f.j, c.types[f.j]
+		f.j++
+		if b := ts.beatDue(); ts != nil && b != 0 && !c.now.Before(c.set.time(b)) {
+			if c.beat(i) {
+				return true
+			}
+		}
+	}
+	f.stage, f.j, f.any = flowFlush, 0, false
+	return false
+}
+
+// answerDeferred answers the requests that waited for phases now released, and
+// lets the push go on after them (see flowFlush).
+func (c *core) answerDeferred() bool {
+	f := &c.flow
+	for f.j < len(c.types) {
+		j, ts := f.j, c.types[f.j]
+		f.j++
+		if ts == nil || ts.deferred() == nil || c.blocked(j) {
+			continue
+		}
+		a := ts.rare.deferred
+		ts.rare.deferred = nil
+		f.any = true
+		if c.answer(j, a) {
+			return true
+		}
+	}
+	if !f.any || c.plan == nil {
+		f.stage = flowDone
+		return false
+	}
+	// The push waited for those answers (see fetchedAll): it may go on,
+	// or be complete.
+	c.advance(false)
+	f.j, f.any = 0, false
+	return false
 }
