@@ -61,10 +61,9 @@ type answering struct {
 	gen genNeed // what the runner is to generate
 	i   int
 	a   *answer
-	// warm, when warming, is the set of clusters whose endpoints the
-	// answer sends (see sendWarmed).
-	warm    *warmSet
-	warming bool
+	// warm, if not nil, is the set of clusters whose endpoints the answer
+	// sends (see sendWarmed).
+	warm *warmSet
 	// beat marks the responses of a heartbeat (see beat): those queued
 	// from the queued-th on.
 	beat   bool
@@ -184,7 +183,7 @@ func (c *core) sendWarmed(warm *warmSet) bool {
 	if warm.all {
 		a = &answer{}
 	}
-	c.wait(answering{i: e, a: a, warm: warm, warming: true, gen: genNeed{typ: e, sub: c.types[e].sub, req: &pushcontext.PushRequest{
+	c.wait(answering{i: e, a: a, warm: warm, gen: genNeed{typ: e, sub: c.types[e].sub, req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		Push:   c.proxy.Push,

@@ -107,7 +107,7 @@ func (c *core) answerGenerated(r genResult) (need, error) {
 	c.answering = nil
 	var again bool
 	var err error
-	if w.warming {
+	if w.warm != nil {
 		err = c.warmed(w, r)
 	} else {
 		again, err = c.answered(w, r)
@@ -226,8 +226,8 @@ func (c *core) sendBeats() bool {
 	return false
 }
 
-// answerDeferred answers the requests that waited for phases now released, and
-// lets the push go on after them (see flowFlush).
+// answerDeferred answers the requests that waited for phases now
+// released, and lets the push go on after them (see flowFlush).
 func (c *core) answerDeferred() bool {
 	f := &c.flow
 	for f.j < len(c.types) {

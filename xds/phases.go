@@ -132,9 +132,12 @@ func (pl *plan) reset() {
 	anchors := pl.anchors[:0]
 	names := pl.warmBuf.names
 	clear(names)
-	gen := pl.gen
-	gen.reset()
-	*pl = plan{t: t[:0], phaseBuf: buf[:0], anchors: anchors, warmBuf: warmSet{names: names}, gen: gen}
+	// gen is reset where it is: it holds the arrays of a push's
+	// generations, which a copy of the plan would move twice.
+	pl.gen.reset()
+	pl.req, pl.seq, pl.phases, pl.phaseBuf, pl.t = nil, 0, nil, buf[:0], t[:0]
+	pl.warm, pl.warmBuf, pl.heldNeeds, pl.waitSince = nil, warmSet{names: names}, false, time.Time{}
+	pl.reconnect, pl.anchors = false, anchors
 }
 
 // newWarmSet returns the plan's warm set, emptied, for its CDS phase.

@@ -12,6 +12,7 @@ import (
 // of its push but storage, and starts the next push as a new plan would.
 func TestPlanReset(t *testing.T) {
 	tgt := &target{}
+	req0 := &pushcontext.PushRequest{}
 	for _, tc := range []struct {
 		name string
 		fill func(pl *plan)
@@ -39,6 +40,19 @@ func TestPlanReset(t *testing.T) {
 			pl.phaseBuf = pl.phases
 			for range 9 {
 				pl.phases = append(pl.phases, phase{typeIdx: 1, tgt: tgt})
+			}
+		}},
+		{"waiting for its generations", func(pl *plan) {
+			g := &pl.gen
+			g.item, g.dirty, g.filtered = &pushItem{}, true, req0
+			g.gens = append(g.genBuf[:0], genNeed{typ: 1, req: req0, push: true})
+			g.results = append(g.resBuf[:0], genResult{tgt: tgt, removed: []string{"x"}})
+		}},
+		{"generations grew past their arrays", func(pl *plan) {
+			g := &pl.gen
+			for i := range 9 {
+				g.gens = append(g.gens, genNeed{typ: i, req: req0})
+				g.results = append(g.results, genResult{tgt: tgt})
 			}
 		}},
 		{"warm set of every cluster", func(pl *plan) {
@@ -71,6 +85,23 @@ func TestPlanReset(t *testing.T) {
 			if pl.req != nil || pl.seq != 0 || pl.phases != nil || pl.warm != nil || pl.warmBuf.all || len(pl.warmBuf.names) != 0 ||
 				pl.heldNeeds || !pl.waitSince.IsZero() || pl.reconnect || len(pl.anchors) != 0 || len(pl.t) != 0 {
 				t.Errorf("reset plan kept state: %+v", pl)
+			}
+			g := &pl.gen
+			if g.item != nil || g.dirty || g.filtered != nil || g.pc != nil || len(g.gens) != 0 || len(g.results) != 0 {
+				t.Errorf("reset plan kept its push: %+v", g)
+			}
+			for i, n := range g.gens[:cap(g.gens)] {
+				if n != (genNeed{}) {
+					t.Errorf("generation storage %d kept %+v", i, n)
+				}
+			}
+			for i, r := range g.results[:cap(g.results)] {
+				if r.tgt != nil || r.up != nil || r.removed != nil || r.err != nil || r.delta {
+					t.Errorf("result storage %d kept %+v", i, r)
+				}
+			}
+			if g.genBuf != ([8]genNeed{}) {
+				t.Errorf("generation array kept %+v", g.genBuf)
 			}
 
 			next := &pushcontext.PushRequest{}
