@@ -416,11 +416,11 @@ func (c *core) ack(ts *typeState) {
 	}
 	t := c.set.order[ts.idx]
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	ev := notice{kind: nACK, ack: ACKEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
+	ev := notice{kind: nACK, ack: ACKEvent{ProxyID: c.id, ConnID: c.connID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
 		Took: c.now.Sub(c.set.time(ts.sentAt))}}
 	if ts.startSent != 0 {
 		ev.conv, ev.converged = ConvergenceEvent{
-			ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Version: versionOf(ts.nonceSent), Took: c.now.Sub(c.set.time(ts.startSent)),
+			ProxyID: c.id, ConnID: c.connID, Type: t, Version: versionOf(ts.nonceSent), Took: c.now.Sub(c.set.time(ts.startSent)),
 		}, true
 	}
 	c.emit(ev)
@@ -437,8 +437,8 @@ func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 	ts := c.types[i]
 	t := c.set.order[i]
 	n := NACK{
-		ProxyID: c.proxy.ID,
-		ConnID:  c.proxy.ConnID,
+		ProxyID: c.id,
+		ConnID:  c.connID,
 		Type:    t,
 		Version: version,
 		Nonce:   nonce,

@@ -101,7 +101,7 @@ func (c *core) answer(i int, a *answer) bool {
 	c.wait(answering{i: i, a: a, gen: genNeed{typ: i, sub: ts.sub, req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
-		Push:   c.proxy.Push,
+		Push:   c.at.push,
 		Delta:  a.delta,
 	}}})
 	return true
@@ -126,9 +126,9 @@ func (c *core) answered(w answering, r genResult) (bool, error) {
 		return false, nil
 	}
 	c.typeOK(ts)
-	c.genFrom[i] = c.proxy.Push.Seq()
+	c.genFrom[i] = c.at.push.Seq()
 	set := c.set
-	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.proxy.Push}
+	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.at.push}
 	// Delta clusters that are sent re-warm (see sendWarmed), if the client
 	// watches endpoints already (a client's first clusters are sent before
 	// it asks for any: their endpoints will be sent as it does).
@@ -186,7 +186,7 @@ func (c *core) sendWarmed(warm *warmSet) bool {
 	c.wait(answering{i: e, a: a, warm: warm, gen: genNeed{typ: e, sub: c.types[e].sub, req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
-		Push:   c.proxy.Push,
+		Push:   c.at.push,
 	}}})
 	return true
 }
@@ -204,7 +204,7 @@ func (c *core) warmed(w answering, r genResult) error {
 		c.retryLater(c.types[e], a)
 		return nil
 	}
-	c.send(c.release(e, tgt, relOpts{force: a.force, restrict: a.restrict, pc: c.proxy.Push, warm: w.warm}))
+	c.send(c.release(e, tgt, relOpts{force: a.force, restrict: a.restrict, pc: c.at.push, warm: w.warm}))
 	return nil
 }
 

@@ -81,12 +81,12 @@ func (c *core) push(now time.Time, item *pushItem) (need, error) {
 	p.item = item
 	p.dirty = slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
 	p.pc, p.before = c.moveTo(item.req)
-	if item.req.Full && p.pc.Seq() > c.initSeq {
+	if item.req.Full && p.pc.Seq() > c.at.initSeq {
 		if c.reinit(item.req, p.pc) {
 			c.pushing = pl
 			return need{init: p.pc}, nil
 		}
-		c.prevScope = c.proxy.Scope // as if InitProxy returned what it did
+		c.at.prevScope = c.at.scope // as if InitProxy returned what it did
 	}
 	return c.pushFiltered(pl)
 }
@@ -108,8 +108,8 @@ func (c *core) initialized(st ProxyState, err error) (need, error) {
 func (c *core) pushFiltered(pl *plan) (need, error) {
 	p := &pl.gen
 	req, pc := p.item.req, p.pc
-	c.proxy.Push = pc
-	filtered, ok := pushcontext.NeedsPush(c.proxy.Scope, c.prevScope, req)
+	c.at.push = pc
+	filtered, ok := pushcontext.NeedsPush(c.at.scope, c.at.prevScope, req)
 	if ok && filtered != req {
 		// The keys the scope dropped explain the rebuilds of the types
 		// only they name, as they do when they come alone (a skipped
@@ -226,17 +226,15 @@ func (c *core) pushFailed(pl *plan, failed []bool, retry *pushItem) {
 // the proxy first (see reinit).
 func (c *core) moveTo(req *pushcontext.PushRequest) (*pushcontext.PushContext, proxyAt) {
 	pc := req.Push
-	if pc == nil || pc.Seq() < c.proxy.Push.Seq() {
-		pc = c.proxy.Push // never go back to an older snapshot
+	if pc == nil || pc.Seq() < c.at.push.Seq() {
+		pc = c.at.push // never go back to an older snapshot
 	}
-	return pc, proxyAt{push: c.proxy.Push, data: c.proxy.Data, scope: c.proxy.Scope, view: c.proxy.View,
-		prevScope: c.prevScope, initSeq: c.initSeq}
+	return pc, c.at
 }
 
 // moveBack puts the proxy back where it stood before a push (see moveTo).
 func (c *core) moveBack(before proxyAt) {
-	c.proxy.Push, c.proxy.Data, c.proxy.Scope, c.proxy.View = before.push, before.data, before.scope, before.view
-	c.prevScope, c.initSeq = before.prevScope, before.initSeq
+	c.at = before
 }
 
 // pushGenerations appends to gens the generations of every type the push
@@ -261,9 +259,7 @@ func (c *core) pushGenerations(gens []genNeed, filtered *pushcontext.PushRequest
 		// a Forced push, and a proxy with a view (its generation is
 		// shared).
 		full := ts.dirty || eds || ts.held.len() == 0 && ts.nonceSent == ""
-		if dg, ok := set.generators[i].(DeltaGenerator); ok && !full && !filtered.Forced && c.proxy.View == "" {
-			n.dg = dg
-		}
+		n.delta = set.deltaGenerators[i] && !full && !filtered.Forced && c.at.view == ""
 		gens = append(gens, n)
 	}
 	return gens

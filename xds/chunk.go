@@ -69,7 +69,7 @@ const ttlSize = 2 + 1 + 10 + 1 + 5
 // its type URL, version and nonce (the version, '/', and at most 20
 // digits).
 func (c *core) envelope(i int) int {
-	v := len(c.proxy.Push.Version())
+	v := len(c.at.push.Version())
 	return fieldSize(len(c.set.order[i])) + fieldSize(v) + fieldSize(v+21) + envelopeSlack
 }
 

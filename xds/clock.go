@@ -100,7 +100,7 @@ func due(clock Clock, t Timer, start time.Time, d time.Duration) bool {
 type instant int64
 
 // instant returns t as an instant; the zero time is the zero instant.
-func (s *settings) instant(t time.Time) instant {
+func (s *coreSettings) instant(t time.Time) instant {
 	if t.IsZero() {
 		return 0
 	}
@@ -113,7 +113,7 @@ func (s *settings) instant(t time.Time) instant {
 
 // time returns the time i was made from; the zero instant is the zero
 // time.
-func (s *settings) time(i instant) time.Time {
+func (s *coreSettings) time(i instant) time.Time {
 	switch {
 	case i > 0:
 		return s.epoch.Add(time.Duration(i - 1))

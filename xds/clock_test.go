@@ -12,7 +12,7 @@ func TestInstant(t *testing.T) {
 	mono := time.Now()    // with a monotonic reading
 	fake := mono.Round(0) // without one, as a fake Clock's times
 	for _, epoch := range []time.Time{mono, fake} {
-		set := &settings{epoch: epoch}
+		set := &coreSettings{epoch: epoch}
 		tests := []struct {
 			name string
 			t    time.Time

@@ -56,9 +56,20 @@ var coreHostCalls = map[string]bool{
 	"generateFor": true, "initProxy": true, "encode": true, "encodeAll": true,
 }
 
+// coreForeignTypes are the types of the core's runner and Server, and of
+// the host's objects, that a core file must not name: the Server's
+// settings (the core's are coreSettings), the Server and the connection
+// that runs the core, the Proxy the host's code reads (the core keeps its
+// own record, proxyAt), the Generators, the clock and the hooks.
+var coreForeignTypes = map[string]bool{
+	"settings": true, "Server": true, "conn": true, "Proxy": true,
+	"Generator": true, "DeltaGenerator": true, "Clock": true, "Hooks": true,
+}
+
 // TestCoreStaysClosed reads the core's files and fails on what a closed
 // core must not do: a banned import or call, a goroutine, a channel, a
-// select, a call of a hook or a logger, or a call of the host's code.
+// select, a call of a hook or a logger, a call of the host's code, or a
+// type of its runner, its Server or the host's objects.
 func TestCoreStaysClosed(t *testing.T) {
 	fset := token.NewFileSet()
 	for _, name := range coreFiles {
@@ -94,6 +105,10 @@ func TestCoreViolations(t *testing.T) {
 		{"generator", `package p; type g interface{ Generate() }; func f(x g) { x.Generate() }`, 1},
 		{"initProxy", `package p; type h interface{ initProxy() }; func f(x h) { x.initProxy() }`, 1},
 		{"generator named, not called", `package p; type g interface{ Generate() }; func f(x g) func() { return x.Generate }`, 0},
+		{"server's settings", `package p; type c struct{ set *settings }`, 1},
+		{"proxy", `package p; func f(p *Proxy) {}`, 1},
+		{"delta generator", `package p; func f(g any) bool { _, ok := g.(DeltaGenerator); return ok }`, 1},
+		{"field of that name", `package p; func f(x struct{ Proxy string }) string { return x.Proxy }`, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,8 +142,24 @@ func coreViolations(fset *token.FileSet, f *ast.File) []string {
 		}
 		imported[local] = path
 	}
+	fields := map[*ast.Ident]bool{} // names after a dot, not types
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			fields[sel.Sel] = true
+		}
+		if fl, ok := n.(*ast.Field); ok {
+			for _, id := range fl.Names {
+				fields[id] = true
+			}
+		}
+		return true
+	})
 	ast.Inspect(f, func(n ast.Node) bool {
 		switch n := n.(type) {
+		case *ast.Ident:
+			if coreForeignTypes[n.Name] && !fields[n] {
+				add(n, "names "+n.Name)
+			}
 		case *ast.GoStmt:
 			add(n, "starts a goroutine")
 		case *ast.CallExpr:

@@ -40,16 +40,20 @@ import (
 // A core is not safe for concurrent use: the stream's runner (stream.go,
 // steps.go) owns it and calls it from one goroutine.
 type core struct {
-	set   *settings
-	host  coreHost
-	proxy *Proxy
-	delta bool
-	seed  uint64 // per-connection jitter seed (the connection number)
+	set  *coreSettings
+	host coreHost
+	// id and connID name the proxy and the connection in what the core
+	// reports (Proxy.ID, Proxy.ConnID).
+	id, connID string
+	delta      bool
+	seed       uint64 // per-connection jitter seed (the connection number)
+	// at is where the proxy stands. The Proxy that the host's code reads
+	// is the runner's: it copies at into it before each host call and
+	// after each step (see conn.hostProxy).
+	at proxyAt
 
-	types     []*typeState // by type index; nil when the type is not watched
-	subBytes  int          // bytes of the names subscribed to, over all types
-	prevScope pushcontext.Scope
-	initSeq   uint64 // Seq of the PushContext of the last InitProxy
+	types    []*typeState // by type index; nil when the type is not watched
+	subBytes int          // bytes of the names subscribed to, over all types
 
 	// dropped marks, by type index (nil until one is marked), the by-name
 	// types a SotW client has unsubscribed from entirely on this stream.
@@ -179,12 +183,13 @@ func (c *core) setType(i int, ts *typeState) {
 	c.types[i] = ts
 }
 
-func newCore(set *settings, host coreHost, p *Proxy, delta bool, seed uint64) *core {
+func newCore(set *coreSettings, host coreHost, id, connID string, delta bool, seed uint64) *core {
 	n := len(set.order)
 	return &core{
 		set:     set,
 		host:    host,
-		proxy:   p,
+		id:      id,
+		connID:  connID,
 		delta:   delta,
 		seed:    seed,
 		types:   make([]*typeState, n),
@@ -202,13 +207,14 @@ func (c *core) step(now time.Time) {
 func (c *core) init(now time.Time, pc *pushcontext.PushContext, seq uint64, st ProxyState, err error) error {
 	c.mustBeIdle()
 	c.step(now)
-	c.proxy.Push = pc
+	c.at.push = pc
 	c.appliedSeq, c.completedSeq = seq, seq
 	return c.initializedAt(pc, st, err)
 }
 
 // proxyAt is where a proxy stands: its snapshot and what InitProxy made of
-// it.
+// it (Proxy's Push, Data, Scope and View), the scope before that, and the
+// Seq of the PushContext of the last InitProxy.
 type proxyAt struct {
 	push      *pushcontext.PushContext
 	data      any
@@ -232,32 +238,18 @@ func (c *core) reinit(req *pushcontext.PushRequest, pc *pushcontext.PushContext)
 			return true
 		}
 	}
-	return pc.RebuiltAfter(c.initSeq, kinds...)
+	return pc.RebuiltAfter(c.at.initSeq, kinds...)
 }
 
 // initializedAt stores what InitProxy, called against pc, returned.
 func (c *core) initializedAt(pc *pushcontext.PushContext, st ProxyState, err error) error {
-	c.initSeq = pc.Seq()
+	c.at.initSeq = pc.Seq()
 	if err != nil {
-		c.disownIfAbandoned(err, errInitTimeout)
 		return err
 	}
-	c.prevScope = c.proxy.Scope
-	c.proxy.Data, c.proxy.Scope, c.proxy.View = st.Data, st.Scope, st.View
+	c.at.prevScope = c.at.scope
+	c.at.data, c.at.scope, c.at.view = st.Data, st.Scope, st.View
 	return nil
-}
-
-// disownIfAbandoned is called with the error of a host call made with
-// c.proxy, whose guard's timeout error is timeoutErr. If the Server stopped
-// waiting for the call (see guarded), which may still read the Proxy, the
-// connection goes on with a copy: a Proxy changes only between the host
-// calls made for it, never during one, and a push that fails after the
-// call was abandoned moves the proxy back (moveBack).
-func (c *core) disownIfAbandoned(err, timeoutErr error) {
-	if err == timeoutErr || err == errHostStopped {
-		p := *c.proxy
-		c.proxy = &p
-	}
 }
 
 // takeOut returns the responses queued since the last call, in order.
@@ -358,7 +350,7 @@ func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
 	}
 	t := c.set.order[ts.idx]
 	ev := notice{kind: nGenerateFailed, gen: GenerateErrorEvent{
-		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Type: t, Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn,
+		ProxyID: c.id, ConnID: c.connID, Type: t, Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn,
 	}}
 	if pe, ok := err.(*PanicError); ok {
 		ev.panic = pe

@@ -211,7 +211,7 @@ func newBurst(t *testing.T, delta, ackFirst bool) *burst {
 	})
 	b.h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
 	b.c = b.h.newCore(delta)
-	b.pc = b.c.proxy.Push
+	b.pc = b.c.at.push
 	b.h.snapshots[b.pc] = b.h.world.clone()
 	return b
 }

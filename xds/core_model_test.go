@@ -589,7 +589,7 @@ func newModelRun(t *testing.T, delta, grpc, ackFirst bool, tweak func(*Config)) 
 	})
 	r.h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
 	r.c = r.h.newCore(delta)
-	r.pc = r.c.proxy.Push
+	r.pc = r.c.at.push
 	r.h.snapshots[r.pc] = r.h.world.clone()
 	return r
 }
@@ -951,8 +951,8 @@ func (r *modelRun) toggleFailure() {
 func (r *modelRun) reconnect() {
 	r.streams++
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*outMsg]bool{}
-	r.c = newCore(r.h.set, r.h, &Proxy{ID: "p", ConnID: fmt.Sprintf("p-%d", r.streams+1)}, true, 1)
-	st, err := r.h.initProxy(context.Background(), r.c.proxy, r.pc)
+	r.c = newCore(&r.h.set.coreSettings, r.h, "p", fmt.Sprintf("p-%d", r.streams+1), true, 1)
+	st, err := r.h.initProxy(context.Background(), r.pc)
 	if err := r.c.init(r.now, r.pc, r.pc.Seq(), st, err); err != nil {
 		r.t.Fatal(err)
 	}

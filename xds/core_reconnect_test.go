@@ -551,9 +551,9 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 			r.nack(ClusterType, "rejected")
 			r.expect("the push stops")
 			lds := r.typeState(ListenerType)
-			if !lds.dirty || lds.lastSeq == r.c.proxy.Push.Seq() {
+			if !lds.dirty || lds.lastSeq == r.c.at.push.Seq() {
 				t.Fatalf("listeners dirty = %v, last generated from the current snapshot = %v; want dirty, from an older one",
-					lds.dirty, lds.lastSeq == r.c.proxy.Push.Seq())
+					lds.dirty, lds.lastSeq == r.c.at.push.Seq())
 			}
 			_, kept, errs := r.c.removable(rds, []string{"r0"}, nil)
 			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].Rejected {

@@ -104,7 +104,7 @@ func (h *fakeHost) put(t TypeURL, msgs ...proto.Message) {
 	}
 }
 
-func (h *fakeHost) generate(_ context.Context, _ *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (h *fakeHost) generate(_ context.Context, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	t := h.set.order[i]
 	kind := "answer"
 	if push {
@@ -135,7 +135,7 @@ func (h *fakeHost) generate(_ context.Context, _ *Proxy, i int, sub *subscriptio
 	return &target{set: set, sub: sub}, nil
 }
 
-func (h *fakeHost) generateDelta(_ context.Context, _ *Proxy, i int, _ DeltaGenerator, _ *subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
+func (h *fakeHost) generateDelta(_ context.Context, i int, _ *subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
 	t := h.set.order[i]
 	ch := h.changes[t]
 	if ch == nil {
@@ -171,7 +171,7 @@ func (h *fakeHost) share(transKey, *transition)     {}
 func (h *fakeHost) wouldSend(transKey) (bool, bool) { return false, false }
 func (h *fakeHost) knownSends(transKey, bool)       {}
 
-func (h *fakeHost) initProxy(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
+func (h *fakeHost) initProxy(context.Context, *pushcontext.PushContext) (ProxyState, error) {
 	h.inits++
 	return ProxyState{}, nil
 }
@@ -221,7 +221,7 @@ func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool,
 // responses, returned, and the notices, reported (the hooks of h's
 // Config called).
 func (h *fakeHost) takeOut(c *core) []*outMsg {
-	h.set.report(context.Background(), c.proxy, c.delta, c.notices)
+	h.set.report(context.Background(), c.id, c.delta, c.notices)
 	c.notices = c.notices[:0]
 	return c.takeOut()
 }
@@ -229,9 +229,9 @@ func (h *fakeHost) takeOut(c *core) []*outMsg {
 // newCore returns a core of a proxy "p" on a fresh PushContext.
 func (h *fakeHost) newCore(delta bool) *core {
 	h.t.Helper()
-	c := newCore(h.set, h, &Proxy{ID: "p", ConnID: "p-1"}, delta, 1)
+	c := newCore(&h.set.coreSettings, h, "p", "p-1", delta, 1)
 	pc := h.build(nil)
-	st, err := h.initProxy(context.Background(), c.proxy, pc)
+	st, err := h.initProxy(context.Background(), pc)
 	if err := c.init(epoch, pc, pc.Seq(), st, err); err != nil {
 		h.t.Fatal(err)
 	}
@@ -440,7 +440,7 @@ func TestCoreSotWRequests(t *testing.T) {
 					ts.nonceSent = st.nonce
 				}
 				if !st.noHeld {
-					tgt, err := h.generate(context.Background(), c.proxy, i, ts.sub, &pushcontext.PushRequest{Push: c.proxy.Push}, false)
+					tgt, err := h.generate(context.Background(), i, ts.sub, &pushcontext.PushRequest{Push: c.at.push}, false)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -561,7 +561,7 @@ func FuzzDeltaSubscribe(f *testing.F) {
 				}
 			}
 			// Pretend the client was sent everything it subscribes to.
-			tgt, err := h.generate(context.Background(), c.proxy, i, ts.sub, &pushcontext.PushRequest{Push: c.proxy.Push}, false)
+			tgt, err := h.generate(context.Background(), i, ts.sub, &pushcontext.PushRequest{Push: c.at.push}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -586,7 +586,7 @@ func newCoreRun(t *testing.T, delta bool, tweak func(*Config)) *coreRun {
 	h := newFakeHost(t, tweak)
 	r := &coreRun{t: t, h: h, now: epoch, last: map[TypeURL]*outMsg{}}
 	r.c = h.newCore(delta)
-	r.pc = r.c.proxy.Push
+	r.pc = r.c.at.push
 	return r
 }
 

@@ -399,7 +399,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	// The configuration's content of the names tgt was generated for,
 	// even if the client's subscription has moved since: what removable
 	// reads to tell a broken reference from a stale one.
-	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
+	ts.generated(tgt, c.at.push, c.set.refers(i))
 	c.settleWithheld(ts, &d)
 	if !d.sends(c, i, o) {
 		c.settleErrors(ts, &d, nil)

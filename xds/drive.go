@@ -13,17 +13,19 @@ import (
 // tests that drive a core directly both go through here.
 
 // genHost is what a runner calls on its core's behalf: the host's code,
-// behind the Server's guards. The Server implements it.
+// behind the Server's guards, for the core's proxy. The stream's runner
+// (conn) implements it, with the Proxy the host's code reads.
 type genHost interface {
-	// generate returns the full target of type i for proxy p, for sub,
-	// shared by the proxies of its view; see Server.generate.
-	generate(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
-	// generateDelta calls a DeltaGenerator for proxy p.
-	generateDelta(ctx context.Context, p *Proxy, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
+	// generate returns the full target of type i, for sub, shared by the
+	// proxies of its view; see Server.generate.
+	generate(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
+	// generateDelta calls type i's DeltaGenerator.
+	generateDelta(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
 	// encode checks and encodes resources of type i into a set.
 	encode(i int, res []Resource) (*resSet, error)
-	// initProxy calls Config.InitProxy, bounded by Config.GenerateTimeout.
-	initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error)
+	// initProxy calls Config.InitProxy against pc, bounded by
+	// Config.GenerateTimeout.
+	initProxy(ctx context.Context, pc *pushcontext.PushContext) (ProxyState, error)
 }
 
 // drive makes the host calls that n, what a step of c returned with err,
@@ -33,12 +35,12 @@ func drive(ctx context.Context, h genHost, c *core, n need, err error) error {
 	for err == nil {
 		switch {
 		case n.init != nil:
-			st, ierr := h.initProxy(ctx, c.proxy, n.init)
+			st, ierr := h.initProxy(ctx, n.init)
 			n, err = c.initialized(st, ierr)
 		case len(n.gens) > 0:
-			n, err = c.generated(generateAll(ctx, n.results, h, c.proxy, n.gens))
+			n, err = c.generated(generateAll(ctx, n.results, h, n.gens))
 		case n.gen != nil:
-			n, err = c.answerGenerated(generateOne(ctx, h, c.proxy, *n.gen))
+			n, err = c.answerGenerated(generateOne(ctx, h, *n.gen))
 		default:
 			return nil
 		}
@@ -75,11 +77,11 @@ func runFlush(ctx context.Context, h genHost, c *core) error {
 	return drive(ctx, h, c, n, err)
 }
 
-// generateAll makes the generations gens for proxy p, in order, up to the
-// first that times out, and appends their results to out.
-func generateAll(ctx context.Context, out []genResult, h genHost, p *Proxy, gens []genNeed) []genResult {
+// generateAll makes the generations gens, in order, up to the first that
+// times out, and appends their results to out.
+func generateAll(ctx context.Context, out []genResult, h genHost, gens []genNeed) []genResult {
 	for _, n := range gens {
-		r := generateOne(ctx, h, p, n)
+		r := generateOne(ctx, h, n)
 		out = append(out, r)
 		if r.err == ErrGenerateTimeout {
 			break
@@ -88,10 +90,10 @@ func generateAll(ctx context.Context, out []genResult, h genHost, p *Proxy, gens
 	return out
 }
 
-// generateOne makes the generation n for proxy p.
-func generateOne(ctx context.Context, h genHost, p *Proxy, n genNeed) genResult {
-	if n.dg != nil {
-		ch, ok, err := h.generateDelta(ctx, p, n.typ, n.dg, n.sub, n.req)
+// generateOne makes the generation n.
+func generateOne(ctx context.Context, h genHost, n genNeed) genResult {
+	if n.delta {
+		ch, ok, err := h.generateDelta(ctx, n.typ, n.sub, n.req)
 		if err != nil {
 			return genResult{err: err}
 		}
@@ -106,6 +108,53 @@ func generateOne(ctx context.Context, h genHost, p *Proxy, n genNeed) genResult 
 			return genResult{delta: true, up: up, removed: ch.Removed, err: err}
 		}
 	}
-	tgt, err := h.generate(ctx, p, n.typ, n.sub, n.req, n.push)
+	tgt, err := h.generate(ctx, n.typ, n.sub, n.req, n.push)
 	return genResult{tgt: tgt, err: err}
+}
+
+// The stream's runner is its core's genHost: it calls the host's code
+// with the Proxy that code reads, c.hostP.
+
+// hostProxy brings the Proxy the host's code reads to where the core
+// stands, and returns it. A Proxy changes only here: before each host
+// call and after each step, on the goroutine that steps the core.
+func (c *conn) hostProxy() *Proxy {
+	p, at := c.hostP, &c.core.at
+	p.Push, p.Data, p.Scope, p.View = at.push, at.data, at.scope, at.view
+	return p
+}
+
+// disownIfAbandoned is called with the error of a host call made with
+// c.hostP, whose guard's timeout error is timeoutErr. If the Server
+// stopped waiting for the call (see guarded), which may still read the
+// Proxy, the connection goes on with a copy: the abandoned call never sees
+// it change.
+func (c *conn) disownIfAbandoned(err, timeoutErr error) {
+	if err == timeoutErr || err == errHostStopped {
+		p := *c.hostP
+		c.hostP = &p
+	}
+}
+
+func (c *conn) generate(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+	tgt, err := c.s.generate(ctx, c.hostProxy(), i, sub, req, push)
+	c.disownIfAbandoned(err, ErrGenerateTimeout)
+	return tgt, err
+}
+
+func (c *conn) generateDelta(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
+	dg := c.s.set.generators[i].(DeltaGenerator)
+	ch, ok, err := c.s.generateDelta(ctx, c.hostProxy(), i, dg, sub, req)
+	c.disownIfAbandoned(err, ErrGenerateTimeout)
+	return ch, ok, err
+}
+
+func (c *conn) encode(i int, res []Resource) (*resSet, error) {
+	return c.s.encode(i, res)
+}
+
+func (c *conn) initProxy(ctx context.Context, pc *pushcontext.PushContext) (ProxyState, error) {
+	st, err := c.s.initProxy(ctx, c.hostProxy(), pc)
+	c.disownIfAbandoned(err, errInitTimeout)
+	return st, err
 }

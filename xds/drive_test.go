@@ -38,7 +38,7 @@ func TestAnswerWaitsForItsGeneration(t *testing.T) {
 			if !r.c.waiting() {
 				t.Fatal("the core does not wait for the result")
 			}
-			n, err = r.c.answerGenerated(generateOne(context.Background(), r.h, r.c.proxy, *n.gen))
+			n, err = r.c.answerGenerated(generateOne(context.Background(), r.h, *n.gen))
 			if err != nil || !n.done() {
 				t.Fatalf("answerGenerated = %+v, %v; want done", n, err)
 			}
@@ -144,14 +144,14 @@ func TestGenerateAllStopsAtTimeout(t *testing.T) {
 			if n.init == nil {
 				t.Fatal("a Full push does not ask for InitProxy")
 			}
-			st, err := r.h.initProxy(context.Background(), r.c.proxy, n.init)
+			st, err := r.h.initProxy(context.Background(), n.init)
 			if n, err = r.c.initialized(st, err); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(n.gens); got != 3 {
 				t.Fatalf("the push asks for %d generations; want 3", got)
 			}
-			results := generateAll(context.Background(), n.results, r.h, r.c.proxy, n.gens)
+			results := generateAll(context.Background(), n.results, r.h, n.gens)
 			if len(results) != tt.wantGens || len(r.h.gens) != tt.wantGens {
 				t.Fatalf("%d results, generations %q; want %d", len(results), r.h.gens, tt.wantGens)
 			}

@@ -471,10 +471,10 @@ func (c *conn) catchUp(ctx context.Context, now time.Time) error {
 	if item == nil {
 		return nil
 	}
-	if err := runPush(ctx, c.s, c.core, now, item); err != nil {
+	if err := runPush(ctx, c, c.core, now, item); err != nil {
 		return err
 	}
-	return runFlush(ctx, c.s, c.core)
+	return runFlush(ctx, c, c.core)
 }
 
 // fanOut queues item, the push of the snapshot after the one of Seq

@@ -31,14 +31,15 @@ type need struct {
 func (n need) done() bool { return n.init == nil && len(n.gens) == 0 && n.gen == nil }
 
 // genNeed is a generation a step asks for: the target of type typ for
-// sub, from req.Push, for a push or an answer. If dg is set (a push), its
-// GenerateDelta is asked first.
+// sub, from req.Push, for a push or an answer. If delta is set (a push of
+// a type whose Generator is a DeltaGenerator), GenerateDelta is asked
+// first.
 type genNeed struct {
-	typ  int
-	sub  *subscription
-	req  *pushcontext.PushRequest
-	push bool
-	dg   DeltaGenerator
+	typ   int
+	sub   *subscription
+	req   *pushcontext.PushRequest
+	push  bool
+	delta bool
 }
 
 // genResult is what the runner made of a genNeed: a full target (tgt),

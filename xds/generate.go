@@ -25,7 +25,6 @@ import (
 // A target that makes a response that cannot be split under
 // Config.MaxResponseBytes fails (see fits).
 func (c *core) targetOf(i int, r genResult) (*target, error) {
-	c.disownIfAbandoned(r.err, ErrGenerateTimeout)
 	if r.err != nil {
 		return nil, r.err
 	}

@@ -80,7 +80,7 @@ func (c *core) beat(i int) bool {
 	}
 	r.beatAt = c.set.instant(c.now.Add(r.ttl / 3))
 	c.beating = true
-	o := relOpts{pc: c.proxy.Push}
+	o := relOpts{pc: c.at.push}
 	f := newFlight()
 	var m *outMsg
 	switch {

@@ -402,8 +402,8 @@ func (c *core) phaseTimedOut() {
 	}
 	waited := c.now.Sub(pl.waitSince)
 	ev := PhaseTimeoutEvent{
-		ProxyID: c.proxy.ID,
-		ConnID:  c.proxy.ConnID,
+		ProxyID: c.id,
+		ConnID:  c.connID,
 		Version: pl.req.Push.Version(),
 		Waiting: c.excuseWaiting(pl),
 		Waited:  waited,
@@ -465,7 +465,7 @@ func (c *core) stopOnNACK(i int) {
 func (c *core) planRemoval(i int) {
 	pl := c.plan
 	if pl == nil {
-		pl = newPlan(&pushcontext.PushRequest{Push: c.proxy.Push}, len(c.set.order))
+		pl = newPlan(&pushcontext.PushRequest{Push: c.at.push}, len(c.set.order))
 		pl.reconnect = true
 		c.plan = pl
 	}

@@ -36,7 +36,7 @@ var noRefs = &encRefs{}
 
 // refsOf returns what e, a resource of type index t, names, decoding it at
 // most once per encoding.
-func (s *settings) refsOf(t int, e *encoded) *encRefs {
+func (s *coreSettings) refsOf(t int, e *encoded) *encRefs {
 	if e == nil {
 		return noRefs
 	}
@@ -89,7 +89,7 @@ func decodeAs[M proto.Message](e *encoded) (M, bool) {
 
 // children returns the names of the child type (EDS for CDS, RDS for LDS)
 // that e, a resource of type index parent, fetches over ADS.
-func (s *settings) children(parent int, e *encoded) []string {
+func (s *coreSettings) children(parent int, e *encoded) []string {
 	switch parent {
 	case s.cdsIdx:
 		return s.refsOf(parent, e).eds
@@ -101,7 +101,7 @@ func (s *settings) children(parent int, e *encoded) []string {
 
 // parentOf returns the type whose resources fetch those of type i over ADS
 // (CDS for EDS, LDS for RDS; see children), or -1.
-func (s *settings) parentOf(i int) int {
+func (s *coreSettings) parentOf(i int) int {
 	switch {
 	case i < 0:
 	case i == s.edsIdx:
@@ -150,7 +150,7 @@ func (c *core) current(i int) bool {
 	switch {
 	case ts.lastTarget == nil:
 		return false
-	case ts.lastSeq == c.proxy.Push.Seq():
+	case ts.lastSeq == c.at.push.Seq():
 		return true
 	case ts.dirty:
 		return false
@@ -241,7 +241,7 @@ func (c *core) removable(i int, names []string, errs []*ReferenceError) (ok, kep
 // referrers returns the types whose resources may name those of type i
 // (routes and listeners name clusters, listeners routes, clusters their
 // endpoints), and how (see encRefs.of); nil for a type nothing names.
-func (s *settings) referrers(i int) (from []int, kind int) {
+func (s *coreSettings) referrers(i int) (from []int, kind int) {
 	switch i {
 	case -1:
 	case s.cdsIdx:
@@ -314,7 +314,7 @@ func (c *core) namedBy(j int, name string, kind int) string {
 func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 	heldBack, failed := false, false
 	for _, e := range errs {
-		c.emit(notice{kind: nReferenceError, ref: ReferenceErrorEvent{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Err: e}})
+		c.emit(notice{kind: nReferenceError, ref: ReferenceErrorEvent{ProxyID: c.id, ConnID: c.connID, Err: e}})
 		if e.Rejected || !c.set.sendMissingReferences {
 			heldBack = true
 		}

@@ -20,7 +20,7 @@ const maxPooledNotices = 64
 func (c *conn) report() {
 	core := c.core
 	if len(core.notices) > 0 {
-		c.s.set.report(c.ctx, c.proxy, c.delta, core.notices)
+		c.s.set.report(c.ctx, c.proxy.ID, c.delta, core.notices)
 		clear(core.notices) // keep nothing they refer to alive
 		if cap(core.notices) <= maxPooledNotices {
 			*core.noticeBuf = core.notices[:0]
@@ -32,8 +32,8 @@ func (c *conn) report() {
 }
 
 // report logs ns and calls their hooks, in order, for the connection of
-// proxy p.
-func (set *settings) report(ctx context.Context, p *Proxy, delta bool, ns []notice) {
+// the proxy of ID id.
+func (set *settings) report(ctx context.Context, id string, delta bool, ns []notice) {
 	hooks := set.hooks.Load()
 	for i := range ns {
 		ev := &ns[i]
@@ -69,29 +69,29 @@ func (set *settings) report(ctx context.Context, p *Proxy, delta bool, ns []noti
 			callHook(set, hooks.OnPhaseTimeout, ph)
 		case nNACKStopsPush:
 			set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: NACK stops the push; later phases not sent",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ), slog.Any("not_sent", ev.names))
+				slog.String("proxy", id), slog.String("type_url", ev.typ), slog.Any("not_sent", ev.names))
 		case nReferenceError:
 			callHook(set, hooks.OnReferenceError, ev.ref)
 		case nStaleNonce:
 			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stale nonce ignored",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ),
+				slog.String("proxy", id), slog.String("type_url", ev.typ),
 				slog.String("nonce", ev.nonce), slog.String("sent", ev.sent))
 		case nStaleNonceApplied:
 			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stale nonce; subscription change still applied",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ), slog.String("nonce", ev.nonce))
+				slog.String("proxy", id), slog.String("type_url", ev.typ), slog.String("nonce", ev.nonce))
 		case nWildcardIgnored:
 			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: wildcard on a by-name type ignored",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ))
+				slog.String("proxy", id), slog.String("type_url", ev.typ))
 		case nUnknownType:
 			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: request for a type without generator ignored",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ))
+				slog.String("proxy", id), slog.String("type_url", ev.typ))
 		case nUnsubscribed:
 			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: unsubscribed",
-				slog.String("proxy", p.ID), slog.String("type_url", ev.typ))
+				slog.String("proxy", id), slog.String("type_url", ev.typ))
 		case nResponse:
 			r := ev.resp
 			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: response",
-				slog.String("proxy", p.ID), slog.String("type_url", string(r.typ)),
+				slog.String("proxy", id), slog.String("type_url", string(r.typ)),
 				slog.String("version", r.version), slog.String("nonce", r.nonce), slog.Bool("delta", delta),
 				slog.Int("resources", r.resources), slog.Int("removed", r.removed), slog.Int("bytes", r.bytes),
 				slog.Bool("push", r.push))

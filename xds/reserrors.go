@@ -210,7 +210,7 @@ func (c *core) sendErrors(i int, names []string) {
 	if len(errs) == 0 {
 		return
 	}
-	o := relOpts{pc: c.proxy.Push}
+	o := relOpts{pc: c.at.push}
 	var m *outMsg
 	if c.delta {
 		m = c.deltaMsg(i, nil, nil, o)

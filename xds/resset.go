@@ -257,7 +257,7 @@ type setRefs struct {
 
 // refsOf returns what the resources of s name, computing it once per set:
 // a set shared by many connections is read once.
-func (s *resSet) refsOf(set *settings, typeIdx int) *setRefs {
+func (s *resSet) refsOf(set *coreSettings, typeIdx int) *setRefs {
 	if r := s.refs.Load(); r != nil {
 		return r
 	}

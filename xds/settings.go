@@ -16,25 +16,17 @@ import (
 )
 
 // settings is the validated, defaulted form of a Config. A field taken
-// from the Config keeps its name (phaseWait is !Phases.NoWait).
+// from the Config keeps its name (phaseWait is !Phases.NoWait). What a
+// connection's core reads of them is coreSettings.
 type settings struct {
+	coreSettings
 	builder                 Builder
-	generators              []Generator // by type index
-	order                   []TypeURL   // type index → type URL
-	index                   map[TypeURL]int
-	fullState               []bool         // by type index
-	kinds                   [][]string     // by type index; nil = every kind
-	proxyKinds              []string       // Config.ProxyKinds; nil = every kind
+	generators              []Generator    // by type index
 	named                   map[string]int // Config.NamedKinds: kind → type index
 	digestSlot              []int          // by type index: its place in a connection's digest, -1 if no kind of it is named (see fanout.go)
 	digestSlots             int
 	digestSeed              maphash.Seed
 	knownKinds              func(kind string) bool
-	leaf                    []bool // by type index: its resources name no other resource (EDS, SDS)
-	edsIdx                  int    // index of EndpointType, -1 if not served
-	cdsIdx                  int    // index of ClusterType, -1 if not served
-	ldsIdx                  int    // index of ListenerType, -1 if not served
-	rdsIdx                  int    // index of RouteType, -1 if not served
 	initProxy               InitProxyFunc
 	authenticate            AuthenticateFunc
 	authorize               func(context.Context, *Proxy) error
@@ -42,33 +34,51 @@ type settings struct {
 	concurrency             int
 	writeTimeout            time.Duration
 	generateTimeout         time.Duration
-	backoff                 BackoffConfig
 	newStreamRate           float64 // +Inf: no rate limit
 	newStreamWait           time.Duration
 	newStreamBurst          int
 	maxOpeningStreams       int // bound of the streams opening at once; 0: none
 	firstRequestTimeout     time.Duration
-	maxResourceNames        int
-	maxNameLength           int
-	maxSubscriptionBytes    int
-	maxRequestBytes         int
-	maxInitialRequestBytes  int
-	maxInitialVersions      int // Config.MaxInitialResourceVersions
-	maxResponseBytes        int
-	sendOversized           bool
-	resourceErrors          bool
 	maxStreamsPerConnection int
-	phaseWait               bool
-	phaseTimeout            time.Duration
-	sendMissingReferences   bool
-	deferred                []bool // by type index: removals wait for the end of the push
-	removalOrder            []int  // deferred type indexes, in the order of their removal phases
 	clock                   Clock
-	epoch                   time.Time // the clock's time at New; see instant
 	logger                  *slog.Logger
 	// hooks are the Config's Hooks and those added by Server.Observe; a
 	// caller loads them once per event.
 	hooks atomic.Pointer[Hooks]
+}
+
+// coreSettings are the settings a connection's core reads (see core): the
+// types and their roles, the bounds of a client's requests and of a
+// response, the phases, the retries' backoff. A core holds nothing else of
+// its Server's settings: no host code, clock, logger or hook.
+type coreSettings struct {
+	order                  []TypeURL // type index → type URL
+	index                  map[TypeURL]int
+	deltaGenerators        []bool     // by type index: its Generator is a DeltaGenerator
+	fullState              []bool     // by type index
+	kinds                  [][]string // by type index; nil = every kind
+	proxyKinds             []string   // Config.ProxyKinds; nil = every kind
+	leaf                   []bool     // by type index: its resources name no other resource (EDS, SDS)
+	edsIdx                 int        // index of EndpointType, -1 if not served
+	cdsIdx                 int        // index of ClusterType, -1 if not served
+	ldsIdx                 int        // index of ListenerType, -1 if not served
+	rdsIdx                 int        // index of RouteType, -1 if not served
+	backoff                BackoffConfig
+	maxResourceNames       int
+	maxNameLength          int
+	maxSubscriptionBytes   int
+	maxRequestBytes        int
+	maxInitialRequestBytes int
+	maxInitialVersions     int // Config.MaxInitialResourceVersions
+	maxResponseBytes       int
+	sendOversized          bool
+	resourceErrors         bool
+	phaseWait              bool
+	phaseTimeout           time.Duration
+	sendMissingReferences  bool
+	deferred               []bool    // by type index: removals wait for the end of the push
+	removalOrder           []int     // deferred type indexes, in the order of their removal phases
+	epoch                  time.Time // the clock's time at New; see instant
 }
 
 // kindLister is implemented by Builders that know the kinds their indexes
@@ -162,43 +172,44 @@ func (cfg *Config) check() error {
 // default, for types in order.
 func (cfg *Config) withDefaults(order []TypeURL) *settings {
 	s := &settings{
-		builder:    cfg.Builder,
-		order:      order,
-		index:      make(map[TypeURL]int, len(order)),
-		generators: make([]Generator, len(order)),
-		fullState:  make([]bool, len(order)),
-		kinds:      make([][]string, len(order)),
-
-		initProxy:       cfg.InitProxy,
-		authenticate:    cfg.Authenticate,
-		authorize:       cfg.Authorize,
-		debounce:        cfg.Debounce,
-		concurrency:     cfg.Concurrency,
-		writeTimeout:    cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
-		generateTimeout: cmpOr(cfg.GenerateTimeout, DefaultGenerateTimeout),
-		backoff: BackoffConfig{
-			Initial: cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
-			Max:     cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
+		coreSettings: coreSettings{
+			order:     order,
+			index:     make(map[TypeURL]int, len(order)),
+			fullState: make([]bool, len(order)),
+			kinds:     make([][]string, len(order)),
+			backoff: BackoffConfig{
+				Initial: cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
+				Max:     cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
+			},
+			maxResourceNames:       cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
+			maxNameLength:          cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
+			maxSubscriptionBytes:   cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
+			maxRequestBytes:        cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+			maxInitialRequestBytes: cmpOr(cfg.MaxInitialRequestBytes, DefaultMaxInitialRequestBytes),
+			maxInitialVersions:     cmpOr(cfg.MaxInitialResourceVersions, DefaultMaxInitialResourceVersions),
+			maxResponseBytes:       cmpOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
+			sendOversized:          cfg.SendOversized,
+			resourceErrors:         cfg.ResourceErrors,
+			phaseWait:              !cfg.Phases.NoWait,
+			phaseTimeout:           cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
+			sendMissingReferences:  cfg.Phases.SendMissingReferences,
+			deferred:               make([]bool, len(order)),
 		},
+		builder:                 cfg.Builder,
+		generators:              make([]Generator, len(order)),
+		initProxy:               cfg.InitProxy,
+		authenticate:            cfg.Authenticate,
+		authorize:               cfg.Authorize,
+		debounce:                cfg.Debounce,
+		concurrency:             cfg.Concurrency,
+		writeTimeout:            cmpOr(cfg.WriteTimeout, DefaultWriteTimeout),
+		generateTimeout:         cmpOr(cfg.GenerateTimeout, DefaultGenerateTimeout),
 		newStreamRate:           cmpOr(cfg.NewStreamRate, math.Inf(1)),
 		maxOpeningStreams:       max(cmpOr(cfg.MaxOpeningStreams, DefaultMaxOpeningStreams()), 0),
 		newStreamBurst:          cfg.NewStreamBurst,
 		newStreamWait:           cmpOr(cfg.NewStreamWait, DefaultNewStreamWait),
 		firstRequestTimeout:     cmpOr(cfg.FirstRequestTimeout, DefaultFirstRequestTimeout),
-		maxResourceNames:        cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
-		maxNameLength:           cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
-		maxSubscriptionBytes:    cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
-		maxRequestBytes:         cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
-		maxInitialRequestBytes:  cmpOr(cfg.MaxInitialRequestBytes, DefaultMaxInitialRequestBytes),
-		maxInitialVersions:      cmpOr(cfg.MaxInitialResourceVersions, DefaultMaxInitialResourceVersions),
-		maxResponseBytes:        cmpOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
-		sendOversized:           cfg.SendOversized,
-		resourceErrors:          cfg.ResourceErrors,
 		maxStreamsPerConnection: cmpOr(cfg.MaxStreamsPerConnection, DefaultMaxStreamsPerConnection),
-		phaseWait:               !cfg.Phases.NoWait,
-		phaseTimeout:            cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
-		sendMissingReferences:   cfg.Phases.SendMissingReferences,
-		deferred:                make([]bool, len(order)),
 		clock:                   cfg.Clock,
 		logger:                  cfg.Logger,
 	}
@@ -227,9 +238,11 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 func (s *settings) typeRoles(cfg *Config) error {
 	order := s.order
 	s.leaf = make([]bool, len(order))
+	s.deltaGenerators = make([]bool, len(order))
 	for i, t := range order {
 		s.index[t] = i
 		s.generators[i] = cfg.Generators[t]
+		_, s.deltaGenerators[i] = s.generators[i].(DeltaGenerator)
 		s.leaf[i] = t == EndpointType || t == SecretType
 	}
 	s.edsIdx = s.typeIndex(EndpointType)
@@ -365,7 +378,7 @@ func cmpOr[T comparable](v, def T) T {
 }
 
 // names reports whether req names a kind of type i (a key of it).
-func (s *settings) names(i int, req *pushcontext.PushRequest) bool {
+func (s *coreSettings) names(i int, req *pushcontext.PushRequest) bool {
 	for _, k := range s.kinds[i] {
 		if req.ConfigsUpdated.HasKind(k) {
 			return true
@@ -377,12 +390,12 @@ func (s *settings) names(i int, req *pushcontext.PushRequest) bool {
 // refers reports whether resources of type i name others that a client
 // must hold: listeners (routes, clusters), routes (clusters), clusters
 // (endpoints).
-func (s *settings) refers(i int) bool {
+func (s *coreSettings) refers(i int) bool {
 	return i >= 0 && (i == s.ldsIdx || i == s.rdsIdx || i == s.cdsIdx)
 }
 
 // typeIndex returns the index of t in the push order, or -1.
-func (s *settings) typeIndex(t TypeURL) int {
+func (s *coreSettings) typeIndex(t TypeURL) int {
 	if i, ok := s.index[t]; ok {
 		return i
 	}
@@ -393,7 +406,7 @@ func (s *settings) typeIndex(t TypeURL) int {
 // type index j (or are j's own): clusters name endpoints and secrets,
 // listeners routes, clusters and secrets, routes clusters. A leaf type
 // names nothing; a type the Server does not read may name anything.
-func (s *settings) mayName(i, j int) bool {
+func (s *coreSettings) mayName(i, j int) bool {
 	switch {
 	case i == j:
 		return true
@@ -411,7 +424,7 @@ func (s *settings) mayName(i, j int) bool {
 
 // backoffFor returns the wait after the n-th consecutive failure (n ≥ 1),
 // jittered by seed.
-func (s *settings) backoffFor(n int, seed uint64) time.Duration {
+func (s *coreSettings) backoffFor(n int, seed uint64) time.Duration {
 	d := s.backoff.Initial
 	for k := 1; k < n && d < s.backoff.Max; k++ {
 		d *= 2

@@ -147,7 +147,7 @@ func (c *core) transKey(i int, tgt *target, o relOpts) transKey {
 // replay takes a shared step: the same response, the same holding after.
 func (c *core) replay(i int, tgt *target, tr *transition, o relOpts) *outMsg {
 	ts := c.types[i]
-	ts.generated(tgt, c.proxy.Push, c.set.refers(i))
+	ts.generated(tgt, c.at.push, c.set.refers(i))
 	ts.markRemoving(tr.deferGone) // it held none back (see sameStep)
 	for _, r := range tr.changed {
 		if o.changed != nil {

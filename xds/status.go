@@ -209,10 +209,10 @@ func (c *conn) publishStatus(initialised bool) {
 	if initialised {
 		st.initialised = true
 	}
-	if pc := core.proxy.Push; pc != nil {
+	if pc := core.at.push; pc != nil {
 		st.version, st.seq = pc.Version(), pc.Seq()
 	}
-	st.view = core.proxy.View
+	st.view = core.at.view
 	st.pending = 0
 	if core.plan != nil {
 		st.pending = len(core.plan.phases)

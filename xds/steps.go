@@ -179,7 +179,7 @@ func (c *conn) handle(ctx context.Context, in inbound) error {
 	now := c.s.set.clock.Now()
 	err := c.catchUp(ctx, now)
 	if err == nil {
-		err = runRequest(ctx, c.s, c.core, now, in)
+		err = runRequest(ctx, c, c.core, now, in)
 	}
 	c.afterStep()
 	return err
@@ -281,6 +281,7 @@ func (c *conn) afterStep() {
 // when the core ran no step since the last settle (the end of a write), so
 // that what publishStatus would copy is as it last did.
 func (c *conn) settle(stepped bool) []*outMsg {
+	c.hostProxy()
 	c.report()
 	out := c.core.takeOut()
 	if stepped {
@@ -340,7 +341,7 @@ func (c *conn) onTimer(ctx context.Context) error {
 		c.afterStep()
 		return err
 	}
-	retryPush, err := runTick(ctx, c.s, c.core, now)
+	retryPush, err := runTick(ctx, c, c.core, now)
 	if retryPush {
 		// Generated again under a push slot, merged with what arrives
 		// meanwhile.
@@ -413,9 +414,9 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	callHook(c.s.set, c.s.set.hooks.Load().OnQueue, QueueEvent{
 		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: now.Sub(item.start), Merged: item.merged,
 	})
-	err := runPush(ctx, c.s, c.core, now, item)
+	err := runPush(ctx, c, c.core, now, item)
 	if err == nil {
-		err = runFlush(ctx, c.s, c.core)
+		err = runFlush(ctx, c, c.core)
 	}
 	return c.settle(true), err
 }

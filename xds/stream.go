@@ -79,10 +79,13 @@ type conn struct {
 	dstream deltaStream // nil on a SotW stream
 	seq     uint64      // per-Server connection number
 	// proxy is the Proxy as the stream opened. Its ID, ConnID, Node, Peer
-	// and Identity never change; Data, Scope, View and Push are current
-	// in core.proxy, which is this one until a host call holding it is
-	// abandoned (see core.disownIfAbandoned).
+	// and Identity never change, and are what the reads use. hostP is the
+	// Proxy the host's code reads, with the current Data, Scope, View and
+	// Push (see hostProxy): this one until a host call holding it is
+	// abandoned (see disownIfAbandoned). Only the goroutine stepping the
+	// core touches hostP.
 	proxy *Proxy
+	hostP *Proxy
 	core  *core
 	delta bool
 	// plain: the stream compresses nothing, so responses shared with
@@ -351,11 +354,11 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		Peer:     peerAddr,
 		Identity: identity,
 	}
-	c.proxy = p
+	c.proxy, c.hostP = p, p
 	if err := s.authorized(ctx, p); err != nil {
 		return false, err
 	}
-	c.core = newCore(s.set, s, p, c.delta, c.seq)
+	c.core = newCore(&s.set.coreSettings, s, p.ID, p.ConnID, c.delta, c.seq)
 	c.st.connectedAt = s.set.instant(s.set.clock.Now())
 	if registered, err := s.initialise(ctx, c); err != nil {
 		return registered, err
@@ -379,7 +382,6 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 // proxy. It reports whether c was registered, and the error that refuses
 // the stream.
 func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err error) {
-	p := c.proxy
 	// Register for pushes BEFORE initialising the proxy. If we registered
 	// after InitProxy, a PushContext published while InitProxy runs would
 	// be pushed to every registered connection but this one, and the proxy
@@ -394,8 +396,10 @@ func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err 
 	if err != nil {
 		return false, err
 	}
-	st, err := s.initProxy(ctx, p, pc)
-	if err := c.core.init(s.set.clock.Now(), pc, pc.Seq(), st, err); err != nil {
+	st, err := c.initProxy(ctx, pc)
+	err = c.core.init(s.set.clock.Now(), pc, pc.Seq(), st, err)
+	p := c.hostProxy()
+	if err != nil {
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)
 		return true, s.refused(ctx, p.Peer, p, toClient, detail)
 	}
@@ -479,9 +483,9 @@ func (s *Server) disconnected(c *conn, err *error) {
 		c.ended = true
 		<-c.hookSem
 	}
-	p := c.proxy
+	p := c.hostP
 	if c.core != nil {
-		p = c.core.proxy
+		p = c.hostProxy()
 	}
 	callHook(s.set, s.set.hooks.Load().OnDisconnect, DisconnectEvent{Proxy: p, Err: *err})
 }
