@@ -414,14 +414,11 @@ func (c *core) ack(ts *typeState) {
 	if again {
 		return
 	}
-	t := c.set.order[ts.idx]
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	ev := notice{kind: nACK, ack: ACKEvent{ProxyID: c.id, ConnID: c.connID, Type: t, Version: versionOf(ts.nonceSent), Nonce: ts.nonceSent,
-		Took: c.now.Sub(c.set.time(ts.sentAt))}}
+	ev := notice{kind: nACK, typ: ts.idx, ack: ackNote{version: versionOf(ts.nonceSent), nonce: ts.nonceSent,
+		took: c.now.Sub(c.set.time(ts.sentAt))}}
 	if ts.startSent != 0 {
-		ev.conv, ev.converged = ConvergenceEvent{
-			ProxyID: c.id, ConnID: c.connID, Type: t, Version: versionOf(ts.nonceSent), Took: c.now.Sub(c.set.time(ts.startSent)),
-		}, true
+		ev.ack.converged, ev.ack.convTook = true, c.now.Sub(c.set.time(ts.startSent))
 	}
 	c.emit(ev)
 }
@@ -435,25 +432,16 @@ func (c *core) ack(ts *typeState) {
 // reject).
 func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
 	ts := c.types[i]
-	t := c.set.order[i]
-	n := NACK{
-		ProxyID: c.id,
-		ConnID:  c.connID,
-		Type:    t,
-		Version: version,
-		Nonce:   nonce,
-		Message: msg,
-		At:      c.now,
-	}
+	n := nackRec{version: version, nonce: nonce, message: msg, at: c.now}
 	matched := ts != nil && nonce != "" && nonce == ts.nonceSent
 	if matched {
-		n.Version = versionOf(ts.nonceSent)
+		n.version = versionOf(ts.nonceSent)
 	}
 	if ts != nil {
 		resend = c.reject(ts, nonce)
 		ts.nack = &n
 	}
-	c.emit(notice{kind: nNACK, nack: n})
+	c.emit(notice{kind: nNACK, typ: i, nack: n})
 	if matched {
 		c.stopOnNACK(i)
 	}

@@ -221,7 +221,7 @@ func (c *core) blocked(i int) bool {
 	set := c.set
 	if set.phaseWait && (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 {
 		if cts := c.types[set.cdsIdx]; cts != nil && cts.resumed && cts.sub.wildcard && !cts.synced() &&
-			(cts.nack == nil || cts.nack.Nonce != cts.nonceSent) {
+			(cts.nack == nil || cts.nack.nonce != cts.nonceSent) {
 			return true
 		}
 	}

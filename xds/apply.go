@@ -93,7 +93,7 @@ func (c *core) push(now time.Time, item *pushItem) (need, error) {
 
 // initialized goes on with the push that asked for InitProxy, with what
 // it returned.
-func (c *core) initialized(st ProxyState, err error) (need, error) {
+func (c *core) initialized(st proxyInit, err error) (need, error) {
 	pl := c.pushing
 	c.pushing = nil
 	if err := c.initializedAt(pl.gen.pc, st, err); err != nil {

@@ -60,10 +60,14 @@ var coreHostCalls = map[string]bool{
 // the host's objects, that a core file must not name: the Server's
 // settings (the core's are coreSettings), the Server and the connection
 // that runs the core, the Proxy the host's code reads (the core keeps its
-// own record, proxyAt), the Generators, the clock and the hooks.
+// own record, proxyAt) and what InitProxy returns, the Generators, the
+// clock, the hooks and the events they receive (the runner makes them of
+// the core's notices).
 var coreForeignTypes = map[string]bool{
-	"settings": true, "Server": true, "conn": true, "Proxy": true,
+	"settings": true, "Server": true, "conn": true, "Proxy": true, "ProxyState": true,
 	"Generator": true, "DeltaGenerator": true, "Clock": true, "Hooks": true,
+	"ACKEvent": true, "NACK": true, "ConvergenceEvent": true, "GenerateErrorEvent": true,
+	"PhaseTimeoutEvent": true, "ReferenceErrorEvent": true, "PanicError": true,
 }
 
 // TestCoreStaysClosed reads the core's files and fails on what a closed

@@ -37,8 +37,13 @@ import (
 //
 // What it keeps per type is a typeState (typestate.go).
 //
-// A core is not safe for concurrent use: the stream's runner (stream.go,
-// steps.go) owns it and calls it from one goroutine.
+// A core is not safe for concurrent use. Its runner (conn) calls it only
+// under the stream's step lock (lockStep, steps.go): its steps, and the
+// host calls a step asks for (drive), run one at a time, on whichever
+// goroutine holds the lock (the receive goroutine, a push queue's worker,
+// the timer's callback; see the package documentation, Concurrency), and a
+// step that begins while another waits for its host calls panics
+// (mustBeIdle).
 type core struct {
 	set  *coreSettings
 	host coreHost
@@ -171,7 +176,7 @@ func (c *core) awaitsHeldBack(ts *typeState) bool {
 		return true
 	}
 	for _, o := range c.types {
-		if o != nil && o.nack != nil && o.nack.Nonce == o.nonceSent {
+		if o != nil && o.nack != nil && o.nack.nonce == o.nonceSent {
 			return false
 		}
 	}
@@ -204,12 +209,20 @@ func (c *core) step(now time.Time) {
 
 // init initialises the proxy against pc (the stream's first step), with
 // what InitProxy returned for it (st, err).
-func (c *core) init(now time.Time, pc *pushcontext.PushContext, seq uint64, st ProxyState, err error) error {
+func (c *core) init(now time.Time, pc *pushcontext.PushContext, seq uint64, st proxyInit, err error) error {
 	c.mustBeIdle()
 	c.step(now)
 	c.at.push = pc
 	c.appliedSeq, c.completedSeq = seq, seq
 	return c.initializedAt(pc, st, err)
+}
+
+// proxyInit is what InitProxy returned: a ProxyState, which the runner
+// converts (the fields are the same).
+type proxyInit struct {
+	Data  any
+	Scope pushcontext.Scope
+	View  string
 }
 
 // proxyAt is where a proxy stands: its snapshot and what InitProxy made of
@@ -242,7 +255,7 @@ func (c *core) reinit(req *pushcontext.PushRequest, pc *pushcontext.PushContext)
 }
 
 // initializedAt stores what InitProxy, called against pc, returned.
-func (c *core) initializedAt(pc *pushcontext.PushContext, st ProxyState, err error) error {
+func (c *core) initializedAt(pc *pushcontext.PushContext, st proxyInit, err error) error {
 	c.at.initSeq = pc.Seq()
 	if err != nil {
 		return err
@@ -348,14 +361,7 @@ func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
 	if err != ErrGenerateTimeout {
 		retryIn = c.set.backoffFor(ts.fails(), c.seed+uint64(ts.idx))
 	}
-	t := c.set.order[ts.idx]
-	ev := notice{kind: nGenerateFailed, gen: GenerateErrorEvent{
-		ProxyID: c.id, ConnID: c.connID, Type: t, Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn,
-	}}
-	if pe, ok := err.(*PanicError); ok {
-		ev.panic = pe
-	}
-	c.emit(ev)
+	c.emit(notice{kind: nGenerateFailed, typ: ts.idx, gen: genFailure{push: push, err: err, attempt: ts.fails(), retryIn: retryIn}})
 }
 
 // typeOK records a successful generation of type ts, clearing its

@@ -953,7 +953,7 @@ func (r *modelRun) reconnect() {
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*outMsg]bool{}
 	r.c = newCore(&r.h.set.coreSettings, r.h, "p", fmt.Sprintf("p-%d", r.streams+1), true, 1)
 	st, err := r.h.initProxy(context.Background(), r.pc)
-	if err := r.c.init(r.now, r.pc, r.pc.Seq(), st, err); err != nil {
+	if err := r.c.init(r.now, r.pc, r.pc.Seq(), proxyInit(st), err); err != nil {
 		r.t.Fatal(err)
 	}
 	r.logf("-- reconnect: stream %d", r.streams+1)

@@ -42,7 +42,7 @@ func (r *coreRun) expectErrors(what string, resps []string, errs ...string) {
 // statusErrors lists the resource errors Status would show for typ.
 func (r *coreRun) statusErrors(typ TypeURL) []string {
 	var out []string
-	for _, e := range r.typeState(typ).status(r.h.set, typ).ResourceErrors {
+	for _, e := range r.typeState(typ).status(r.h.set, typ, "p", "p-1").ResourceErrors {
 		out = append(out, e.Name+" "+e.Code.String())
 	}
 	return out
@@ -105,7 +105,7 @@ func TestCoreResourceHeldBackError(t *testing.T) {
 	if !slices.Equal(resps, []string{"RDS []"}) || !slices.Equal(errs, []string{"RDS r1 Unavailable"}) {
 		t.Fatalf("RDS answer: %q with errors %q; want an RDS response with r1 Unavailable", resps, errs)
 	}
-	st := r.typeState(RouteType).status(h.set, RouteType).ResourceErrors
+	st := r.typeState(RouteType).status(h.set, RouteType, "p", "p-1").ResourceErrors
 	if len(st) != 1 || !strings.Contains(st[0].Message, `CDS "cx"`) {
 		t.Errorf("Status errors %+v; want r1's reference error", st)
 	}

@@ -221,7 +221,7 @@ func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool,
 // responses, returned, and the notices, reported (the hooks of h's
 // Config called).
 func (h *fakeHost) takeOut(c *core) []*outMsg {
-	h.set.report(context.Background(), c.id, c.delta, c.notices)
+	h.set.report(context.Background(), c.id, c.connID, c.delta, c.notices)
 	c.notices = c.notices[:0]
 	return c.takeOut()
 }
@@ -232,7 +232,7 @@ func (h *fakeHost) newCore(delta bool) *core {
 	c := newCore(&h.set.coreSettings, h, "p", "p-1", delta, 1)
 	pc := h.build(nil)
 	st, err := h.initProxy(context.Background(), pc)
-	if err := c.init(epoch, pc, pc.Seq(), st, err); err != nil {
+	if err := c.init(epoch, pc, pc.Seq(), proxyInit(st), err); err != nil {
 		h.t.Fatal(err)
 	}
 	return c
@@ -477,7 +477,7 @@ func TestCoreSotWRequests(t *testing.T) {
 			if (ts.nack != nil) != tt.wantNACK {
 				t.Errorf("NACK recorded = %v; want %v", ts.nack != nil, tt.wantNACK)
 			}
-			if tt.wantNACK && (ts.nack.Version != "v2" || ts.nack.Message != "bad endpoint") {
+			if tt.wantNACK && (ts.nack.version != "v2" || ts.nack.message != "bad endpoint") {
 				t.Errorf("NACK = %+v; want version v2, message %q", *ts.nack, "bad endpoint")
 			}
 			if e := c.types[h.set.edsIdx]; e != nil && e.alwaysRespond != tt.wantAlways {

@@ -41,7 +41,7 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 		return nil
 	case req.ResponseNonce != ts.nonceSent:
 		c.accepted(ts, req.ResponseNonce)
-		c.emit(notice{kind: nStaleNonceApplied, typ: string(c.set.order[i]), nonce: req.ResponseNonce})
+		c.emit(notice{kind: nStaleNonceApplied, typ: i, nonce: req.ResponseNonce})
 	default:
 		c.ack(ts)
 	}
@@ -96,7 +96,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	sub, subStar := normalizeNames(req.ResourceNamesSubscribe)
 	unsub, unsubStar := normalizeNames(req.ResourceNamesUnsubscribe)
 	if (subStar || unsubStar) && !full {
-		c.emit(notice{kind: nWildcardIgnored, typ: req.TypeUrl})
+		c.emit(notice{kind: nWildcardIgnored, url: req.TypeUrl})
 		subStar, unsubStar = false, false
 	}
 	wasWildcard := ts.sub.wildcard

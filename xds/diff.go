@@ -324,7 +324,7 @@ func (d *diffResult) unreject(ts *typeState, tgt *target, o relOpts) {
 			}
 		}
 	}
-	if ts.nack != nil && ts.nack.Nonce == ts.nonceSent && ts.nonceSent != "" && len(ts.rejected()) == len(d.unrejected) {
+	if ts.nack != nil && ts.nack.nonce == ts.nonceSent && ts.nonceSent != "" && len(ts.rejected()) == len(d.unrejected) {
 		d.resync = true
 	}
 
@@ -454,7 +454,7 @@ func (c *core) settleWithheld(ts *typeState, d *diffResult) {
 	for _, n := range d.unrejected {
 		delete(ts.rejected(), n)
 	}
-	if len(d.unrejected) > 0 && len(ts.rejected()) == 0 && ts.nack != nil && ts.nack.Nonce != ts.nonceSent {
+	if len(d.unrejected) > 0 && len(ts.rejected()) == 0 && ts.nack != nil && ts.nack.nonce != ts.nonceSent {
 		// The NACK of an earlier response stood for the content withheld
 		// since: none is any longer.
 		ts.nack = nil

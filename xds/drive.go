@@ -36,7 +36,7 @@ func drive(ctx context.Context, h genHost, c *core, n need, err error) error {
 		switch {
 		case n.init != nil:
 			st, ierr := h.initProxy(ctx, n.init)
-			n, err = c.initialized(st, ierr)
+			n, err = c.initialized(proxyInit(st), ierr)
 		case len(n.gens) > 0:
 			n, err = c.generated(generateAll(ctx, n.results, h, n.gens))
 		case n.gen != nil:

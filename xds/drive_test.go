@@ -145,7 +145,7 @@ func TestGenerateAllStopsAtTimeout(t *testing.T) {
 				t.Fatal("a Full push does not ask for InitProxy")
 			}
 			st, err := r.h.initProxy(context.Background(), n.init)
-			if n, err = r.c.initialized(st, err); err != nil {
+			if n, err = r.c.initialized(proxyInit(st), err); err != nil {
 				t.Fatal(err)
 			}
 			if got := len(n.gens); got != 3 {

@@ -344,15 +344,15 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 // excuseWaiting lists the types that keep the gate closed, counts the timeout
 // against each, and excuses them: later phases of the push do not wait for
 // them again, unless the push sends them a new response.
-func (c *core) excuseWaiting(pl *plan) []TypeURL {
-	var out []TypeURL
+func (c *core) excuseWaiting(pl *plan) []int {
+	var out []int
 	listed := make([]bool, len(c.types))
 	if pl.reconnect {
 		for j, full := range c.set.fullState {
 			if !full || c.rootReady(pl, j) {
 				continue
 			}
-			out = append(out, c.set.order[j])
+			out = append(out, j)
 			listed[j] = true
 			if ts := c.types[j]; ts != nil {
 				c.timedOut(ts)
@@ -362,7 +362,7 @@ func (c *core) excuseWaiting(pl *plan) []TypeURL {
 	}
 	for i, ts := range c.types {
 		if ts == nil && c.unwatchedAwaited(pl, i) && pl.t[i].refs && len(pl.t[i].need) > 0 {
-			out = append(out, c.set.order[i])
+			out = append(out, i)
 			pl.t[i].need = nil
 			pl.t[i].gaveUp = true
 			continue
@@ -376,7 +376,7 @@ func (c *core) excuseWaiting(pl *plan) []TypeURL {
 			open = open && c.fetched(pl, i, n)
 		}
 		if !open {
-			out = append(out, c.set.order[i])
+			out = append(out, i)
 			c.timedOut(ts)
 			pl.t[i].excused = ts.nonceSent
 			if len(pl.t[i].need) > 0 {
@@ -401,15 +401,9 @@ func (c *core) phaseTimedOut() {
 		return
 	}
 	waited := c.now.Sub(pl.waitSince)
-	ev := PhaseTimeoutEvent{
-		ProxyID: c.id,
-		ConnID:  c.connID,
-		Version: pl.req.Push.Version(),
-		Waiting: c.excuseWaiting(pl),
-		Waited:  waited,
-	}
+	ev := phaseTimeout{version: pl.req.Push.Version(), waiting: c.excuseWaiting(pl), next: -1, waited: waited}
 	if len(pl.phases) > 0 {
-		ev.Next, ev.Removal = c.set.order[pl.phases[0].typeIdx], pl.phases[0].removal
+		ev.next, ev.removal = pl.phases[0].typeIdx, pl.phases[0].removal
 	}
 	c.emit(notice{kind: nPhaseTimeout, phase: ev})
 	c.advance(true)
@@ -444,7 +438,7 @@ func (c *core) stopOnNACK(i int) {
 	c.plan = nil
 	c.completedSeq = max(c.completedSeq, pl.seq) // the push is over; its NACK stands
 	pl.free()
-	c.emit(notice{kind: nNACKStopsPush, typ: string(c.set.order[i]), names: dropped})
+	c.emit(notice{kind: nNACKStopsPush, typ: i, names: dropped})
 }
 
 // planRemoval gives the removals that the first answer of deferred type i

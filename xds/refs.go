@@ -314,7 +314,7 @@ func (c *core) namedBy(j int, name string, kind int) string {
 func (c *core) referencesHeld(ts *typeState, errs []*ReferenceError) {
 	heldBack, failed := false, false
 	for _, e := range errs {
-		c.emit(notice{kind: nReferenceError, ref: ReferenceErrorEvent{ProxyID: c.id, ConnID: c.connID, Err: e}})
+		c.emit(notice{kind: nReferenceError, ref: e})
 		if e.Rejected || !c.set.sendMissingReferences {
 			heldBack = true
 		}

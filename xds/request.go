@@ -90,7 +90,7 @@ func (c *core) request(now time.Time, in inbound) (need, error) {
 		return need{}, err
 	}
 	if i < 0 {
-		c.emit(notice{kind: nUnknownType, typ: truncate(t, c.set.maxNameLength)})
+		c.emit(notice{kind: nUnknownType, url: truncate(t, c.set.maxNameLength)})
 		return need{}, nil
 	}
 	var a *answer
@@ -202,13 +202,13 @@ func (c *core) sotwStale(i int, nonce string, names []string, star, wildcard boo
 	}
 	ts.keptRequested(covers, ord)
 	ts.unreadRequested(covers, ord)
-	c.emit(notice{kind: nStaleNonce, typ: string(c.set.order[i]), nonce: nonce, sent: ts.nonceSent})
+	c.emit(notice{kind: nStaleNonce, typ: i, nonce: nonce, sent: ts.nonceSent})
 }
 
 // unwatch ends the watch of by-name type i: the client unsubscribed from
 // every name. It is marked dropped (see core.dropped).
 func (c *core) unwatch(i int) {
-	c.emit(notice{kind: nUnsubscribed, typ: string(c.set.order[i])})
+	c.emit(notice{kind: nUnsubscribed, typ: i})
 	c.subBytes -= c.types[i].subBytes
 	c.setType(i, nil)
 	if c.dropped == nil {

@@ -48,7 +48,7 @@ func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o r
 	}
 	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
 	if c.debug {
-		c.emit(notice{kind: nResponse, resp: responseEvent{typ: c.set.order[i], version: o.pc.Version(), nonce: nonce,
+		c.emit(notice{kind: nResponse, typ: i, resp: responseEvent{version: o.pc.Version(), nonce: nonce,
 			resources: resources, removed: removed, bytes: size, push: o.push}})
 	}
 	m := outPool.Get().(*outMsg)

@@ -94,10 +94,11 @@ type ResourceErrorStatus struct {
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// status returns the TypeStatus of ts, of type t, now.
-func (ts *typeState) status(set *settings, t TypeURL) TypeStatus {
+// status returns the TypeStatus of ts, of type t, now, on the connection
+// connID of proxy id.
+func (ts *typeState) status(set *settings, t TypeURL, id, connID string) TypeStatus {
 	sn := ts.snap()
-	return sn.status(set, t)
+	return sn.status(set, t, id, connID)
 }
 
 // typeSnap is what a connection publishes of one type's state (see
@@ -107,7 +108,7 @@ type typeSnap struct {
 	idx, timeouts         int32 // idx: the type index
 	sentNonce, ackedNonce string
 	sentAt, ackedAt       instant
-	nack                  *NACK
+	nack                  *nackRec
 	fault                 *typeFault // immutable: a new failure makes a new one
 	// What Dump reads besides: the subscription (immutable) and a
 	// snapshot of what the client holds.
@@ -153,8 +154,9 @@ func (ts *typeState) snap() typeSnap {
 	return sn
 }
 
-// status returns the TypeStatus sn records, of type t.
-func (sn *typeSnap) status(set *settings, t TypeURL) TypeStatus {
+// status returns the TypeStatus sn records, of type t, on the connection
+// connID of proxy id.
+func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStatus {
 	st := TypeStatus{
 		Type:          t,
 		Names:         len(sn.sub.names),
@@ -165,8 +167,11 @@ func (sn *typeSnap) status(set *settings, t TypeURL) TypeStatus {
 		AckedVersion:  versionOf(sn.ackedNonce),
 		AckedNonce:    sn.ackedNonce,
 		AckedAt:       set.time(sn.ackedAt),
-		NACK:          sn.nack,
 		PhaseTimeouts: int(sn.timeouts),
+	}
+	if sn.nack != nil {
+		n := sn.nack.event(id, connID, t)
+		st.NACK = &n
 	}
 	if sn.rare != nil {
 		st.ResourceErrors = slices.Clone(sn.rare.errs)
@@ -224,7 +229,7 @@ func (c *conn) publishStatus(initialised bool) {
 		}
 		st.types = append(st.types, ts.snap())
 		if ts.nackStands() {
-			st.standing = append(st.standing, *ts.nack)
+			st.standing = append(st.standing, ts.nack.event(c.proxy.ID, c.proxy.ConnID, core.set.order[ts.idx]))
 		}
 		failing = failing || ts.fault != nil
 	}
@@ -289,7 +294,7 @@ func (c *core) syncedTo() uint64 {
 			x = min(x, ts.appliedAcked-1)
 		}
 		if ts.nonceSent == "" || ts.nonceAcked == ts.nonceSent ||
-			(ts.nack != nil && ts.nack.Nonce == ts.nonceSent) {
+			(ts.nack != nil && ts.nack.nonce == ts.nonceSent) {
 			continue // nothing sent, or the last response ACKed or NACKed
 		}
 		// Not synced to the push whose response is unanswered, even when
@@ -344,7 +349,7 @@ func (c *conn) status() ConnStatus {
 	}
 	cs.Types = make([]TypeStatus, len(c.st.types))
 	for k := range c.st.types {
-		cs.Types[k] = c.st.types[k].status(c.s.set, c.s.set.order[c.st.types[k].idx])
+		cs.Types[k] = c.st.types[k].status(c.s.set, c.s.set.order[c.st.types[k].idx], c.proxy.ID, c.proxy.ConnID)
 	}
 	return cs
 }

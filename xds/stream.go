@@ -397,7 +397,7 @@ func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err 
 		return false, err
 	}
 	st, err := c.initProxy(ctx, pc)
-	err = c.core.init(s.set.clock.Now(), pc, pc.Seq(), st, err)
+	err = c.core.init(s.set.clock.Now(), pc, pc.Seq(), proxyInit(st), err)
 	p := c.hostProxy()
 	if err != nil {
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)

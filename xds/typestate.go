@@ -86,7 +86,7 @@ type typeState struct {
 	ackedAt      instant
 	appliedAcked uint64
 
-	nack *NACK // last NACK since the last ACK
+	nack *nackRec // last NACK since the last ACK
 }
 
 // typeRare is the part of a type's state that is empty while the client
@@ -345,7 +345,7 @@ func (ts *typeState) synced() bool { return ts.nonceAcked == ts.nonceSent }
 // holds other content than the configuration's, and is not sent it again
 // until the configuration changes it: its NACK is what Sync reports.
 func (ts *typeState) nackStands() bool {
-	return ts.nack != nil && (ts.nack.Nonce == ts.nonceSent || len(ts.rejected()) > 0)
+	return ts.nack != nil && (ts.nack.nonce == ts.nonceSent || len(ts.rejected()) > 0)
 }
 
 // covers reports whether the type's subscription covers name.
