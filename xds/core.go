@@ -45,13 +45,10 @@ import (
 // step that begins while another waits for its host calls panics
 // (mustBeIdle).
 type core struct {
-	set  *coreSettings
-	host coreHost
-	// id and connID name the proxy and the connection in what the core
-	// reports (Proxy.ID, Proxy.ConnID).
-	id, connID string
-	delta      bool
-	seed       uint64 // per-connection jitter seed (the connection number)
+	set   *coreSettings
+	host  coreHost
+	delta bool
+	seed  uint64 // per-connection jitter seed (the connection number)
 	// at is where the proxy stands. The Proxy that the host's code reads
 	// is the runner's: it copies at into it before each host call and
 	// after each step (see conn.hostProxy).
@@ -188,13 +185,11 @@ func (c *core) setType(i int, ts *typeState) {
 	c.types[i] = ts
 }
 
-func newCore(set *coreSettings, host coreHost, id, connID string, delta bool, seed uint64) *core {
+func newCore(set *coreSettings, host coreHost, delta bool, seed uint64) *core {
 	n := len(set.order)
 	return &core{
 		set:     set,
 		host:    host,
-		id:      id,
-		connID:  connID,
 		delta:   delta,
 		seed:    seed,
 		types:   make([]*typeState, n),

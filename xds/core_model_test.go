@@ -951,7 +951,7 @@ func (r *modelRun) toggleFailure() {
 func (r *modelRun) reconnect() {
 	r.streams++
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*outMsg]bool{}
-	r.c = newCore(&r.h.set.coreSettings, r.h, "p", fmt.Sprintf("p-%d", r.streams+1), true, 1)
+	r.c = newCore(&r.h.set.coreSettings, r.h, true, 1)
 	st, err := r.h.initProxy(context.Background(), r.pc)
 	if err := r.c.init(r.now, r.pc, r.pc.Seq(), proxyInit(st), err); err != nil {
 		r.t.Fatal(err)

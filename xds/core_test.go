@@ -221,7 +221,7 @@ func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool,
 // responses, returned, and the notices, reported (the hooks of h's
 // Config called).
 func (h *fakeHost) takeOut(c *core) []*outMsg {
-	h.set.report(context.Background(), c.id, c.connID, c.delta, c.notices)
+	h.set.report(context.Background(), "p", "p-1", c.delta, c.notices)
 	c.notices = c.notices[:0]
 	return c.takeOut()
 }
@@ -229,7 +229,7 @@ func (h *fakeHost) takeOut(c *core) []*outMsg {
 // newCore returns a core of a proxy "p" on a fresh PushContext.
 func (h *fakeHost) newCore(delta bool) *core {
 	h.t.Helper()
-	c := newCore(&h.set.coreSettings, h, "p", "p-1", delta, 1)
+	c := newCore(&h.set.coreSettings, h, delta, 1)
 	pc := h.build(nil)
 	st, err := h.initProxy(context.Background(), pc)
 	if err := c.init(epoch, pc, pc.Seq(), proxyInit(st), err); err != nil {

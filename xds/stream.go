@@ -358,7 +358,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	if err := s.authorized(ctx, p); err != nil {
 		return false, err
 	}
-	c.core = newCore(&s.set.coreSettings, s, p.ID, p.ConnID, c.delta, c.seq)
+	c.core = newCore(&s.set.coreSettings, s, c.delta, c.seq)
 	c.st.connectedAt = s.set.instant(s.set.clock.Now())
 	if registered, err := s.initialise(ctx, c); err != nil {
 		return registered, err
