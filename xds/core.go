@@ -45,10 +45,9 @@ import (
 // step that begins while another waits for its host calls panics
 // (mustBeIdle).
 type core struct {
-	set   *coreSettings
-	host  coreHost
-	delta bool
-	seed  uint64 // per-connection jitter seed (the connection number)
+	set  *coreSettings
+	host coreHost
+	seed uint64 // per-connection jitter seed (the connection number)
 	// at is where the proxy stands. The Proxy that the host's code reads
 	// is the runner's: it copies at into it before each host call and
 	// after each step (see conn.hostProxy).
@@ -85,10 +84,7 @@ type core struct {
 	// noticeBuf is the pooled buffer notices is in, nil when none is
 	// queued (see emit).
 	noticeBuf *[]notice
-	// debug is set by the runner when its logger records debug messages:
-	// the core then queues an event for each response (nResponse).
-	debug bool
-	now   time.Time // the time of the current step
+	now       time.Time // the time of the current step
 
 	// Sync (convergence.go): the newest push applied (generated, or left
 	// out as not concerning the proxy), and the newest whose phases have
@@ -102,6 +98,12 @@ type core struct {
 	pushRetryAt time.Time
 	pushFails   int // consecutive failed pushes
 
+	// The flags are kept together: apart, their padding took a core past
+	// the heap's 384-byte size class.
+	delta bool
+	// debug is set by the runner when its logger records debug messages:
+	// the core then queues an event for each response (nResponse).
+	debug bool
 	// beating is set when a type's heartbeat is armed (noteTTL), and
 	// cleared when deadline finds none (as retrying is).
 	beating bool

@@ -60,9 +60,9 @@ type genResult struct {
 //   - a tick: the answers due for a retry, the heartbeats due, flush;
 //   - a push once generated, and the runner after it: flush.
 type flow struct {
+	i     int // the request's type (flowHeldBack)
+	j     int // the next type the stage's scan looks at
 	stage flowStage
-	i     int  // the request's type (flowHeldBack)
-	j     int  // the next type the stage's scan looks at
 	any   bool // flowFlush: this pass of the scan answered
 }
 
