@@ -19,7 +19,7 @@ import (
 // (coreHost) are the caches that connections share.
 var coreFiles = []string{
 	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
-	"fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go",
+	"fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go", "snapshot.go",
 	"typestate.go", "unread.go",
 }
 

@@ -472,7 +472,9 @@ func standingNACKs(conns []*conn) []NACK {
 	var out []NACK
 	for _, c := range conns {
 		c.statusMu.Lock()
-		out = append(out, c.st.standing...)
+		for _, n := range c.st.standing {
+			out = append(out, n.n.event(c.proxy.ID, c.proxy.ConnID, c.s.set.order[n.typ]))
+		}
 		c.statusMu.Unlock()
 	}
 	return out

@@ -1,8 +1,6 @@
 package xds
 
 import (
-	"maps"
-	"slices"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -101,59 +99,6 @@ func (ts *typeState) status(set *settings, t TypeURL, id, connID string) TypeSta
 	return sn.status(set, t, id, connID)
 }
 
-// typeSnap is what a connection publishes of one type's state (see
-// connState): the few words Status derives a TypeStatus from, so that a
-// connection keeps a small record per type, not a TypeStatus.
-type typeSnap struct {
-	idx, timeouts         int32 // idx: the type index
-	sentNonce, ackedNonce string
-	sentAt, ackedAt       instant
-	nack                  *nackRec
-	fault                 *typeFault // immutable: a new failure makes a new one
-	// What Dump reads besides: the subscription (immutable) and a
-	// snapshot of what the client holds.
-	sub  *subscription
-	held holding
-	rare *snapRare // nil when the type has none of it
-}
-
-// snapRare is what a typeSnap copies of the rare part of a type's state
-// (typeRare): the resource errors that stand, for Status, and for Dump
-// what the client rejected and what is being removed.
-type snapRare struct {
-	errs     []ResourceErrorStatus // sorted by name
-	rejected map[string]*encoded
-	removing map[string]struct{}
-}
-
-// snap returns what publishStatus copies of ts.
-func (ts *typeState) snap() typeSnap {
-	sn := typeSnap{
-		idx:        int32(ts.idx),
-		sub:        ts.sub,
-		held:       ts.held.snapshot(),
-		timeouts:   ts.timeouts,
-		sentNonce:  ts.nonceSent,
-		ackedNonce: ts.nonceAcked,
-		sentAt:     ts.sentAt,
-		ackedAt:    ts.ackedAt,
-		nack:       ts.nack,
-		fault:      ts.fault,
-	}
-	errs, rej, rm := ts.errs(), ts.rejected(), ts.removing()
-	if len(errs) == 0 && len(rej) == 0 && len(rm) == 0 {
-		return sn
-	}
-	sn.rare = &snapRare{rejected: maps.Clone(rej), removing: maps.Clone(rm)}
-	if len(errs) > 0 {
-		sn.rare.errs = make([]ResourceErrorStatus, 0, len(errs))
-		for _, n := range sortedKeys(errs) {
-			sn.rare.errs = append(sn.rare.errs, ResourceErrorStatus{Name: n, Code: errs[n].code, Message: errs[n].msg})
-		}
-	}
-	return sn
-}
-
 // status returns the TypeStatus sn records, of type t, on the connection
 // connID of proxy id.
 func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStatus {
@@ -174,7 +119,10 @@ func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStat
 		st.NACK = &n
 	}
 	if sn.rare != nil {
-		st.ResourceErrors = slices.Clone(sn.rare.errs)
+		st.ResourceErrors = make([]ResourceErrorStatus, len(sn.rare.errs))
+		for k, e := range sn.rare.errs {
+			st.ResourceErrors[k] = ResourceErrorStatus{Name: e.name, Code: e.code, Message: e.msg}
+		}
 	}
 	if f := sn.fault; f != nil {
 		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = f.err, f.stage, f.since, f.fails
@@ -183,56 +131,28 @@ func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStat
 }
 
 // connState is what a connection publishes for Status, Failures, Sync and
-// WaitForVersion: a copy, made by publishStatus after each step, that the
-// reads take under the connection's status lock without ever touching the
-// core's state, which only the step that holds the step lock reads.
+// WaitForVersion: its core's snapshot (coreSnap), made by publishStatus
+// after each step, and the runner's own state, which the reads take under
+// the connection's status lock without ever touching the core's state,
+// which only the step that holds the step lock reads.
 type connState struct {
+	coreSnap
 	connectedAt instant
-	pending     int // phases of the current push not released
-	version     string
-	seq         uint64 // the Seq of version's PushContext
-	view        string
-	// types is the status of each watched type, in push order; standing
-	// the client's NACKs that stand (see typeState.nackStands). Both are
-	// rewritten in place by each publication: a read copies them.
-	types    []typeSnap
-	standing []NACK
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
 	writingSeq  uint64
 	initialised bool
 }
 
-// publishStatus copies the connection's state where Status, Failures and
+// publishStatus has the core copy its state where Status, Failures and
 // the convergence tracker read it, and tells the tracker how far the
 // connection is synced. It runs under the step lock, after each step.
 func (c *conn) publishStatus(initialised bool) {
-	core := c.core
-	failing := false
 	c.statusMu.Lock()
-	st := &c.st
 	if initialised {
-		st.initialised = true
+		c.st.initialised = true
 	}
-	if pc := core.at.push; pc != nil {
-		st.version, st.seq = pc.Version(), pc.Seq()
-	}
-	st.view = core.at.view
-	st.pending = 0
-	if core.plan != nil {
-		st.pending = len(core.plan.phases)
-	}
-	st.types, st.standing = st.types[:0], st.standing[:0]
-	for _, ts := range core.types {
-		if ts == nil {
-			continue
-		}
-		st.types = append(st.types, ts.snap())
-		if ts.nackStands() {
-			st.standing = append(st.standing, ts.nack.event(c.proxy.ID, c.proxy.ConnID, core.set.order[ts.idx]))
-		}
-		failing = failing || ts.fault != nil
-	}
+	failing := c.core.snapshot(&c.st.coreSnap)
 	c.statusMu.Unlock()
 	c.s.track.set(c, c.syncedTo(), failing)
 }
@@ -264,45 +184,6 @@ func (c *conn) syncedTo() uint64 {
 		}
 		if low > 0 {
 			x = min(x, low-1)
-		}
-	}
-	return x
-}
-
-// syncedTo returns the highest push the client is synced to as far as the
-// core knows, every response it queued taken as written: the push is
-// applied and its phases are over, nothing it failed to generate waits for
-// a retry, and the client has answered the last response of every type
-// (with an ACK, or a NACK that stands), with nothing held back to send.
-func (c *core) syncedTo() uint64 {
-	x := c.completedSeq
-	if c.failed != nil {
-		x = min(x, c.appliedSeq)
-	}
-	for _, ts := range c.types {
-		if ts == nil {
-			continue
-		}
-		if seq := c.awaiting(ts, false); seq > 0 {
-			// The client holds a reference to what it dropped: not
-			// synced until it subscribes to it again.
-			x = min(x, seq-1)
-		}
-		if ts.appliedAcked > 0 && c.awaitsHeldBack(ts) {
-			// What a reference held back is still to be sent: not
-			// synced to the push it belongs to.
-			x = min(x, ts.appliedAcked-1)
-		}
-		if ts.nonceSent == "" || ts.nonceAcked == ts.nonceSent ||
-			(ts.nack != nil && ts.nack.nonce == ts.nonceSent) {
-			continue // nothing sent, or the last response ACKed or NACKed
-		}
-		// Not synced to the push whose response is unanswered, even when
-		// an earlier response of that push was ACKed (a removal held back
-		// and sent after it, an answer to a request made meanwhile).
-		x = min(x, ts.appliedAcked)
-		if ts.appliedSent > 0 {
-			x = min(x, ts.appliedSent-1)
 		}
 	}
 	return x
