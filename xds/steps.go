@@ -281,7 +281,7 @@ func (c *conn) afterStep() {
 // when the core ran no step since the last settle (the end of a write), so
 // that what publishStatus would copy is as it last did.
 func (c *conn) settle(stepped bool) []*outMsg {
-	c.hostProxy()
+	c.hostProxy() // the Proxy the host reads, to where the step left the core
 	c.report()
 	out := c.core.takeOut()
 	if stepped {
