@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -76,7 +77,24 @@ func (c *core) envelope(i int) int {
 // budget is what the resources of one response of type i may take.
 func (c *core) budget(i int) int { return c.set.maxResponseBytes - c.envelope(i) }
 
-// fits returns a *ResponseTooLargeError if tgt, a target of type i, makes
+// tooLargeError is a response of type typ that cannot be split under
+// Config.MaxResponseBytes (max): the whole SotW state, or the resource
+// named, is bytes encoded. The Server reports it as a
+// ResponseTooLargeError (see publicErr).
+type tooLargeError struct {
+	typ        TypeURL
+	resource   string
+	bytes, max int
+}
+
+func (e *tooLargeError) Error() string {
+	if e.resource != "" {
+		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", e.typ.Short(), e.resource, e.bytes, e.max)
+	}
+	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", e.typ.Short(), e.bytes, e.max, e.typ.Short())
+}
+
+// fits returns a *tooLargeError if tgt, a target of type i, makes
 // a response that cannot be split under the budget.
 func (c *core) fits(i int, tgt *target) error {
 	if c.set.sendOversized || tgt == nil {
@@ -85,10 +103,10 @@ func (c *core) fits(i int, tgt *target) error {
 	z, budget := tgt.set.sizesOf(), c.budget(i)
 	t := c.set.order[i]
 	if !c.delta && c.set.fullState[i] && z.sotw > budget {
-		return &ResponseTooLargeError{Type: t, Bytes: z.sotw + c.envelope(i), Max: c.set.maxResponseBytes}
+		return &tooLargeError{typ: t, bytes: z.sotw + c.envelope(i), max: c.set.maxResponseBytes}
 	}
 	if z.largest > budget {
-		return &ResponseTooLargeError{Type: t, Resource: z.name, Bytes: z.largest + c.envelope(i), Max: c.set.maxResponseBytes}
+		return &tooLargeError{typ: t, resource: z.name, bytes: z.largest + c.envelope(i), max: c.set.maxResponseBytes}
 	}
 	return nil
 }

@@ -237,8 +237,8 @@ func TestCoreSotWResponseSplit(t *testing.T) {
 			}
 			r.expect("CDS refused")
 			ts := r.typeState(ClusterType)
-			var tooLarge *ResponseTooLargeError
-			if ts.fault == nil || !errors.As(ts.fault.err, &tooLarge) || tooLarge.Resource != "" || tooLarge.Bytes <= tooLarge.Max {
+			var tooLarge *tooLargeError
+			if ts.fault == nil || !errors.As(ts.fault.err, &tooLarge) || tooLarge.resource != "" || tooLarge.bytes <= tooLarge.max {
 				t.Fatalf("fault %+v; want a ResponseTooLargeError of the whole state", ts.fault)
 			}
 			// Fewer clusters fit: the retry sends them.
@@ -263,8 +263,8 @@ func TestCoreResourceOverBudget(t *testing.T) {
 	r.change(true, func() {}, ckey(kindCluster, "big"))
 	r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}})
 	r.expect("nothing sent")
-	var tooLarge *ResponseTooLargeError
-	if f := r.typeState(ClusterType).fault; f == nil || !errors.As(f.err, &tooLarge) || tooLarge.Resource != "big" {
+	var tooLarge *tooLargeError
+	if f := r.typeState(ClusterType).fault; f == nil || !errors.As(f.err, &tooLarge) || tooLarge.resource != "big" {
 		t.Fatalf("fault %+v; want a ResponseTooLargeError naming big", f)
 	}
 }

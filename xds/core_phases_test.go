@@ -461,7 +461,7 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 				r.expect("c1 removed", "CDS [c0]")
 			}
 			r.expectHeld("at the end", ClusterType, "c0")
-			var re *ReferenceError
+			var re *refError
 			if err := r.typeState(ClusterType).failure(); errors.As(err, &re) {
 				t.Errorf("CDS error = %v; want none", err)
 			}
@@ -554,7 +554,7 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.resubscribe(RouteType, "r0", "r1")
 	r.expect("nothing: r1 is held back, the client lacks c1")
 	rds := r.typeState(RouteType)
-	var re *ReferenceError
+	var re *refError
 	if !errors.As(rds.failure(), &re) && rds.retry() == nil {
 		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
 	}

@@ -543,7 +543,7 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
 			rds := r.h.set.rdsIdx
-			if _, _, errs := r.c.removable(rds, []string{"r0"}, nil); len(errs) != 1 || errs[0].Rejected {
+			if _, _, errs := r.c.removable(rds, []string{"r0"}, nil); len(errs) != 1 || errs[0].rejected {
 				t.Fatalf("before the push: errors %v; want one failure (l0 as configured names r0)", errs)
 			}
 			r.moveToNewRoute()
@@ -556,7 +556,7 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 					lds.dirty, lds.lastSeq == r.c.at.push.Seq())
 			}
 			_, kept, errs := r.c.removable(rds, []string{"r0"}, nil)
-			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].Rejected {
+			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].rejected {
 				t.Fatalf("after the stopped push: kept %v, errors %v; want r0 held back, not a failure", kept, errs)
 			}
 		})
@@ -575,7 +575,7 @@ func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
 	r.mesh()
 	h := r.h
 	eds := h.set.edsIdx
-	if _, _, errs := r.c.removable(eds, []string{"c0"}, nil); len(errs) != 1 || errs[0].Rejected {
+	if _, _, errs := r.c.removable(eds, []string{"c0"}, nil); len(errs) != 1 || errs[0].rejected {
 		t.Fatalf("before the push: errors %v; want one failure (c0 as configured names its endpoints)", errs)
 	}
 	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: xdsfixture.Cluster("c1")}}, Removed: []string{"c0"}}
@@ -585,7 +585,7 @@ func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
 		t.Fatalf("the configuration's clusters as last generated: c0 %v, c1 %v; want c1 only", cds.lastGet("c0"), cds.lastGet("c1"))
 	}
 	_, kept, errs := r.c.removable(eds, []string{"c0"}, nil)
-	if !slices.Equal(kept, []string{"c0"}) || len(errs) != 1 || !errs[0].Rejected {
+	if !slices.Equal(kept, []string{"c0"}) || len(errs) != 1 || !errs[0].rejected {
 		t.Fatalf("c0's endpoints: kept %v, errors %v; want held back while the client holds c0, not a failure", kept, errs)
 	}
 }

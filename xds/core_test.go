@@ -837,8 +837,8 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "cx")) }, ckey(kindRoute, "r0"))
 	r.expect("route naming cx")
 	rds := r.c.types[h.set.rdsIdx]
-	var re *ReferenceError
-	if rds.fault == nil || !errors.As(rds.fault.err, &re) || re.To != "cx" || re.Rejected || rds.fault.stage != "reference" {
+	var re *refError
+	if rds.fault == nil || !errors.As(rds.fault.err, &re) || re.to != "cx" || re.rejected || rds.fault.stage != "reference" {
 		t.Fatalf("RDS failure = %+v; want a ReferenceError to cx, not rejected", rds.fault)
 	}
 	if r.c.plan != nil {
@@ -875,11 +875,11 @@ func TestCoreAnsweredRouteWaitsForItsClustersACK(t *testing.T) {
 				if nack {
 					r.nack(ClusterType, "no")
 					r.expect("nothing: the client rejected c0")
-					var re *ReferenceError
+					var re *refError
 					if !errors.As(rds.failure(), &re) && rds.retry() == nil {
 						t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
 					}
-					if re != nil && !re.Rejected {
+					if re != nil && !re.rejected {
 						t.Fatalf("RDS error %v: a failure of the configuration; want the route on its way", rds.failure())
 					}
 					c0 := xdsfixture.Cluster("c0")
@@ -950,8 +950,8 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 	r.change(true, func() { delete(h.world[ClusterType], "c0") }, ckey(kindCluster, "c0"))
 	r.expect("removal held back")
 	cds := r.c.types[h.set.cdsIdx]
-	var re *ReferenceError
-	if !errors.As(cds.failure(), &re) || !re.Removal || re.From != "r0" || re.Rejected {
+	var re *refError
+	if !errors.As(cds.failure(), &re) || !re.removal || re.from != "r0" || re.rejected {
 		t.Fatalf("CDS error = %v; want the removal of c0 held back by r0", cds.failure())
 	}
 	if got := r.held(ClusterType); !slices.Equal(got, []string{"c0"}) {
@@ -1437,7 +1437,7 @@ func TestCoreRemovalDuringAPushReadsThePushsRoutes(t *testing.T) {
 			if len(ok) != 0 || !slices.Equal(kept, []string{"c0"}) {
 				t.Fatalf("removable(c0) before the RDS phase = %v removable, %v kept; want c0 kept", ok, kept)
 			}
-			if len(errs) != 1 || !errs[0].Rejected {
+			if len(errs) != 1 || !errs[0].rejected {
 				t.Fatalf("removable(c0) before the RDS phase reported %v; want one reference held back as the client's doing (Rejected)", errs)
 			}
 		})

@@ -89,7 +89,7 @@ type diffResult struct {
 	// subscribed to), so the client will not hold the target exactly.
 	substituted bool
 	// refErrs are the references held back.
-	refErrs []*ReferenceError
+	refErrs []*refError
 	// inHeld counts the entries of kept that the client holds already.
 	inHeld int
 	// withheld names, sorted, what the target has but the client is not
@@ -201,7 +201,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		if differs && checkClusters {
 			if e := c.danglingCluster(i, r, !o.push && set.phaseWait); e != nil {
 				d.refErrs = append(d.refErrs, e)
-				if e.Rejected || !set.sendMissingReferences {
+				if e.rejected || !set.sendMissingReferences {
 					keep(r, prev)
 					continue
 				}

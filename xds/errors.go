@@ -85,17 +85,7 @@ type ReferenceError struct {
 
 // Error describes the reference.
 func (e *ReferenceError) Error() string {
-	why := "which the configuration does not have"
-	if e.Rejected {
-		why = "which the client does not hold yet"
-	}
-	if e.Removal && e.From == "" {
-		return fmt.Sprintf("xds: removal of %s %q held back: the client still subscribes to it (a %s it still serves names it)", e.ToType.Short(), e.To, e.FromType.Short())
-	}
-	if e.Removal {
-		return fmt.Sprintf("xds: removal of %s %q held back: %s %q still references it", e.ToType.Short(), e.To, e.FromType.Short(), e.From)
-	}
-	return fmt.Sprintf("xds: %s %q held back: it references %s %q, %s", e.FromType.Short(), e.From, e.ToType.Short(), e.To, why)
+	return (&refError{fromType: e.FromType, from: e.From, toType: e.ToType, to: e.To, removal: e.Removal, rejected: e.Rejected}).Error()
 }
 
 // ResponseTooLargeError reports a response that cannot be split under
@@ -114,10 +104,26 @@ type ResponseTooLargeError struct {
 
 // Error describes the response.
 func (e *ResponseTooLargeError) Error() string {
-	if e.Resource != "" {
-		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", e.Type.Short(), e.Resource, e.Bytes, e.Max)
+	return (&tooLargeError{typ: e.Type, resource: e.Resource, bytes: e.Bytes, max: e.Max}).Error()
+}
+
+// publicErr returns err, a failure the core recorded, as the Server
+// reports it: a reference or a response the core held back becomes a
+// *ReferenceError or a *ResponseTooLargeError; any other error (the host's
+// code's) is reported as it is.
+func publicErr(err error) error {
+	switch e := err.(type) {
+	case *refError:
+		return e.public()
+	case *tooLargeError:
+		return &ResponseTooLargeError{Type: e.typ, Resource: e.resource, Bytes: e.bytes, Max: e.max}
 	}
-	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", e.Type.Short(), e.Bytes, e.Max, e.Type.Short())
+	return err
+}
+
+// public returns the *ReferenceError the Server reports of e.
+func (e *refError) public() *ReferenceError {
+	return &ReferenceError{FromType: e.fromType, From: e.from, ToType: e.toType, To: e.to, Removal: e.removal, Rejected: e.rejected}
 }
 
 // Failure is one thing that keeps the configuration from reaching a

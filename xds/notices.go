@@ -26,7 +26,7 @@ type notice struct {
 	nack  nackRec
 	gen   genFailure
 	phase phaseTimeout
-	ref   *ReferenceError
+	ref   *refError
 	resp  responseEvent
 }
 

@@ -542,7 +542,7 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	ts.rare.removing = nil
 	ts.markRemoving(unsubscribed)
 	slices.Sort(gone)
-	var errs []*ReferenceError
+	var errs []*refError
 	gone, _, errs = c.removable(i, gone, nil)
 	c.referencesHeld(ts, errs)
 	if len(gone) == 0 {

@@ -55,7 +55,7 @@ func (set *settings) report(ctx context.Context, id, connID string, delta bool, 
 				slog.String("version", n.Version), slog.String("nonce", n.Nonce), slog.String("error", n.Message))
 			callHook(set, hooks.OnNACK, n)
 		case nGenerateFailed:
-			g := GenerateErrorEvent{ProxyID: id, ConnID: connID, Type: typ, Push: ev.gen.push, Err: ev.gen.err, Attempt: ev.gen.attempt, RetryIn: ev.gen.retryIn}
+			g := GenerateErrorEvent{ProxyID: id, ConnID: connID, Type: typ, Push: ev.gen.push, Err: publicErr(ev.gen.err), Attempt: ev.gen.attempt, RetryIn: ev.gen.retryIn}
 			set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: generate failed",
 				slog.String("proxy", g.ProxyID), slog.String("conn", g.ConnID), slog.String("type_url", string(g.Type)),
 				slog.Bool("push", g.Push), slog.Int("attempt", g.Attempt), slog.Duration("retry_in", g.RetryIn), slog.Any("err", g.Err))
@@ -82,7 +82,7 @@ func (set *settings) report(ctx context.Context, id, connID string, delta bool, 
 			set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: NACK stops the push; later phases not sent",
 				slog.String("proxy", id), slog.String("type_url", string(typ)), slog.Any("not_sent", ev.names))
 		case nReferenceError:
-			callHook(set, hooks.OnReferenceError, ReferenceErrorEvent{ProxyID: id, ConnID: connID, Err: ev.ref})
+			callHook(set, hooks.OnReferenceError, ReferenceErrorEvent{ProxyID: id, ConnID: connID, Err: ev.ref.public()})
 		case nStaleNonce:
 			set.logger.LogAttrs(ctx, slog.LevelDebug, "xds: stale nonce ignored",
 				slog.String("proxy", id), slog.String("type_url", string(typ)),

@@ -65,8 +65,8 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 	}
 	var now []namedErr
 	for _, e := range d.refErrs {
-		if !e.Removal && !e.Rejected && e.FromType == t && ts.covers(e.From) {
-			now = append(now, namedErr{e.From, resErr{codes.Unavailable, e.Error()}})
+		if !e.removal && !e.rejected && e.fromType == t && ts.covers(e.from) {
+			now = append(now, namedErr{e.from, resErr{codes.Unavailable, e.Error()}})
 		}
 	}
 	for _, n := range ts.sub.names {

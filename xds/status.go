@@ -125,7 +125,7 @@ func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStat
 		}
 	}
 	if f := sn.fault; f != nil {
-		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = f.err, f.stage, f.since, f.fails
+		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = publicErr(f.err), f.stage, f.since, f.fails
 	}
 	return st
 }
@@ -198,7 +198,7 @@ func (c *conn) failures() []Failure {
 	for _, t := range c.st.types {
 		if f := t.fault; f != nil {
 			out = append(out, Failure{Stage: f.stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
-				Type: c.s.set.order[t.idx], Err: f.err, Attempts: f.fails})
+				Type: c.s.set.order[t.idx], Err: publicErr(f.err), Attempts: f.fails})
 		}
 	}
 	return out
