@@ -115,8 +115,8 @@ func (c *core) answered(w answering, r genResult) (bool, error) {
 	i, a, ts := w.i, w.a, c.types[w.i]
 	tgt, err := c.targetOf(i, r)
 	if err != nil {
-		c.typeFailed(ts, "generate", err, false)
-		if err == ErrGenerateTimeout {
+		c.typeFailed(ts, "generate", err, false, r.timedOut)
+		if r.timedOut {
 			return false, errStreamGenerateTimeout
 		}
 		if c.set.resourceErrors {
@@ -197,8 +197,8 @@ func (c *core) warmed(w answering, r genResult) error {
 	e, a := w.i, w.a
 	tgt, err := c.targetOf(e, r)
 	if err != nil {
-		c.typeFailed(c.types[e], "generate", err, false)
-		if err == ErrGenerateTimeout {
+		c.typeFailed(c.types[e], "generate", err, false, r.timedOut)
+		if r.timedOut {
 			return errStreamGenerateTimeout
 		}
 		c.retryLater(c.types[e], a)

@@ -278,8 +278,8 @@ func (c *core) generatedPush(pl *plan, gens []genNeed, results []genResult) ([]b
 		i, ts := n.typ, c.types[n.typ]
 		tgt, err := c.targetOf(i, results[k])
 		if err != nil {
-			c.typeFailed(ts, "generate", err, true)
-			if err == ErrGenerateTimeout {
+			c.typeFailed(ts, "generate", err, true, results[k].timedOut)
+			if results[k].timedOut {
 				return nil, errStreamGenerateTimeout
 			}
 			if c.set.resourceErrors {

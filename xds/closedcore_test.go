@@ -63,13 +63,14 @@ var coreHostCalls = map[string]bool{
 // own record, proxyAt) and what InitProxy returns, the Generators, the
 // clock, the hooks and the events they receive (the runner makes them of
 // the core's notices), and the errors the Server reports of the core's
-// failures (the core records its own; see publicErr).
+// failures (the core records its own; see publicErr), or the error of a
+// Generator that overran its timeout (the runner says so: genResult.timedOut).
 var coreForeignTypes = map[string]bool{
 	"settings": true, "Server": true, "conn": true, "Proxy": true, "ProxyState": true,
 	"Generator": true, "DeltaGenerator": true, "Clock": true, "Hooks": true,
 	"ACKEvent": true, "NACK": true, "ConvergenceEvent": true, "GenerateErrorEvent": true,
 	"PhaseTimeoutEvent": true, "ReferenceErrorEvent": true, "PanicError": true,
-	"ReferenceError": true, "ResponseTooLargeError": true,
+	"ReferenceError": true, "ResponseTooLargeError": true, "ErrGenerateTimeout": true,
 }
 
 // TestCoreStaysClosed reads the core's files and fails on what a closed

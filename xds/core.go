@@ -350,12 +350,13 @@ func (c *core) takeFailed() *pushItem {
 }
 
 // typeFailed records a failure of type ts at the current step. A failed
-// answer (not push) is retried by tick.
-func (c *core) typeFailed(ts *typeState, stage string, err error, push bool) {
+// answer (not push) is retried by tick; a generation that timed out ends
+// the stream instead.
+func (c *core) typeFailed(ts *typeState, stage string, err error, push, timedOut bool) {
 	c.fail(ts, err, stage, true)
 	ts.dirty = true
 	var retryIn time.Duration
-	if err != ErrGenerateTimeout {
+	if !timedOut {
 		retryIn = c.set.backoffFor(ts.fails(), c.seed+uint64(ts.idx))
 	}
 	c.emit(notice{kind: nGenerateFailed, typ: ts.idx, gen: genFailure{push: push, err: err, attempt: ts.fails(), retryIn: retryIn}})

@@ -83,7 +83,7 @@ func generateAll(ctx context.Context, out []genResult, h genHost, gens []genNeed
 	for _, n := range gens {
 		r := generateOne(ctx, h, n)
 		out = append(out, r)
-		if r.err == ErrGenerateTimeout {
+		if r.timedOut {
 			break
 		}
 	}
@@ -95,7 +95,7 @@ func generateOne(ctx context.Context, h genHost, n genNeed) genResult {
 	if n.delta {
 		ch, ok, err := h.generateDelta(ctx, n.typ, n.sub, n.req)
 		if err != nil {
-			return genResult{err: err}
+			return genResult{err: err, timedOut: err == ErrGenerateTimeout}
 		}
 		if ok {
 			res := make([]Resource, 0, len(ch.Upserted))
@@ -109,7 +109,7 @@ func generateOne(ctx context.Context, h genHost, n genNeed) genResult {
 		}
 	}
 	tgt, err := h.generate(ctx, n.typ, n.sub, n.req, n.push)
-	return genResult{tgt: tgt, err: err}
+	return genResult{tgt: tgt, err: err, timedOut: err == ErrGenerateTimeout}
 }
 
 // The stream's runner is its core's genHost: it calls the host's code

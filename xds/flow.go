@@ -1,6 +1,11 @@
 package xds
 
-import "github.com/xdspush/xdspush/pushcontext"
+import (
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/pushcontext"
+)
 
 // The core's steps do not call the host's code: what a step needs of it
 // (InitProxy, a generation) is what the step returns (need), and its
@@ -44,14 +49,21 @@ type genNeed struct {
 
 // genResult is what the runner made of a genNeed: a full target (tgt),
 // or, when the DeltaGenerator answered (delta), the upserts it returned
-// that sub covers, encoded (up), and the names it removed; or err.
+// that sub covers, encoded (up), and the names it removed; or err, with
+// timedOut set when the call overran Config.GenerateTimeout and was
+// abandoned (the stream then ends: errStreamGenerateTimeout).
 type genResult struct {
-	tgt     *target
-	delta   bool
-	up      *resSet
-	removed []string
-	err     error
+	tgt      *target
+	delta    bool
+	up       *resSet
+	removed  []string
+	err      error
+	timedOut bool
 }
+
+// errStreamGenerateTimeout ends a stream whose Generator overran
+// Config.GenerateTimeout.
+var errStreamGenerateTimeout = status.Error(codes.Unavailable, "xds: generating the configuration timed out; reconnect")
 
 // flow is what a step does once the answer it waits for is sent: which
 // of its sequences it is in (stage), and where in its scan of the types.

@@ -63,10 +63,6 @@ type deltaStream interface {
 // errShuttingDown ends or refuses a stream once Run's ctx has ended.
 var errShuttingDown = status.Error(codes.Unavailable, "xds: server is shutting down")
 
-// errStreamGenerateTimeout ends a stream whose Generator overran
-// Config.GenerateTimeout.
-var errStreamGenerateTimeout = status.Error(codes.Unavailable, "xds: generating the configuration timed out; reconnect")
-
 // maxQueuedAnswers bounds the responses waiting behind a write in progress
 // before the connection stops reading requests (see pauseIfBacklogged).
 const maxQueuedAnswers = 32
