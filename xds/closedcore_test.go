@@ -5,7 +5,9 @@ import (
 	"go/parser"
 	"go/token"
 	pathpkg "path"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -19,7 +21,8 @@ import (
 // (coreHost) are the caches that connections share.
 var coreFiles = []string{
 	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
-	"fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go", "request.go", "reserrors.go", "respond.go", "snapshot.go",
+	"fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go",
+	"replay.go", "request.go", "reserrors.go", "respond.go", "snapshot.go", "targets.go",
 	"typestate.go", "unread.go",
 }
 
@@ -88,6 +91,50 @@ func TestCoreStaysClosed(t *testing.T) {
 			t.Errorf("%s: %s", name, v)
 		}
 	}
+}
+
+// coreTypes are the core's types whose methods are the core's code: each
+// must be declared in a core file, where TestCoreStaysClosed reads it.
+var coreTypes = map[string]bool{"core": true, "typeState": true, "plan": true, "answering": true, "flow": true}
+
+// TestCoreMethodsInCoreFiles fails on a method of one of the core's types
+// declared outside the core's files (in a test file it is a test's
+// helper).
+func TestCoreMethodsInCoreFiles(t *testing.T) {
+	core := map[string]bool{}
+	for _, name := range coreFiles {
+		core[name] = true
+	}
+	names, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range names {
+		if core[name] || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv != nil && coreTypes[recvType(fn.Recv.List[0].Type)] {
+				t.Errorf("%s: method %s of %s outside the core's files", fset.Position(fn.Pos()), fn.Name.Name, recvType(fn.Recv.List[0].Type))
+			}
+		}
+	}
+}
+
+// recvType returns the name of a receiver's type, T or *T.
+func recvType(e ast.Expr) string {
+	if s, ok := e.(*ast.StarExpr); ok {
+		e = s.X
+	}
+	if id, ok := e.(*ast.Ident); ok {
+		return id.Name
+	}
+	return ""
 }
 
 // TestCoreViolations checks that coreViolations finds what it looks for.

@@ -390,3 +390,69 @@ func (c *core) retryType(ts *typeState) {
 	c.retrying = true
 	r.retryAt = c.set.instant(c.now.Add(c.set.backoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.idx))))
 }
+
+// concerns reports whether the connection watches, or holds, one of the
+// resources nk names.
+func (c *core) concerns(nk namedKeys) bool {
+	for _, t := range nk {
+		ts := c.types[t.idx]
+		if ts == nil {
+			continue
+		}
+		sub := ts.sub
+		if sub.wildcard {
+			return true
+		}
+		if sub.globs == nil && len(sub.names) < len(t.names) {
+			for _, n := range sub.names {
+				if _, ok := t.set[n]; ok {
+					return true
+				}
+			}
+		} else {
+			for _, n := range t.names {
+				if sub.covers(n) {
+					return true
+				}
+			}
+		}
+		// An idle connection holds what it watches; it holds more only
+		// of a glob collection's members or of names it watches no more.
+		if ts.held.len() > len(sub.names) {
+			for _, n := range t.names {
+				if ts.held.get(n) != nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// idle reports whether nothing is under way on the core: no push in its
+// phases or waiting for a retry, and no type with a regeneration due, a
+// response unanswered, a NACK that stands, content withheld, an answer
+// deferred or to retry, nor names held for removal, awaited, kept or
+// unread. A push that concerns none of what the connection watches would
+// only move it to the push's PushContext.
+func (c *core) idle() bool {
+	if c.plan != nil || c.failed != nil {
+		return false
+	}
+	for _, ts := range c.types {
+		if ts == nil {
+			continue
+		}
+		// A NACK that stands, or content withheld because the client
+		// rejected it, is settled by the next generation of the type,
+		// whatever the push changed.
+		if ts.dirty || len(ts.flights) > 0 || ts.nackStands() {
+			return false
+		}
+		if r := ts.rare; r != nil && (r.deferred != nil || r.retry != nil || len(r.removing) > 0 || len(r.rejected) > 0 ||
+			len(r.awaited) > 0 || len(r.kept) > 0 || len(r.unread) > 0 || r.holds > 0) {
+			return false
+		}
+	}
+	return true
+}

@@ -213,3 +213,10 @@ func TestCoreNoErrorOnlyFullStateResponse(t *testing.T) {
 	r.wait(time.Minute)
 	r.expectErrors("the retry", []string{"LDS [l0]"})
 }
+
+// status returns the TypeStatus of ts, of type t, now, on the connection
+// connID of proxy id.
+func (ts *typeState) status(set *settings, t TypeURL, id, connID string) TypeStatus {
+	sn := ts.snap()
+	return sn.status(set, t, id, connID)
+}

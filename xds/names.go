@@ -137,3 +137,40 @@ func inForce(force map[string]struct{}, name string) bool {
 func (s *subscription) isGlob(name string) bool {
 	return s.globs != nil && sortedHas(s.globs, name)
 }
+
+// sotwSubscription returns the interned subscription to names (wildcard
+// as given) of a SotW request whose names came in order (see parseNames),
+// and that order, shared with the subscription when they are the same.
+func (c *core) sotwSubscription(names []string, wildcard bool, order []uint32) (*subscription, []uint32) {
+	s := newSubscription(names, wildcard)
+	if s.names != nil {
+		s.order = order
+	}
+	s = c.host.intern(s)
+	if order != nil && slices.Equal(s.order, order) {
+		order = s.order
+	}
+	return s, order
+}
+
+// sameNames reports whether raw is, name for name, the resource names of
+// the last SotW request of the type.
+func (ts *typeState) sameNames(raw []string) bool {
+	names := ts.sub.names
+	if ts.order == nil {
+		return !ts.star && slices.Equal(raw, names)
+	}
+	if len(raw) != len(ts.order) {
+		return false
+	}
+	for k, i := range ts.order {
+		if i == starIndex {
+			if raw[k] != "*" {
+				return false
+			}
+		} else if raw[k] != names[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -92,13 +92,6 @@ type ResourceErrorStatus struct {
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// status returns the TypeStatus of ts, of type t, now, on the connection
-// connID of proxy id.
-func (ts *typeState) status(set *settings, t TypeURL, id, connID string) TypeStatus {
-	sn := ts.snap()
-	return sn.status(set, t, id, connID)
-}
-
 // status returns the TypeStatus sn records, of type t, on the connection
 // connID of proxy id.
 func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStatus {
