@@ -4,7 +4,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+
+	"github.com/xdspush/xdspush/internal/recycle"
 )
 
 // What the client holds (typeState.held) is kept as if it accepted every
@@ -32,11 +33,11 @@ type flight struct {
 
 // flightPool holds settled flights for the next responses: each response
 // to each client has one until the client answers it.
-var flightPool = sync.Pool{New: func() any { return new(flight) }}
+var flightPool = recycle.New(func() *flight { return new(flight) })
 
 // newFlight returns an empty flight; settle gives it back.
 func newFlight() *flight {
-	f := flightPool.Get().(*flight)
+	f := flightPool.Get()
 	if f.changes == nil {
 		f.changes = f.inline[:0] // a new flight
 	}

@@ -1,8 +1,7 @@
 package xds
 
 import (
-	"sync"
-
+	"github.com/xdspush/xdspush/internal/recycle"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -72,11 +71,11 @@ type answering struct {
 
 // answeringPool holds answerings for the next answers: a connection holds
 // one only while its step waits for a generation, not while it idles.
-var answeringPool = sync.Pool{New: func() any { return new(answering) }}
+var answeringPool = recycle.New(func() *answering { return new(answering) })
 
 // wait makes w the answer the core waits for.
 func (c *core) wait(w answering) {
-	p := answeringPool.Get().(*answering)
+	p := answeringPool.Get()
 	*p = w
 	c.answering = p
 }

@@ -76,7 +76,7 @@ func (c *core) push(now time.Time, item *pushItem) (need, error) {
 		c.applied(item.seq, true)
 		return need{}, nil
 	}
-	pl := planPool.Get().(*plan)
+	pl := planPool.Get()
 	p := &pl.gen
 	p.item = item
 	p.dirty = slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })

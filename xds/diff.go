@@ -3,9 +3,9 @@ package xds
 import (
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/recycle"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -133,7 +133,7 @@ func (d *diffResult) sends(c *core, i int, o relOpts) bool {
 // holds.
 type diffBufs struct{ kept, changed, ups []entry }
 
-var diffPool = sync.Pool{New: func() any { return new(diffBufs) }}
+var diffPool = recycle.New(func() *diffBufs { return new(diffBufs) })
 
 // done returns d's buffers to the pool; d must not be used afterwards.
 func (d *diffResult) done() {
@@ -159,7 +159,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	}
 	covered := tgt.sub == ts.sub
 	checkClusters := c.checksClusters(i)
-	b := diffPool.Get().(*diffBufs)
+	b := diffPool.Get()
 	d := diffResult{bufs: b, kept: b.kept[:0], changed: b.changed[:0], ups: b.ups[:0]}
 	inHeld := 0
 	keep := func(r entry, prev *encoded) {

@@ -1,8 +1,9 @@
 package xds
 
 import (
-	"sync"
 	"time"
+
+	"github.com/xdspush/xdspush/internal/recycle"
 )
 
 // A notice is something a step did that the host hears of. The core
@@ -102,7 +103,7 @@ type responseEvent struct {
 // an idle connection keeps none.
 func (c *core) emit(ev notice) {
 	if c.noticeBuf == nil {
-		c.noticeBuf = noticeBufs.Get().(*[]notice)
+		c.noticeBuf = noticeBufs.Get()
 		c.notices = (*c.noticeBuf)[:0]
 	}
 	c.notices = append(c.notices, ev)
@@ -110,4 +111,4 @@ func (c *core) emit(ev notice) {
 
 // noticeBufs recycles the buffers of notices between steps, of any
 // connection.
-var noticeBufs = sync.Pool{New: func() any { return new([]notice) }}
+var noticeBufs = recycle.New(func() *[]notice { return new([]notice) })

@@ -2,9 +2,9 @@ package xds
 
 import (
 	"slices"
-	"sync"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/recycle"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -84,11 +84,11 @@ type planType struct {
 // plan lives from a push's generation to its last phase, at every client
 // the push concerns, and allocating one per push and client (with its
 // types, phases and warm set) was a fifth of what a push allocated.
-var planPool = sync.Pool{New: func() any { return new(plan) }}
+var planPool = recycle.New(func() *plan { return new(plan) })
 
 // newPlan returns an empty plan for req and n types; free gives it back.
 func newPlan(req *pushcontext.PushRequest, n int) *plan {
-	pl := planPool.Get().(*plan)
+	pl := planPool.Get()
 	pl.start(req, n)
 	return pl
 }

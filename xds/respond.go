@@ -1,12 +1,13 @@
 package xds
 
 import (
-	"sync"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/internal/recycle"
 )
 
 // outMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
@@ -51,13 +52,13 @@ func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o r
 		c.emit(notice{kind: nResponse, typ: i, resp: responseEvent{version: o.pc.Version(), nonce: nonce,
 			resources: resources, removed: removed, bytes: size, push: o.push}})
 	}
-	m := outPool.Get().(*outMsg)
+	m := outPool.Get()
 	*m = outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, applied: c.appliedSeq, seq: o.pc.Seq(), made: c.now}
 	return m
 }
 
 // outPool holds written responses' outMsgs for the next ones.
-var outPool = sync.Pool{New: func() any { return new(outMsg) }}
+var outPool = recycle.New(func() *outMsg { return new(outMsg) })
 
 // free returns m, written and referred to no longer, to outPool.
 func (m *outMsg) free() {
