@@ -143,8 +143,7 @@ func (c *conn) generate(ctx context.Context, i int, sub *subscription, req *push
 }
 
 func (c *conn) generateDelta(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
-	dg := c.s.set.generators[i].(DeltaGenerator)
-	ch, ok, err := c.s.generateDelta(ctx, c.hostProxy(), i, dg, sub, req)
+	ch, ok, err := c.s.generateDelta(ctx, c.hostProxy(), i, c.s.set.deltaGeneratorOf[i], sub, req)
 	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	return ch, ok, err
 }

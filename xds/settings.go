@@ -21,9 +21,10 @@ import (
 type settings struct {
 	coreSettings
 	builder                 Builder
-	generators              []Generator    // by type index
-	named                   map[string]int // Config.NamedKinds: kind → type index
-	digestSlot              []int          // by type index: its place in a connection's digest, -1 if no kind of it is named (see fanout.go)
+	generators              []Generator      // by type index
+	deltaGeneratorOf        []DeltaGenerator // by type index: the Generator as a DeltaGenerator, or nil
+	named                   map[string]int   // Config.NamedKinds: kind → type index
+	digestSlot              []int            // by type index: its place in a connection's digest, -1 if no kind of it is named (see fanout.go)
 	digestSlots             int
 	digestSeed              maphash.Seed
 	knownKinds              func(kind string) bool
@@ -239,10 +240,11 @@ func (s *settings) typeRoles(cfg *Config) error {
 	order := s.order
 	s.leaf = make([]bool, len(order))
 	s.deltaGenerators = make([]bool, len(order))
+	s.deltaGeneratorOf = make([]DeltaGenerator, len(order))
 	for i, t := range order {
 		s.index[t] = i
 		s.generators[i] = cfg.Generators[t]
-		_, s.deltaGenerators[i] = s.generators[i].(DeltaGenerator)
+		s.deltaGeneratorOf[i], s.deltaGenerators[i] = s.generators[i].(DeltaGenerator)
 		s.leaf[i] = t == EndpointType || t == SecretType
 	}
 	s.edsIdx = s.typeIndex(EndpointType)
