@@ -5,7 +5,6 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // Responses are kept under Config.MaxResponseBytes (the budget) by
@@ -33,38 +32,6 @@ import (
 // besides its resources, type URL, version and nonce, which the Server
 // does not set today (control_plane).
 const envelopeSlack = 64
-
-// fieldSize is the encoded size of a length-delimited field of n bytes
-// whose number is under 16 (a one-byte tag).
-func fieldSize(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
-
-func anySize(a *anypb.Any) int { return fieldSize(len(a.TypeUrl)) + fieldSize(len(a.Value)) }
-
-// sotwSize is what e adds to a SotW response: its Any.
-func sotwSize(e *encoded) int {
-	a := e.sotwAny()
-	if a == nil {
-		return 0
-	}
-	return fieldSize(anySize(a))
-}
-
-// deltaSize is what r adds to a Delta response: a Resource with its name,
-// version and Any.
-func deltaSize(r entry) int {
-	if r.enc.any == nil {
-		return 0 // a version the client reported: not sent
-	}
-	n := fieldSize(len(r.name)) + fieldSize(len(r.enc.version)) + fieldSize(anySize(r.enc.any))
-	if r.enc.ttl != nil {
-		n += ttlSize
-	}
-	return fieldSize(n)
-}
-
-// ttlSize bounds what a resource's TTL adds to it: a Duration's seconds
-// and nanos, and their tags.
-const ttlSize = 2 + 1 + 10 + 1 + 5
 
 // envelope bounds the size of a response of type i besides its resources:
 // its type URL, version and nonce (the version, '/', and at most 20

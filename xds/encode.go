@@ -9,92 +9,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/xds/xdstp"
 )
-
-// encoded is a resource marshalled once and shared by every connection that
-// sends it. It is immutable.
-type encoded struct {
-	any     *anypb.Any    // nil for a version a Delta client reported (initial_resource_versions)
-	msg     proto.Message // what any was marshalled from; nil when reported
-	hash    uint64        // content hash of the deterministic encoding
-	version string        // the hex form of hash: the Delta resource version
-	foreign bool          // a reported version that is not one of ours: matches nothing
-
-	refs atomic.Pointer[encRefs] // what the resource names, once computed (see settings.refsOf)
-
-	// ttl is set for a resource with a TTL (Resource.TTL), nil otherwise.
-	ttl *ttlEncoding
-}
-
-// ttlEncoding is what a resource with a TTL is sent as, besides its Any:
-// wrapped in a discovery.v3.Resource for SotW, and the heartbeats that
-// refresh it (its name, version and TTL without its content), each built
-// once per version.
-type ttlEncoding struct {
-	d        time.Duration
-	ttl      *durationpb.Duration
-	wrapped  *anypb.Any            // SotW: the Resource wrapping the content
-	sotwBeat *anypb.Any            // SotW heartbeat: the Resource without content
-	beat     *discoveryv3.Resource // Delta heartbeat
-}
-
-// sotwAny returns what a SotW response carries of e.
-func (e *encoded) sotwAny() *anypb.Any {
-	if e.ttl != nil {
-		return e.ttl.wrapped
-	}
-	return e.any
-}
-
-// withTTL adds to e, the encoding of resource name, what a TTL of d needs.
-// The version covers the TTL: a change of TTL is a change of the resource.
-func (e *encoded) withTTL(name string, d time.Duration) error {
-	e.hash ^= binary.BigEndian.Uint64(sha256Of([]byte(d.String()))[:8])
-	e.version = strconv.FormatUint(e.hash, 16)
-	t := &ttlEncoding{d: d, ttl: durationpb.New(d)}
-	t.beat = &discoveryv3.Resource{Name: name, Version: e.version, Ttl: t.ttl}
-	var err error
-	if t.wrapped, err = anypb.New(&discoveryv3.Resource{Name: name, Version: e.version, Resource: e.any, Ttl: t.ttl}); err != nil {
-		return err
-	}
-	if t.sotwBeat, err = anypb.New(t.beat); err != nil {
-		return err
-	}
-	e.ttl = t
-	return nil
-}
-
-func sha256Of(b []byte) []byte {
-	sum := sha256.Sum256(b)
-	return sum[:]
-}
-
-// same reports whether a client that was sent (or reported) e holds the
-// content of x. A nil e holds nothing.
-func (e *encoded) same(x *encoded) bool {
-	return e != nil && x != nil && !e.foreign && !x.foreign && e.hash == x.hash
-}
-
-// reported returns the stand-in encoding of a version a Delta client says it
-// holds. A version the Server cannot have produced matches no content.
-func reported(version string) *encoded {
-	h, err := strconv.ParseUint(version, 16, 64)
-	if err != nil || strconv.FormatUint(h, 16) != version {
-		return &encoded{version: version, foreign: true}
-	}
-	return &encoded{hash: h, version: version}
-}
-
-// unknown reports whether e is only a version a client reported: the
-// Server does not know its content.
-func (e *encoded) unknown() bool { return e != nil && e.msg == nil && e.any == nil }
 
 // encKey identifies a resource by type, name and message identity. The
 // message pointer is part of the key, so a generator that returns the same

@@ -57,11 +57,6 @@ const maxNamedKeys = 256
 // every push, as every push either skips it or ends its rest first.
 const restSeq = math.MaxUint64
 
-// digestWords is the size of a named type's Bloom filter in a digest, in
-// 64-bit words; each name sets two of its bits. With 10 names watched, a
-// name the connection does not watch passes it about one time in 200.
-const digestWords = 4
-
 // namedKeys are the resources a push names, by type.
 type namedKeys []namedType
 
@@ -103,54 +98,6 @@ func (s *settings) namedKeys(req *pushcontext.PushRequest) namedKeys {
 		}
 	}
 	return out
-}
-
-// digestBits returns the two bits of a named type's filter that a name of
-// hash h sets.
-func digestBits(h uint64) [2]uint {
-	return [2]uint{uint(h % (64 * digestWords)), uint((h >> 32) % (64 * digestWords))}
-}
-
-// filter is a named type's Bloom filter in a digest: each name sets two
-// of its bits (digestBits).
-type filter [digestWords]uint64
-
-func (f *filter) add(seed maphash.Seed, name string) {
-	for _, b := range digestBits(maphash.String(seed, name)) {
-		f[b/64] |= 1 << (b % 64)
-	}
-}
-
-// digestMemoNames is the number of names from which a subscription keeps
-// its filter (see subscription.digest): a connection makes the filter of
-// its subscriptions after each step that leaves it idle (see conn.rest),
-// and a client of a large mesh repeats the same thousands of names.
-const digestMemoNames = 32
-
-// digest returns the filter of s's names. It is made once for a
-// subscription of digestMemoNames names or more, and shared.
-func (s *subscription) digest(seed maphash.Seed) (f filter) {
-	if len(s.names) < digestMemoNames {
-		for _, n := range s.names {
-			f.add(seed, n)
-		}
-		return f
-	}
-	if d := s.filter.Load(); d != nil && d.seed == seed {
-		return d.f
-	}
-	d := &subDigest{seed: seed}
-	for _, n := range s.names {
-		d.f.add(seed, n)
-	}
-	s.filter.Store(d)
-	return d.f
-}
-
-// subDigest is the filter of a subscription's names made with seed.
-type subDigest struct {
-	seed maphash.Seed
-	f    filter
 }
 
 // digestOf returns the filter of what ts's subscription watches and the

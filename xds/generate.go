@@ -240,3 +240,25 @@ func (s *Server) wouldSend(k transKey) (bool, bool) { return s.trans.wouldSend(k
 
 // knownSends records whether the step k would send.
 func (s *Server) knownSends(k transKey, sends bool) { s.trans.knownSends(k, sends) }
+
+// coversAll reports whether the subscription covers every resource of res.
+// Generators usually return resources in the order of Watch.Names: those
+// are matched in one pass, others by binary search.
+func (s *subscription) coversAll(res []Resource) bool {
+	if s.wildcard {
+		return true
+	}
+	j := 0
+	for _, r := range res {
+		for j < len(s.names) && s.names[j] < r.Name {
+			j++
+		}
+		if j < len(s.names) && s.names[j] == r.Name {
+			continue
+		}
+		if !s.covers(r.Name) {
+			return false
+		}
+	}
+	return true
+}

@@ -2,7 +2,6 @@ package xds
 
 import (
 	"slices"
-	"strings"
 
 	"github.com/xdspush/xdspush/xds/xdstp"
 )
@@ -68,57 +67,6 @@ func canonicalVersions(versions map[string]string) map[string]string {
 	return out
 }
 
-// globsOf returns the glob collections among names (sorted: names are),
-// nil if none.
-func globsOf(names []string) []string {
-	var globs []string
-	for _, n := range names {
-		if xdstp.IsGlob(n) {
-			globs = append(globs, n)
-		}
-	}
-	return globs
-}
-
-// inGlobs reports whether name is a member of one of the glob collections
-// globs (sorted): a few are matched in turn, without allocating; more, by
-// looking up the collection name would be a member of.
-func inGlobs(globs []string, name string) bool {
-	if len(globs) <= 8 {
-		for _, g := range globs {
-			if xdstp.InCollection(g, name) {
-				return true
-			}
-		}
-		return false
-	}
-	g, ok := collectionOf(name)
-	if !ok {
-		return false
-	}
-	_, found := slices.BinarySearch(globs, g)
-	return found
-}
-
-// collectionOf returns the glob collection name, in canonical form, would
-// be a member of, and false if it would be a member of none (it is not an
-// xdstp:// name, or is a glob).
-func collectionOf(name string) (string, bool) {
-	if !xdstp.Is(name) {
-		return "", false
-	}
-	path, query := name, ""
-	if q := strings.IndexByte(name, '?'); q >= 0 {
-		path, query = name[:q], name[q:]
-	}
-	slash := strings.LastIndexByte(path, '/')
-	if slash < 0 {
-		return "", false
-	}
-	g := path[:slash+1] + xdstp.Glob + query
-	return g, xdstp.InCollection(g, name)
-}
-
 // inForce reports whether an answer's force set names name, itself or the
 // glob collection it is a member of.
 func inForce(force map[string]struct{}, name string) bool {
@@ -130,12 +78,6 @@ func inForce(force map[string]struct{}, name string) bool {
 		return ok
 	}
 	return false
-}
-
-// isGlob reports whether name, one of s's names, is a glob collection,
-// which names no resource (and may have no member).
-func (s *subscription) isGlob(name string) bool {
-	return s.globs != nil && sortedHas(s.globs, name)
 }
 
 // sotwSubscription returns the interned subscription to names (wildcard

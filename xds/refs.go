@@ -3,13 +3,6 @@ package xds
 import (
 	"fmt"
 	"slices"
-
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	"google.golang.org/protobuf/proto"
-
-	"github.com/xdspush/xdspush/internal/xdsrefs"
 )
 
 // The Server reads the references between the resources it sends (through
@@ -23,69 +16,22 @@ import (
 //     names, and what is named must not be removed from under it (see
 //     holdBack and removable).
 
-// encRefs is what one resource names: for a cluster, the endpoint set it
-// fetches over ADS (eds); for a listener, the routes it fetches over ADS
-// (routes) and the clusters it names; for a route configuration, the
-// clusters it names. Every list is sorted and unique.
-type encRefs struct {
-	eds      []string
-	routes   []string
-	clusters []string
-}
-
-var noRefs = &encRefs{}
-
 // refsOf returns what e, a resource of type index t, names, decoding it at
 // most once per encoding.
-func (s *coreSettings) refsOf(t int, e *encoded) *encRefs {
-	if e == nil {
-		return noRefs
-	}
-	if r := e.refs.Load(); r != nil {
-		return r
-	}
-	r := noRefs
+func (s *coreSettings) refsOf(t int, e *encoded) *encRefs { return e.refsAs(s.refKind(t)) }
+
+// refKind returns what the references of a resource of type index t are
+// read as.
+func (s *coreSettings) refKind(t int) refKind {
 	switch t {
 	case s.cdsIdx:
-		if cl, ok := decodeAs[*clusterv3.Cluster](e); ok {
-			if n, ads, ok := xdsrefs.EDSName(cl); ok && ads {
-				r = &encRefs{eds: []string{n}}
-			}
-		}
+		return clusterRefs
 	case s.ldsIdx:
-		if l, ok := decodeAs[*listenerv3.Listener](e); ok {
-			lr := xdsrefs.OfListener(l)
-			if len(lr.RoutesADS) > 0 || len(lr.Clusters) > 0 {
-				r = &encRefs{routes: lr.RoutesADS, clusters: lr.Clusters}
-			}
-		}
+		return listenerRefs
 	case s.rdsIdx:
-		if rc, ok := decodeAs[*routev3.RouteConfiguration](e); ok {
-			if cs := xdsrefs.ClustersOfRoute(rc); len(cs) > 0 {
-				r = &encRefs{clusters: cs}
-			}
-		}
+		return routeRefs
 	}
-	e.refs.Store(r)
-	return r
-}
-
-// decodeAs returns e's message as an M: the message it was marshalled
-// from, or its encoding decoded.
-func decodeAs[M proto.Message](e *encoded) (M, bool) {
-	if m, ok := e.msg.(M); ok {
-		return m, true
-	}
-	var zero M
-	if e.any == nil {
-		return zero, false
-	}
-	m, err := e.any.UnmarshalNew()
-	if err != nil {
-		return zero, false
-	}
-	mm, ok := m.(M)
-	return mm, ok
+	return noRefKind
 }
 
 // children returns the names of the child type (EDS for CDS, RDS for LDS)
@@ -307,7 +253,7 @@ func (c *core) namedBy(j int, name string, kind int) string {
 	if len(ts.held.over) == 0 {
 		// Most clients hold a shared set: its references are computed
 		// once, and a miss costs a binary search.
-		r := ts.held.set.refsOf(c.set, j)
+		r := ts.held.set.refsAs(c.set.refKind(j))
 		if _, ok := slices.BinarySearch(r.of(kind), name); !ok && !r.unknown {
 			return ""
 		}

@@ -540,11 +540,3 @@ func (c *core) setSubBytes(ts *typeState, names []string) {
 	c.subBytes += n - ts.subBytes
 	ts.subBytes = n
 }
-
-func nameSet(names []string) map[string]struct{} {
-	m := make(map[string]struct{}, len(names))
-	for _, n := range names {
-		m[n] = struct{}{}
-	}
-	return m
-}

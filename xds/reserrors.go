@@ -110,11 +110,6 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 	}
 }
 
-func sortedHas(s []string, n string) bool {
-	_, ok := slices.BinarySearch(s, n)
-	return ok
-}
-
 // settleErrors records that m (nil if nothing is sent) carries the errors
 // of d, and forgets those that ended.
 func (c *core) settleErrors(ts *typeState, d *diffResult, m *outMsg) {

@@ -3,11 +3,13 @@ package xds
 import (
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"weak"
 
 	"github.com/xdspush/xdspush/internal/sortedset"
+	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
 // subscription is what a client subscribes to for one type. It is
@@ -95,28 +97,6 @@ func (s *subscription) covers(name string) bool {
 // collections covering alike.
 func (s *subscription) equal(o *subscription) bool {
 	return s == o || s.wildcard == o.wildcard && (s.globs == nil) == (o.globs == nil) && slices.Equal(s.names, o.names)
-}
-
-// coversAll reports whether the subscription covers every resource of res.
-// Generators usually return resources in the order of Watch.Names: those
-// are matched in one pass, others by binary search.
-func (s *subscription) coversAll(res []Resource) bool {
-	if s.wildcard {
-		return true
-	}
-	j := 0
-	for _, r := range res {
-		for j < len(s.names) && s.names[j] < r.Name {
-			j++
-		}
-		if j < len(s.names) && s.names[j] == r.Name {
-			continue
-		}
-		if !s.covers(r.Name) {
-			return false
-		}
-	}
-	return true
 }
 
 // starIndex stands for "*" in typeState.order.
@@ -256,4 +236,74 @@ func (s *subscription) hash() uint64 {
 		h *= 1099511628211
 	}
 	return h
+}
+
+// globsOf returns the glob collections among names (sorted: names are),
+// nil if none.
+func globsOf(names []string) []string {
+	var globs []string
+	for _, n := range names {
+		if xdstp.IsGlob(n) {
+			globs = append(globs, n)
+		}
+	}
+	return globs
+}
+
+// inGlobs reports whether name is a member of one of the glob collections
+// globs (sorted): a few are matched in turn, without allocating; more, by
+// looking up the collection name would be a member of.
+func inGlobs(globs []string, name string) bool {
+	if len(globs) <= 8 {
+		for _, g := range globs {
+			if xdstp.InCollection(g, name) {
+				return true
+			}
+		}
+		return false
+	}
+	g, ok := collectionOf(name)
+	if !ok {
+		return false
+	}
+	_, found := slices.BinarySearch(globs, g)
+	return found
+}
+
+// collectionOf returns the glob collection name, in canonical form, would
+// be a member of, and false if it would be a member of none (it is not an
+// xdstp:// name, or is a glob).
+func collectionOf(name string) (string, bool) {
+	if !xdstp.Is(name) {
+		return "", false
+	}
+	path, query := name, ""
+	if q := strings.IndexByte(name, '?'); q >= 0 {
+		path, query = name[:q], name[q:]
+	}
+	slash := strings.LastIndexByte(path, '/')
+	if slash < 0 {
+		return "", false
+	}
+	g := path[:slash+1] + xdstp.Glob + query
+	return g, xdstp.InCollection(g, name)
+}
+
+// isGlob reports whether name, one of s's names, is a glob collection,
+// which names no resource (and may have no member).
+func (s *subscription) isGlob(name string) bool {
+	return s.globs != nil && sortedHas(s.globs, name)
+}
+
+func nameSet(names []string) map[string]struct{} {
+	m := make(map[string]struct{}, len(names))
+	for _, n := range names {
+		m[n] = struct{}{}
+	}
+	return m
+}
+
+func sortedHas(s []string, n string) bool {
+	_, ok := slices.BinarySearch(s, n)
+	return ok
 }

@@ -255,9 +255,10 @@ type setRefs struct {
 	unknown bool
 }
 
-// refsOf returns what the resources of s name, computing it once per set:
-// a set shared by many connections is read once.
-func (s *resSet) refsOf(set *coreSettings, typeIdx int) *setRefs {
+// refsAs returns what the resources of s, read as resources of kind k,
+// name, computing it once per set: a set shared by many connections is
+// read once.
+func (s *resSet) refsAs(k refKind) *setRefs {
 	if r := s.refs.Load(); r != nil {
 		return r
 	}
@@ -265,7 +266,7 @@ func (s *resSet) refsOf(set *coreSettings, typeIdx int) *setRefs {
 	unknown := false
 	for _, e := range s.ents {
 		unknown = unknown || e.enc.unknown()
-		r := set.refsOf(typeIdx, e.enc)
+		r := e.enc.refsAs(k)
 		if len(r.clusters) > 0 {
 			cl = append(cl, r.clusters)
 		}
