@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/xdspush/xdspush/internal/recycle"
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // What the client holds (typeState.held) is kept as if it accepted every
@@ -24,11 +25,11 @@ type flight struct {
 	// For a response that replaced what the client holds (a SotW
 	// full-state response), before and after are the holdings; otherwise
 	// changes lists what it changed, in order, with what was held before.
-	before, after *holding
+	before, after *shared.Holding
 	changes       []change
 	inline        [2]change // changes' first storage: most responses change one or two names
 	// held is the storage of before and after (see setHoldings).
-	held [2]holding
+	held [2]shared.Holding
 }
 
 // flightPool holds settled flights for the next responses: each response
@@ -46,8 +47,8 @@ func newFlight() *flight {
 
 // setHoldings records before and after as what the client held before the
 // response and holds after it.
-func (f *flight) setHoldings(before, after holding) {
-	f.held = [2]holding{before, after}
+func (f *flight) setHoldings(before, after shared.Holding) {
+	f.held = [2]shared.Holding{before, after}
 	f.before, f.after = &f.held[0], &f.held[1]
 }
 
@@ -111,33 +112,33 @@ func versionOf(nonce string) string {
 // (prev, nil for nothing) and holds after (next, nil for nothing).
 type change struct {
 	name       string
-	prev, next *encoded
+	prev, next *shared.Encoded
 }
 
 // put records, in f, that the client holds e under name.
-func (f *flight) put(h *holding, name string, e *encoded) {
-	prev := h.put(name, e)
+func (f *flight) put(h *shared.Holding, name string, e *shared.Encoded) {
+	prev := h.Put(name, e)
 	f.changes = append(f.changes, change{name, prev, e})
 }
 
 // del records, in f, that the client no longer holds name.
-func (f *flight) del(h *holding, name string) {
-	prev := h.del(name)
+func (f *flight) del(h *shared.Holding, name string) {
+	prev := h.Delete(name)
 	f.changes = append(f.changes, change{name, prev, nil})
 }
 
 // undo takes f back out of h: h is what the client held before f.
-func (f *flight) undo(h *holding) {
+func (f *flight) undo(h *shared.Holding) {
 	if f.before != nil {
-		*h = f.before.snapshot()
+		*h = f.before.Snapshot()
 		return
 	}
 	for k := len(f.changes) - 1; k >= 0; k-- {
 		ch := f.changes[k]
 		if ch.prev == nil {
-			h.del(ch.name)
+			h.Delete(ch.name)
 		} else {
-			h.put(ch.name, ch.prev)
+			h.Put(ch.name, ch.prev)
 		}
 	}
 }
@@ -147,18 +148,18 @@ func (f *flight) undo(h *holding) {
 // or judging f later (a NACK of it, holdsEitherWay, upserts) must reason on
 // what the client holds without the rejected response, not on what the
 // Server believed it held when f was sent.
-func (f *flight) redo(h *holding) {
+func (f *flight) redo(h *shared.Holding) {
 	if f.after != nil {
-		f.held[0] = h.snapshot()
-		*h = f.after.snapshot()
+		f.held[0] = h.Snapshot()
+		*h = f.after.Snapshot()
 		return
 	}
 	for k := range f.changes {
 		ch := &f.changes[k]
 		if ch.next == nil {
-			ch.prev = h.del(ch.name)
+			ch.prev = h.Delete(ch.name)
 		} else {
-			ch.prev = h.put(ch.name, ch.next)
+			ch.prev = h.Put(ch.name, ch.next)
 		}
 	}
 }
@@ -168,7 +169,7 @@ func (f *flight) redo(h *holding) {
 // carry of a name it does not subscribe to when it reads them, and a NACK
 // of one of them must not bring back what it held before).
 func (ts *typeState) forget(name string) {
-	ts.held.del(name)
+	ts.held.Delete(name)
 	for _, f := range ts.flights {
 		f.forget(name)
 	}
@@ -178,8 +179,8 @@ func (ts *typeState) forget(name string) {
 // nothing under name (it ignores what it does not subscribe to).
 func (f *flight) forget(name string) {
 	if f.before != nil {
-		f.before.del(name)
-		f.after.del(name)
+		f.before.Delete(name)
+		f.after.Delete(name)
 		return
 	}
 	for k := range f.changes {
@@ -190,19 +191,19 @@ func (f *flight) forget(name string) {
 }
 
 // upserts returns what f made the client hold anew or differently.
-func (f *flight) upserts() []entry {
+func (f *flight) upserts() []shared.Entry {
 	if f.after == nil {
-		var out []entry
+		var out []shared.Entry
 		for _, ch := range f.changes {
-			if ch.next != nil && !ch.prev.same(ch.next) {
-				out = append(out, entry{ch.name, ch.next})
+			if ch.next != nil && !ch.prev.Same(ch.next) {
+				out = append(out, shared.Entry{Name: ch.name, Enc: ch.next})
 			}
 		}
 		return out
 	}
-	var out []entry
-	for _, e := range f.after.entries() {
-		if !f.before.get(e.name).same(e.enc) {
+	var out []shared.Entry
+	for _, e := range f.after.Entries() {
+		if !f.before.Get(e.Name).Same(e.Enc) {
 			out = append(out, e)
 		}
 	}
@@ -211,16 +212,16 @@ func (f *flight) upserts() []entry {
 
 // removedKept reports whether f removed a name that h, what the client
 // holds once f is rejected, still has.
-func (f *flight) removedKept(h *holding) bool {
+func (f *flight) removedKept(h *shared.Holding) bool {
 	if f.after != nil {
 		kept := false
-		f.before.each(func(n string, _ *encoded) {
-			kept = kept || f.after.get(n) == nil && h.get(n) != nil
+		f.before.Each(func(n string, _ *shared.Encoded) {
+			kept = kept || f.after.Get(n) == nil && h.Get(n) != nil
 		})
 		return kept
 	}
 	for _, ch := range f.changes {
-		if ch.next == nil && ch.prev != nil && h.get(ch.name) != nil {
+		if ch.next == nil && ch.prev != nil && h.Get(ch.name) != nil {
 			return true
 		}
 	}
@@ -233,7 +234,7 @@ func (f *flight) removedKept(h *holding) bool {
 func (ts *typeState) holdsEitherWay(name string) bool {
 	for _, f := range ts.flights {
 		if f.before != nil {
-			if f.before.get(name) == nil || f.after.get(name) == nil {
+			if f.before.Get(name) == nil || f.after.Get(name) == nil {
 				return false
 			}
 			continue
@@ -277,7 +278,7 @@ func (ts *typeState) unreject(accepted []*flight) {
 	}
 	for _, f := range accepted {
 		for _, e := range f.upserts() {
-			delete(rej, e.name)
+			delete(rej, e.Name)
 		}
 	}
 }
@@ -355,17 +356,17 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 	carried := map[string]bool{}
 	for _, f := range ts.flights[k+1:] {
 		for _, e := range f.upserts() {
-			if j := slices.IndexFunc(bad, func(b entry) bool { return b.name == e.name }); j >= 0 {
-				carried[e.name] = true
-				fixed = fixed || !bad[j].enc.same(e.enc)
+			if j := slices.IndexFunc(bad, func(b shared.Entry) bool { return b.Name == e.Name }); j >= 0 {
+				carried[e.Name] = true
+				fixed = fixed || !bad[j].Enc.Same(e.Enc)
 			}
 		}
 	}
 	ts.settle(k + 1)
 	if fixed {
 		for _, e := range bad {
-			if !carried[e.name] {
-				resend = append(resend, e.name)
+			if !carried[e.Name] {
+				resend = append(resend, e.Name)
 			}
 		}
 		bad = nil
@@ -373,24 +374,24 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 	for _, e := range bad {
 		r := ts.rareForWrite()
 		if r.rejected == nil {
-			r.rejected = make(map[string]*encoded)
+			r.rejected = make(map[string]*shared.Encoded)
 		}
-		r.rejected[e.name] = e.enc
+		r.rejected[e.Name] = e.Enc
 	}
 	// The client drops what it no longer subscribes to (but for what the
 	// Server keeps marked for removal, to send while a route names it: see
 	// unsubscribed), and holds back for removal only what it holds.
 	var drop []string
-	ts.held.each(func(n string, _ *encoded) {
+	ts.held.Each(func(n string, _ *shared.Encoded) {
 		if _, kept := ts.removing()[n]; !kept && !ts.covers(n) {
 			drop = append(drop, n)
 		}
 	})
 	for _, n := range drop {
-		ts.held.del(n)
+		ts.held.Delete(n)
 	}
 	for n := range ts.removing() {
-		if ts.held.get(n) == nil {
+		if ts.held.Get(n) == nil {
 			delete(ts.removing(), n)
 		}
 	}

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"github.com/xdspush/xdspush/internal/recycle"
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -139,7 +140,7 @@ func (c *core) answered(w answering, r genResult) (bool, error) {
 	// endpoints too. It waits for the routes its listeners name: it waits
 	// for the clusters a client that asks for them by name (a gRPC client)
 	// asks for once it reads them, too.
-	var answeredRef func(*plan, entry)
+	var answeredRef func(*plan, shared.Entry)
 	pl := c.plan
 	if pl != nil && pl.t[i].refs {
 		switch i {
@@ -150,16 +151,16 @@ func (c *core) answered(w answering, r genResult) (bool, error) {
 		}
 	}
 	if set.refers(i) {
-		o.changed = func(r entry) {
+		o.changed = func(r shared.Entry) {
 			if warm != nil {
-				warm.addCluster(r.enc)
+				warm.addCluster(r.Enc)
 			}
 			if answeredRef != nil {
 				answeredRef(pl, r)
 			}
 			// What it names that the client subscribes to by name and
 			// does not yet, it asks for once it reads it.
-			c.awaitNamed(i, r.enc)
+			c.awaitNamed(i, r.Enc)
 		}
 	}
 	c.send(c.release(i, tgt, o))
@@ -219,7 +220,7 @@ func (c *core) warmed(w answering, r genResult) error {
 func (c *core) blocked(i int) bool {
 	set := c.set
 	if set.phaseWait && (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 {
-		if cts := c.types[set.cdsIdx]; cts != nil && cts.resumed && cts.sub.wildcard && !cts.synced() &&
+		if cts := c.types[set.cdsIdx]; cts != nil && cts.resumed && cts.sub.Wildcard && !cts.synced() &&
 			(cts.nack == nil || cts.nack.nonce != cts.nonceSent) {
 			return true
 		}

@@ -258,7 +258,7 @@ func (c *core) pushGenerations(gens []genNeed, filtered *pushcontext.PushRequest
 		// is a type the client holds nothing of, or one left dirty. So is
 		// a Forced push, and a proxy with a view (its generation is
 		// shared).
-		full := ts.dirty || eds || ts.held.len() == 0 && ts.nonceSent == ""
+		full := ts.dirty || eds || ts.held.Len() == 0 && ts.nonceSent == ""
 		n.delta = set.deltaGenerators[i] && !full && !filtered.Forced && c.at.view == ""
 		gens = append(gens, n)
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // Responses are kept under Config.MaxResponseBytes (the budget) by
@@ -38,7 +40,7 @@ const envelopeSlack = 64
 // digits).
 func (c *core) envelope(i int) int {
 	v := len(c.at.push.Version())
-	return fieldSize(len(c.set.order[i])) + fieldSize(v) + fieldSize(v+21) + envelopeSlack
+	return shared.FieldSize(len(c.set.order[i])) + shared.FieldSize(v) + shared.FieldSize(v+21) + envelopeSlack
 }
 
 // budget is what the resources of one response of type i may take.
@@ -67,20 +69,20 @@ func (c *core) fits(i int, tgt *target) error {
 	if c.set.sendOversized || tgt == nil {
 		return nil
 	}
-	z, budget := tgt.set.sizesOf(), c.budget(i)
+	z, budget := tgt.set.Sizes(), c.budget(i)
 	t := c.set.order[i]
-	if !c.delta && c.set.fullState[i] && z.sotw > budget {
-		return &tooLargeError{typ: t, bytes: z.sotw + c.envelope(i), max: c.set.maxResponseBytes}
+	if !c.delta && c.set.fullState[i] && z.SotW > budget {
+		return &tooLargeError{typ: t, bytes: z.SotW + c.envelope(i), max: c.set.maxResponseBytes}
 	}
-	if z.largest > budget {
-		return &tooLargeError{typ: t, resource: z.name, bytes: z.largest + c.envelope(i), max: c.set.maxResponseBytes}
+	if z.Largest > budget {
+		return &tooLargeError{typ: t, resource: z.LargestName, bytes: z.Largest + c.envelope(i), max: c.set.maxResponseBytes}
 	}
 	return nil
 }
 
 // part is one response of a split one: what it upserts and removes.
 type part struct {
-	ups  []entry
+	ups  []shared.Entry
 	gone []string
 }
 
@@ -90,7 +92,7 @@ type part struct {
 // a SotW full-state response (checked by fits). SotW by-name responses
 // remove nothing: gone is the Server's record only, and goes with the last
 // part.
-func (c *core) split(i int, ups []entry, gone []string, errs []namedErr) []part {
+func (c *core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) []part {
 	if c.set.sendOversized || !c.delta && c.set.fullState[i] {
 		return nil
 	}
@@ -101,7 +103,7 @@ func (c *core) split(i int, ups []entry, gone []string, errs []namedErr) []part 
 	}
 	if c.delta {
 		for _, n := range gone {
-			size += fieldSize(len(n))
+			size += shared.FieldSize(len(n))
 		}
 	}
 	if size <= budget {
@@ -122,7 +124,7 @@ func (c *core) split(i int, ups []entry, gone []string, errs []namedErr) []part 
 	}
 	for _, n := range gone {
 		if c.delta {
-			cut(fieldSize(len(n)))
+			cut(shared.FieldSize(len(n)))
 		}
 		cur.gone = append(cur.gone, n)
 	}
@@ -136,18 +138,18 @@ func (c *core) split(i int, ups []entry, gone []string, errs []namedErr) []part 
 func errsSize(errs []namedErr) int {
 	n := 0
 	for _, e := range errs {
-		detail := 1 + protowire.SizeVarint(uint64(e.err.code)) + fieldSize(len(e.err.msg))
-		n += fieldSize(fieldSize(fieldSize(len(e.name))) + fieldSize(detail))
+		detail := 1 + protowire.SizeVarint(uint64(e.err.code)) + shared.FieldSize(len(e.err.msg))
+		n += shared.FieldSize(shared.FieldSize(shared.FieldSize(len(e.name))) + shared.FieldSize(detail))
 	}
 	return n
 }
 
 // upSize is what r adds to a response on this stream.
-func (c *core) upSize(r entry) int {
+func (c *core) upSize(r shared.Entry) int {
 	if c.delta {
-		return deltaSize(r)
+		return shared.DeltaSize(r)
 	}
-	return sotwSize(r.enc)
+	return shared.SotWSize(r.Enc)
 }
 
 // releaseParts sends the response of the diff d of type i in parts (see
@@ -163,7 +165,7 @@ func (c *core) releaseParts(i int, tgt *target, d *diffResult, parts []part, rem
 	for k, p := range parts {
 		f := newFlight()
 		for _, r := range p.ups {
-			f.put(&ts.held, r.name, r.enc)
+			f.put(&ts.held, r.Name, r.Enc)
 		}
 		if k == 0 && d != nil {
 			c.holdUncarried(ts, d, f)
@@ -183,7 +185,7 @@ func (c *core) releaseParts(i int, tgt *target, d *diffResult, parts []part, rem
 	if d != nil {
 		d.shareIfExact(ts, tgt)
 	}
-	ts.held.compact()
+	ts.held.Compact()
 	return m
 }
 
@@ -193,12 +195,12 @@ func (c *core) releaseParts(i int, tgt *target, d *diffResult, parts []part, rem
 func (c *core) holdUncarried(ts *typeState, d *diffResult, f *flight) {
 	u := 0
 	for _, r := range d.kept {
-		for u < len(d.ups) && d.ups[u].name < r.name {
+		for u < len(d.ups) && d.ups[u].Name < r.Name {
 			u++
 		}
-		carried := u < len(d.ups) && d.ups[u].name == r.name
-		if !carried && !ts.held.get(r.name).same(r.enc) {
-			f.put(&ts.held, r.name, r.enc)
+		carried := u < len(d.ups) && d.ups[u].Name == r.Name
+		if !carried && !ts.held.Get(r.Name).Same(r.Enc) {
+			f.put(&ts.held, r.Name, r.Enc)
 		}
 	}
 }

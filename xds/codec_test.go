@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
@@ -477,7 +478,7 @@ func TestRequestNamesNotWritten(t *testing.T) {
 	}
 }
 
-// canonicalNames and normalizeNames return their input itself when it is
+// canonicalNames and shared.NormalizeNames return their input itself when it is
 // as they would make it, and a copy otherwise: never do they write to it.
 func TestNamesReadOnly(t *testing.T) {
 	x := "xdstp://auth/envoy.config.endpoint.v3.ClusterLoadAssignment/c?b=2&a=1"
@@ -501,7 +502,7 @@ func TestNamesReadOnly(t *testing.T) {
 			if got := canonicalNames(in); !slices.Equal(got, tt.canonical) {
 				t.Errorf("canonicalNames(%q) = %q; want %q", tt.in, got, tt.canonical)
 			}
-			got, star := normalizeNames(in)
+			got, star := shared.NormalizeNames(in)
 			if !slices.Equal(got, tt.sorted) || star != tt.star {
 				t.Errorf("normalizeNames(%q) = %q, %v; want %q, %v", tt.in, got, star, tt.sorted, tt.star)
 			}

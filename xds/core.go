@@ -3,6 +3,7 @@ package xds
 import (
 	"time"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -123,15 +124,15 @@ type core struct {
 type coreHost interface {
 	// intern returns the subscription equal to sub that other connections
 	// share, or sub.
-	intern(sub *subscription) *subscription
+	intern(sub *shared.Subscription) *shared.Subscription
 	// transition returns the step a connection in the same state took
-	// (see shared.go), or nil; share keeps one.
-	transition(k transKey) *transition
-	share(k transKey, tr *transition)
+	// (see shared.TransitionCache), or nil; share keeps one.
+	transition(k shared.TransKey) *shared.Transition
+	share(k shared.TransKey, tr *shared.Transition)
 	// wouldSend and knownSends keep whether a step would send, for the
 	// phase gates of clients in the same state.
-	wouldSend(k transKey) (sends, known bool)
-	knownSends(k transKey, sends bool)
+	wouldSend(k shared.TransKey) (sends, known bool)
+	knownSends(k shared.TransKey, sends bool)
 	// nonce returns a new nonce for a response of version: the version,
 	// '/', and a number greater than that of every nonce before it (see
 	// nonceOrdinal).
@@ -400,27 +401,27 @@ func (c *core) concerns(nk namedKeys) bool {
 			continue
 		}
 		sub := ts.sub
-		if sub.wildcard {
+		if sub.Wildcard {
 			return true
 		}
-		if sub.globs == nil && len(sub.names) < len(t.names) {
-			for _, n := range sub.names {
+		if sub.Globs == nil && len(sub.Names) < len(t.names) {
+			for _, n := range sub.Names {
 				if _, ok := t.set[n]; ok {
 					return true
 				}
 			}
 		} else {
 			for _, n := range t.names {
-				if sub.covers(n) {
+				if sub.Covers(n) {
 					return true
 				}
 			}
 		}
 		// An idle connection holds what it watches; it holds more only
 		// of a glob collection's members or of names it watches no more.
-		if ts.held.len() > len(sub.names) {
+		if ts.held.Len() > len(sub.Names) {
 			for _, n := range t.names {
-				if ts.held.get(n) != nil {
+				if ts.held.Get(n) != nil {
 					return true
 				}
 			}

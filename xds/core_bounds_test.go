@@ -39,7 +39,7 @@ func reportedMemory(t *testing.T, prefix string) {
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	kept := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	if held := r.typeState(ClusterType).held.len(); held != n {
+	if held := r.typeState(ClusterType).held.Len(); held != n {
 		t.Fatalf("held %d reported resources; want %d", held, n)
 	}
 	t.Logf("request %d bytes, names %d; kept %d bytes (%.2f× the request, %d per resource besides its name)",

@@ -407,10 +407,10 @@ func (b *burst) check() {
 			b.t.Errorf("the client holds %s %v; want %v; events: %q", typ.Short(),
 				slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(w)), b.log)
 		}
-		if ts := b.c.types[b.h.set.typeIndex(typ)]; ts == nil || !slices.Equal(ts.held.names(), slices.Sorted(maps.Keys(w))) {
+		if ts := b.c.types[b.h.set.typeIndex(typ)]; ts == nil || !slices.Equal(ts.held.Names(), slices.Sorted(maps.Keys(w))) {
 			var names []string
 			if ts != nil {
-				names = ts.held.names()
+				names = ts.held.Names()
 			}
 			b.t.Errorf("the Server believes the client holds %s %v; want %v", typ.Short(), names, slices.Sorted(maps.Keys(w)))
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -28,9 +29,9 @@ func chunkRun(t *testing.T, delta bool, typ TypeURL, per int, tweak func(*Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	one := sotwSize(set.ents[0].enc)
+	one := shared.SotWSize(set.Entries[0].Enc)
 	if delta {
-		one = deltaSize(set.ents[0])
+		one = shared.DeltaSize(set.Entries[0])
 	}
 	c := probe.newCore(delta)
 	budget := c.envelope(i) + per*one + one/2
@@ -168,8 +169,8 @@ func TestCoreDeltaPartRejected(t *testing.T) {
 	for k, want := range []string{"rev-0", "rev-0", "rev-1", "rev-1"} {
 		name := fmt.Sprintf("c%d", k)
 		var held string
-		if e := ts.held.get(name); e != nil {
-			held = e.msg.(interface{ GetAltStatName() string }).GetAltStatName()
+		if e := ts.held.Get(name); e != nil {
+			held = e.Msg.(interface{ GetAltStatName() string }).GetAltStatName()
 		}
 		if held != want {
 			t.Errorf("%s held at %q; want %q", name, held, want)

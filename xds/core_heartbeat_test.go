@@ -125,14 +125,14 @@ func TestEncodeTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if plain.version == withTTL.version || plain.same(withTTL) {
-		t.Errorf("versions %s and %s: the TTL is not part of the version", plain.version, withTTL.version)
+	if plain.Version == withTTL.Version || plain.Same(withTTL) {
+		t.Errorf("versions %s and %s: the TTL is not part of the version", plain.Version, withTTL.Version)
 	}
 	wrapped := new(discoveryv3.Resource)
-	if err := withTTL.sotwAny().UnmarshalTo(wrapped); err != nil {
+	if err := withTTL.SotWAny().UnmarshalTo(wrapped); err != nil {
 		t.Fatal(err)
 	}
-	if wrapped.Name != "c0" || wrapped.Version != withTTL.version || wrapped.Ttl.AsDuration() != time.Second || !proto.Equal(wrapped.Resource, withTTL.any) {
+	if wrapped.Name != "c0" || wrapped.Version != withTTL.Version || wrapped.Ttl.AsDuration() != time.Second || !proto.Equal(wrapped.Resource, withTTL.Any) {
 		t.Errorf("SotW wrapper %v", wrapped)
 	}
 	if _, err := marshal(ClusterType, Resource{Name: "c0", Message: c, TTL: -time.Second}); err == nil {

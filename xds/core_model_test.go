@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -624,7 +625,7 @@ func (r *modelRun) logState() {
 			continue
 		}
 		var held, rejected, removing []string
-		ts.held.each(func(n string, e *encoded) { held = append(held, n+"@"+e.version) })
+		ts.held.Each(func(n string, e *shared.Encoded) { held = append(held, n+"@"+e.Version) })
 		for n := range ts.rejected() {
 			rejected = append(rejected, n)
 		}
@@ -634,7 +635,7 @@ func (r *modelRun) logState() {
 		slices.Sort(rejected)
 		slices.Sort(removing)
 		r.logf("state %s: sub %v wildcard %v held %v rejected %v removing %v flights %d retry %v fault %v nack %v sent %q acked %q",
-			r.h.set.order[i].Short(), ts.sub.names, ts.sub.wildcard, held, rejected, removing, len(ts.flights),
+			r.h.set.order[i].Short(), ts.sub.Names, ts.sub.Wildcard, held, rejected, removing, len(ts.flights),
 			ts.retry() != nil, ts.fault != nil, ts.nack != nil, ts.nonceSent, ts.nonceAcked)
 	}
 	r.logf("state: plan %v parked %v synced to %d of %d", r.c.plan != nil, r.parked != nil, r.c.syncedTo(), r.pc.Seq())
@@ -802,7 +803,7 @@ func (r *modelRun) sent(m *outMsg) {
 	}
 	for _, n := range names {
 		if !ts.covers(n) && !r.namedByHeld(m.typeIdx, n) {
-			r.fail("%s carries %s, which the client does not subscribe to (%v)", summary(m), n, ts.sub.names)
+			r.fail("%s carries %s, which the client does not subscribe to (%v)", summary(m), n, ts.sub.Names)
 		}
 	}
 	r.logf("    sent %s nonce %q", summary(m), m.nonce)
@@ -833,8 +834,8 @@ func (r *modelRun) namedByHeld(i int, n string) bool {
 		return false
 	}
 	named := false
-	pts.held.each(func(name string, e *encoded) {
-		switch msg := e.msg.(type) {
+	pts.held.Each(func(name string, e *shared.Encoded) {
+		switch msg := e.Msg.(type) {
 		case *routev3.RouteConfiguration:
 			named = named || slices.Contains(xdsrefs.ClustersOfRoute(msg), n)
 		case *listenerv3.Listener:
@@ -1024,21 +1025,21 @@ func (r *modelRun) checkBelief() {
 		// A SotW client that unsubscribed from a name a route sent since
 		// names again will subscribe to it again; the Server keeps it
 		// marked for removal meanwhile, as if held (see unsubscribed).
-		believed := slices.DeleteFunc(ts.held.names(), func(n string) bool {
+		believed := slices.DeleteFunc(ts.held.Names(), func(n string) bool {
 			_, removing := ts.removing()[n]
 			return removing && !ts.covers(n) && held[n] == nil
 		})
 		holds := slices.Sorted(maps.Keys(held))
 		if !slices.Equal(believed, holds) {
-			r.fail("the client holds %s %v; the Server believes it holds %v", typ.Short(), slices.Sorted(maps.Keys(held)), ts.held.names())
+			r.fail("the client holds %s %v; the Server believes it holds %v", typ.Short(), slices.Sorted(maps.Keys(held)), ts.held.Names())
 			return
 		}
 		for _, n := range holds {
-			e := ts.held.get(n)
-			if e.msg == nil && r.client.delta && !e.foreign && e.version == r.client.versions[typ][n] {
+			e := ts.held.Get(n)
+			if e.Msg == nil && r.client.delta && !e.Foreign && e.Version == r.client.versions[typ][n] {
 				continue // the version the client reported on reconnecting
 			}
-			if msg := held[n]; !proto.Equal(e.msg, msg) {
+			if msg := held[n]; !proto.Equal(e.Msg, msg) {
 				r.fail("the client holds another %s %s than the Server believes", typ.Short(), n)
 				return
 			}

@@ -547,8 +547,8 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.resubscribe(ClusterType, "*")
 	r.expect("the CDS answer fails")
 	cds := r.typeState(ClusterType)
-	if !cds.sub.wildcard || cds.failure() == nil {
-		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.sub.wildcard, cds.failure())
+	if !cds.sub.Wildcard || cds.failure() == nil {
+		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.sub.Wildcard, cds.failure())
 	}
 	// It asks for r1, which names c1.
 	r.resubscribe(RouteType, "r0", "r1")

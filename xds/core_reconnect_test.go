@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -24,7 +25,7 @@ func (r *coreRun) version(typ TypeURL, msg proto.Message) string {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return set.ents[0].enc.version
+	return set.Entries[0].Enc.Version
 }
 
 // resume sends a Delta client's first request of typ after a reconnect:
@@ -117,7 +118,7 @@ func TestCoreDeltaReconnect(t *testing.T) {
 			r.expect("the end")
 			r.expectBusy("at the end", false)
 			r.expectHeld("clusters", ClusterType, "c0")
-			if ts := r.typeState(RouteType); ts.held.get("r0").unknown() && tt.r0 != "equal" {
+			if ts := r.typeState(RouteType); ts.held.Get("r0").Unknown() && tt.r0 != "equal" {
 				t.Errorf("r0 still held as reported (%s); want the content sent", tt.r0)
 			}
 		})
@@ -151,7 +152,7 @@ func TestCoreDeltaReconnectNACKHoldsRoutesBack(t *testing.T) {
 	if rds.failure() != nil {
 		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.failure())
 	}
-	if e := rds.held.get("r0"); !e.unknown() {
+	if e := rds.held.Get("r0"); !e.Unknown() {
 		t.Errorf("r0 held = %v; want the version the client reported", e)
 	}
 	r.ack(ListenerType)
@@ -596,7 +597,7 @@ func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
 func TestTypeStateGenerated(t *testing.T) {
 	h := newFakeHost(t, nil)
 	cds := h.set.cdsIdx
-	set := func(names ...string) *resSet {
+	set := func(names ...string) *shared.Set {
 		res := make([]Resource, len(names))
 		for k, n := range names {
 			res[k] = Resource{Name: n, Message: xdsfixture.Cluster(n)}
@@ -625,7 +626,7 @@ func TestTypeStateGenerated(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := newTypeState(cds, noSubscription)
+			ts := newTypeState(cds, shared.NoSubscription)
 			pc := &pushcontext.PushContext{}
 			ts.generated(&target{set: set("c0", "c1")}, pc, true)
 			for k, up := range tt.partials {

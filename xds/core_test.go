@@ -14,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -104,7 +105,7 @@ func (h *fakeHost) put(t TypeURL, msgs ...proto.Message) {
 	}
 }
 
-func (h *fakeHost) generate(_ context.Context, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (h *fakeHost) generate(_ context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	t := h.set.order[i]
 	kind := "answer"
 	if push {
@@ -124,7 +125,7 @@ func (h *fakeHost) generate(_ context.Context, i int, sub *subscription, req *pu
 	}
 	var res []Resource
 	for _, n := range slices.Sorted(maps.Keys(world[t])) {
-		if sub.covers(n) {
+		if sub.Covers(n) {
 			res = append(res, Resource{Name: n, Message: world[t][n], TTL: h.ttl[t.Short()+"/"+n]})
 		}
 	}
@@ -135,7 +136,7 @@ func (h *fakeHost) generate(_ context.Context, i int, sub *subscription, req *pu
 	return &target{set: set, sub: sub}, nil
 }
 
-func (h *fakeHost) generateDelta(_ context.Context, i int, _ *subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
+func (h *fakeHost) generateDelta(_ context.Context, i int, _ *shared.Subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
 	t := h.set.order[i]
 	ch := h.changes[t]
 	if ch == nil {
@@ -152,24 +153,24 @@ func (fakeDelta) GenerateDelta(context.Context, *Proxy, Watch, *pushcontext.Push
 	panic("fakeHost answers")
 }
 
-func (h *fakeHost) encode(i int, res []Resource) (*resSet, error) {
+func (h *fakeHost) encode(i int, res []Resource) (*shared.Set, error) {
 	encs, err := h.cache.encodeAll(i, h.set.order[i], res)
 	if err != nil {
 		return nil, err
 	}
-	ents := make([]entry, len(res))
+	ents := make([]shared.Entry, len(res))
 	for j, r := range res {
-		ents[j] = entry{r.Name, encs[j]}
+		ents[j] = shared.Entry{Name: r.Name, Enc: encs[j]}
 	}
-	return newSet(ents), nil
+	return shared.NewSet(ents), nil
 }
 
-func (h *fakeHost) intern(sub *subscription) *subscription { return sub }
+func (h *fakeHost) intern(sub *shared.Subscription) *shared.Subscription { return sub }
 
-func (h *fakeHost) transition(transKey) *transition { return nil }
-func (h *fakeHost) share(transKey, *transition)     {}
-func (h *fakeHost) wouldSend(transKey) (bool, bool) { return false, false }
-func (h *fakeHost) knownSends(transKey, bool)       {}
+func (h *fakeHost) transition(shared.TransKey) *shared.Transition { return nil }
+func (h *fakeHost) share(shared.TransKey, *shared.Transition)     {}
+func (h *fakeHost) wouldSend(shared.TransKey) (bool, bool)        { return false, false }
+func (h *fakeHost) knownSends(shared.TransKey, bool)              {}
 
 func (h *fakeHost) initProxy(context.Context, *pushcontext.PushContext) (ProxyState, error) {
 	h.inits++
@@ -433,7 +434,7 @@ func TestCoreSotWRequests(t *testing.T) {
 					return
 				}
 				i := h.set.typeIndex(typ)
-				ts := newTypeState(i, newSubscription(st.names, false))
+				ts := newTypeState(i, shared.NewSubscription(st.names, false))
 				ts.order, ts.alwaysRespond = st.order, st.always
 				ts.nonceSent, ts.nonceAcked = "v/1", "v/1"
 				if st.nonce != "" {
@@ -444,9 +445,9 @@ func TestCoreSotWRequests(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					ts.held.reset(tgt.set)
+					ts.held.Reset(tgt.set)
 					if st.order != nil {
-						ts.held.del("c2") // the unsorted cases hold c1 only
+						ts.held.Delete("c2") // the unsorted cases hold c1 only
 					}
 				}
 				c.types[i] = ts
@@ -549,13 +550,13 @@ func FuzzDeltaSubscribe(f *testing.F) {
 			}
 			ts := c.types[i]
 			want := slices.Sorted(maps.Keys(names))
-			if !slices.Equal(ts.sub.names, want) && !(len(ts.sub.names) == 0 && len(want) == 0) {
-				t.Fatalf("after %x: names = %q; want %q", ops[:k+1], ts.sub.names, want)
+			if !slices.Equal(ts.sub.Names, want) && !(len(ts.sub.Names) == 0 && len(want) == 0) {
+				t.Fatalf("after %x: names = %q; want %q", ops[:k+1], ts.sub.Names, want)
 			}
-			if ts.sub.wildcard != wildcard {
-				t.Fatalf("after %x: wildcard = %v; want %v", ops[:k+1], ts.sub.wildcard, wildcard)
+			if ts.sub.Wildcard != wildcard {
+				t.Fatalf("after %x: wildcard = %v; want %v", ops[:k+1], ts.sub.Wildcard, wildcard)
 			}
-			for _, n := range ts.held.names() {
+			for _, n := range ts.held.Names() {
 				if !ts.covers(n) {
 					t.Fatalf("after %x: holds %q, which it does not subscribe to", ops[:k+1], n)
 				}
@@ -565,7 +566,7 @@ func FuzzDeltaSubscribe(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ts.held.reset(tgt.set)
+			ts.held.Reset(tgt.set)
 		}
 	})
 }
@@ -692,7 +693,7 @@ func (r *coreRun) replyTo(m *outMsg, nack string) {
 		return
 	}
 	ts := r.c.types[r.h.set.typeIndex(typ)]
-	names := ts.sub.names
+	names := ts.sub.Names
 	if ts.star { // the client repeats its "*"
 		names = append([]string{"*"}, names...)
 	}
@@ -754,7 +755,7 @@ func (r *coreRun) none() string {
 }
 
 func (r *coreRun) held(typ TypeURL) []string {
-	return r.c.types[r.h.set.typeIndex(typ)].held.names()
+	return r.c.types[r.h.set.typeIndex(typ)].held.Names()
 }
 
 // swapC0ForC1 pushes a swap: a new cluster c1 with its endpoints, routes
@@ -994,7 +995,7 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r.nack(ClusterType, "c1 is invalid")
 	r.expect("the push stops")
 	cds := r.c.types[h.set.cdsIdx]
-	if got := cds.held.names(); !slices.Equal(got, []string{"c0"}) {
+	if got := cds.held.Names(); !slices.Equal(got, []string{"c0"}) {
 		t.Fatalf("held clusters after the NACK = %v; want [c0] (what the client kept)", got)
 	}
 	// An unrelated push regenerates the dirty types: the route naming the
@@ -1345,7 +1346,7 @@ func TestCoreSotWNACKCarriesTheSubscription(t *testing.T) {
 		ResourceNames: []string{"c0", "c1"}, ErrorDetail: &status.Status{Code: 3, Message: "c0 is invalid"}}})
 	r.expect("c1, which the NACK subscribes to", "CDS [c1]")
 	if ts := r.typeState(ClusterType); !ts.covers("c1") || !ts.nackStands() {
-		t.Errorf("subscription %v, NACK standing %v; want c1 covered and the NACK standing", ts.sub.names, ts.nackStands())
+		t.Errorf("subscription %v, NACK standing %v; want c1 covered and the NACK standing", ts.sub.Names, ts.nackStands())
 	}
 }
 

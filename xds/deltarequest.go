@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/pushcontext"
 	"google.golang.org/grpc/codes"
@@ -90,16 +91,16 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	ts := c.types[i]
 	first := ts == nil
 	if first {
-		ts = newTypeState(i, noSubscription)
+		ts = newTypeState(i, shared.NoSubscription)
 		c.setType(i, ts)
 	}
-	sub, subStar := normalizeNames(req.ResourceNamesSubscribe)
-	unsub, unsubStar := normalizeNames(req.ResourceNamesUnsubscribe)
+	sub, subStar := shared.NormalizeNames(req.ResourceNamesSubscribe)
+	unsub, unsubStar := shared.NormalizeNames(req.ResourceNamesUnsubscribe)
 	if (subStar || unsubStar) && !full {
 		c.emit(notice{kind: nWildcardIgnored, url: req.TypeUrl})
 		subStar, unsubStar = false, false
 	}
-	wasWildcard := ts.sub.wildcard
+	wasWildcard := ts.sub.Wildcard
 	wildcard := wasWildcard
 	if subStar || (first && full && len(sub) == 0) {
 		wildcard = true
@@ -116,7 +117,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if !wildcard && len(initial) > 0 {
 		want = sortedset.Union(sub, initial)
 	}
-	names, added, removed := deltaNames(ts.sub.names, want, unsub)
+	names, added, removed := deltaNames(ts.sub.Names, want, unsub)
 	if len(names) > set.maxResourceNames {
 		return nil, status.Errorf(codes.InvalidArgument,
 			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxResourceNames)
@@ -125,7 +126,7 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 		if err := c.checkSubscription(i, names); err != nil {
 			return nil, err
 		}
-		sub := c.host.intern(newDeltaSubscription(names, wildcard))
+		sub := c.host.intern(shared.NewDeltaSubscription(names, wildcard))
 		ts.sub = sub
 		c.setSubBytes(ts, names)
 	}
@@ -162,7 +163,7 @@ func deltaNames(cur, want, unsub []string) (names, added, removed []string) {
 	if len(unsub) > 0 {
 		names = sortedset.Subtract(names, unsub)
 	}
-	added, removed = diffNames(cur, names)
+	added, removed = shared.DiffNames(cur, names)
 	return names, added, removed
 }
 
@@ -170,14 +171,14 @@ func deltaNames(cur, want, unsub []string) (names, added, removed []string) {
 // ResourceDelta reports as subscribed: nil if none, and when they are
 // every name of a subscription other connections have, the set they share
 // (a ResourceDelta's maps are never modified).
-func subscribedSet(sub *subscription, added []string) map[string]struct{} {
+func subscribedSet(sub *shared.Subscription, added []string) map[string]struct{} {
 	switch {
 	case len(added) == 0:
 		return nil
-	case len(added) == len(sub.names) && sub.shared():
-		return sub.nameSet()
+	case len(added) == len(sub.Names) && sub.Shared():
+		return sub.NameSet()
 	default:
-		return nameSet(added)
+		return shared.NameSet(added)
 	}
 }
 
@@ -218,19 +219,19 @@ func initialNames(versions map[string]string) []string {
 // of initial that ts covers, at the versions given.
 func (ts *typeState) resume(initial []string, versions map[string]string) {
 	ts.resumed = true
-	ents := make([]entry, 0, len(initial))
+	ents := make([]shared.Entry, 0, len(initial))
 	for _, n := range initial {
 		if ts.covers(n) {
-			ents = append(ents, entry{n, reported(versions[n])})
+			ents = append(ents, shared.Entry{Name: n, Enc: shared.Reported(versions[n])})
 		}
 	}
-	ts.held.reset(newSet(ents))
+	ts.held.Reset(shared.NewSet(ents))
 }
 
 // dropUncovered forgets what the client holds that its subscription no
 // longer covers, and returns it: the client drops it.
 func (ts *typeState) dropUncovered() (drop []string) {
-	ts.held.each(func(n string, _ *encoded) {
+	ts.held.Each(func(n string, _ *shared.Encoded) {
 		if !ts.covers(n) {
 			drop = append(drop, n)
 		}
@@ -265,10 +266,10 @@ func (c *core) await(ts *typeState, dropped []string) {
 // listener, the clusters of a route for a gRPC client), and until it holds
 // them, it holds a reference to what it lacks. A push's phases wait for
 // them on their own (see plan.need); an answer is not part of a push.
-func (c *core) awaitNamed(i int, e *encoded) {
+func (c *core) awaitNamed(i int, e *shared.Encoded) {
 	set := c.set
 	await := func(j int, names []string) {
-		if j < 0 || c.types[j] == nil || c.types[j].sub.wildcard {
+		if j < 0 || c.types[j] == nil || c.types[j].sub.Wildcard {
 			return
 		}
 		for _, n := range names {
@@ -279,13 +280,13 @@ func (c *core) awaitNamed(i int, e *encoded) {
 	}
 	switch i {
 	case set.cdsIdx:
-		await(set.edsIdx, set.refsOf(i, e).eds)
+		await(set.edsIdx, set.refsOf(i, e).EDS)
 	case set.ldsIdx:
 		r := set.refsOf(i, e)
-		await(set.rdsIdx, r.routes)
-		await(set.cdsIdx, r.clusters)
+		await(set.rdsIdx, r.Routes)
+		await(set.cdsIdx, r.Clusters)
 	case set.rdsIdx:
-		await(set.cdsIdx, set.refsOf(i, e).clusters)
+		await(set.cdsIdx, set.refsOf(i, e).Clusters)
 	}
 }
 
@@ -332,7 +333,7 @@ func deltaAnswer(first, wildcard, wasWildcard bool, sub, unsub []string, added m
 		delta.Subscribed = added
 	}
 	if len(removed) > 0 {
-		delta.Unsubscribed = nameSet(removed)
+		delta.Unsubscribed = shared.NameSet(removed)
 	}
 	switch {
 	case first:

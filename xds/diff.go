@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xdspush/xdspush/internal/recycle"
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -18,11 +19,11 @@ import (
 // target is the state of one type that a proxy should hold, restricted to
 // what it subscribes to, as generated. Targets of a view are shared.
 type target struct {
-	set *resSet
+	set *shared.Set
 	// sub is the subscription the target was generated for: a name
 	// subscribed to later is not known to it, so its absence does not mean
 	// a removal.
-	sub *subscription
+	sub *shared.Subscription
 	// partial marks the target of a DeltaGenerator on a Delta stream or
 	// for a SotW by-name type: set holds only the upserted resources and
 	// removed the removed names (ignored by SotW by-name types, which
@@ -31,12 +32,12 @@ type target struct {
 	removed []string
 	// shared marks a target generated once for every proxy of a view:
 	// only then can other clients take the same steps with it (see
-	// shared.go).
+	// shared.TransitionCache).
 	shared bool
 }
 
 // covers reports whether the target was generated for name.
-func (t *target) covers(name string) bool { return t.sub.covers(name) }
+func (t *target) covers(name string) bool { return t.sub.Covers(name) }
 
 // relOpts says how release turns a target into a response.
 type relOpts struct {
@@ -59,7 +60,7 @@ type relOpts struct {
 	warm *warmSet
 	// changed, if set, is called for each resource sent because its
 	// content differs from what the client held.
-	changed func(entry)
+	changed func(shared.Entry)
 	// start is the push's Start (zero for answers).
 	start time.Time
 	pc    *pushcontext.PushContext
@@ -69,12 +70,12 @@ type relOpts struct {
 type diffResult struct {
 	// kept is what the client will hold of what the target covers, sorted
 	// (a SotW full-state response carries it, plus what is removing).
-	kept []entry
+	kept []shared.Entry
 	// changed are the resources of kept whose content differs from what
 	// the client holds.
-	changed []entry
+	changed []shared.Entry
 	// ups are the resources a Delta or SotW by-name response carries.
-	ups []entry
+	ups []shared.Entry
 	// gone are the names removed now, sorted; notFound the names asked
 	// for that do not exist (a Delta answer lists both as removed).
 	gone, notFound []string
@@ -131,7 +132,7 @@ func (d *diffResult) sends(c *core, i int, o relOpts) bool {
 // diff is made and consumed within one step, and keeping buffers per
 // connection would cost each connection memory in proportion to what it
 // holds.
-type diffBufs struct{ kept, changed, ups []entry }
+type diffBufs struct{ kept, changed, ups []shared.Entry }
 
 var diffPool = recycle.New(func() *diffBufs { return new(diffBufs) })
 
@@ -162,42 +163,42 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 	b := diffPool.Get()
 	d := diffResult{bufs: b, kept: b.kept[:0], changed: b.changed[:0], ups: b.ups[:0]}
 	inHeld := 0
-	keep := func(r entry, prev *encoded) {
+	keep := func(r shared.Entry, prev *shared.Encoded) {
 		d.substituted = true
 		if prev != nil {
-			r.enc = prev
+			r.Enc = prev
 			d.kept = append(d.kept, r)
 			inHeld++
 		} else {
-			d.withheld = append(d.withheld, r.name)
+			d.withheld = append(d.withheld, r.Name)
 		}
 	}
-	held := cursor{h: &ts.held}
-	for _, r := range tgt.set.ents {
-		if !covered && !ts.covers(r.name) {
+	held := ts.held.Cursor()
+	for _, r := range tgt.set.Entries {
+		if !covered && !ts.covers(r.Name) {
 			d.substituted = true
 			continue
 		}
-		forced := inForce(o.force, r.name)
+		forced := inForce(o.force, r.Name)
 		if o.restrict && !forced {
 			d.substituted = true
 			continue
 		}
-		prev := held.get(r.name)
-		if _, ok := answered[r.name]; ok && prev != nil {
+		prev := held.Get(r.Name)
+		if _, ok := answered[r.Name]; ok && prev != nil {
 			// The client holds what an answer sent during the push: at
 			// least as new as this phase.
 			keep(r, prev)
 			continue
 		}
-		if bad, ok := ts.rejected()[r.name]; ok {
-			if bad.same(r.enc) {
+		if bad, ok := ts.rejected()[r.Name]; ok {
+			if bad.Same(r.Enc) {
 				keep(r, prev) // rejected content is not sent again
 				continue
 			}
-			d.unrejected = append(d.unrejected, r.name)
+			d.unrejected = append(d.unrejected, r.Name)
 		}
-		differs := !prev.same(r.enc)
+		differs := !prev.Same(r.Enc)
 		if differs && checkClusters {
 			if e := c.danglingCluster(i, r, !o.push && set.phaseWait); e != nil {
 				d.refErrs = append(d.refErrs, e)
@@ -215,7 +216,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			d.changed = append(d.changed, r)
 		}
 		// SotW full-state responses carry kept; the others, what changed.
-		if (!full || c.delta) && (differs || o.all || forced || o.warm.has(r.name)) {
+		if (!full || c.delta) && (differs || o.all || forced || o.warm.has(r.Name)) {
 			d.ups = append(d.ups, r)
 		}
 	}
@@ -245,7 +246,7 @@ func (c *core) findMissing(d *diffResult, i int, tgt *target, o relOpts) {
 func (c *core) checksClusters(i int) bool {
 	set := c.set
 	return (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 &&
-		c.types[set.cdsIdx] != nil && c.types[set.cdsIdx].sub.wildcard
+		c.types[set.cdsIdx] != nil && c.types[set.cdsIdx].sub.Wildcard
 }
 
 // removeOrDefer settles what the response removes of type i, gone: held
@@ -268,7 +269,7 @@ func (c *core) removeOrDefer(d *diffResult, i int, tgt *target, gone []string, r
 		gone, kept, d.refErrs = c.removable(i, gone, d.refErrs)
 		for _, n := range kept {
 			d.substituted = true
-			d.kept = insertEntry(d.kept, entry{n, ts.held.get(n)})
+			d.kept = insertEntry(d.kept, shared.Entry{Name: n, Enc: ts.held.Get(n)})
 		}
 	}
 	d.gone = gone
@@ -278,19 +279,19 @@ func (c *core) removeOrDefer(d *diffResult, i int, tgt *target, gone []string, r
 // longer has, sorted: kept is what the response keeps (inHeld of it the
 // client holds). SotW by-name types never remove (removes false): the
 // client unsubscribes.
-func goneNames(ts *typeState, tgt *target, kept []entry, inHeld int, removes, restrict bool) []string {
+func goneNames(ts *typeState, tgt *target, kept []shared.Entry, inHeld int, removes, restrict bool) []string {
 	var gone []string
 	switch {
 	case !removes:
 	case tgt.partial:
 		for _, n := range tgt.removed {
-			if ts.held.get(n) != nil && ts.covers(n) {
+			if ts.held.Get(n) != nil && ts.covers(n) {
 				gone = append(gone, n)
 			}
 		}
-	case !restrict && inHeld < ts.held.len():
-		if len(ts.held.over) > 0 {
-			ts.held.each(func(n string, _ *encoded) {
+	case !restrict && inHeld < ts.held.Len():
+		if ts.held.Differs() {
+			ts.held.Each(func(n string, _ *shared.Encoded) {
 				if ts.covers(n) && tgt.covers(n) && !hasEntry(kept, n) {
 					gone = append(gone, n)
 				}
@@ -298,12 +299,12 @@ func goneNames(ts *typeState, tgt *target, kept []entry, inHeld int, removes, re
 			break
 		}
 		k := 0 // both sorted: one walk
-		for _, e := range ts.held.set.ents {
-			for k < len(kept) && kept[k].name < e.name {
+		for _, e := range ts.held.Set.Entries {
+			for k < len(kept) && kept[k].Name < e.Name {
 				k++
 			}
-			if (k == len(kept) || kept[k].name != e.name) && ts.covers(e.name) && tgt.covers(e.name) {
-				gone = append(gone, e.name)
+			if (k == len(kept) || kept[k].Name != e.Name) && ts.covers(e.Name) && tgt.covers(e.Name) {
+				gone = append(gone, e.Name)
 			}
 		}
 	}
@@ -319,7 +320,7 @@ func (d *diffResult) unreject(ts *typeState, tgt *target, o relOpts) {
 		// configuration no longer has (even if the client's subscription
 		// moved since the target was generated).
 		for n := range ts.rejected() {
-			if tgt.sub.covers(n) && tgt.set.get(n) == nil {
+			if tgt.sub.Covers(n) && tgt.set.Get(n) == nil {
 				d.unrejected = append(d.unrejected, n)
 			}
 		}
@@ -333,7 +334,7 @@ func (d *diffResult) unreject(ts *typeState, tgt *target, o relOpts) {
 // findNotFound lists in d.notFound the names a Delta client asked for
 // that the response neither sends nor keeps and that do not exist.
 func (d *diffResult) findNotFound(ts *typeState, o relOpts) {
-	asked := ts.sub.names
+	asked := ts.sub.Names
 	if o.restrict {
 		asked = sortedKeys(o.force)
 	}
@@ -341,10 +342,10 @@ func (d *diffResult) findNotFound(ts *typeState, o relOpts) {
 		if !ts.covers(n) {
 			continue // no longer asked for: nothing to say of it
 		}
-		if ts.sub.isGlob(n) {
+		if ts.sub.IsGlob(n) {
 			continue
 		}
-		if !hasEntry(d.kept, n) && ts.held.get(n) == nil {
+		if !hasEntry(d.kept, n) && ts.held.Get(n) == nil {
 			if _, ok := slices.BinarySearch(d.withheld, n); ok {
 				continue // it exists, held back or rejected: not missing
 			}
@@ -355,13 +356,13 @@ func (d *diffResult) findNotFound(ts *typeState, o relOpts) {
 	}
 }
 
-func hasEntry(ents []entry, name string) bool {
-	_, ok := slices.BinarySearchFunc(ents, name, func(e entry, n string) int { return strings.Compare(e.name, n) })
+func hasEntry(ents []shared.Entry, name string) bool {
+	_, ok := slices.BinarySearchFunc(ents, name, func(e shared.Entry, n string) int { return strings.Compare(e.Name, n) })
 	return ok
 }
 
-func insertEntry(ents []entry, e entry) []entry {
-	i, ok := slices.BinarySearchFunc(ents, e.name, func(x entry, n string) int { return strings.Compare(x.name, n) })
+func insertEntry(ents []shared.Entry, e shared.Entry) []shared.Entry {
+	i, ok := slices.BinarySearchFunc(ents, e.Name, func(x shared.Entry, n string) int { return strings.Compare(x.Name, n) })
 	if ok {
 		ents[i] = e
 		return ents
@@ -387,7 +388,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 		return nil
 	}
 	same := c.sameStep(i, tgt, o)
-	var k transKey
+	var k shared.TransKey
 	if same && tgt.shared {
 		k = c.transKey(i, tgt, o)
 		if tr := c.host.transition(k); tr != nil {
@@ -428,7 +429,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 			c.plan.t[i].answered = make(map[string]struct{}, len(d.ups))
 		}
 		for _, r := range d.ups {
-			c.plan.t[i].answered[r.name] = struct{}{}
+			c.plan.t[i].answered[r.Name] = struct{}{}
 		}
 	}
 
@@ -477,9 +478,9 @@ func (c *core) settleWithheld(ts *typeState, d *diffResult) {
 // set when the response leaves it holding exactly the target: the same
 // content, shared with other clients.
 func (d *diffResult) shareIfExact(ts *typeState, tgt *target) {
-	if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() &&
-		ts.held.len() == tgt.set.len() && len(ts.removing()) == 0 {
-		ts.held.reset(tgt.set)
+	if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.Len() &&
+		ts.held.Len() == tgt.set.Len() && len(ts.removing()) == 0 {
+		ts.held.Reset(tgt.set)
 	}
 }
 
@@ -489,33 +490,33 @@ func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
 	ts, full := c.types[i], c.set.fullState[i]
 	f := newFlight()
 	if full && !c.delta {
-		before := ts.held.snapshot()
+		before := ts.held.Snapshot()
 		state := slices.Clone(d.kept) // d's buffer goes back to the pool
 		for n := range ts.removing() {
 			if !ts.covers(n) && c.unnamed(i, n) {
 				delete(ts.removing(), n) // unsubscribed, and no longer named
 				continue
 			}
-			if e := ts.held.get(n); e != nil {
-				state = insertEntry(state, entry{n, e})
+			if e := ts.held.Get(n); e != nil {
+				state = insertEntry(state, shared.Entry{Name: n, Enc: e})
 			}
 		}
 		state = ts.mayHoldUnread(state)
-		ts.held.reset(newSet(state))
+		ts.held.Reset(shared.NewSet(state))
 		d.shareIfExact(ts, tgt)
-		after := ts.held.snapshot()
+		after := ts.held.Snapshot()
 		f.setHoldings(before, after)
-	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.len() && len(ts.removing()) == 0 &&
-		ts.held.len()-d.inHeld == len(d.gone) && len(ts.flights) == 0 {
+	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.Len() && len(ts.removing()) == 0 &&
+		ts.held.Len()-d.inHeld == len(d.gone) && len(ts.flights) == 0 {
 		// The client will hold exactly the target (typically a push that
 		// regenerated the type): one snapshot rather than one change per
 		// resource. Only with no earlier response unanswered: redoing a
 		// snapshot after an earlier response is rejected would bring
 		// back what was rejected (redo replays a response's own changes;
 		// a snapshot holds everything).
-		before := ts.held.snapshot()
-		ts.held.reset(tgt.set)
-		after := ts.held.snapshot()
+		before := ts.held.Snapshot()
+		ts.held.Reset(tgt.set)
+		after := ts.held.Snapshot()
 		f.setHoldings(before, after)
 	} else {
 		// What the response carries is recorded even if the client holds
@@ -524,19 +525,19 @@ func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
 		// order.
 		u := 0
 		for _, r := range d.kept {
-			for u < len(d.ups) && d.ups[u].name < r.name {
+			for u < len(d.ups) && d.ups[u].Name < r.Name {
 				u++
 			}
-			carried := u < len(d.ups) && d.ups[u].name == r.name
-			if carried || !ts.held.get(r.name).same(r.enc) {
-				f.put(&ts.held, r.name, r.enc)
+			carried := u < len(d.ups) && d.ups[u].Name == r.Name
+			if carried || !ts.held.Get(r.Name).Same(r.Enc) {
+				f.put(&ts.held, r.Name, r.Enc)
 			}
 		}
 		for _, n := range d.gone {
 			f.del(&ts.held, n)
 		}
 		d.shareIfExact(ts, tgt)
-		ts.held.compact()
+		ts.held.Compact()
 	}
 	return f
 }
@@ -554,7 +555,7 @@ func (c *core) response(i int, d *diffResult, o relOpts) *outMsg {
 
 // carried returns the resources the response of d carries, but for a
 // SotW full-state one (which carries what the client holds).
-func (d *diffResult) carried(delta bool) []entry {
+func (d *diffResult) carried(delta bool) []shared.Entry {
 	if !delta && d.resync && len(d.ups) == 0 {
 		return d.kept // sent again, for the client to ACK
 	}

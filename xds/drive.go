@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -18,11 +19,11 @@ import (
 type genHost interface {
 	// generate returns the full target of type i, for sub, shared by the
 	// proxies of its view; see Server.generate.
-	generate(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error)
+	generate(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error)
 	// generateDelta calls type i's DeltaGenerator.
-	generateDelta(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error)
+	generateDelta(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest) (Changes, bool, error)
 	// encode checks and encodes resources of type i into a set.
-	encode(i int, res []Resource) (*resSet, error)
+	encode(i int, res []Resource) (*shared.Set, error)
 	// initProxy calls Config.InitProxy against pc, bounded by
 	// Config.GenerateTimeout.
 	initProxy(ctx context.Context, pc *pushcontext.PushContext) (ProxyState, error)
@@ -100,7 +101,7 @@ func generateOne(ctx context.Context, h genHost, n genNeed) genResult {
 		if ok {
 			res := make([]Resource, 0, len(ch.Upserted))
 			for _, r := range ch.Upserted {
-				if n.sub.covers(r.Name) {
+				if n.sub.Covers(r.Name) {
 					res = append(res, r)
 				}
 			}
@@ -136,19 +137,19 @@ func (c *conn) disownIfAbandoned(err, timeoutErr error) {
 	}
 }
 
-func (c *conn) generate(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (c *conn) generate(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	tgt, err := c.s.generate(ctx, c.hostProxy(), i, sub, req, push)
 	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	return tgt, err
 }
 
-func (c *conn) generateDelta(ctx context.Context, i int, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
+func (c *conn) generateDelta(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
 	ch, ok, err := c.s.generateDelta(ctx, c.hostProxy(), i, c.s.set.deltaGeneratorOf[i], sub, req)
 	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	return ch, ok, err
 }
 
-func (c *conn) encode(i int, res []Resource) (*resSet, error) {
+func (c *conn) encode(i int, res []Resource) (*shared.Set, error) {
 	return c.s.encode(i, res)
 }
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // ConnDump is what one connection holds, as far as the Server knows: the
@@ -108,25 +110,25 @@ func (c *conn) dump() *ConnDump {
 
 // dump returns the TypeDump sn records, of type t.
 func (sn *typeSnap) dump(t TypeURL) TypeDump {
-	ents := sn.held.entries()
+	ents := sn.held.Entries()
 	td := TypeDump{
 		Type:      t,
-		Wildcard:  sn.sub.wildcard,
-		Names:     slices.Clone(sn.sub.names),
+		Wildcard:  sn.sub.Wildcard,
+		Names:     slices.Clone(sn.sub.Names),
 		Resources: make([]DumpedResource, 0, len(ents)),
 	}
 	var removing map[string]struct{}
-	var rejected map[string]*encoded
+	var rejected map[string]*shared.Encoded
 	if sn.rare != nil {
 		removing, rejected = sn.rare.removing, sn.rare.rejected
 	}
 	for _, e := range ents {
-		_, rm := removing[e.name]
-		td.Resources = append(td.Resources, DumpedResource{Name: e.name, Version: e.enc.version, Resource: e.enc.any, Removing: rm})
+		_, rm := removing[e.Name]
+		td.Resources = append(td.Resources, DumpedResource{Name: e.Name, Version: e.Enc.Version, Resource: e.Enc.Any, Removing: rm})
 	}
 	for _, n := range sortedKeys(rejected) {
 		e := rejected[n]
-		td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.version, Resource: e.any})
+		td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.Version, Resource: e.Any})
 	}
 	return td
 }

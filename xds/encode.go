@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"github.com/xdspush/xdspush/xds/xdstp"
 )
@@ -57,8 +58,8 @@ type encGens struct {
 // encEntry is the encoding of one resource, made once.
 type encEntry struct {
 	once sync.Once
-	enc  atomic.Pointer[encoded] // set once made
-	err  error                   // set, before once returns, if marshalling failed
+	enc  atomic.Pointer[shared.Encoded] // set once made
+	err  error                          // set, before once returns, if marshalling failed
 }
 
 // newEncCache returns a cache for types types.
@@ -108,8 +109,8 @@ func (c *encCache) entry(k encKey) *encEntry {
 // encodeAll returns the shared encodings of res (resources of type t), in
 // order, marshalling and checking those not in the cache. It takes the
 // cache's lock once, not once per resource, and marshals outside it.
-func (c *encCache) encodeAll(typeIdx int, t TypeURL, res []Resource) ([]*encoded, error) {
-	out := make([]*encoded, len(res))
+func (c *encCache) encodeAll(typeIdx int, t TypeURL, res []Resource) ([]*shared.Encoded, error) {
+	out := make([]*shared.Encoded, len(res))
 	var miss []int
 	var missed []*encEntry
 	c.mu.Lock()
@@ -160,7 +161,7 @@ const typeURLPrefix = "type.googleapis.com/"
 
 // marshal checks r, a resource of type t, then encodes it deterministically
 // and hashes the bytes.
-func marshal(t TypeURL, r Resource) (*encoded, error) {
+func marshal(t TypeURL, r Resource) (*shared.Encoded, error) {
 	bad := func(reason string) error { return &ResourceError{Type: t, Name: r.Name, Reason: reason} }
 	if r.Name == "" {
 		return nil, bad("empty name")
@@ -196,17 +197,17 @@ func marshal(t TypeURL, r Resource) (*encoded, error) {
 	}
 	sum := sha256.Sum256(b)
 	h := binary.BigEndian.Uint64(sum[:8])
-	e := &encoded{
-		any:     &anypb.Any{TypeUrl: typeURLPrefix + full, Value: b},
-		msg:     r.Message,
-		hash:    h,
-		version: strconv.FormatUint(h, 16),
+	e := &shared.Encoded{
+		Any:     &anypb.Any{TypeUrl: typeURLPrefix + full, Value: b},
+		Msg:     r.Message,
+		Hash:    h,
+		Version: strconv.FormatUint(h, 16),
 	}
 	switch {
 	case r.TTL < 0:
 		return nil, bad("negative TTL " + r.TTL.String())
 	case r.TTL > 0:
-		if err := e.withTTL(r.Name, r.TTL); err != nil {
+		if err := e.WithTTL(r.Name, r.TTL); err != nil {
 			return nil, bad("TTL: " + err.Error())
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
@@ -21,7 +22,7 @@ func TestEncCache(t *testing.T) {
 	c0, c1 := cluster("c0"), cluster("c1")
 	e0 := Resource{Name: "c0", Message: xdsfixture.CLA("c0", "10.0.0.1:80")}
 	c := newEncCache(2)
-	encode := func(i int, res ...Resource) []*encoded {
+	encode := func(i int, res ...Resource) []*shared.Encoded {
 		t.Helper()
 		typ := ClusterType
 		if i == eds {
@@ -96,7 +97,7 @@ func TestEncCacheConcurrent(t *testing.T) {
 		res = append(res, Resource{Name: n, Message: xdsfixture.Cluster(n)})
 	}
 	var wg sync.WaitGroup
-	outs := make([][]*encoded, 8)
+	outs := make([][]*shared.Encoded, 8)
 	for g := range outs {
 		wg.Go(func() {
 			out, err := c.encodeAll(0, ClusterType, res)
@@ -112,7 +113,7 @@ func TestEncCacheConcurrent(t *testing.T) {
 	}
 	for g := range outs {
 		for k := range res {
-			if outs[g][k] != outs[0][k] || !proto.Equal(outs[g][k].msg, res[k].Message) {
+			if outs[g][k] != outs[0][k] || !proto.Equal(outs[g][k].Msg, res[k].Message) {
 				t.Fatalf("connection %d has its own encoding of %s", g, res[k].Name)
 			}
 		}

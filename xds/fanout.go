@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -65,8 +66,8 @@ type namedType struct {
 	slot   int // in a digest (settings.digestSlot)
 	names  []string
 	set    map[string]struct{}
-	hashes []uint64 // each name's hash (see digestBits)
-	any    filter   // every name's bits
+	hashes []uint64      // each name's hash (see digestBits)
+	any    shared.Filter // every name's bits
 }
 
 // namedKeys returns the resources req names, or nil if req may concern a
@@ -94,7 +95,7 @@ func (s *settings) namedKeys(req *pushcontext.PushRequest) namedKeys {
 			t.set[k.Name] = struct{}{}
 			t.names = append(t.names, k.Name)
 			t.hashes = append(t.hashes, maphash.String(s.digestSeed, k.Name))
-			t.any.add(s.digestSeed, k.Name)
+			t.any.Add(s.digestSeed, k.Name)
 		}
 	}
 	return out
@@ -102,22 +103,22 @@ func (s *settings) namedKeys(req *pushcontext.PushRequest) namedKeys {
 
 // digestOf returns the filter of what ts's subscription watches and the
 // type holds, or every bit for a wildcard or a glob.
-func digestOf(ts *typeState, seed maphash.Seed) (f filter) {
+func digestOf(ts *typeState, seed maphash.Seed) (f shared.Filter) {
 	if ts == nil {
 		return f
 	}
 	sub := ts.sub
-	if sub.wildcard || sub.globs != nil {
+	if sub.Wildcard || sub.Globs != nil {
 		for w := range f {
 			f[w] = math.MaxUint64
 		}
 		return f
 	}
-	f = sub.digest(seed)
+	f = sub.Digest(seed)
 	// An idle connection holds what it watches; it holds more only of
 	// names it watches no more (as concerns checks).
-	if ts.held.len() > len(sub.names) {
-		ts.held.each(func(name string, _ *encoded) { f.add(seed, name) })
+	if ts.held.Len() > len(sub.Names) {
+		ts.held.Each(func(name string, _ *shared.Encoded) { f.Add(seed, name) })
 	}
 	return f
 }
@@ -140,9 +141,9 @@ func (c *conn) rest() {
 		ts := c.core.types[i]
 		f := digestOf(ts, set.digestSeed)
 		for w := range f {
-			c.dig[filterWord+slot*digestWords+w].Store(f[w])
+			c.dig[filterWord+slot*shared.DigestWords+w].Store(f[w])
 		}
-		if ts != nil && ts.sub.wildcard {
+		if ts != nil && ts.sub.Wildcard {
 			wild |= 1 << slot
 		}
 	}
@@ -161,7 +162,7 @@ func (c *conn) rest() {
 const (
 	restWord   = iota // 1 while the connection rests
 	wildWord          // a bit for each named type it watches as a wildcard
-	filterWord        // its filter of each named type's names, digestWords each
+	filterWord        // its filter of each named type's names, shared.DigestWords each
 )
 
 // verdict is what the fan-out of a push makes of a connection, from its
@@ -186,7 +187,7 @@ func verdictOf(w []atomic.Uint64, nk namedKeys) verdict {
 		if wild&(1<<t.slot) != 0 {
 			return queue // it watches every resource of the type
 		}
-		if mayMatch(w[filterWord+t.slot*digestWords:filterWord+(t.slot+1)*digestWords], &t) {
+		if mayMatch(w[filterWord+t.slot*shared.DigestWords:filterWord+(t.slot+1)*shared.DigestWords], &t) {
 			v = check
 		}
 	}
@@ -210,7 +211,7 @@ func (c *conn) skips(nk namedKeys) bool {
 // mayMatch reports whether the filter f leaves open that one of t's
 // names is among those it was made of.
 func mayMatch(f []atomic.Uint64, t *namedType) bool {
-	var g filter
+	var g shared.Filter
 	hit := false
 	for w := range g {
 		g[w] = f[w].Load()
@@ -220,7 +221,7 @@ func mayMatch(f []atomic.Uint64, t *namedType) bool {
 		return false
 	}
 	for _, h := range t.hashes {
-		b := digestBits(h)
+		b := shared.DigestBits(h)
 		if g[b[0]/64]&(1<<(b[0]%64)) != 0 && g[b[1]/64]&(1<<(b[1]%64)) != 0 {
 			return true
 		}
@@ -248,7 +249,7 @@ type board struct {
 func newBoard(set *settings) board {
 	b := board{}
 	if set.named != nil {
-		b.stride = filterWord + set.digestSlots*digestWords
+		b.stride = filterWord + set.digestSlots*shared.DigestWords
 	}
 	return b
 }

@@ -14,6 +14,7 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -196,18 +197,18 @@ func TestVerdictFromDigest(t *testing.T) {
 		return set.namedKeys(&pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(keys...)})
 	}
 	words := func(resting bool, wild uint64, clusters, endpoints []string) []atomic.Uint64 {
-		w := make([]atomic.Uint64, filterWord+2*digestWords)
+		w := make([]atomic.Uint64, filterWord+2*shared.DigestWords)
 		if resting {
 			w[restWord].Store(1)
 		}
 		w[wildWord].Store(wild)
 		for slot, names := range [][]string{clusters, endpoints} {
-			var f filter
+			var f shared.Filter
 			for _, n := range names {
-				f.add(set.digestSeed, n)
+				f.Add(set.digestSeed, n)
 			}
 			for i, x := range f {
-				w[filterWord+slot*digestWords+i].Store(x)
+				w[filterWord+slot*shared.DigestWords+i].Store(x)
 			}
 		}
 		return w
@@ -239,11 +240,11 @@ func TestVerdictFromDigest(t *testing.T) {
 // the fan-out an exact check of the connection.
 func TestDigestFalsePositives(t *testing.T) {
 	seed := maphash.MakeSeed()
-	var f filter
+	var f shared.Filter
 	for i := range 10 {
-		f.add(seed, fmt.Sprint("watched-", i))
+		f.Add(seed, fmt.Sprint("watched-", i))
 	}
-	w := make([]atomic.Uint64, digestWords)
+	w := make([]atomic.Uint64, shared.DigestWords)
 	for i, x := range f {
 		w[i].Store(x)
 	}
@@ -253,7 +254,7 @@ func TestDigestFalsePositives(t *testing.T) {
 		var nt namedType
 		name := fmt.Sprint("other-", i)
 		nt.hashes = []uint64{maphash.String(seed, name)}
-		nt.any.add(seed, name)
+		nt.any.Add(seed, name)
 		if mayMatch(w, &nt) {
 			passed++
 		}
@@ -266,7 +267,7 @@ func TestDigestFalsePositives(t *testing.T) {
 		var nt namedType
 		name := fmt.Sprint("watched-", i)
 		nt.hashes = []uint64{maphash.String(seed, name)}
-		nt.any.add(seed, name)
+		nt.any.Add(seed, name)
 		if !mayMatch(w, &nt) {
 			t.Errorf("%s does not pass the digest made of it", name)
 		}
@@ -398,7 +399,7 @@ func TestRestProtocol(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Server{}
 			s.narrow.Store(tc.narrow)
-			c := &conn{s: s, core: &core{appliedSeq: tc.applied}, dig: make([]atomic.Uint64, filterWord+digestWords)}
+			c := &conn{s: s, core: &core{appliedSeq: tc.applied}, dig: make([]atomic.Uint64, filterWord+shared.DigestWords)}
 			if tc.before.resting {
 				c.dig[restWord].Store(1)
 			}

@@ -1,5 +1,7 @@
 package xds
 
+import "github.com/xdspush/xdspush/internal/shared"
+
 import "slices"
 
 // needHeld adds to the plan's needs what the clusters and listeners the
@@ -16,7 +18,7 @@ func (c *core) needHeld(pl *plan) {
 		}
 		cts := c.types[child]
 		pts := c.types[parent]
-		pts.held.each(func(name string, e *encoded) {
+		pts.held.Each(func(name string, e *shared.Encoded) {
 			if _, ok := pts.removing()[name]; ok {
 				return // about to be removed: it need not be warm
 			}
@@ -33,22 +35,22 @@ func (c *core) needHeld(pl *plan) {
 // sentCluster records a cluster a CDS phase sent: its endpoints are sent
 // again by the EDS phase (the client re-warms it), and the next phases wait
 // until the client subscribes to them.
-func (c *core) sentCluster(pl *plan, r entry) {
-	pl.warm.addCluster(r.enc)
+func (c *core) sentCluster(pl *plan, r shared.Entry) {
+	pl.warm.addCluster(r.Enc)
 	c.answeredCluster(pl, r)
 }
 
 // answeredCluster records a cluster sent during the push: the next phases,
 // and the push's end, wait for its endpoints.
-func (c *core) answeredCluster(pl *plan, r entry) {
-	c.need(pl, c.set.edsIdx, c.set.children(c.set.cdsIdx, r.enc))
+func (c *core) answeredCluster(pl *plan, r shared.Entry) {
+	c.need(pl, c.set.edsIdx, c.set.children(c.set.cdsIdx, r.Enc))
 }
 
 // sentListener records a listener an LDS phase sent: the next phases wait
 // until the client subscribes to its routes (it stays warming, and the
 // version it replaces in service, until it holds them).
-func (c *core) sentListener(pl *plan, r entry) {
-	c.need(pl, c.set.rdsIdx, c.set.children(c.set.ldsIdx, r.enc))
+func (c *core) sentListener(pl *plan, r shared.Entry) {
+	c.need(pl, c.set.rdsIdx, c.set.children(c.set.ldsIdx, r.Enc))
 }
 
 // sentRoute records a route an RDS phase sent, or an answer sent while the
@@ -62,14 +64,14 @@ func (c *core) sentListener(pl *plan, r entry) {
 // none, or it rejected them) subscribes to those of the route once it
 // reads it: the push waits for them too (resolved, see unwatchedAwaited),
 // as for the endpoints of such a client's first clusters.
-func (c *core) sentRoute(pl *plan, r entry) {
+func (c *core) sentRoute(pl *plan, r shared.Entry) {
 	cds := c.set.cdsIdx
 	if cds < 0 {
 		return
 	}
-	clusters := c.set.refsOf(c.set.rdsIdx, r.enc).clusters
+	clusters := c.set.refsOf(c.set.rdsIdx, r.Enc).Clusters
 	switch ts := c.types[cds]; {
-	case ts != nil && !ts.sub.wildcard:
+	case ts != nil && !ts.sub.Wildcard:
 		c.need(pl, cds, clusters)
 	case ts == nil && c.listenersByName() && len(clusters) > 0:
 		c.need(pl, cds, clusters)
@@ -81,7 +83,7 @@ func (c *core) sentRoute(pl *plan, r entry) {
 // as a gRPC client does.
 func (c *core) listenersByName() bool {
 	l := c.set.ldsIdx
-	return l >= 0 && c.types[l] != nil && !c.types[l].sub.wildcard
+	return l >= 0 && c.types[l] != nil && !c.types[l].sub.Wildcard
 }
 
 // need adds names, of type i, to what pl waits for the client to fetch,
@@ -91,7 +93,7 @@ func (c *core) need(pl *plan, i int, names []string) {
 		return
 	}
 	pl.t[i].refs = true
-	if p := c.set.parentOf(i); p >= 0 && c.types[p] != nil && !c.types[p].sub.wildcard {
+	if p := c.set.parentOf(i); p >= 0 && c.types[p] != nil && !c.types[p].sub.Wildcard {
 		pl.t[i].resolved = true
 	}
 	pl.t[i].need = append(pl.t[i].need, names...)
@@ -155,7 +157,7 @@ func (c *core) fetched(pl *plan, i int, name string) bool {
 	if slices.ContainsFunc(pl.phases, func(ph phase) bool { return !ph.removal && ph.typeIdx == i }) {
 		return true
 	}
-	if ts.held.get(name) != nil {
+	if ts.held.Get(name) != nil {
 		return true
 	}
 	return ts.fault == nil && ts.retry() == nil && ts.deferred() == nil

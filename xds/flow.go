@@ -4,6 +4,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -41,7 +42,7 @@ func (n need) done() bool { return n.init == nil && len(n.gens) == 0 && n.gen ==
 // first.
 type genNeed struct {
 	typ   int
-	sub   *subscription
+	sub   *shared.Subscription
 	req   *pushcontext.PushRequest
 	push  bool
 	delta bool
@@ -55,7 +56,7 @@ type genNeed struct {
 type genResult struct {
 	tgt      *target
 	delta    bool
-	up       *resSet
+	up       *shared.Set
 	removed  []string
 	err      error
 	timedOut bool

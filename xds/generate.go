@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -23,7 +24,7 @@ type genKey struct {
 	view string
 	typ  int
 	seq  uint64
-	sub  *subscription
+	sub  *shared.Subscription
 }
 
 // genCall is a generation shared by the proxies of a view: the first one
@@ -77,9 +78,9 @@ func (v *viewCache) forget(k genKey, call *genCall) {
 // generate returns the full target of type i for the proxy of c, for sub,
 // from req.Push. A proxy with a view shares it with the other proxies of
 // that view that have the same subscription.
-func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
 	view := p.View
-	if view == "" || !sub.shared() {
+	if view == "" || !sub.Shared() {
 		// Without a view, or for a subscription no other connection has
 		// (an on-demand client's own subset), no one else would take
 		// what a view's cache kept: the target is the proxy's own, and so
@@ -120,8 +121,8 @@ func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *subscriptio
 
 // generateFor calls type i's Generator for the proxy of c and turns what
 // it returns into a target.
-func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
-	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
+func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+	w := Watch{Type: s.set.order[i], Names: sub.Names, Wildcard: sub.Wildcard}
 	start := s.set.clock.Now()
 	res, err := guarded(s, ctx, "Generate", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
 		return s.set.generators[i].Generate(ctx, p, w, req)
@@ -134,10 +135,10 @@ func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *subscrip
 	if err != nil {
 		return nil, err
 	}
-	if !sub.wildcard && !sub.coversAll(res) {
+	if !sub.Wildcard && !coversAll(sub, res) {
 		kept := make([]Resource, 0, len(res))
 		for _, r := range res {
-			if sub.covers(r.Name) {
+			if sub.Covers(r.Name) {
 				kept = append(kept, r)
 			}
 		}
@@ -151,8 +152,8 @@ func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *subscrip
 }
 
 // generateDelta calls a DeltaGenerator for the proxy of c.
-func (s *Server) generateDelta(ctx context.Context, p *Proxy, i int, dg DeltaGenerator, sub *subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
-	w := Watch{Type: s.set.order[i], Names: sub.names, Wildcard: sub.wildcard}
+func (s *Server) generateDelta(ctx context.Context, p *Proxy, i int, dg DeltaGenerator, sub *shared.Subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
+	w := Watch{Type: s.set.order[i], Names: sub.Names, Wildcard: sub.Wildcard}
 	type delta struct {
 		ch Changes
 		ok bool
@@ -191,32 +192,32 @@ func (s *Server) generateEvent(p *Proxy, i int, req *pushcontext.PushRequest, pu
 // encode checks and encodes res, resources of type i, into a set: every
 // resource must have a name, a message of the type whose own name is that
 // name, and appear once.
-func (s *Server) encode(i int, res []Resource) (*resSet, error) {
+func (s *Server) encode(i int, res []Resource) (*shared.Set, error) {
 	encs, err := s.cache.encodeAll(i, s.set.order[i], res)
 	if err != nil {
 		return nil, err
 	}
-	ents := make([]entry, len(res))
+	ents := make([]shared.Entry, len(res))
 	for j, r := range res {
-		ents[j] = entry{r.Name, encs[j]}
+		ents[j] = shared.Entry{Name: r.Name, Enc: encs[j]}
 	}
-	if !entriesSorted(ents) {
-		slices.SortStableFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
+	if !shared.EntriesSorted(ents) {
+		slices.SortStableFunc(ents, func(a, b shared.Entry) int { return strings.Compare(a.Name, b.Name) })
 		for j := 1; j < len(ents); j++ {
-			if ents[j-1].name == ents[j].name {
-				return nil, &ResourceError{Type: s.set.order[i], Name: ents[j].name,
+			if ents[j-1].Name == ents[j].Name {
+				return nil, &ResourceError{Type: s.set.order[i], Name: ents[j].Name,
 					Reason: fmt.Sprintf("returned %s", twice(ents, j))}
 			}
 		}
 	}
-	return newSet(ents), nil
+	return shared.NewSet(ents), nil
 }
 
 // twice says how often the name at j appears (ents sorted).
-func twice(ents []entry, j int) string {
+func twice(ents []shared.Entry, j int) string {
 	n := 0
 	for _, e := range ents {
-		if e.name == ents[j].name {
+		if e.Name == ents[j].Name {
 			n++
 		}
 	}
@@ -227,36 +228,36 @@ func twice(ents []entry, j int) string {
 }
 
 // intern returns the subscription equal to sub that connections share.
-func (s *Server) intern(sub *subscription) *subscription { return s.subs.intern(sub) }
+func (s *Server) intern(sub *shared.Subscription) *shared.Subscription { return s.subs.Intern(sub) }
 
 // transition returns the step another connection took from the same state.
-func (s *Server) transition(k transKey) *transition { return s.trans.get(k) }
+func (s *Server) transition(k shared.TransKey) *shared.Transition { return s.trans.Get(k) }
 
 // share keeps a step for the connections in the same state.
-func (s *Server) share(k transKey, tr *transition) { s.trans.put(k, tr) }
+func (s *Server) share(k shared.TransKey, tr *shared.Transition) { s.trans.Put(k, tr) }
 
 // wouldSend returns whether the step k would send, if known.
-func (s *Server) wouldSend(k transKey) (bool, bool) { return s.trans.wouldSend(k) }
+func (s *Server) wouldSend(k shared.TransKey) (bool, bool) { return s.trans.WouldSend(k) }
 
 // knownSends records whether the step k would send.
-func (s *Server) knownSends(k transKey, sends bool) { s.trans.knownSends(k, sends) }
+func (s *Server) knownSends(k shared.TransKey, sends bool) { s.trans.KnownSends(k, sends) }
 
 // coversAll reports whether the subscription covers every resource of res.
 // Generators usually return resources in the order of Watch.Names: those
 // are matched in one pass, others by binary search.
-func (s *subscription) coversAll(res []Resource) bool {
-	if s.wildcard {
+func coversAll(s *shared.Subscription, res []Resource) bool {
+	if s.Wildcard {
 		return true
 	}
 	j := 0
 	for _, r := range res {
-		for j < len(s.names) && s.names[j] < r.Name {
+		for j < len(s.Names) && s.Names[j] < r.Name {
 			j++
 		}
-		if j < len(s.names) && s.names[j] == r.Name {
+		if j < len(s.Names) && s.Names[j] == r.Name {
 			continue
 		}
-		if !s.covers(r.Name) {
+		if !s.Covers(r.Name) {
 			return false
 		}
 	}

@@ -5,6 +5,8 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // Heartbeats. A resource with a TTL (Resource.TTL) that the client holds
@@ -45,8 +47,8 @@ func (c *core) noteTTL(ts *typeState, d time.Duration) {
 
 // noteSetTTL arms the heartbeat of ts if the set s, just sent as a whole
 // (a shared step; see replay), holds a resource with a TTL.
-func (c *core) noteSetTTL(ts *typeState, s *resSet) {
-	if d := s.sizesOf().ttl; d > 0 {
+func (c *core) noteSetTTL(ts *typeState, s *shared.Set) {
+	if d := s.Sizes().TTL; d > 0 {
 		c.noteTTL(ts, d)
 	}
 }
@@ -66,12 +68,12 @@ func (c *core) beat(i int) bool {
 	ts := c.types[i]
 	r := ts.rareForWrite()
 	r.beatAt, r.ttl = 0, 0
-	var beats []entry
-	ts.held.each(func(n string, e *encoded) {
-		if e.ttl != nil {
-			beats = append(beats, entry{n, e})
-			if r.ttl == 0 || e.ttl.d < r.ttl {
-				r.ttl = e.ttl.d
+	var beats []shared.Entry
+	ts.held.Each(func(n string, e *shared.Encoded) {
+		if e.TTL != nil {
+			beats = append(beats, shared.Entry{Name: n, Enc: e})
+			if r.ttl == 0 || e.TTL.Duration < r.ttl {
+				r.ttl = e.TTL.Duration
 			}
 		}
 	})
@@ -87,7 +89,7 @@ func (c *core) beat(i int) bool {
 	case c.delta:
 		res := make([]*discoveryv3.Resource, len(beats))
 		for k, b := range beats {
-			res[k] = b.enc.ttl.beat
+			res[k] = b.Enc.TTL.Beat
 		}
 		m = c.stamp(i, len(res), 0, 0, o)
 		m.dresp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: string(c.set.order[i]), Nonce: m.nonce}
@@ -101,7 +103,7 @@ func (c *core) beat(i int) bool {
 	default:
 		anys := make([]*anypb.Any, len(beats))
 		for k, b := range beats {
-			anys[k] = b.enc.ttl.sotwBeat
+			anys[k] = b.Enc.TTL.SotWBeat
 		}
 		m = c.sotwMsg(i, anys, 0, o)
 	}

@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
@@ -73,7 +74,7 @@ func inForce(force map[string]struct{}, name string) bool {
 	if _, ok := force[name]; ok || len(force) == 0 {
 		return ok
 	}
-	if g, ok := collectionOf(name); ok {
+	if g, ok := shared.CollectionOf(name); ok {
 		_, ok = force[g]
 		return ok
 	}
@@ -81,16 +82,16 @@ func inForce(force map[string]struct{}, name string) bool {
 }
 
 // sotwSubscription returns the interned subscription to names (wildcard
-// as given) of a SotW request whose names came in order (see parseNames),
+// as given) of a SotW request whose names came in order (see shared.ParseNames),
 // and that order, shared with the subscription when they are the same.
-func (c *core) sotwSubscription(names []string, wildcard bool, order []uint32) (*subscription, []uint32) {
-	s := newSubscription(names, wildcard)
-	if s.names != nil {
-		s.order = order
+func (c *core) sotwSubscription(names []string, wildcard bool, order []uint32) (*shared.Subscription, []uint32) {
+	s := shared.NewSubscription(names, wildcard)
+	if s.Names != nil {
+		s.Order = order
 	}
 	s = c.host.intern(s)
-	if order != nil && slices.Equal(s.order, order) {
-		order = s.order
+	if order != nil && slices.Equal(s.Order, order) {
+		order = s.Order
 	}
 	return s, order
 }
@@ -98,7 +99,7 @@ func (c *core) sotwSubscription(names []string, wildcard bool, order []uint32) (
 // sameNames reports whether raw is, name for name, the resource names of
 // the last SotW request of the type.
 func (ts *typeState) sameNames(raw []string) bool {
-	names := ts.sub.names
+	names := ts.sub.Names
 	if ts.order == nil {
 		return !ts.star && slices.Equal(raw, names)
 	}
@@ -106,7 +107,7 @@ func (ts *typeState) sameNames(raw []string) bool {
 		return false
 	}
 	for k, i := range ts.order {
-		if i == starIndex {
+		if i == shared.StarIndex {
 			if raw[k] != "*" {
 				return false
 			}

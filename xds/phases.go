@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/xdspush/xdspush/internal/recycle"
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -203,11 +204,11 @@ func (c *core) advance(force bool) {
 			switch i {
 			case set.cdsIdx:
 				pl.warm = pl.newWarmSet()
-				o.changed = func(r entry) { c.sentCluster(pl, r) }
+				o.changed = func(r shared.Entry) { c.sentCluster(pl, r) }
 			case set.ldsIdx:
-				o.changed = func(r entry) { c.sentListener(pl, r) }
+				o.changed = func(r shared.Entry) { c.sentListener(pl, r) }
 			case set.rdsIdx:
-				o.changed = func(r entry) { c.sentRoute(pl, r) }
+				o.changed = func(r shared.Entry) { c.sentRoute(pl, r) }
 			}
 			m = c.release(i, ph.tgt, o)
 			if ts := c.types[i]; ts != nil && len(ts.removing()) > 0 {
@@ -277,7 +278,7 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 	}
 	o := c.phaseOpts(pl, ph)
 	shareable := ph.tgt.shared && c.sameStep(i, ph.tgt, o) // a per-proxy target's step is its own
-	var k transKey
+	var k shared.TransKey
 	if shareable {
 		k = c.transKey(i, ph.tgt, o)
 		if sends, known := c.host.wouldSend(k); known {
@@ -532,7 +533,7 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 	var gone, unsubscribed []string
 	for n := range ts.removing() {
 		switch {
-		case ts.held.get(n) == nil:
+		case ts.held.Get(n) == nil:
 		case ts.covers(n):
 			gone = append(gone, n)
 		default:
@@ -557,14 +558,14 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 		// snapshot, as hold makes, so that the rejection of an earlier
 		// response does not bring back, when this one is redone, what this
 		// one leaves out.
-		before := ts.held.snapshot()
+		before := ts.held.Snapshot()
 		for _, n := range gone {
-			ts.held.del(n)
+			ts.held.Delete(n)
 		}
 		if len(ts.unread()) > 0 {
-			ts.held.reset(newSet(ts.mayHoldUnread(slices.Clone(ts.held.entries()))))
+			ts.held.Reset(shared.NewSet(ts.mayHoldUnread(slices.Clone(ts.held.Entries()))))
 		}
-		f.setHoldings(before, ts.held.snapshot())
+		f.setHoldings(before, ts.held.Snapshot())
 	} else {
 		for _, n := range gone {
 			f.del(&ts.held, n)

@@ -1,10 +1,12 @@
 package xds
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -124,7 +126,7 @@ func TestPlanReset(t *testing.T) {
 // TestFlightReset checks that a flight given back to the pool keeps
 // nothing of its response but the storage of its changes.
 func TestFlightReset(t *testing.T) {
-	e := &encoded{}
+	e := &shared.Encoded{}
 	for _, tc := range []struct {
 		name   string
 		fill   func(f *flight)
@@ -139,7 +141,11 @@ func TestFlightReset(t *testing.T) {
 			}
 		}, false},
 		{"holdings", func(f *flight) {
-			f.setHoldings(holding{set: emptySet, n: 1}, holding{set: emptySet, over: map[string]*encoded{"a": e}, n: 2})
+			before, after := shared.NewHolding(), shared.NewHolding()
+			before.Put("a", e)
+			after.Put("a", e)
+			after.Put("b", e)
+			f.setHoldings(before, after)
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -148,7 +154,7 @@ func TestFlightReset(t *testing.T) {
 			f.response = response{nonce: "v/1", seq: 3, applied: 2}
 			tc.fill(f)
 			f.reset()
-			if f.response != (response{}) || f.before != nil || f.after != nil || f.held[0].set != nil || f.held[1].set != nil || f.held[1].over != nil || len(f.changes) != 0 {
+			if f.response != (response{}) || f.before != nil || f.after != nil || !reflect.ValueOf(f.held).IsZero() || len(f.changes) != 0 {
 				t.Errorf("reset flight kept state: %+v", f)
 			}
 			for i, ch := range f.changes[:cap(f.changes)] {

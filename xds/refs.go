@@ -3,6 +3,8 @@ package xds
 import (
 	"fmt"
 	"slices"
+
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // The Server reads the references between the resources it sends (through
@@ -18,30 +20,30 @@ import (
 
 // refsOf returns what e, a resource of type index t, names, decoding it at
 // most once per encoding.
-func (s *coreSettings) refsOf(t int, e *encoded) *encRefs { return e.refsAs(s.refKind(t)) }
+func (s *coreSettings) refsOf(t int, e *shared.Encoded) *shared.Refs { return e.RefsAs(s.refKind(t)) }
 
 // refKind returns what the references of a resource of type index t are
 // read as.
-func (s *coreSettings) refKind(t int) refKind {
+func (s *coreSettings) refKind(t int) shared.RefKind {
 	switch t {
 	case s.cdsIdx:
-		return clusterRefs
+		return shared.ClusterRefs
 	case s.ldsIdx:
-		return listenerRefs
+		return shared.ListenerRefs
 	case s.rdsIdx:
-		return routeRefs
+		return shared.RouteRefs
 	}
-	return noRefKind
+	return shared.NoRefKind
 }
 
 // children returns the names of the child type (EDS for CDS, RDS for LDS)
 // that e, a resource of type index parent, fetches over ADS.
-func (s *coreSettings) children(parent int, e *encoded) []string {
+func (s *coreSettings) children(parent int, e *shared.Encoded) []string {
 	switch parent {
 	case s.cdsIdx:
-		return s.refsOf(parent, e).eds
+		return s.refsOf(parent, e).EDS
 	case s.ldsIdx:
-		return s.refsOf(parent, e).routes
+		return s.refsOf(parent, e).Routes
 	}
 	return nil
 }
@@ -91,10 +93,10 @@ func (e *refError) Error() string {
 // not held: were it to reject that response, it would read the route
 // first. Answers pass settled (see diff); a push's phases need not, as
 // their gate waits for those answers.
-func (c *core) danglingCluster(i int, r entry, settled bool) *refError {
+func (c *core) danglingCluster(i int, r shared.Entry, settled bool) *refError {
 	cds := c.types[c.set.cdsIdx]
-	for _, name := range c.set.refsOf(i, r.enc).clusters {
-		held := cds.held.get(name) != nil
+	for _, name := range c.set.refsOf(i, r.Enc).Clusters {
+		held := cds.held.Get(name) != nil
 		if held && (!settled || cds.holdsEitherWay(name)) {
 			continue
 		}
@@ -106,7 +108,7 @@ func (c *core) danglingCluster(i int, r entry, settled bool) *refError {
 		// cluster it does not have.
 		_, rejected := cds.rejected()[name]
 		transient := held || rejected || !c.current(c.set.cdsIdx) || !cds.lastKnows(name) || cds.lastGet(name) != nil
-		return &refError{fromType: c.set.order[i], from: r.name, toType: ClusterType, to: name, rejected: transient}
+		return &refError{fromType: c.set.order[i], from: r.Name, toType: ClusterType, to: name, rejected: transient}
 	}
 	return nil
 }
@@ -145,14 +147,15 @@ const (
 	refEndpoints
 )
 
-func (r *encRefs) of(kind int) []string {
+// namedOf returns the names of r that a reference check of kind looks for.
+func namedOf(r *shared.Refs, kind int) []string {
 	switch kind {
 	case refRoutes:
-		return r.routes
+		return r.Routes
 	case refEndpoints:
-		return r.eds
+		return r.EDS
 	}
-	return r.clusters
+	return r.Clusters
 }
 
 // removable splits names, resources of type i to remove from the client,
@@ -181,14 +184,14 @@ func (c *core) removable(i int, names []string, errs []*refError) (ok, kept []st
 				broken := false
 				if c.current(j) {
 					if e := rts.lastGet(by); e != nil {
-						_, broken = slices.BinarySearch(set.refsOf(j, e).of(kind), n)
+						_, broken = slices.BinarySearch(namedOf(set.refsOf(j, e), kind), n)
 					}
 				}
 				e = &refError{fromType: set.order[j], from: by, toType: set.order[i], to: n, removal: true, rejected: !broken}
 				break
 			}
 		}
-		if ts := c.types[i]; e == nil && (i == set.rdsIdx || i == set.cdsIdx) && !ts.sub.wildcard && ts.covers(n) && ts.held.get(n) != nil {
+		if ts := c.types[i]; e == nil && (i == set.rdsIdx || i == set.cdsIdx) && !ts.sub.Wildcard && ts.covers(n) && ts.held.Get(n) != nil {
 			// The client still asks for it by name, although nothing it
 			// holds names it: a version it replaces, still in service
 			// while the new one warms, does (an Envoy keeps the old
@@ -213,7 +216,7 @@ func (c *core) removable(i int, names []string, errs []*refError) (ok, kept []st
 
 // referrers returns the types whose resources may name those of type i
 // (routes and listeners name clusters, listeners routes, clusters their
-// endpoints), and how (see encRefs.of); nil for a type nothing names.
+// endpoints), and how (see namedOf); nil for a type nothing names.
 func (s *coreSettings) referrers(i int) (from []int, kind int) {
 	switch i {
 	case -1:
@@ -250,30 +253,30 @@ func (c *core) unnamed(i int, n string) bool {
 // names name (as kind), or "".
 func (c *core) namedBy(j int, name string, kind int) string {
 	ts := c.types[j]
-	if len(ts.held.over) == 0 {
+	if !ts.held.Differs() {
 		// Most clients hold a shared set: its references are computed
 		// once, and a miss costs a binary search.
-		r := ts.held.set.refsAs(c.set.refKind(j))
-		if _, ok := slices.BinarySearch(r.of(kind), name); !ok && !r.unknown {
+		r := ts.held.Set.RefsAs(c.set.refKind(j))
+		if _, ok := slices.BinarySearch(namedOf(&r.Refs, kind), name); !ok && !r.Unknown {
 			return ""
 		}
 	}
 	by := ""
-	ts.held.each(func(n string, e *encoded) {
+	ts.held.Each(func(n string, e *shared.Encoded) {
 		if by == "" || n < by {
 			// What a client reported holding, the Server reads as the
 			// configuration's resource of the same version; other
 			// content it cannot read: it may name name until the client
 			// is sent its content.
-			if e.unknown() {
+			if e.Unknown() {
 				te := ts.lastGet(n)
-				if te == nil || !e.same(te) {
+				if te == nil || !e.Same(te) {
 					by = n
 					return
 				}
 				e = te
 			}
-			if _, ok := slices.BinarySearch(c.set.refsOf(j, e).of(kind), name); ok {
+			if _, ok := slices.BinarySearch(namedOf(c.set.refsOf(j, e), kind), name); ok {
 				by = n
 			}
 		}

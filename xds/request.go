@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -156,7 +157,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, e
 	// even "*"); after that it unsubscribes from everything (the xDS
 	// protocol). A gRPC client whose routes name no cluster any more sends
 	// one, and holds no cluster after it.
-	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.sub.wildcard && !ts.star))
+	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.sub.Wildcard && !ts.star))
 
 	// 3. Initial request (no watch on this stream, with or without a
 	// nonce: a reconnect to this server has one), or a request after
@@ -276,27 +277,27 @@ func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 // cannot remove it).
 func (c *core) heldBefore(ts *typeState, names []string) {
 	i := ts.idx
-	if c.set.fullState[i] || !c.set.refers(i) || ts.sub.wildcard {
+	if c.set.fullState[i] || !c.set.refers(i) || ts.sub.Wildcard {
 		return
 	}
-	ents := make([]entry, 0, len(names))
+	ents := make([]shared.Entry, 0, len(names))
 	for _, n := range names {
-		ents = append(ents, entry{n, reported("")})
+		ents = append(ents, shared.Entry{Name: n, Enc: shared.Reported("")})
 	}
-	ts.held.reset(newSet(ents))
+	ts.held.Reset(shared.NewSet(ents))
 }
 
 // keepUnknown makes ts hold what was holds that the Server has not sent
 // (see heldBefore) and ts's subscription covers.
 func keepUnknown(ts, was *typeState) {
-	var ents []entry
-	for _, r := range was.held.entries() {
-		if r.enc.unknown() && ts.covers(r.name) {
+	var ents []shared.Entry
+	for _, r := range was.held.Entries() {
+		if r.Enc.Unknown() && ts.covers(r.Name) {
 			ents = append(ents, r)
 		}
 	}
 	if len(ents) > 0 {
-		ts.held.reset(newSet(ents))
+		ts.held.Reset(shared.NewSet(ents))
 	}
 }
 
@@ -317,13 +318,13 @@ type sotwNames struct {
 // subscribes to in every ACK).
 func (c *core) sotwRequestNames(ts *typeState, req *discoveryv3.DiscoveryRequest) (sotwNames, error) {
 	if ts != nil && ts.sameNames(req.ResourceNames) {
-		return sotwNames{ts.sub.names, ts.star, ts.order, true}, nil
+		return sotwNames{ts.sub.Names, ts.star, ts.order, true}, nil
 	}
 	if err := c.checkNames(req.TypeUrl, req.ResourceNames); err != nil {
 		return sotwNames{}, err
 	}
 	req.ResourceNames = canonicalNames(req.ResourceNames)
-	names, star, order := parseNames(req.ResourceNames)
+	names, star, order := shared.ParseNames(req.ResourceNames)
 	return sotwNames{names, star, order, false}, nil
 }
 
@@ -347,12 +348,12 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	}
 	var added, removed []string
 	if !same {
-		added, removed = diffNames(ts.sub.names, names)
+		added, removed = shared.DiffNames(ts.sub.Names, names)
 	}
-	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.wildcard
+	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.Wildcard
 	old := ts.sub
 	if !same {
-		var sub *subscription
+		var sub *shared.Subscription
 		sub, order = c.sotwSubscription(names, wildcard, order)
 		ts.sub = sub
 		c.setSubBytes(ts, names)
@@ -385,7 +386,7 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 			}
 			return nil, nil // pure removal: nothing to send
 		}
-		return again.merge(&answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(added)}}), nil
+		return again.merge(&answer{delta: pushcontext.ResourceDelta{Subscribed: shared.NameSet(added)}}), nil
 	}
 	// A full-state type must be answered with the whole subscribed state.
 	return &answer{all: true}, nil
@@ -432,7 +433,7 @@ func (c *core) unsubscribed(i int, removed []string) {
 			continue // still covered by the wildcard: the client keeps it
 		}
 		delete(ts.removing(), n)
-		if ts.held.get(n) != nil {
+		if ts.held.Get(n) != nil {
 			held = append(held, n)
 		}
 	}
@@ -468,11 +469,11 @@ func (c *core) unsubscribed(i int, removed []string) {
 // from them; the answer in full, which the configuration no longer gives
 // it to, would otherwise remove it from under what names it.
 func (c *core) staleDropped(ts *typeState, names []string, star bool, ord uint64) {
-	if ts.sub.wildcard || star {
+	if ts.sub.Wildcard || star {
 		return
 	}
 	var gone []string
-	ts.held.each(func(n string, _ *encoded) {
+	ts.held.Each(func(n string, _ *shared.Encoded) {
 		if _, marked := ts.removing()[n]; marked {
 			return
 		}
@@ -495,7 +496,7 @@ func (c *core) resendAnswer(i int, names []string) *answer {
 	if !c.delta && c.set.fullState[i] {
 		return &answer{all: true}
 	}
-	return &answer{delta: pushcontext.ResourceDelta{Subscribed: nameSet(names)}}
+	return &answer{delta: pushcontext.ResourceDelta{Subscribed: shared.NameSet(names)}}
 }
 
 // checkNames checks the length of every name of a request of type t.

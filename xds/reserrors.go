@@ -8,6 +8,8 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // Per-resource errors (xRFC TP3, gRFC A88). With Config.ResourceErrors, a
@@ -61,7 +63,7 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 		if o.restrict && !inForce(o.force, n) {
 			return false
 		}
-		return tgt.set.find(n) >= 0 || !tgt.partial && tgt.covers(n)
+		return tgt.set.Find(n) >= 0 || !tgt.partial && tgt.covers(n)
 	}
 	var now []namedErr
 	for _, e := range d.refErrs {
@@ -69,11 +71,11 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 			now = append(now, namedErr{e.from, resErr{codes.Unavailable, e.Error()}})
 		}
 	}
-	for _, n := range ts.sub.names {
-		if ts.sub.isGlob(n) {
+	for _, n := range ts.sub.Names {
+		if ts.sub.IsGlob(n) {
 			continue
 		}
-		if looked(n) && tgt.set.find(n) < 0 && ts.held.get(n) == nil && !sortedHas(d.withheld, n) && !sortedHas(d.gone, n) {
+		if looked(n) && tgt.set.Find(n) < 0 && ts.held.Get(n) == nil && !shared.SortedHas(d.withheld, n) && !shared.SortedHas(d.gone, n) {
 			now = append(now, namedErr{n, resErr{codes.NotFound, fmt.Sprintf("xds: %s %q does not exist", t.Short(), n)}})
 		}
 	}
@@ -98,7 +100,7 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 	slices.Sort(d.cleared)
 	full := c.set.fullState[i] && !c.delta
 	for _, n := range d.cleared {
-		k, ok := slices.BinarySearchFunc(d.kept, n, func(e entry, n string) int { return strings.Compare(e.name, n) })
+		k, ok := slices.BinarySearchFunc(d.kept, n, func(e shared.Entry, n string) int { return strings.Compare(e.Name, n) })
 		switch {
 		case !ok || !ts.covers(n):
 		case full:
@@ -156,13 +158,13 @@ var failedErr = resErr{codes.Unavailable, "xds: the server failed to generate th
 // an error for each name it asked for that the client does not hold.
 func (c *core) answerFailed(i int, a *answer) {
 	ts := c.types[i]
-	names := ts.sub.names
+	names := ts.sub.Names
 	if a.restrict {
 		names = sortedKeys(a.force)
 	}
 	var missing []string
 	for _, n := range names {
-		if ts.held.get(n) == nil {
+		if ts.held.Get(n) == nil {
 			missing = append(missing, n)
 		}
 	}
@@ -174,8 +176,8 @@ func (c *core) answerFailed(i int, a *answer) {
 // push's update of it is held back (the client keeps what it holds).
 func (c *core) pushFailedErrors(i int) {
 	ts := c.types[i]
-	names := slices.Clone(ts.sub.names)
-	ts.held.each(func(n string, _ *encoded) { names = append(names, n) })
+	names := slices.Clone(ts.sub.Names)
+	ts.held.Each(func(n string, _ *shared.Encoded) { names = append(names, n) })
 	slices.Sort(names)
 	c.sendErrors(i, slices.Compact(names))
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xdspush/xdspush/internal/recycle"
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // outMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
@@ -23,8 +24,8 @@ type outMsg struct {
 	seq     uint64 // Seq of the PushContext the response was made from
 	made    time.Time
 	// shared is set when other connections are sent the same response
-	// (see shared.go): it is then encoded once.
-	shared *sharedMsg
+	// (see shared.TransitionCache): it is then encoded once.
+	shared *shared.Msg
 }
 
 // send queues m (if not nil) for writing.
@@ -99,12 +100,12 @@ type deltaOne struct {
 // heldMsg returns the SotW response of full-state type i that carries
 // everything the client holds of it, as held now says.
 func (c *core) heldMsg(i int, o relOpts) *outMsg {
-	return c.entriesMsg(i, c.types[i].held.entries(), o)
+	return c.entriesMsg(i, c.types[i].held.Entries(), o)
 }
 
 // entriesMsg returns the SotW response of type i that carries ents, and
 // arms the type's heartbeat for those with a TTL (see noteTTL).
-func (c *core) entriesMsg(i int, ents []entry, o relOpts) *outMsg {
+func (c *core) entriesMsg(i int, ents []shared.Entry, o relOpts) *outMsg {
 	var resp *discoveryv3.DiscoveryResponse
 	var anys []*anypb.Any
 	if len(ents) == 1 {
@@ -115,21 +116,21 @@ func (c *core) entriesMsg(i int, ents []entry, o relOpts) *outMsg {
 	}
 	size := 0
 	for _, e := range ents {
-		if a := e.enc.sotwAny(); a != nil {
+		if a := e.Enc.SotWAny(); a != nil {
 			anys = append(anys, a)
 			size += len(a.Value)
 		}
-		if t := e.enc.ttl; t != nil {
-			c.noteTTL(c.types[i], t.d)
+		if t := e.Enc.TTL; t != nil {
+			c.noteTTL(c.types[i], t.Duration)
 		}
 	}
 	return c.sotwMsgIn(resp, i, anys, size, o)
 }
 
-func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
+func (c *core) deltaMsg(i int, ups []shared.Entry, gone []string, o relOpts) *outMsg {
 	n := 0
 	for _, r := range ups {
-		if r.enc.any != nil {
+		if r.Enc.Any != nil {
 			n++
 		}
 	}
@@ -146,17 +147,17 @@ func (c *core) deltaMsg(i int, ups []entry, gone []string, o relOpts) *outMsg {
 	}
 	size := 0
 	for _, r := range ups {
-		if r.enc.any == nil {
+		if r.Enc.Any == nil {
 			continue
 		}
 		dr := &drs[len(res)]
-		dr.Name, dr.Version, dr.Resource = r.name, r.enc.version, r.enc.any
-		if t := r.enc.ttl; t != nil {
-			dr.Ttl = t.ttl
-			c.noteTTL(c.types[i], t.d)
+		dr.Name, dr.Version, dr.Resource = r.Name, r.Enc.Version, r.Enc.Any
+		if t := r.Enc.TTL; t != nil {
+			dr.Ttl = t.Proto
+			c.noteTTL(c.types[i], t.Duration)
 		}
 		res = append(res, dr)
-		size += len(r.enc.any.Value)
+		size += len(r.Enc.Any.Value)
 	}
 	m := c.stamp(i, len(res), len(gone), size, o)
 	resp.SystemVersionInfo = o.pc.Version()
@@ -203,8 +204,8 @@ func (ws *warmSet) empty() bool { return ws == nil || (!ws.all && len(ws.names) 
 // addCluster records the EDS name of a cluster that is being sent: its
 // eds_cluster_config.service_name, or its name. A resource that is not a
 // Cluster makes every EDS resource warm.
-func (ws *warmSet) addCluster(e *encoded) {
-	cl, ok := decodeAs[*clusterv3.Cluster](e)
+func (ws *warmSet) addCluster(e *shared.Encoded) {
+	cl, ok := shared.DecodeAs[*clusterv3.Cluster](e)
 	if !ok {
 		ws.all = true
 		return

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/debounce"
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/pushqueue"
 )
@@ -46,8 +47,8 @@ type Server struct {
 	queue   *pushqueue.Queue[*conn, *pushItem]
 	cache   *encCache
 	views   viewCache
-	subs    subTable
-	trans   transitionCache
+	subs    shared.SubTable
+	trans   shared.TransitionCache
 	codec   *internCodec  // of CodecOption
 	stale   staleScopes   // indexes InitProxy reads that ProxyKinds does not list
 	limiter *rate.Limiter // nil: no rate limit on new streams

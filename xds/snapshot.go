@@ -1,5 +1,7 @@
 package xds
 
+import "github.com/xdspush/xdspush/internal/shared"
+
 import "maps"
 
 // What a core publishes of its state after each step, for Status,
@@ -68,8 +70,8 @@ type typeSnap struct {
 	fault                 *typeFault // immutable: a new failure makes a new one
 	// What Dump reads besides: the subscription (immutable) and a
 	// snapshot of what the client holds.
-	sub  *subscription
-	held holding
+	sub  *shared.Subscription
+	held shared.Holding
 	rare *snapRare // nil when the type has none of it
 }
 
@@ -78,7 +80,7 @@ type typeSnap struct {
 // what the client rejected and what is being removed.
 type snapRare struct {
 	errs     []namedResErr // sorted by name
-	rejected map[string]*encoded
+	rejected map[string]*shared.Encoded
 	removing map[string]struct{}
 }
 
@@ -87,7 +89,7 @@ func (ts *typeState) snap() typeSnap {
 	sn := typeSnap{
 		idx:        int32(ts.idx),
 		sub:        ts.sub,
-		held:       ts.held.snapshot(),
+		held:       ts.held.Snapshot(),
 		timeouts:   ts.timeouts,
 		sentNonce:  ts.nonceSent,
 		ackedNonce: ts.nonceAcked,

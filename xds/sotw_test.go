@@ -8,31 +8,10 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
-
-func TestNormalizeNames(t *testing.T) {
-	tests := []struct {
-		name     string
-		in       []string
-		want     []string
-		wantStar bool
-	}{
-		{name: "empty", in: nil, want: nil},
-		{name: "sorted unique", in: []string{"b", "a", "b"}, want: []string{"a", "b"}},
-		{name: "star", in: []string{"*", "a"}, want: []string{"a"}, wantStar: true},
-		{name: "only star", in: []string{"*"}, want: []string{}, wantStar: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, star := normalizeNames(slices.Clone(tt.in))
-			if !slices.Equal(got, tt.want) || star != tt.wantStar {
-				t.Errorf("normalizeNames(%q) = %q, %v; want %q, %v", tt.in, got, star, tt.want, tt.wantStar)
-			}
-		})
-	}
-}
 
 func TestParseNames(t *testing.T) {
 	tests := []struct {
@@ -46,12 +25,12 @@ func TestParseNames(t *testing.T) {
 		{name: "sorted unique", in: []string{"a", "b"}, want: []string{"a", "b"}},
 		{name: "unsorted", in: []string{"c10", "c2", "c1"}, want: []string{"c1", "c10", "c2"}, wantOrder: []uint32{1, 2, 0}},
 		{name: "duplicates", in: []string{"a", "a"}, want: []string{"a"}, wantOrder: []uint32{0, 0}},
-		{name: "star", in: []string{"*", "a"}, want: []string{"a"}, wantStar: true, wantOrder: []uint32{starIndex, 0}},
+		{name: "star", in: []string{"*", "a"}, want: []string{"a"}, wantStar: true, wantOrder: []uint32{shared.StarIndex, 0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := slices.Clone(tt.in)
-			got, star, order := parseNames(in)
+			got, star, order := shared.ParseNames(in)
 			if !slices.Equal(got, tt.want) || star != tt.wantStar || !slices.Equal(order, tt.wantOrder) {
 				t.Errorf("parseNames(%q) = %q, %v, %v; want %q, %v, %v", tt.in, got, star, order, tt.want, tt.wantStar, tt.wantOrder)
 			}
@@ -62,7 +41,7 @@ func TestParseNames(t *testing.T) {
 				t.Errorf("result shares the input: %v; want %v", shared, tt.wantOrder == nil)
 			}
 			// The same names, in the same order, are recognised; others not.
-			w := &typeState{sub: newSubscription(got, false), star: star, order: order}
+			w := &typeState{sub: shared.NewSubscription(got, false), star: star, order: order}
 			if !w.sameNames(tt.in) {
 				t.Errorf("sameNames(%q) = false; want true", tt.in)
 			}
@@ -84,10 +63,10 @@ func TestParseNames(t *testing.T) {
 // Server's are.
 type internHost struct {
 	*fakeHost
-	subs subTable
+	subs shared.SubTable
 }
 
-func (h *internHost) intern(sub *subscription) *subscription { return h.subs.intern(sub) }
+func (h *internHost) intern(sub *shared.Subscription) *shared.Subscription { return h.subs.Intern(sub) }
 
 // Connections whose SotW requests list the same names in the same order
 // share the subscription and its order, so that what each holds does not
@@ -96,7 +75,7 @@ func (h *internHost) intern(sub *subscription) *subscription { return h.subs.int
 func TestSotWSubscriptionSharesOrder(t *testing.T) {
 	h := &internHost{fakeHost: newFakeHost(t, nil)}
 	first := &core{host: h}
-	names, _, order := parseNames([]string{"c2", "c1", "c3"})
+	names, _, order := shared.ParseNames([]string{"c2", "c1", "c3"})
 	firstSub, firstOrder := first.sotwSubscription(names, false, order)
 	tests := []struct {
 		name       string
@@ -112,7 +91,7 @@ func TestSotWSubscriptionSharesOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			names, star, order := parseNames(slices.Clone(tt.raw))
+			names, star, order := shared.ParseNames(slices.Clone(tt.raw))
 			c := &core{host: h}
 			sub, got := c.sotwSubscription(names, false, order)
 			if (sub == firstSub) != tt.wantSub {
@@ -260,7 +239,7 @@ func TestSotWEmptyListOfAFullStateType(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("responses %q; want %q", got, tt.want)
 			}
-			if w := r.typeState(ClusterType).sub.wildcard; w != tt.wildcard {
+			if w := r.typeState(ClusterType).sub.Wildcard; w != tt.wildcard {
 				t.Errorf("wildcard = %v; want %v", w, tt.wildcard)
 			}
 			r.expectHeld("after the requests", ClusterType, tt.held...)

@@ -97,8 +97,8 @@ func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStatus {
 	st := TypeStatus{
 		Type:          t,
-		Names:         len(sn.sub.names),
-		Wildcard:      sn.sub.wildcard,
+		Names:         len(sn.sub.Names),
+		Wildcard:      sn.sub.Wildcard,
 		SentVersion:   versionOf(sn.sentNonce),
 		SentNonce:     sn.sentNonce,
 		SentAt:        set.time(sn.sentAt),

@@ -3,6 +3,8 @@ package xds
 import (
 	"slices"
 	"strings"
+
+	"github.com/xdspush/xdspush/internal/shared"
 )
 
 // What a generation made becomes a target of the core: the runner hands
@@ -39,10 +41,10 @@ func (c *core) targetOf(i int, r genResult) (*target, error) {
 
 // partialTarget returns the changes of type i, up upserted and removed,
 // as a partial target.
-func (c *core) partialTarget(i int, up *resSet, removed []string) *target {
+func (c *core) partialTarget(i int, up *shared.Set, removed []string) *target {
 	tgt := &target{set: up, sub: c.types[i].sub, partial: true}
 	for _, n := range removed {
-		if up.find(n) < 0 {
+		if up.Find(n) < 0 {
 			tgt.removed = append(tgt.removed, n)
 		}
 	}
@@ -51,21 +53,21 @@ func (c *core) partialTarget(i int, up *resSet, removed []string) *target {
 
 // applyChanges returns what the client holds of type i (what is removing
 // excluded) with up upserted and removed removed, as a full target.
-func (c *core) applyChanges(i int, up *resSet, removed []string) *target {
+func (c *core) applyChanges(i int, up *shared.Set, removed []string) *target {
 	ts := c.types[i]
 	gone := make(map[string]struct{}, len(removed))
 	for _, n := range removed {
 		gone[n] = struct{}{}
 	}
-	ents := make([]entry, 0, ts.held.len()+up.len())
-	for _, e := range ts.held.entries() {
-		_, removing := ts.removing()[e.name]
-		_, deleted := gone[e.name]
-		if !removing && !deleted && up.find(e.name) < 0 {
+	ents := make([]shared.Entry, 0, ts.held.Len()+up.Len())
+	for _, e := range ts.held.Entries() {
+		_, removing := ts.removing()[e.Name]
+		_, deleted := gone[e.Name]
+		if !removing && !deleted && up.Find(e.Name) < 0 {
 			ents = append(ents, e)
 		}
 	}
-	ents = append(ents, up.ents...)
-	slices.SortFunc(ents, func(a, b entry) int { return strings.Compare(a.name, b.name) })
-	return &target{set: newSet(ents), sub: ts.sub}
+	ents = append(ents, up.Entries...)
+	slices.SortFunc(ents, func(a, b shared.Entry) int { return strings.Compare(a.Name, b.Name) })
+	return &target{set: shared.NewSet(ents), sub: ts.sub}
 }

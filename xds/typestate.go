@@ -3,6 +3,7 @@ package xds
 import (
 	"time"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -12,7 +13,7 @@ import (
 // it; Status and the other reads see what publishStatus copied of it.
 type typeState struct {
 	idx      int
-	sub      *subscription
+	sub      *shared.Subscription
 	subBytes int // bytes of sub's names
 
 	// order and star describe the resource names of the last SotW request
@@ -20,14 +21,14 @@ type typeState struct {
 	// ACK does) is recognised without sorting: order is nil when they were
 	// the subscription's names themselves (sorted, unique, without "*");
 	// otherwise it holds, for each name sent, its index in the names
-	// (starIndex for "*"). star reports a "*" among them.
+	// (shared.StarIndex for "*"). star reports a "*" among them.
 	order []uint32
 
 	// held is what the client holds, assuming it accepts every response
 	// sent (held, or reported in Delta's initial_resource_versions, and
 	// still subscribed to). It is what makes pushes incremental: a
 	// resource whose content is unchanged is not sent again.
-	held holding
+	held shared.Holding
 	// flights are the responses sent that the client has neither ACKed
 	// nor NACKed, oldest first, each able to undo what it did to held: a
 	// NACK reverts held to what the client keeps.
@@ -40,8 +41,8 @@ type typeState struct {
 	// lastGet. lastSub is the subscription lastTarget was generated for:
 	// of a name it does not cover, the Server does not know whether the
 	// configuration has it (see lastKnows).
-	lastTarget *resSet
-	lastSub    *subscription
+	lastTarget *shared.Set
+	lastSub    *shared.Subscription
 	// lastSeq is the Seq of the PushContext the last of them was
 	// generated from (0: none); the number, not the PushContext, for the
 	// reason of core.genFrom.
@@ -95,11 +96,11 @@ type typeRare struct {
 	// rejected maps the names of resources the client NACKed to the
 	// content it rejected: that content is not sent to it again (a NACK is
 	// terminal), unless it changes or a push is Forced.
-	rejected map[string]*encoded
+	rejected map[string]*shared.Encoded
 	// lastChanges is what partial targets (a DeltaGenerator's) released
 	// since the type's last full generation (typeState.lastTarget) changed of
 	// it; nil: the name was removed.
-	lastChanges map[string]*encoded
+	lastChanges map[string]*shared.Encoded
 	// removing names the resources of a deferred-removal type that the
 	// client still holds although its configuration no longer has them:
 	// the push's removal phase removes them, after every upsert
@@ -163,14 +164,14 @@ func (r *typeRare) empty() bool {
 		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0
 }
 
-func (ts *typeState) rejected() map[string]*encoded {
+func (ts *typeState) rejected() map[string]*shared.Encoded {
 	if ts.rare == nil {
 		return nil
 	}
 	return ts.rare.rejected
 }
 
-func (ts *typeState) lastChanges() map[string]*encoded {
+func (ts *typeState) lastChanges() map[string]*shared.Encoded {
 	if ts.rare == nil {
 		return nil
 	}
@@ -274,20 +275,20 @@ func (ts *typeState) fails() int {
 	return ts.fault.fails
 }
 
-func newTypeState(i int, sub *subscription) *typeState {
-	return &typeState{idx: i, sub: sub, held: newHolding()}
+func newTypeState(i int, sub *shared.Subscription) *typeState {
+	return &typeState{idx: i, sub: sub, held: shared.NewHolding()}
 }
 
 // lastGet returns the configuration's resource name of the type as last
 // generated (see lastTarget), or nil.
-func (ts *typeState) lastGet(name string) *encoded {
+func (ts *typeState) lastGet(name string) *shared.Encoded {
 	if e, ok := ts.lastChanges()[name]; ok {
 		return e
 	}
 	if ts.lastTarget == nil {
 		return nil
 	}
-	return ts.lastTarget.get(name)
+	return ts.lastTarget.Get(name)
 }
 
 // lastKnows reports whether what lastGet returns for name tells what the
@@ -298,7 +299,7 @@ func (ts *typeState) lastKnows(name string) bool {
 	if _, ok := ts.lastChanges()[name]; ok {
 		return true
 	}
-	return ts.lastTarget != nil && ts.lastSub.covers(name)
+	return ts.lastTarget != nil && ts.lastSub.Covers(name)
 }
 
 // generated records tgt, generated from pc and released, as what the
@@ -317,7 +318,7 @@ func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers 
 	if ts.lastTarget == nil || !refers {
 		return // nothing to apply the changes to, or no one to read them
 	}
-	if n := len(ts.lastChanges()) + tgt.set.len() + len(tgt.removed); n > max(32, ts.lastTarget.len()/4) {
+	if n := len(ts.lastChanges()) + tgt.set.Len() + len(tgt.removed); n > max(32, ts.lastTarget.Len()/4) {
 		ts.lastTarget, ts.lastSub, ts.lastSeq = nil, nil, 0
 		ts.forgetChanges()
 		ts.dirty = true
@@ -325,10 +326,10 @@ func (ts *typeState) generated(tgt *target, pc *pushcontext.PushContext, refers 
 	}
 	r := ts.rareForWrite()
 	if r.lastChanges == nil {
-		r.lastChanges = make(map[string]*encoded, tgt.set.len()+len(tgt.removed))
+		r.lastChanges = make(map[string]*shared.Encoded, tgt.set.Len()+len(tgt.removed))
 	}
-	for _, e := range tgt.set.ents {
-		r.lastChanges[e.name] = e.enc
+	for _, e := range tgt.set.Entries {
+		r.lastChanges[e.Name] = e.Enc
 	}
 	for _, n := range tgt.removed {
 		r.lastChanges[n] = nil
@@ -349,4 +350,4 @@ func (ts *typeState) nackStands() bool {
 }
 
 // covers reports whether the type's subscription covers name.
-func (ts *typeState) covers(name string) bool { return ts.sub.covers(name) }
+func (ts *typeState) covers(name string) bool { return ts.sub.Covers(name) }

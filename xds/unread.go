@@ -1,5 +1,7 @@
 package xds
 
+import "github.com/xdspush/xdspush/internal/shared"
+
 // What a client holds of a name it dropped while responses were on their
 // way (a SotW request with a stale nonce, see core.staleDropped; a Delta
 // unsubscribe) depends on the order in which it read those responses and
@@ -33,7 +35,7 @@ type unreadName struct {
 // if it removed it; rejected when the client NACKed the response.
 type touch struct {
 	ord      uint64
-	enc      *encoded
+	enc      *shared.Encoded
 	rejected bool
 }
 
@@ -48,9 +50,9 @@ func (ts *typeState) unread() map[string]*unreadName {
 // touches reports what f does to name: whether it carries or removes it,
 // and the content it carries (nil when it removes it). A full-state
 // response touches every name: what it does not carry it removes.
-func (f *flight) touches(name string) (e *encoded, touched bool) {
+func (f *flight) touches(name string) (e *shared.Encoded, touched bool) {
 	if f.after != nil {
-		return f.after.get(name), true
+		return f.after.Get(name), true
 	}
 	for k := len(f.changes) - 1; k >= 0; k-- {
 		if ch := f.changes[k]; ch.name == name {
@@ -109,7 +111,7 @@ func (ts *typeState) addFlight(f *flight) {
 // lastAfter returns what the last response after the one with ordinal
 // ord that the client did not reject did to the name: the content it
 // carried, nil if it removed it or if there is none.
-func (u *unreadName) lastAfter(ord uint64) *encoded {
+func (u *unreadName) lastAfter(ord uint64) *shared.Encoded {
 	for k := len(u.touched) - 1; k >= 0; k-- {
 		if t := u.touched[k]; t.ord > ord && !t.rejected {
 			return t.enc
@@ -139,13 +141,13 @@ func (ts *typeState) unreadRequested(covers func(string) bool, ord uint64) {
 // took it is settled later; left out, the response would remove it, from
 // under a route that names it, should the client hold it (a response the
 // client ignores a name in is harmless). state must be the caller's own.
-func (ts *typeState) mayHoldUnread(state []entry) []entry {
+func (ts *typeState) mayHoldUnread(state []shared.Entry) []shared.Entry {
 	for n, u := range ts.unread() {
 		if !ts.covers(n) || hasEntry(state, n) {
 			continue
 		}
 		if e := u.lastAfter(0); e != nil {
-			state = insertEntry(state, entry{n, e})
+			state = insertEntry(state, shared.Entry{Name: n, Enc: e})
 		}
 	}
 	return state
@@ -182,14 +184,14 @@ func (ts *typeState) settleUnread() {
 		return
 	}
 	for n, u := range ts.rare.unread {
-		var e *encoded
+		var e *shared.Encoded
 		if u.again {
 			e = u.lastAfter(u.resub)
 		}
 		if e != nil {
-			ts.held.put(n, e)
+			ts.held.Put(n, e)
 		} else {
-			ts.held.del(n)
+			ts.held.Delete(n)
 		}
 	}
 	ts.rare.unread = nil
@@ -209,14 +211,14 @@ func (ts *typeState) settleUnread() {
 // answer that sends it would leave the Server believing the client keeps
 // what it never had. A name the request leaves out, the client does not
 // subscribe to (again).
-func (ts *typeState) keptSettled(old *subscription) {
+func (ts *typeState) keptSettled(old *shared.Subscription) {
 	for n, k := range ts.kept() {
 		if !ts.covers(n) {
 			k.resub = 0
 			ts.rare.kept[n] = k
 			continue
 		}
-		if !old.covers(n) && (k.resub == 0 || k.sent <= k.resub) {
+		if !old.Covers(n) && (k.resub == 0 || k.sent <= k.resub) {
 			ts.forget(n)
 		}
 		delete(ts.rare.kept, n)
@@ -268,7 +270,7 @@ func (ts *typeState) keptRequested(covers func(string) bool, ord uint64) {
 // held); those no longer held are no longer tracked.
 func (ts *typeState) keptSent(ord uint64) {
 	for n, k := range ts.kept() {
-		if ts.held.get(n) == nil {
+		if ts.held.Get(n) == nil {
 			delete(ts.rare.kept, n)
 			continue
 		}

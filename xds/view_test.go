@@ -6,6 +6,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -62,7 +63,7 @@ func TestViewsShareGeneration(t *testing.T) {
 			t.Errorf("generations of the proxy without a view = %d; want 1 (%v)", gens["/CDS"], gens)
 		}
 		// The proxies of the view hold the same clusters: one shared set.
-		sets := map[*resSet]int{}
+		sets := map[*shared.Set]int{}
 		for _, c := range f.srv.connections() {
 			if c.proxy.ID == "loner" {
 				continue
@@ -71,10 +72,10 @@ func TestViewsShareGeneration(t *testing.T) {
 				t.Fatalf("%s: the stream ended", c.proxy.ConnID)
 			}
 			h := c.core.types[f.srv.set.cdsIdx].held
-			if len(h.over) > 0 {
+			if h.Differs() {
 				sets[nil]++
 			} else {
-				sets[h.set]++
+				sets[h.Set]++
 			}
 			c.unlockStep(nil)
 		}

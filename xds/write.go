@@ -107,8 +107,8 @@ func (c *conn) send(batch []*outMsg) error {
 		c.sendType.Store(int32(m.typeIdx))
 		c.sendStart.Store(start.UnixNano())
 		switch {
-		case m.shared != nil && c.plain && m.shared.prepare(c.serverStream()) != nil:
-			err = c.serverStream().SendMsg(m.shared.prepared)
+		case m.shared != nil && c.plain && m.shared.Prepare(c.serverStream()) != nil:
+			err = c.serverStream().SendMsg(m.shared.Prepared)
 		case m.dresp != nil:
 			err = c.dstream.Send(m.dresp)
 		default:

@@ -1,4 +1,4 @@
-package xds
+package shared
 
 import (
 	"runtime"
@@ -12,112 +12,112 @@ import (
 	"github.com/xdspush/xdspush/xds/xdstp"
 )
 
-// subscription is what a client subscribes to for one type. It is
+// Subscription is what a client subscribes to for one type. It is
 // immutable: a change makes a new one, so a target can tell whether it was
 // generated for the current subscription by pointer, and connections with
 // the same subscription can share one.
-type subscription struct {
-	names    []string // sorted, unique, without "*"
-	wildcard bool
-	// globs are the glob collections among names, sorted, each covering
+type Subscription struct {
+	Names    []string // sorted, unique, without "*"
+	Wildcard bool
+	// Globs are the glob collections among names, sorted, each covering
 	// its members (see names.go); nil for a SotW subscription, which has
 	// none, and for a Delta one that names none.
-	globs []string
-	// order is the order of the names in the SotW request that made the
+	Globs []string
+	// Order is the order of the names in the SotW request that made the
 	// subscription (see typeState.order), nil if none: connections whose
 	// requests list the names in that order share it, so that what each
 	// holds does not grow with the names (a fleet's proxies list them
 	// alike). It takes no part in equality.
-	order []uint32
+	Order []uint32
 	// multi is set once a second connection subscribes to the same names
-	// (subTable.intern): only then does a view generate its targets once
+	// (SubTable.Intern): only then does a view generate its targets once
 	// for all of them and keep their steps (see Server.generate).
 	multi atomic.Bool
 	// set is names as a set, made once a connection asks for it of a
-	// shared subscription (see nameSet); nil until then.
+	// shared subscription (see NameSet); nil until then.
 	set atomic.Pointer[map[string]struct{}]
 	// filter is the filter of names in the digest of an idle connection,
 	// kept if there are many (see digest); nil until made.
 	filter atomic.Pointer[subDigest]
 }
 
-// nameSet returns s's names as a set, made once and shared by the
+// NameSet returns s's names as a set, made once and shared by the
 // connections that ask: it must not be modified.
-func (s *subscription) nameSet() map[string]struct{} {
+func (s *Subscription) NameSet() map[string]struct{} {
 	if m := s.set.Load(); m != nil {
 		return *m
 	}
-	m := nameSet(s.names)
+	m := NameSet(s.Names)
 	if s.set.CompareAndSwap(nil, &m) {
 		return m
 	}
 	return *s.set.Load()
 }
 
-// shared reports whether other connections may take the steps of a
+// Shared reports whether other connections may take the steps of a
 // connection with this subscription: it is the empty or the wildcard one,
 // or a second connection has subscribed to the same names.
-func (s *subscription) shared() bool { return len(s.names) == 0 || s.multi.Load() }
+func (s *Subscription) Shared() bool { return len(s.Names) == 0 || s.multi.Load() }
 
 var (
-	noSubscription       = &subscription{}
-	wildcardSubscription = &subscription{wildcard: true}
+	NoSubscription       = &Subscription{}
+	wildcardSubscription = &Subscription{Wildcard: true}
 )
 
-func newSubscription(names []string, wildcard bool) *subscription {
+func NewSubscription(names []string, wildcard bool) *Subscription {
 	switch {
 	case len(names) > 0:
-		return &subscription{names: names, wildcard: wildcard}
+		return &Subscription{Names: names, Wildcard: wildcard}
 	case wildcard:
 		return wildcardSubscription
 	}
-	return noSubscription
+	return NoSubscription
 }
 
-// newDeltaSubscription returns a subscription of a Delta client: the glob
+// NewDeltaSubscription returns a subscription of a Delta client: the glob
 // collections among names cover their members.
-func newDeltaSubscription(names []string, wildcard bool) *subscription {
-	s := newSubscription(names, wildcard)
+func NewDeltaSubscription(names []string, wildcard bool) *Subscription {
+	s := NewSubscription(names, wildcard)
 	if globs := globsOf(names); globs != nil {
-		s.globs = globs
+		s.Globs = globs
 	}
 	return s
 }
 
-// covers reports whether the subscription covers name.
-func (s *subscription) covers(name string) bool {
-	if s.wildcard {
+// Covers reports whether the subscription covers name.
+func (s *Subscription) Covers(name string) bool {
+	if s.Wildcard {
 		return true
 	}
-	_, ok := slices.BinarySearch(s.names, name)
-	return ok || s.globs != nil && inGlobs(s.globs, name)
+	_, ok := slices.BinarySearch(s.Names, name)
+	return ok || s.Globs != nil && inGlobs(s.Globs, name)
 }
 
-// equal reports whether s and o subscribe to the same names, their glob
+// Equal reports whether s and o subscribe to the same names, their glob
 // collections covering alike.
-func (s *subscription) equal(o *subscription) bool {
-	return s == o || s.wildcard == o.wildcard && (s.globs == nil) == (o.globs == nil) && slices.Equal(s.names, o.names)
+func (s *Subscription) Equal(o *Subscription) bool {
+	return s == o || s.Wildcard == o.Wildcard && (s.Globs == nil) == (o.Globs == nil) && slices.Equal(s.Names, o.Names)
 }
 
-// starIndex stands for "*" in typeState.order.
-const starIndex = ^uint32(0)
+// StarIndex stands for "*" in typeState.order.
+const StarIndex = ^uint32(0)
 
-// parseNames returns the names of raw sorted, without duplicates and
+// ParseNames returns the names of raw sorted, without duplicates and
 // "*", whether "*" was in raw, and the order of raw relative to names (see
 // typeState.order). It does not modify raw, and returns raw itself (and a
 // nil order) when raw is already in that form.
-func parseNames(raw []string) (names []string, star bool, order []uint32) {
+func ParseNames(raw []string) (names []string, star bool, order []uint32) {
 	if normalNames(raw) {
 		return raw, false, nil
 	}
 	names, star = normalized(raw)
-	if len(names) >= int(starIndex) {
+	if len(names) >= int(StarIndex) {
 		return names, star, nil // too many to index: sameNames is false
 	}
 	order = make([]uint32, len(raw))
 	for k, n := range raw {
 		if n == "*" {
-			order[k] = starIndex
+			order[k] = StarIndex
 			continue
 		}
 		i, _ := slices.BinarySearch(names, n)
@@ -126,11 +126,11 @@ func parseNames(raw []string) (names []string, star bool, order []uint32) {
 	return names, star, order
 }
 
-// normalizeNames returns names sorted, without duplicates and "*", and
+// NormalizeNames returns names sorted, without duplicates and "*", and
 // reports whether "*" was present: names itself when it is so already, a
 // copy otherwise. A request's names are never written to (see
 // canonicalNames).
-func normalizeNames(names []string) ([]string, bool) {
+func NormalizeNames(names []string) ([]string, bool) {
 	if normalNames(names) {
 		return names, false
 	}
@@ -138,7 +138,7 @@ func normalizeNames(names []string) ([]string, bool) {
 }
 
 // normalNames reports whether names are sorted, without duplicates and
-// without "*": as normalizeNames returns them.
+// without "*": as NormalizeNames returns them.
 func normalNames(names []string) bool {
 	for k := 1; k < len(names); k++ {
 		if names[k-1] >= names[k] {
@@ -165,32 +165,32 @@ func normalized(names []string) ([]string, bool) {
 	return names, star
 }
 
-// diffNames returns the names of next that prev lacks, and those of prev
+// DiffNames returns the names of next that prev lacks, and those of prev
 // that next lacks.
-func diffNames(prev, next []string) (added, removed []string) {
+func DiffNames(prev, next []string) (added, removed []string) {
 	return sortedset.Diff(prev, next)
 }
 
-// subTable interns subscriptions, so that connections subscribing to the
+// SubTable interns subscriptions, so that connections subscribing to the
 // same names share one (memory follows the distinct subscriptions, and a
 // view's generation is keyed by pointer). Entries are weak: a subscription
-// no connection uses any more is collected, and its entry removed.
-type subTable struct {
+// no connection uses any more is collected, and its Entry removed.
+type SubTable struct {
 	mu sync.Mutex
-	m  map[uint64][]weak.Pointer[subscription]
+	m  map[uint64][]weak.Pointer[Subscription]
 }
 
-// intern returns the subscription equal to s that the table holds, or
+// Intern returns the subscription equal to s that the table holds, or
 // adds s and returns it.
-func (t *subTable) intern(s *subscription) *subscription {
-	if len(s.names) == 0 {
+func (t *SubTable) Intern(s *Subscription) *Subscription {
+	if len(s.Names) == 0 {
 		return s // the shared empty and wildcard subscriptions
 	}
 	h := s.hash()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, wp := range t.m[h] {
-		if p := wp.Value(); p != nil && p.equal(s) {
+		if p := wp.Value(); p != nil && p.Equal(s) {
 			if p != s {
 				p.multi.Store(true)
 			}
@@ -198,7 +198,7 @@ func (t *subTable) intern(s *subscription) *subscription {
 		}
 	}
 	if t.m == nil {
-		t.m = make(map[uint64][]weak.Pointer[subscription])
+		t.m = make(map[uint64][]weak.Pointer[Subscription])
 	}
 	t.m[h] = append(t.m[h], weak.Make(s))
 	runtime.AddCleanup(s, t.prune, h)
@@ -206,10 +206,10 @@ func (t *subTable) intern(s *subscription) *subscription {
 }
 
 // prune drops the collected entries of bucket h.
-func (t *subTable) prune(h uint64) {
+func (t *SubTable) prune(h uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	b := slices.DeleteFunc(t.m[h], func(wp weak.Pointer[subscription]) bool { return wp.Value() == nil })
+	b := slices.DeleteFunc(t.m[h], func(wp weak.Pointer[Subscription]) bool { return wp.Value() == nil })
 	if len(b) == 0 {
 		delete(t.m, h)
 	} else {
@@ -218,15 +218,15 @@ func (t *subTable) prune(h uint64) {
 }
 
 // hash returns an FNV-1a hash of the subscription.
-func (s *subscription) hash() uint64 {
+func (s *Subscription) hash() uint64 {
 	h := uint64(14695981039346656037)
-	if s.wildcard {
+	if s.Wildcard {
 		h ^= 1
 	}
-	if s.globs != nil {
+	if s.Globs != nil {
 		h ^= 2
 	}
-	for _, n := range s.names {
+	for _, n := range s.Names {
 		for i := 0; i < len(n); i++ {
 			h ^= uint64(n[i])
 			h *= 1099511628211
@@ -262,7 +262,7 @@ func inGlobs(globs []string, name string) bool {
 		}
 		return false
 	}
-	g, ok := collectionOf(name)
+	g, ok := CollectionOf(name)
 	if !ok {
 		return false
 	}
@@ -270,10 +270,10 @@ func inGlobs(globs []string, name string) bool {
 	return found
 }
 
-// collectionOf returns the glob collection name, in canonical form, would
+// CollectionOf returns the glob collection name, in canonical form, would
 // be a member of, and false if it would be a member of none (it is not an
 // xdstp:// name, or is a glob).
-func collectionOf(name string) (string, bool) {
+func CollectionOf(name string) (string, bool) {
 	if !xdstp.Is(name) {
 		return "", false
 	}
@@ -289,13 +289,13 @@ func collectionOf(name string) (string, bool) {
 	return g, xdstp.InCollection(g, name)
 }
 
-// isGlob reports whether name, one of s's names, is a glob collection,
+// IsGlob reports whether name, one of s's names, is a glob collection,
 // which names no resource (and may have no member).
-func (s *subscription) isGlob(name string) bool {
-	return s.globs != nil && sortedHas(s.globs, name)
+func (s *Subscription) IsGlob(name string) bool {
+	return s.Globs != nil && SortedHas(s.Globs, name)
 }
 
-func nameSet(names []string) map[string]struct{} {
+func NameSet(names []string) map[string]struct{} {
 	m := make(map[string]struct{}, len(names))
 	for _, n := range names {
 		m[n] = struct{}{}
@@ -303,7 +303,7 @@ func nameSet(names []string) map[string]struct{} {
 	return m
 }
 
-func sortedHas(s []string, n string) bool {
+func SortedHas(s []string, n string) bool {
 	_, ok := slices.BinarySearch(s, n)
 	return ok
 }
