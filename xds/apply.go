@@ -134,7 +134,7 @@ func (c *core) pushFiltered(pl *plan) (need, error) {
 		filtered = &cp
 	}
 	p.filtered = filtered
-	pl.start(filtered, len(c.set.order))
+	pl.start(filtered, len(c.set.typeURLs))
 	if p.gens == nil {
 		p.gens, p.results = p.genBuf[:0], p.resBuf[:0]
 	}

@@ -40,7 +40,7 @@ const envelopeSlack = 64
 // digits).
 func (c *core) envelope(i int) int {
 	v := len(c.at.push.Version())
-	return shared.FieldSize(len(c.set.order[i])) + shared.FieldSize(v) + shared.FieldSize(v+21) + envelopeSlack
+	return shared.FieldSize(len(c.set.typeURLs[i])) + shared.FieldSize(v) + shared.FieldSize(v+21) + envelopeSlack
 }
 
 // budget is what the resources of one response of type i may take.
@@ -51,16 +51,16 @@ func (c *core) budget(i int) int { return c.set.maxResponseBytes - c.envelope(i)
 // named, is bytes encoded. The Server reports it as a
 // ResponseTooLargeError (see publicErr).
 type tooLargeError struct {
-	typ        TypeURL
+	typ        string // type URL
 	resource   string
 	bytes, max int
 }
 
 func (e *tooLargeError) Error() string {
 	if e.resource != "" {
-		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", e.typ.Short(), e.resource, e.bytes, e.max)
+		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", shortName(e.typ), e.resource, e.bytes, e.max)
 	}
-	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", e.typ.Short(), e.bytes, e.max, e.typ.Short())
+	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", shortName(e.typ), e.bytes, e.max, shortName(e.typ))
 }
 
 // fits returns a *tooLargeError if tgt, a target of type i, makes
@@ -70,7 +70,7 @@ func (c *core) fits(i int, tgt *target) error {
 		return nil
 	}
 	z, budget := tgt.set.Sizes(), c.budget(i)
-	t := c.set.order[i]
+	t := c.set.typeURLs[i]
 	if !c.delta && c.set.fullState[i] && z.SotW > budget {
 		return &tooLargeError{typ: t, bytes: z.SotW + c.envelope(i), max: c.set.maxResponseBytes}
 	}

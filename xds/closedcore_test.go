@@ -20,10 +20,10 @@ import (
 // runner meets between steps (drive.go). What it reads of its Server
 // (coreHost) are the caches that connections share.
 var coreFiles = []string{
-	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "deltarequest.go", "diff.go",
-	"fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go", "refs.go",
-	"replay.go", "request.go", "reserrors.go", "respond.go", "snapshot.go", "targets.go",
-	"typestate.go", "unread.go",
+	"ack.go", "answer.go", "apply.go", "chunk.go", "core.go", "coresettings.go", "deltarequest.go",
+	"diff.go", "fetch.go", "flow.go", "heartbeat.go", "names.go", "notices.go", "phases.go",
+	"pushitem.go", "refs.go", "replay.go", "request.go", "reserrors.go", "respond.go",
+	"snapshot.go", "targets.go", "typestate.go", "typeurls.go", "unread.go",
 }
 
 // coreBannedImports are the packages a core file must not import: logging,

@@ -189,7 +189,7 @@ func (c *core) setType(i int, ts *typeState) {
 }
 
 func newCore(set *coreSettings, host coreHost, delta bool, seed uint64) *core {
-	n := len(set.order)
+	n := len(set.typeURLs)
 	return &core{
 		set:     set,
 		host:    host,

@@ -246,7 +246,7 @@ func TestCoreSotWResponseSplit(t *testing.T) {
 			delete(r.h.world[ClusterType], "c2")
 			r.change(true, func() {}, ckey(kindCluster, "c2"))
 			r.expect("the push waits for the type's retry")
-			r.wait(r.h.set.backoff.Max)
+			r.wait(r.h.set.backoffMax)
 			r.expect("CDS once it fits", "CDS [c0 c1]")
 			if ts.fault != nil {
 				t.Errorf("fault %v after the type was sent", ts.fault.err)

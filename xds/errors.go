@@ -85,7 +85,7 @@ type ReferenceError struct {
 
 // Error describes the reference.
 func (e *ReferenceError) Error() string {
-	return (&refError{fromType: e.FromType, from: e.From, toType: e.ToType, to: e.To, removal: e.Removal, rejected: e.Rejected}).Error()
+	return (&refError{fromType: string(e.FromType), from: e.From, toType: string(e.ToType), to: e.To, removal: e.Removal, rejected: e.Rejected}).Error()
 }
 
 // ResponseTooLargeError reports a response that cannot be split under
@@ -104,7 +104,7 @@ type ResponseTooLargeError struct {
 
 // Error describes the response.
 func (e *ResponseTooLargeError) Error() string {
-	return (&tooLargeError{typ: e.Type, resource: e.Resource, bytes: e.Bytes, max: e.Max}).Error()
+	return (&tooLargeError{typ: string(e.Type), resource: e.Resource, bytes: e.Bytes, max: e.Max}).Error()
 }
 
 // publicErr returns err, a failure the core recorded, as the Server
@@ -116,14 +116,14 @@ func publicErr(err error) error {
 	case *refError:
 		return e.public()
 	case *tooLargeError:
-		return &ResponseTooLargeError{Type: e.typ, Resource: e.resource, Bytes: e.bytes, Max: e.max}
+		return &ResponseTooLargeError{Type: TypeURL(e.typ), Resource: e.resource, Bytes: e.bytes, Max: e.max}
 	}
 	return err
 }
 
 // public returns the *ReferenceError the Server reports of e.
 func (e *refError) public() *ReferenceError {
-	return &ReferenceError{FromType: e.fromType, From: e.from, ToType: e.toType, To: e.to, Removal: e.removal, Rejected: e.rejected}
+	return &ReferenceError{FromType: TypeURL(e.fromType), From: e.from, ToType: TypeURL(e.toType), To: e.to, Removal: e.removal, Rejected: e.rejected}
 }
 
 // Failure is one thing that keeps the configuration from reaching a

@@ -58,18 +58,6 @@ const maxNamedKeys = 256
 // every push, as every push either skips it or ends its rest first.
 const restSeq = math.MaxUint64
 
-// namedKeys are the resources a push names, by type.
-type namedKeys []namedType
-
-type namedType struct {
-	idx    int
-	slot   int // in a digest (settings.digestSlot)
-	names  []string
-	set    map[string]struct{}
-	hashes []uint64      // each name's hash (see digestBits)
-	any    shared.Filter // every name's bits
-}
-
 // namedKeys returns the resources req names, or nil if req may concern a
 // connection whatever it watches: Forced, a key of a kind that is not
 // named, too many keys.

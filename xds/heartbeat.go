@@ -92,7 +92,7 @@ func (c *core) beat(i int) bool {
 			res[k] = b.Enc.TTL.Beat
 		}
 		m = c.stamp(i, len(res), 0, 0, o)
-		m.dresp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: string(c.set.order[i]), Nonce: m.nonce}
+		m.dresp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: c.set.typeURLs[i], Nonce: m.nonce}
 	case c.set.fullState[i]:
 		f.free()
 		if c.answer(i, &answer{all: true}) {

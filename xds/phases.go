@@ -433,7 +433,7 @@ func (c *core) stopOnNACK(i int) {
 			if ts := c.types[ph.typeIdx]; ts != nil {
 				ts.dirty = true
 			}
-			dropped = append(dropped, string(c.set.order[ph.typeIdx]))
+			dropped = append(dropped, c.set.typeURLs[ph.typeIdx])
 		}
 	}
 	c.plan = nil
@@ -460,7 +460,7 @@ func (c *core) stopOnNACK(i int) {
 func (c *core) planRemoval(i int) {
 	pl := c.plan
 	if pl == nil {
-		pl = newPlan(&pushcontext.PushRequest{Push: c.at.push}, len(c.set.order))
+		pl = newPlan(&pushcontext.PushRequest{Push: c.at.push}, len(c.set.typeURLs))
 		pl.reconnect = true
 		c.plan = pl
 	}

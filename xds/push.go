@@ -54,35 +54,6 @@ func (u *update) Merge(next *update) *update {
 	return out
 }
 
-// pushItem is a push queued for one connection: the request, the sequence
-// number of the newest push merged into it (the Seq of its PushContext),
-// when the first of them was queued and how many were merged.
-type pushItem struct {
-	req    *pushcontext.PushRequest
-	seq    uint64
-	start  time.Time
-	merged int
-}
-
-// Merge merges next (newer) into p (older) without modifying either. A nil
-// or empty receiver or argument (see empty) is the empty item.
-func (p *pushItem) Merge(next *pushItem) *pushItem {
-	switch {
-	case next.empty():
-		return p
-	case p.empty():
-		return next
-	}
-	// The request keeps the later PushContext whichever side it is on:
-	// items are not always merged in order (a parked push rejoins a newer
-	// one in the push queue).
-	return &pushItem{req: p.req.Merge(next.req), seq: max(p.seq, next.seq), start: minTime(p.start, next.start), merged: p.merged + next.merged}
-}
-
-// empty reports whether p carries no push: nil, or a connection's kick
-// (see conn.unpark).
-func (p *pushItem) empty() bool { return p == nil || p.req == nil }
-
 // ConfigUpdate hands a change to the pipeline and returns at once; it never
 // blocks. It returns an error, and does nothing, for a request that could
 // not push anything right:
@@ -311,12 +282,4 @@ func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
 	if c.unlockStep(err) && batch != nil {
 		s.writeInline(ctx, c, batch)
 	}
-}
-
-// minTime returns the earlier of a and b, ignoring a zero time.
-func minTime(a, b time.Time) time.Time {
-	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
-		return b
-	}
-	return a
 }

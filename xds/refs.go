@@ -68,7 +68,7 @@ func (s *coreSettings) parentOf(i int) int {
 // still names (from is empty when the client still subscribes to to by
 // name).
 type refError struct {
-	fromType, toType  TypeURL
+	fromType, toType  string // type URLs
 	from, to          string
 	removal, rejected bool
 }
@@ -79,12 +79,12 @@ func (e *refError) Error() string {
 		why = "which the client does not hold yet"
 	}
 	if e.removal && e.from == "" {
-		return fmt.Sprintf("xds: removal of %s %q held back: the client still subscribes to it (a %s it still serves names it)", e.toType.Short(), e.to, e.fromType.Short())
+		return fmt.Sprintf("xds: removal of %s %q held back: the client still subscribes to it (a %s it still serves names it)", shortName(e.toType), e.to, shortName(e.fromType))
 	}
 	if e.removal {
-		return fmt.Sprintf("xds: removal of %s %q held back: %s %q still references it", e.toType.Short(), e.to, e.fromType.Short(), e.from)
+		return fmt.Sprintf("xds: removal of %s %q held back: %s %q still references it", shortName(e.toType), e.to, shortName(e.fromType), e.from)
 	}
-	return fmt.Sprintf("xds: %s %q held back: it references %s %q, %s", e.fromType.Short(), e.from, e.toType.Short(), e.to, why)
+	return fmt.Sprintf("xds: %s %q held back: it references %s %q, %s", shortName(e.fromType), e.from, shortName(e.toType), e.to, why)
 }
 
 // danglingCluster returns the error of r, a route or listener, if it names
@@ -108,7 +108,7 @@ func (c *core) danglingCluster(i int, r shared.Entry, settled bool) *refError {
 		// cluster it does not have.
 		_, rejected := cds.rejected()[name]
 		transient := held || rejected || !c.current(c.set.cdsIdx) || !cds.lastKnows(name) || cds.lastGet(name) != nil
-		return &refError{fromType: c.set.order[i], from: r.Name, toType: ClusterType, to: name, rejected: transient}
+		return &refError{fromType: c.set.typeURLs[i], from: r.Name, toType: c.set.typeURLs[c.set.cdsIdx], to: name, rejected: transient}
 	}
 	return nil
 }
@@ -187,7 +187,7 @@ func (c *core) removable(i int, names []string, errs []*refError) (ok, kept []st
 						_, broken = slices.BinarySearch(namedOf(set.refsOf(j, e), kind), n)
 					}
 				}
-				e = &refError{fromType: set.order[j], from: by, toType: set.order[i], to: n, removal: true, rejected: !broken}
+				e = &refError{fromType: set.typeURLs[j], from: by, toType: set.typeURLs[i], to: n, removal: true, rejected: !broken}
 				break
 			}
 		}
@@ -198,7 +198,7 @@ func (c *core) removable(i int, names []string, errs []*refError) (ok, kept []st
 			// listener's route subscriptions, a gRPC client the clusters
 			// of its old routes, until then). Once the new one is warm,
 			// it unsubscribes.
-			e = &refError{fromType: set.order[from[0]], toType: set.order[i], to: n, removal: true, rejected: true}
+			e = &refError{fromType: set.typeURLs[from[0]], toType: set.typeURLs[i], to: n, removal: true, rejected: true}
 		}
 		switch {
 		case e == nil:

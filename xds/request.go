@@ -86,7 +86,7 @@ func (c *core) request(now time.Time, in inbound) (need, error) {
 	if t == "" {
 		return need{}, status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
-	i := c.set.typeIndex(TypeURL(t))
+	i := c.set.typeIndexOf(t)
 	if err := c.checkBounds(in, t, i); err != nil {
 		return need{}, err
 	}

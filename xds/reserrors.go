@@ -58,7 +58,7 @@ func (ts *typeState) errs() map[string]resErr {
 // look at (a partial target's, or outside what an answer restricted to
 // some names looked at) stands as it was.
 func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
-	ts, t := c.types[i], c.set.order[i]
+	ts, t := c.types[i], c.set.typeURLs[i]
 	looked := func(n string) bool {
 		if o.restrict && !inForce(o.force, n) {
 			return false
@@ -76,7 +76,7 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 			continue
 		}
 		if looked(n) && tgt.set.Find(n) < 0 && ts.held.Get(n) == nil && !shared.SortedHas(d.withheld, n) && !shared.SortedHas(d.gone, n) {
-			now = append(now, namedErr{n, resErr{codes.NotFound, fmt.Sprintf("xds: %s %q does not exist", t.Short(), n)}})
+			now = append(now, namedErr{n, resErr{codes.NotFound, fmt.Sprintf("xds: %s %q does not exist", shortName(t), n)}})
 		}
 	}
 	for n, e := range ts.errs() {

@@ -76,7 +76,7 @@ func (c *core) sotwMsgIn(resp *discoveryv3.DiscoveryResponse, i int, anys []*any
 	m := c.stamp(i, len(anys), 0, size, o)
 	resp.VersionInfo = o.pc.Version()
 	resp.Resources = anys
-	resp.TypeUrl = string(c.set.order[i])
+	resp.TypeUrl = c.set.typeURLs[i]
 	resp.Nonce = m.nonce
 	m.resp = resp
 	return m
@@ -162,7 +162,7 @@ func (c *core) deltaMsg(i int, ups []shared.Entry, gone []string, o relOpts) *ou
 	m := c.stamp(i, len(res), len(gone), size, o)
 	resp.SystemVersionInfo = o.pc.Version()
 	resp.Resources = res
-	resp.TypeUrl = string(c.set.order[i])
+	resp.TypeUrl = c.set.typeURLs[i]
 	resp.RemovedResources = gone
 	resp.Nonce = m.nonce
 	m.dresp = resp

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/pushqueue"
 )
 
@@ -20,6 +19,8 @@ import (
 // connection's core reads of them is coreSettings.
 type settings struct {
 	coreSettings
+	order                   []TypeURL // type index → type URL
+	index                   map[TypeURL]int
 	builder                 Builder
 	generators              []Generator      // by type index
 	deltaGeneratorOf        []DeltaGenerator // by type index: the Generator as a DeltaGenerator, or nil
@@ -46,40 +47,6 @@ type settings struct {
 	// hooks are the Config's Hooks and those added by Server.Observe; a
 	// caller loads them once per event.
 	hooks atomic.Pointer[Hooks]
-}
-
-// coreSettings are the settings a connection's core reads (see core): the
-// types and their roles, the bounds of a client's requests and of a
-// response, the phases, the retries' backoff. A core holds nothing else of
-// its Server's settings: no host code, clock, logger or hook.
-type coreSettings struct {
-	order                  []TypeURL // type index → type URL
-	index                  map[TypeURL]int
-	deltaGenerators        []bool     // by type index: its Generator is a DeltaGenerator
-	fullState              []bool     // by type index
-	kinds                  [][]string // by type index; nil = every kind
-	proxyKinds             []string   // Config.ProxyKinds; nil = every kind
-	leaf                   []bool     // by type index: its resources name no other resource (EDS, SDS)
-	edsIdx                 int        // index of EndpointType, -1 if not served
-	cdsIdx                 int        // index of ClusterType, -1 if not served
-	ldsIdx                 int        // index of ListenerType, -1 if not served
-	rdsIdx                 int        // index of RouteType, -1 if not served
-	backoff                BackoffConfig
-	maxResourceNames       int
-	maxNameLength          int
-	maxSubscriptionBytes   int
-	maxRequestBytes        int
-	maxInitialRequestBytes int
-	maxInitialVersions     int // Config.MaxInitialResourceVersions
-	maxResponseBytes       int
-	sendOversized          bool
-	resourceErrors         bool
-	phaseWait              bool
-	phaseTimeout           time.Duration
-	sendMissingReferences  bool
-	deferred               []bool    // by type index: removals wait for the end of the push
-	removalOrder           []int     // deferred type indexes, in the order of their removal phases
-	epoch                  time.Time // the clock's time at New; see instant
 }
 
 // kindLister is implemented by Builders that know the kinds their indexes
@@ -174,14 +141,12 @@ func (cfg *Config) check() error {
 func (cfg *Config) withDefaults(order []TypeURL) *settings {
 	s := &settings{
 		coreSettings: coreSettings{
-			order:     order,
-			index:     make(map[TypeURL]int, len(order)),
-			fullState: make([]bool, len(order)),
-			kinds:     make([][]string, len(order)),
-			backoff: BackoffConfig{
-				Initial: cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
-				Max:     cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
-			},
+			typeURLs:               make([]string, len(order)),
+			typeIdx:                make(map[string]int, len(order)),
+			fullState:              make([]bool, len(order)),
+			kinds:                  make([][]string, len(order)),
+			backoffInitial:         cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
+			backoffMax:             cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
 			maxResourceNames:       cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
 			maxNameLength:          cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
 			maxSubscriptionBytes:   cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
@@ -196,6 +161,8 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 			sendMissingReferences:  cfg.Phases.SendMissingReferences,
 			deferred:               make([]bool, len(order)),
 		},
+		order:                   order,
+		index:                   make(map[TypeURL]int, len(order)),
 		builder:                 cfg.Builder,
 		generators:              make([]Generator, len(order)),
 		initProxy:               cfg.InitProxy,
@@ -215,9 +182,7 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 		logger:                  cfg.Logger,
 	}
 	s.hooks.Store(&cfg.Hooks)
-	if s.backoff.Initial > s.backoff.Max {
-		s.backoff.Initial = s.backoff.Max
-	}
+	s.backoffInitial = min(s.backoffInitial, s.backoffMax)
 	if s.newStreamBurst == 0 {
 		s.newStreamBurst = max(1, int(min(s.newStreamRate, 1<<20)))
 	}
@@ -243,6 +208,7 @@ func (s *settings) typeRoles(cfg *Config) error {
 	s.deltaGeneratorOf = make([]DeltaGenerator, len(order))
 	for i, t := range order {
 		s.index[t] = i
+		s.typeURLs[i], s.typeIdx[string(t)] = string(t), i
 		s.generators[i] = cfg.Generators[t]
 		s.deltaGeneratorOf[i], s.deltaGenerators[i] = s.generators[i].(DeltaGenerator)
 		s.leaf[i] = t == EndpointType || t == SecretType
@@ -379,62 +345,10 @@ func cmpOr[T comparable](v, def T) T {
 	return v
 }
 
-// names reports whether req names a kind of type i (a key of it).
-func (s *coreSettings) names(i int, req *pushcontext.PushRequest) bool {
-	for _, k := range s.kinds[i] {
-		if req.ConfigsUpdated.HasKind(k) {
-			return true
-		}
-	}
-	return false
-}
-
-// refers reports whether resources of type i name others that a client
-// must hold: listeners (routes, clusters), routes (clusters), clusters
-// (endpoints).
-func (s *coreSettings) refers(i int) bool {
-	return i >= 0 && (i == s.ldsIdx || i == s.rdsIdx || i == s.cdsIdx)
-}
-
 // typeIndex returns the index of t in the push order, or -1.
-func (s *coreSettings) typeIndex(t TypeURL) int {
+func (s *settings) typeIndex(t TypeURL) int {
 	if i, ok := s.index[t]; ok {
 		return i
 	}
 	return -1
-}
-
-// mayName reports whether resources of type index i may name resources of
-// type index j (or are j's own): clusters name endpoints and secrets,
-// listeners routes, clusters and secrets, routes clusters. A leaf type
-// names nothing; a type the Server does not read may name anything.
-func (s *coreSettings) mayName(i, j int) bool {
-	switch {
-	case i == j:
-		return true
-	case s.leaf[i]:
-		return false
-	case i == s.cdsIdx:
-		return j != s.ldsIdx && j != s.rdsIdx
-	case i == s.ldsIdx:
-		return j != s.edsIdx
-	case i == s.rdsIdx:
-		return j != s.edsIdx && j != s.ldsIdx
-	}
-	return true
-}
-
-// backoffFor returns the wait after the n-th consecutive failure (n ≥ 1),
-// jittered by seed.
-func (s *coreSettings) backoffFor(n int, seed uint64) time.Duration {
-	d := s.backoff.Initial
-	for k := 1; k < n && d < s.backoff.Max; k++ {
-		d *= 2
-	}
-	d = min(d, s.backoff.Max)
-	// Up to a quarter less, from a hash of (seed, n): deterministic, so
-	// that tests under synctest see the same schedule every run.
-	h := (seed*0x9e3779b97f4a7c15 + uint64(n)) * 0xbf58476d1ce4e5b9
-	h ^= h >> 31
-	return d - time.Duration(h%1024)*d/4096
 }

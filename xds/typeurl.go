@@ -34,29 +34,7 @@ const (
 // Short returns the usual short name of a type's discovery service (CDS,
 // EDS, LDS, RDS, SDS, SRDS, VHDS, ECDS, RTDS), or the type URL itself for
 // any other type. It is meant for logs and test output.
-func (t TypeURL) Short() string {
-	switch t {
-	case ClusterType:
-		return "CDS"
-	case EndpointType:
-		return "EDS"
-	case ListenerType:
-		return "LDS"
-	case RouteType:
-		return "RDS"
-	case SecretType:
-		return "SDS"
-	case ScopedRouteType:
-		return "SRDS"
-	case VirtualHostType:
-		return "VHDS"
-	case ExtensionConfigType:
-		return "ECDS"
-	case RuntimeType:
-		return "RTDS"
-	}
-	return string(t)
-}
+func (t TypeURL) Short() string { return shortName(string(t)) }
 
 // DefaultOrder returns the push order used when Config.Order is empty: CDS,
 // EDS, LDS, RDS, SDS. Types with a generator that are not listed follow in
