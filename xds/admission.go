@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // first waits for the stream's first request, at most
@@ -15,7 +17,7 @@ import (
 // connection is not registered. Each of the two that end ctx meanwhile
 // also posts to the mailbox, so first does not watch ctx: that would make
 // its Done channel, kept for the stream's life.
-func (c *conn) first(ctx context.Context) (inbound, error) {
+func (c *conn) first(ctx context.Context) (session.Inbound, error) {
 	clock, wait := c.s.set.clock, c.s.set.firstRequestTimeout
 	start := clock.Now()
 	t := clock.NewTimer(wait)
@@ -25,14 +27,14 @@ func (c *conn) first(ctx context.Context) (inbound, error) {
 		case ev := <-c.events:
 			switch ev.kind {
 			case evRecvErr:
-				return inbound{}, c.recvStatus(ev.err)
+				return session.Inbound{}, c.recvStatus(ev.err)
 			case evCtxDone:
-				return inbound{}, c.s.ctxStatus(ctx)
+				return session.Inbound{}, c.s.ctxStatus(ctx)
 			}
 			return ev.in, nil
 		case <-t.C():
 			if due(clock, t, start, wait) {
-				return inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", wait)
+				return session.Inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", wait)
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package xds
 import (
 	"testing"
 	"time"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // TestInstant checks that an instant gives back the time it was made
@@ -12,7 +14,7 @@ func TestInstant(t *testing.T) {
 	mono := time.Now()    // with a monotonic reading
 	fake := mono.Round(0) // without one, as a fake Clock's times
 	for _, epoch := range []time.Time{mono, fake} {
-		set := &coreSettings{epoch: epoch}
+		set := &session.Settings{Epoch: epoch}
 		tests := []struct {
 			name string
 			t    time.Time
@@ -26,25 +28,25 @@ func TestInstant(t *testing.T) {
 			{"a century after", epoch.AddDate(100, 0, 0)},
 		}
 		for _, tt := range tests {
-			i := set.instant(tt.t)
+			i := set.Instant(tt.t)
 			if i == 0 {
 				t.Errorf("%s: instant(%v) = 0, the zero instant", tt.name, tt.t)
 			}
-			if got := set.time(i); !got.Equal(tt.t) || got.Sub(epoch) != tt.t.Sub(epoch) {
+			if got := set.Time(i); !got.Equal(tt.t) || got.Sub(epoch) != tt.t.Sub(epoch) {
 				t.Errorf("%s: time(instant(%v)) = %v", tt.name, tt.t, got)
 			}
 		}
 		for _, a := range tests {
 			for _, b := range tests {
-				if got, want := set.instant(a.t) < set.instant(b.t), a.t.Before(b.t); got != want {
+				if got, want := set.Instant(a.t) < set.Instant(b.t), a.t.Before(b.t); got != want {
 					t.Errorf("instant(%s) < instant(%s) = %v, want %v", a.name, b.name, got, want)
 				}
 			}
 		}
-		if got := set.instant(time.Time{}); got != 0 {
+		if got := set.Instant(time.Time{}); got != 0 {
 			t.Errorf("instant(zero time) = %d, want 0", got)
 		}
-		if got := set.time(0); !got.IsZero() {
+		if got := set.Time(0); !got.IsZero() {
 			t.Errorf("time(0) = %v, want the zero time", got)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/xds/xdstp"
 )
@@ -499,7 +500,7 @@ func TestNamesReadOnly(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			in := slices.Clone(tt.in)
-			if got := canonicalNames(in); !slices.Equal(got, tt.canonical) {
+			if got := session.CanonicalNames(in); !slices.Equal(got, tt.canonical) {
 				t.Errorf("canonicalNames(%q) = %q; want %q", tt.in, got, tt.canonical)
 			}
 			got, star := shared.NormalizeNames(in)

@@ -428,7 +428,7 @@ func (s *Server) pick(match func(*Proxy) bool) []*conn {
 	for _, c := range conns {
 		p := Proxy{ID: c.proxy.ID, ConnID: c.proxy.ConnID, Node: c.proxy.Node, Peer: c.proxy.Peer, Identity: c.proxy.Identity}
 		c.statusMu.Lock()
-		p.View = c.st.view
+		p.View = c.st.View
 		c.statusMu.Unlock()
 		if match(&p) {
 			out = append(out, c)
@@ -472,8 +472,8 @@ func standingNACKs(conns []*conn) []NACK {
 	var out []NACK
 	for _, c := range conns {
 		c.statusMu.Lock()
-		for _, n := range c.st.standing {
-			out = append(out, n.n.event(c.proxy.ID, c.proxy.ConnID, c.s.set.order[n.typ]))
+		for _, n := range c.st.Standing {
+			out = append(out, nackEvent(n.N, c.proxy.ID, c.proxy.ConnID, c.s.set.order[n.Type]))
 		}
 		c.statusMu.Unlock()
 	}

@@ -6,6 +6,8 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // What a Delta stream keeps of a reconnecting client's report of what it
@@ -34,12 +36,12 @@ func reportedMemory(t *testing.T, prefix string) {
 	for name := range req.InitialResourceVersions {
 		names += len(name)
 	}
-	r.request(inbound{delta: req})
+	r.request(session.Inbound{Delta: req})
 	req = nil // read and dropped, as a stream drops each request
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	kept := int64(after.HeapAlloc) - int64(before.HeapAlloc)
-	if held := r.typeState(ClusterType).held.Len(); held != n {
+	if held := r.typeState(ClusterType).Held.Len(); held != n {
 		t.Fatalf("held %d reported resources; want %d", held, n)
 	}
 	t.Logf("request %d bytes, names %d; kept %d bytes (%.2f× the request, %d per resource besides its name)",

@@ -15,6 +15,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -53,50 +54,50 @@ func newEnvoyModel(delta, ackFirst bool) *envoyModel {
 }
 
 // start returns the client's first requests: every cluster and listener.
-func (m *envoyModel) start() []inbound {
+func (m *envoyModel) start() []session.Inbound {
 	if m.delta {
-		return []inbound{
-			{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}},
-			{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ListenerType)}},
+		return []session.Inbound{
+			{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}},
+			{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ListenerType)}},
 		}
 	}
-	return []inbound{
-		{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}},
-		{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ListenerType)}},
+	return []session.Inbound{
+		{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}},
+		{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ListenerType)}},
 	}
 }
 
 // read applies a response and returns the requests it makes the client
 // send, in order.
-func (m *envoyModel) read(t *testing.T, out *outMsg) []inbound {
+func (m *envoyModel) read(t *testing.T, out *session.OutMsg) []session.Inbound {
 	t.Helper()
 	var typ TypeURL
-	if out.dresp != nil {
-		typ = TypeURL(out.dresp.TypeUrl)
-		for _, r := range out.dresp.Resources {
+	if out.DeltaResp != nil {
+		typ = TypeURL(out.DeltaResp.TypeUrl)
+		for _, r := range out.DeltaResp.Resources {
 			_, msg, err := xdsrefs.DecodeAny(r.Resource)
 			if err != nil {
 				t.Fatal(err)
 			}
 			m.held[typ][r.Name] = msg
 		}
-		for _, n := range out.dresp.RemovedResources {
+		for _, n := range out.DeltaResp.RemovedResources {
 			delete(m.held[typ], n)
 		}
-		m.nonce[typ] = out.dresp.Nonce
+		m.nonce[typ] = out.DeltaResp.Nonce
 	} else {
-		typ = TypeURL(out.resp.TypeUrl)
+		typ = TypeURL(out.Resp.TypeUrl)
 		if typ == ClusterType || typ == ListenerType {
 			m.held[typ] = map[string]proto.Message{}
 		}
-		for _, a := range out.resp.Resources {
+		for _, a := range out.Resp.Resources {
 			n, msg, err := xdsrefs.DecodeAny(a)
 			if err != nil {
 				t.Fatal(err)
 			}
 			m.held[typ][n] = msg
 		}
-		m.nonce[typ], m.version[typ] = out.resp.Nonce, out.resp.VersionInfo
+		m.nonce[typ], m.version[typ] = out.Resp.Nonce, out.Resp.VersionInfo
 	}
 	var child TypeURL
 	var want []string
@@ -112,20 +113,20 @@ func (m *envoyModel) read(t *testing.T, out *outMsg) []inbound {
 		slices.Sort(want)
 		want = slices.Compact(want)
 	}
-	var reqs []inbound
+	var reqs []session.Inbound
 	if child != "" && !slices.Equal(want, m.subs[child]) {
 		reqs = append(reqs, m.resubscribe(child, want))
 	}
 	ack := m.ack(typ)
 	if m.ackFirst {
-		return append([]inbound{ack}, reqs...)
+		return append([]session.Inbound{ack}, reqs...)
 	}
 	return append(reqs, ack)
 }
 
 // resubscribe changes the subscription of a by-name type to names: the
 // client drops what it no longer subscribes to.
-func (m *envoyModel) resubscribe(typ TypeURL, names []string) inbound {
+func (m *envoyModel) resubscribe(typ TypeURL, names []string) session.Inbound {
 	old := m.subs[typ]
 	m.subs[typ] = names
 	return resubscription(m.delta, typ, m.held[typ], old, names, m.nonce[typ], m.version[typ])
@@ -134,7 +135,7 @@ func (m *envoyModel) resubscribe(typ TypeURL, names []string) inbound {
 // resubscription is the request of a client that changes its subscription
 // of typ from old to names (both sorted), which drops from held what it no
 // longer subscribes to; a SotW request names the response read last.
-func resubscription(delta bool, typ TypeURL, held map[string]proto.Message, old, names []string, nonce, version string) inbound {
+func resubscription(delta bool, typ TypeURL, held map[string]proto.Message, old, names []string, nonce, version string) session.Inbound {
 	for n := range held {
 		if _, ok := slices.BinarySearch(names, n); !ok {
 			delete(held, n)
@@ -142,17 +143,17 @@ func resubscription(delta bool, typ TypeURL, held map[string]proto.Message, old,
 	}
 	if delta {
 		add, drop := sortedset.Diff(old, names)
-		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop}}
+		return session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: drop}}
 	}
-	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: slices.Clone(names),
+	return session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: slices.Clone(names),
 		ResponseNonce: nonce, VersionInfo: version}}
 }
 
-func (m *envoyModel) ack(typ TypeURL) inbound {
+func (m *envoyModel) ack(typ TypeURL) session.Inbound {
 	if m.delta {
-		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.nonce[typ]}}
+		return session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.nonce[typ]}}
 	}
-	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: slices.Clone(m.subs[typ]),
+	return session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: slices.Clone(m.subs[typ]),
 		ResponseNonce: m.nonce[typ], VersionInfo: m.version[typ]}}
 }
 
@@ -180,14 +181,14 @@ func danglingRoute(held map[TypeURL]map[string]proto.Message) string {
 type burst struct {
 	t        *testing.T
 	h        *fakeHost // with snapshots: a push parked by the runner is not seen before it is pushed
-	c        *core
+	c        *session.Core
 	m        *envoyModel
 	now      time.Time
 	pc       *pushcontext.PushContext
 	pending  []func(w cfgWorld) []pushcontext.ConfigKey // pushes still to arrive
-	parked   *pushItem                                  // pushes that arrived while the core was busy
-	inbox    []*outMsg                                  // responses on their way to the client
-	outbox   []inbound                                  // requests on their way to the Server
+	parked   *session.PushItem                          // pushes that arrived while the core was busy
+	inbox    []*session.OutMsg                          // responses on their way to the client
+	outbox   []session.Inbound                          // requests on their way to the Server
 	timeouts []PhaseTimeoutEvent
 	ticks    int
 	log      []string
@@ -196,9 +197,9 @@ type burst struct {
 // failing describes the types failing.
 func (b *burst) failing() string {
 	var out []string
-	for i, ts := range b.c.types {
-		if ts != nil && ts.failure() != nil {
-			out = append(out, fmt.Sprintf("%s: %v", b.h.set.order[i].Short(), ts.failure()))
+	for i, ts := range b.c.Types {
+		if ts != nil && ts.Failure() != nil {
+			out = append(out, fmt.Sprintf("%s: %v", b.h.set.order[i].Short(), ts.Failure()))
 		}
 	}
 	return strings.Join(out, "; ")
@@ -211,7 +212,7 @@ func newBurst(t *testing.T, delta, ackFirst bool) *burst {
 	})
 	b.h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
 	b.c = b.h.newCore(delta)
-	b.pc = b.c.at.push
+	b.pc = b.c.At.Push
 	b.h.snapshots[b.pc] = b.h.world.clone()
 	return b
 }
@@ -221,8 +222,8 @@ func newBurst(t *testing.T, delta, ackFirst bool) *burst {
 func (b *burst) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 	b.t.Helper()
 	item := b.h.next(b.pc, b.now, true, change(b.h.world)...)
-	b.pc = item.req.Push
-	if b.c.busy() {
+	b.pc = item.Req.Push
+	if b.c.Busy() {
 		b.log = append(b.log, "P(parked)")
 		b.parked = b.parked.Merge(item)
 		return
@@ -231,7 +232,7 @@ func (b *burst) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 	b.push(item)
 }
 
-func (b *burst) push(item *pushItem) {
+func (b *burst) push(item *session.PushItem) {
 	b.t.Helper()
 	if err := runPush(context.Background(), b.h, b.c, b.now, item); err != nil {
 		b.t.Fatal(err)
@@ -244,7 +245,7 @@ func (b *burst) after() {
 	b.t.Helper()
 	for {
 		b.inbox = append(b.inbox, b.h.takeOut(b.c)...)
-		if b.c.busy() || b.parked == nil {
+		if b.c.Busy() || b.parked == nil {
 			return
 		}
 		item := b.parked
@@ -297,7 +298,7 @@ func (b *burst) do(ev byte) bool {
 // whether there was one.
 func (b *burst) idle() bool {
 	b.t.Helper()
-	at := b.c.deadline()
+	at := b.c.Deadline()
 	if at.IsZero() {
 		return false
 	}
@@ -356,8 +357,8 @@ func (b *burst) random(rng *rand.Rand) {
 	}
 }
 
-func describe(in inbound) string {
-	if d := in.delta; d != nil {
+func describe(in session.Inbound) string {
+	if d := in.Delta; d != nil {
 		s := TypeURL(d.TypeUrl).Short()
 		if d.ResponseNonce != "" {
 			s += " ack " + d.ResponseNonce
@@ -367,7 +368,7 @@ func describe(in inbound) string {
 		}
 		return s
 	}
-	return fmt.Sprintf("%s %v nonce %q", TypeURL(in.sotw.TypeUrl).Short(), in.sotw.ResourceNames, in.sotw.ResponseNonce)
+	return fmt.Sprintf("%s %v nonce %q", TypeURL(in.SotW.TypeUrl).Short(), in.SotW.ResourceNames, in.SotW.ResponseNonce)
 }
 
 // check checks the end: nothing in flight or parked, no push in its
@@ -375,20 +376,20 @@ func describe(in inbound) string {
 // configuration, as the Server believes it does.
 func (b *burst) check() {
 	b.t.Helper()
-	if b.c.busy() || b.parked != nil || len(b.inbox)+len(b.outbox)+len(b.pending) > 0 {
+	if b.c.Busy() || b.parked != nil || len(b.inbox)+len(b.outbox)+len(b.pending) > 0 {
 		b.t.Fatalf("not at rest: busy %v, parked %v, %d responses, %d requests, %d pushes; events: %q",
-			b.c.busy(), b.parked != nil, len(b.inbox), len(b.outbox), len(b.pending), b.log)
+			b.c.Busy(), b.parked != nil, len(b.inbox), len(b.outbox), len(b.pending), b.log)
 	}
 	if len(b.timeouts) > 0 {
 		b.t.Errorf("phase timeouts: %+v; events: %q", b.timeouts, b.log)
 	}
-	for i, ts := range b.c.types {
-		if ts != nil && ts.failure() != nil {
-			b.t.Errorf("%s failing: %v", b.h.set.order[i].Short(), ts.failure())
+	for i, ts := range b.c.Types {
+		if ts != nil && ts.Failure() != nil {
+			b.t.Errorf("%s failing: %v", b.h.set.order[i].Short(), ts.Failure())
 		}
 	}
-	if b.c.completedSeq != b.pc.Seq() {
-		b.t.Errorf("completedSeq = %d; want %d (the last push)", b.c.completedSeq, b.pc.Seq())
+	if b.c.CompletedSeq != b.pc.Seq() {
+		b.t.Errorf("completedSeq = %d; want %d (the last push)", b.c.CompletedSeq, b.pc.Seq())
 	}
 	want := map[TypeURL]map[string]proto.Message{
 		ClusterType:  b.h.world[ClusterType],
@@ -407,10 +408,10 @@ func (b *burst) check() {
 			b.t.Errorf("the client holds %s %v; want %v; events: %q", typ.Short(),
 				slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(w)), b.log)
 		}
-		if ts := b.c.types[b.h.set.typeIndex(typ)]; ts == nil || !slices.Equal(ts.held.Names(), slices.Sorted(maps.Keys(w))) {
+		if ts := b.c.Types[b.h.set.typeIndex(typ)]; ts == nil || !slices.Equal(ts.Held.Names(), slices.Sorted(maps.Keys(w))) {
 			var names []string
 			if ts != nil {
-				names = ts.held.Names()
+				names = ts.Held.Names()
 			}
 			b.t.Errorf("the Server believes the client holds %s %v; want %v", typ.Short(), names, slices.Sorted(maps.Keys(w)))
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -34,7 +35,7 @@ func chunkRun(t *testing.T, delta bool, typ TypeURL, per int, tweak func(*Config
 		one = shared.DeltaSize(set.Entries[0])
 	}
 	c := probe.newCore(delta)
-	budget := c.envelope(i) + per*one + one/2
+	budget := c.Envelope(i) + per*one + one/2
 	return newCoreRun(t, delta, func(cfg *Config) {
 		cfg.MaxResponseBytes = budget
 		if tweak != nil {
@@ -58,10 +59,10 @@ func (r *coreRun) chunkWorld(n, rev int, keys ...pushcontext.ConfigKey) {
 }
 
 // takeMsgs returns the responses queued since the last take.
-func (r *coreRun) takeMsgs() []*outMsg {
+func (r *coreRun) takeMsgs() []*session.OutMsg {
 	ms := r.h.takeOut(r.c)
 	for _, m := range ms {
-		r.last[r.h.set.order[m.typeIdx]] = m
+		r.last[r.h.set.order[m.TypeIndex]] = m
 	}
 	return ms
 }
@@ -80,10 +81,10 @@ func TestCoreDeltaResponseSplit(t *testing.T) {
 	}
 	nonces := map[string]bool{}
 	for _, m := range parts {
-		if n := proto.Size(m.dresp); n > r.h.set.maxResponseBytes {
-			t.Errorf("%s: %d bytes, over the budget %d", summary(m), n, r.h.set.maxResponseBytes)
+		if n := proto.Size(m.DeltaResp); n > r.h.set.MaxResponseBytes {
+			t.Errorf("%s: %d bytes, over the budget %d", summary(m), n, r.h.set.MaxResponseBytes)
 		}
-		nonces[m.nonce] = true
+		nonces[m.Nonce] = true
 	}
 	if len(nonces) != len(parts) {
 		t.Errorf("nonces %v: want one per part", nonces)
@@ -123,25 +124,25 @@ func TestCoreDeltaResponseSplit(t *testing.T) {
 
 // expectNames checks that the responses ms, of one type, carry names, in
 // order, each within the budget.
-func (r *coreRun) expectNames(what string, ms []*outMsg, names ...string) {
+func (r *coreRun) expectNames(what string, ms []*session.OutMsg, names ...string) {
 	r.t.Helper()
 	var got []string
 	for _, m := range ms {
 		var n int
-		if m.dresp != nil {
-			n = proto.Size(m.dresp)
-			for _, res := range m.dresp.Resources {
+		if m.DeltaResp != nil {
+			n = proto.Size(m.DeltaResp)
+			for _, res := range m.DeltaResp.Resources {
 				got = append(got, res.Name)
 			}
 		} else {
-			n = proto.Size(m.resp)
-			for _, a := range m.resp.Resources {
+			n = proto.Size(m.Resp)
+			for _, a := range m.Resp.Resources {
 				name, _, _ := xdsrefs.DecodeAny(a)
 				got = append(got, name)
 			}
 		}
-		if n > r.h.set.maxResponseBytes {
-			r.t.Errorf("%s: %s is %d bytes, over the budget %d", what, summary(m), n, r.h.set.maxResponseBytes)
+		if n > r.h.set.MaxResponseBytes {
+			r.t.Errorf("%s: %s is %d bytes, over the budget %d", what, summary(m), n, r.h.set.MaxResponseBytes)
 		}
 	}
 	if !slices.Equal(got, names) {
@@ -169,14 +170,14 @@ func TestCoreDeltaPartRejected(t *testing.T) {
 	for k, want := range []string{"rev-0", "rev-0", "rev-1", "rev-1"} {
 		name := fmt.Sprintf("c%d", k)
 		var held string
-		if e := ts.held.Get(name); e != nil {
+		if e := ts.Held.Get(name); e != nil {
 			held = e.Msg.(interface{ GetAltStatName() string }).GetAltStatName()
 		}
 		if held != want {
 			t.Errorf("%s held at %q; want %q", name, held, want)
 		}
 	}
-	if !ts.nackStands() {
+	if !ts.NACKStands() {
 		t.Errorf("the NACK of the first part does not stand")
 	}
 }
@@ -201,10 +202,10 @@ func TestCoreDeltaRemovalsSplit(t *testing.T) {
 	n := 0
 	for ms := r.takeMsgs(); len(ms) > 0; ms = r.takeMsgs() {
 		for _, m := range ms {
-			removed = append(removed, m.dresp.RemovedResources...)
+			removed = append(removed, m.DeltaResp.RemovedResources...)
 			n++
-			if s := proto.Size(m.dresp); s > r.h.set.maxResponseBytes {
-				t.Errorf("%s: %d bytes, over the budget %d", summary(m), s, r.h.set.maxResponseBytes)
+			if s := proto.Size(m.DeltaResp); s > r.h.set.MaxResponseBytes {
+				t.Errorf("%s: %d bytes, over the budget %d", summary(m), s, r.h.set.MaxResponseBytes)
 			}
 			r.replyTo(m, "")
 		}
@@ -238,18 +239,18 @@ func TestCoreSotWResponseSplit(t *testing.T) {
 			}
 			r.expect("CDS refused")
 			ts := r.typeState(ClusterType)
-			var tooLarge *tooLargeError
-			if ts.fault == nil || !errors.As(ts.fault.err, &tooLarge) || tooLarge.resource != "" || tooLarge.bytes <= tooLarge.max {
-				t.Fatalf("fault %+v; want a ResponseTooLargeError of the whole state", ts.fault)
+			var tooLarge *session.TooLargeError
+			if ts.Fault == nil || !errors.As(ts.Fault.Err, &tooLarge) || tooLarge.Resource != "" || tooLarge.Bytes <= tooLarge.Max {
+				t.Fatalf("fault %+v; want a ResponseTooLargeError of the whole state", ts.Fault)
 			}
 			// Fewer clusters fit: the retry sends them.
 			delete(r.h.world[ClusterType], "c2")
 			r.change(true, func() {}, ckey(kindCluster, "c2"))
 			r.expect("the push waits for the type's retry")
-			r.wait(r.h.set.backoffMax)
+			r.wait(r.h.set.BackoffMax)
 			r.expect("CDS once it fits", "CDS [c0 c1]")
-			if ts.fault != nil {
-				t.Errorf("fault %v after the type was sent", ts.fault.err)
+			if ts.Fault != nil {
+				t.Errorf("fault %v after the type was sent", ts.Fault.Err)
 			}
 		})
 	}
@@ -259,13 +260,13 @@ func TestCoreSotWResponseSplit(t *testing.T) {
 func TestCoreResourceOverBudget(t *testing.T) {
 	r := chunkRun(t, true, ClusterType, 1, nil)
 	big := xdsfixture.Cluster("big")
-	big.AltStatName = string(make([]byte, 2*r.h.set.maxResponseBytes))
+	big.AltStatName = string(make([]byte, 2*r.h.set.MaxResponseBytes))
 	r.h.put(ClusterType, big)
 	r.change(true, func() {}, ckey(kindCluster, "big"))
-	r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}})
+	r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}})
 	r.expect("nothing sent")
-	var tooLarge *tooLargeError
-	if f := r.typeState(ClusterType).fault; f == nil || !errors.As(f.err, &tooLarge) || tooLarge.resource != "big" {
+	var tooLarge *session.TooLargeError
+	if f := r.typeState(ClusterType).Fault; f == nil || !errors.As(f.Err, &tooLarge) || tooLarge.Resource != "big" {
 		t.Fatalf("fault %+v; want a ResponseTooLargeError naming big", f)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
 	"google.golang.org/protobuf/proto"
@@ -15,7 +16,7 @@ import (
 // beatSummary describes a response as heartbeats show: each resource
 // "name" if carried whole, "name♥" if as a heartbeat (its name and TTL
 // without its content), "name@ttl" whole with a TTL.
-func beatSummary(t *testing.T, m *outMsg) string {
+func beatSummary(t *testing.T, m *session.OutMsg) string {
 	t.Helper()
 	var out []string
 	add := func(r *discoveryv3.Resource) {
@@ -28,12 +29,12 @@ func beatSummary(t *testing.T, m *outMsg) string {
 			out = append(out, r.Name)
 		}
 	}
-	if m.dresp != nil {
-		for _, r := range m.dresp.Resources {
+	if m.DeltaResp != nil {
+		for _, r := range m.DeltaResp.Resources {
 			add(r)
 		}
 	} else {
-		for _, a := range m.resp.Resources {
+		for _, a := range m.Resp.Resources {
 			if a.TypeUrl != typeURLPrefix+"envoy.service.discovery.v3.Resource" {
 				n, _, _ := xdsrefs.DecodeAny(a)
 				out = append(out, n)
@@ -46,14 +47,14 @@ func beatSummary(t *testing.T, m *outMsg) string {
 			add(r)
 		}
 	}
-	return fmt.Sprintf("%s %v", TypeURL(m.typeURL()).Short(), out)
+	return fmt.Sprintf("%s %v", TypeURL(outTypeURL(m)).Short(), out)
 }
 
-func (m *outMsg) typeURL() string {
-	if m.dresp != nil {
-		return m.dresp.TypeUrl
+func outTypeURL(m *session.OutMsg) string {
+	if m.DeltaResp != nil {
+		return m.DeltaResp.TypeUrl
 	}
-	return m.resp.TypeUrl
+	return m.Resp.TypeUrl
 }
 
 // expectBeats checks the responses queued since the last take.
@@ -81,7 +82,7 @@ func TestCoreHeartbeats(t *testing.T) {
 			r.subscribe(ClusterType)
 			r.expectBeats("CDS answer", "CDS [c0@3s c1]")
 			r.ack(ClusterType)
-			if d := r.c.deadline(); !d.Equal(r.now.Add(time.Second)) {
+			if d := r.c.Deadline(); !d.Equal(r.now.Add(time.Second)) {
 				t.Fatalf("deadline %v; want the heartbeat in TTL/3", d.Sub(r.now))
 			}
 			r.wait(time.Second)
@@ -107,7 +108,7 @@ func TestCoreHeartbeats(t *testing.T) {
 			r.ack(ClusterType)
 			r.wait(time.Second)
 			r.expectBeats("no heartbeat")
-			if d := r.c.deadline(); !d.IsZero() {
+			if d := r.c.Deadline(); !d.IsZero() {
 				t.Errorf("deadline in %v; want none", d.Sub(r.now))
 			}
 		})

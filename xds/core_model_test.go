@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -259,12 +260,12 @@ func rejected(msg proto.Message) bool {
 }
 
 // first returns the client's first requests.
-func (m *modelClient) first() []inbound {
+func (m *modelClient) first() []session.Inbound {
 	if m.grpc {
-		return []inbound{m.resubscribe(ListenerType, []string{"l0"})}
+		return []session.Inbound{m.resubscribe(ListenerType, []string{"l0"})}
 	}
 	if m.star {
-		return []inbound{m.request(ClusterType, "", ""), m.request(ListenerType, "", "")}
+		return []session.Inbound{m.request(ClusterType, "", ""), m.request(ListenerType, "", "")}
 	}
 	return (&envoyModel{delta: m.delta}).start()
 }
@@ -281,7 +282,7 @@ func (m *modelClient) wildcardNames(typ TypeURL) []string {
 // pin subscribes to cluster name besides "*" if the client does not yet,
 // and unsubscribes from it otherwise. A Delta client keeps what it holds
 // of it: the wildcard may still give it (the Server tells it which).
-func (m *modelClient) pin(name string) inbound {
+func (m *modelClient) pin(name string) session.Inbound {
 	i, pinned := slices.BinarySearch(m.pins, name)
 	if pinned {
 		m.pins = slices.Delete(m.pins, i, i+1)
@@ -297,14 +298,14 @@ func (m *modelClient) pin(name string) inbound {
 	} else {
 		req.ResourceNamesSubscribe = []string{name}
 	}
-	return inbound{delta: req}
+	return session.Inbound{Delta: req}
 }
 
 // reconnect returns the first requests of a Delta client on a new stream:
 // every subscription it has, with the versions of what it holds.
-func (m *modelClient) reconnect() []inbound {
+func (m *modelClient) reconnect() []session.Inbound {
 	m.read, m.nonce = nil, map[TypeURL]string{}
-	var out []inbound
+	var out []session.Inbound
 	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
 		if m.byName(typ) && len(m.subs[typ]) == 0 {
 			continue
@@ -320,7 +321,7 @@ func (m *modelClient) reconnect() []inbound {
 		case m.star:
 			req.ResourceNamesSubscribe = m.wildcardNames(typ)
 		}
-		out = append(out, inbound{delta: req})
+		out = append(out, session.Inbound{Delta: req})
 	}
 	return out
 }
@@ -365,7 +366,7 @@ func (m *modelClient) children(typ TypeURL) []TypeURL {
 // readResponse applies a response (or rejects it) and returns the requests
 // it makes the client send, or a description of what the response did
 // wrong.
-func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
+func (m *modelClient) readResponse(out *session.OutMsg) ([]session.Inbound, string) {
 	var typ TypeURL
 	var nonce string
 	type res struct {
@@ -374,7 +375,7 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 	}
 	var got []res
 	var removed []string
-	if d := out.dresp; d != nil {
+	if d := out.DeltaResp; d != nil {
 		typ, nonce = TypeURL(d.TypeUrl), d.Nonce
 		for _, r := range d.Resources {
 			var msg proto.Message // a heartbeat has none
@@ -388,11 +389,11 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 		}
 		removed = d.RemovedResources
 	} else {
-		typ, nonce = TypeURL(out.resp.TypeUrl), out.resp.Nonce
-		if versionOf(nonce) != out.resp.VersionInfo {
-			return nil, fmt.Sprintf("%s: version %q, nonce %q", summary(out), out.resp.VersionInfo, nonce)
+		typ, nonce = TypeURL(out.Resp.TypeUrl), out.Resp.Nonce
+		if session.VersionOf(nonce) != out.Resp.VersionInfo {
+			return nil, fmt.Sprintf("%s: version %q, nonce %q", summary(out), out.Resp.VersionInfo, nonce)
 		}
-		for _, a := range out.resp.Resources {
+		for _, a := range out.Resp.Resources {
 			n, msg, err := modelResource(a)
 			if err != nil {
 				return nil, fmt.Sprintf("%s: %v", summary(out), err)
@@ -408,13 +409,13 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 	m.read = append(m.read, typeNonce{typ, nonce})
 	for _, r := range got {
 		if rejected(r.msg) {
-			return []inbound{m.answer(typ, fmt.Sprintf("cluster %s is bad", r.name))}, ""
+			return []session.Inbound{m.answer(typ, fmt.Sprintf("cluster %s is bad", r.name))}, ""
 		}
 	}
 	named := m.clustersNamed()
 	prev := maps.Clone(m.held[typ]) // what a heartbeat refreshes
-	if out.dresp == nil {
-		m.version[typ] = out.resp.VersionInfo
+	if out.DeltaResp == nil {
+		m.version[typ] = out.Resp.VersionInfo
 		if typ == ClusterType || typ == ListenerType {
 			clear(m.held[typ]) // state of the world
 		}
@@ -443,7 +444,7 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 	}
 	// The subscriptions that follow what the client holds, each in turn:
 	// dropping a name drops what it held under it, and what that named.
-	var reqs []inbound
+	var reqs []session.Inbound
 	for next := m.children(typ); len(next) > 0; next = next[1:] {
 		child := next[0]
 		if want := m.wants(child); !slices.Equal(want, m.subs[child]) {
@@ -453,7 +454,7 @@ func (m *modelClient) readResponse(out *outMsg) ([]inbound, string) {
 	}
 	ack := m.answer(typ, "")
 	if m.ackFirst {
-		return append([]inbound{ack}, reqs...), ""
+		return append([]session.Inbound{ack}, reqs...), ""
 	}
 	return append(reqs, ack), ""
 }
@@ -474,20 +475,20 @@ func (m *modelClient) clustersNamed() map[string]string {
 
 // resubscribe changes the subscription of typ to names: the client drops
 // what it no longer subscribes to.
-func (m *modelClient) resubscribe(typ TypeURL, names []string) inbound {
+func (m *modelClient) resubscribe(typ TypeURL, names []string) session.Inbound {
 	old := m.subs[typ]
 	m.subs[typ] = names
 	return resubscription(m.delta, typ, m.held[typ], old, names, m.nonce[typ], m.version[typ])
 }
 
 // answer ACKs the last response of typ read, or NACKs it with msg.
-func (m *modelClient) answer(typ TypeURL, msg string) inbound {
+func (m *modelClient) answer(typ TypeURL, msg string) session.Inbound {
 	return m.request(typ, m.nonce[typ], msg)
 }
 
 // request is a request of typ naming the response with nonce, repeating
 // the subscription.
-func (m *modelClient) request(typ TypeURL, nonce, nack string) inbound {
+func (m *modelClient) request(typ TypeURL, nonce, nack string) session.Inbound {
 	var detail *status.Status
 	if nack != "" {
 		detail = &status.Status{Code: 3, Message: nack}
@@ -497,7 +498,7 @@ func (m *modelClient) request(typ TypeURL, nonce, nack string) inbound {
 		if nonce == "" && m.star && !m.byName(typ) {
 			req.ResourceNamesSubscribe = m.wildcardNames(typ) // the first request
 		}
-		return inbound{delta: req}
+		return session.Inbound{Delta: req}
 	}
 	var names []string
 	switch {
@@ -506,7 +507,7 @@ func (m *modelClient) request(typ TypeURL, nonce, nack string) inbound {
 	case m.star:
 		names = m.wildcardNames(typ)
 	}
-	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names,
+	return session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names,
 		ResponseNonce: nonce, VersionInfo: m.version[typ], ErrorDetail: detail}}
 }
 
@@ -548,13 +549,13 @@ type modelRun struct {
 	t       *testing.T
 	rng     *rand.Rand
 	h       *fakeHost
-	c       *core
+	c       *session.Core
 	client  *modelClient
 	now     time.Time
 	pc      *pushcontext.PushContext
-	parked  *pushItem
-	inbox   []*outMsg // responses on their way to the client
-	outbox  []inbound // requests on their way to the Server
+	parked  *session.PushItem
+	inbox   []*session.OutMsg // responses on their way to the client
+	outbox  []session.Inbound // requests on their way to the Server
 	rev     int
 	events  []string
 	verbose bool
@@ -570,7 +571,7 @@ type modelRun struct {
 	timedOut   bool
 	streams    int // ended
 	resumeLeft int
-	early      map[*outMsg]bool // sent while resumeLeft > 0
+	early      map[*session.OutMsg]bool // sent while resumeLeft > 0
 }
 
 func newModelRun(t *testing.T, delta, grpc, ackFirst bool, tweak func(*Config)) *modelRun {
@@ -590,7 +591,7 @@ func newModelRun(t *testing.T, delta, grpc, ackFirst bool, tweak func(*Config)) 
 	})
 	r.h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
 	r.c = r.h.newCore(delta)
-	r.pc = r.c.at.push
+	r.pc = r.c.At.Push
 	r.h.snapshots[r.pc] = r.h.world.clone()
 	return r
 }
@@ -620,25 +621,25 @@ func (r *modelRun) logState() {
 	if !r.verbose {
 		return
 	}
-	for i, ts := range r.c.types {
+	for i, ts := range r.c.Types {
 		if ts == nil {
 			continue
 		}
 		var held, rejected, removing []string
-		ts.held.Each(func(n string, e *shared.Encoded) { held = append(held, n+"@"+e.Version) })
-		for n := range ts.rejected() {
+		ts.Held.Each(func(n string, e *shared.Encoded) { held = append(held, n+"@"+e.Version) })
+		for n := range ts.Rejected() {
 			rejected = append(rejected, n)
 		}
-		for n := range ts.removing() {
+		for n := range ts.Removing() {
 			removing = append(removing, n)
 		}
 		slices.Sort(rejected)
 		slices.Sort(removing)
 		r.logf("state %s: sub %v wildcard %v held %v rejected %v removing %v flights %d retry %v fault %v nack %v sent %q acked %q",
-			r.h.set.order[i].Short(), ts.sub.Names, ts.sub.Wildcard, held, rejected, removing, len(ts.flights),
-			ts.retry() != nil, ts.fault != nil, ts.nack != nil, ts.nonceSent, ts.nonceAcked)
+			r.h.set.order[i].Short(), ts.Sub.Names, ts.Sub.Wildcard, held, rejected, removing, len(ts.Flights),
+			ts.Retry() != nil, ts.Fault != nil, ts.NACK != nil, ts.NonceSent, ts.NonceAcked)
 	}
-	r.logf("state: plan %v parked %v synced to %d of %d", r.c.plan != nil, r.parked != nil, r.c.syncedTo(), r.pc.Seq())
+	r.logf("state: plan %v parked %v synced to %d of %d", r.c.Plan != nil, r.parked != nil, r.c.SyncedTo(), r.pc.Seq())
 }
 
 // The configuration: clusters c0…c5 (some present), each with its
@@ -750,7 +751,7 @@ func (r *modelRun) change(w cfgWorld) []pushcontext.ConfigKey {
 // connection: pushed at once if the core is free, parked otherwise.
 func (r *modelRun) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 	item := r.h.next(r.pc, r.now, true, change(r.h.world)...)
-	r.pc = item.req.Push
+	r.pc = item.Req.Push
 	r.parked = r.parked.Merge(item)
 	r.settle()
 }
@@ -759,17 +760,17 @@ func (r *modelRun) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 // parked once the core is free (the runner's after and unpark).
 func (r *modelRun) settle() {
 	for {
-		r.c.dropRare()
+		r.c.DropRare()
 		for _, m := range r.h.takeOut(r.c) {
 			r.sent(m)
 			r.inbox = append(r.inbox, m)
 		}
-		if r.c.busy() || r.parked == nil {
+		if r.c.Busy() || r.parked == nil {
 			return
 		}
 		item := r.parked
 		r.parked = nil
-		r.logf("push %d (merged %d)", item.seq, item.merged)
+		r.logf("push %d (merged %d)", item.Seq, item.Merged)
 		if err := runPush(context.Background(), r.h, r.c, r.now, item); err != nil {
 			r.t.Fatal(err)
 		}
@@ -781,18 +782,18 @@ func (r *modelRun) settle() {
 
 // sent checks a response as the core queues it: every name it carries is
 // one the client subscribes to, as far as the Server knows.
-func (r *modelRun) sent(m *outMsg) {
-	if b := r.h.set.maxResponseBytes; m.dresp != nil && proto.Size(m.dresp) > b {
-		r.fail("a %d-byte response, over MaxResponseBytes %d: %s", proto.Size(m.dresp), b, summary(m))
+func (r *modelRun) sent(m *session.OutMsg) {
+	if b := r.h.set.MaxResponseBytes; m.DeltaResp != nil && proto.Size(m.DeltaResp) > b {
+		r.fail("a %d-byte response, over MaxResponseBytes %d: %s", proto.Size(m.DeltaResp), b, summary(m))
 	}
-	ts := r.c.types[m.typeIdx]
+	ts := r.c.Types[m.TypeIndex]
 	var names []string
-	if m.dresp != nil {
-		for _, res := range m.dresp.Resources {
+	if m.DeltaResp != nil {
+		for _, res := range m.DeltaResp.Resources {
 			names = append(names, res.Name)
 		}
 	} else {
-		for _, a := range m.resp.Resources {
+		for _, a := range m.Resp.Resources {
 			n, _, err := modelResource(a)
 			if err != nil {
 				r.fail("%s: %v", summary(m), err)
@@ -802,11 +803,11 @@ func (r *modelRun) sent(m *outMsg) {
 		}
 	}
 	for _, n := range names {
-		if !ts.covers(n) && !r.namedByHeld(m.typeIdx, n) {
-			r.fail("%s carries %s, which the client does not subscribe to (%v)", summary(m), n, ts.sub.Names)
+		if !ts.Covers(n) && !r.namedByHeld(m.TypeIndex, n) {
+			r.fail("%s carries %s, which the client does not subscribe to (%v)", summary(m), n, ts.Sub.Names)
 		}
 	}
-	r.logf("    sent %s nonce %q", summary(m), m.nonce)
+	r.logf("    sent %s nonce %q", summary(m), m.Nonce)
 	if r.resumeLeft > 0 {
 		r.early[m] = true
 	}
@@ -820,21 +821,21 @@ func (r *modelRun) namedByHeld(i int, n string) bool {
 	set := r.h.set
 	var parent int
 	switch i {
-	case set.cdsIdx:
-		parent = set.rdsIdx
-	case set.edsIdx:
-		parent = set.cdsIdx
-	case set.rdsIdx:
-		parent = set.ldsIdx
+	case set.CDSIndex:
+		parent = set.RDSIndex
+	case set.EDSIndex:
+		parent = set.CDSIndex
+	case set.RDSIndex:
+		parent = set.LDSIndex
 	default:
 		return false
 	}
-	pts := r.c.types[parent]
+	pts := r.c.Types[parent]
 	if pts == nil {
 		return false
 	}
 	named := false
-	pts.held.Each(func(name string, e *shared.Encoded) {
+	pts.Held.Each(func(name string, e *shared.Encoded) {
 		switch msg := e.Msg.(type) {
 		case *routev3.RouteConfiguration:
 			named = named || slices.Contains(xdsrefs.ClustersOfRoute(msg), n)
@@ -858,7 +859,7 @@ func (r *modelRun) random() {
 		{15, true, func() { r.arrive(r.change) }},
 		{30, len(r.inbox) > 0, r.readResponse},
 		{30, len(r.outbox) > 0, r.readRequest},
-		{5, !r.c.deadline().IsZero(), r.tick},
+		{5, !r.c.Deadline().IsZero(), r.tick},
 		{4, true, r.toggleFailure},
 		{4, len(r.client.read) > 0, r.stale},
 		{1, r.client.delta, r.reconnect},
@@ -887,7 +888,7 @@ func (r *modelRun) random() {
 func (r *modelRun) readResponse() {
 	m := r.inbox[0]
 	r.inbox = r.inbox[1:]
-	r.logf("client reads %s nonce %q", summary(m), m.nonce)
+	r.logf("client reads %s nonce %q", summary(m), m.Nonce)
 	if r.early[m] {
 		delete(r.early, m)
 		r.timedOut = true
@@ -904,7 +905,7 @@ func (r *modelRun) readRequest() {
 	in := r.outbox[0]
 	r.outbox = r.outbox[1:]
 	r.logf("server reads %s%s", describe(in), nackOf(in))
-	if in.delta != nil && in.delta.InitialResourceVersions != nil && r.resumeLeft > 0 {
+	if in.Delta != nil && in.Delta.InitialResourceVersions != nil && r.resumeLeft > 0 {
 		r.resumeLeft--
 	}
 	if err := runRequest(context.Background(), r.h, r.c, r.now, in); err != nil {
@@ -913,8 +914,8 @@ func (r *modelRun) readRequest() {
 	r.settle()
 }
 
-func nackOf(in inbound) string {
-	if in.delta != nil && in.delta.ErrorDetail != nil || in.sotw != nil && in.sotw.ErrorDetail != nil {
+func nackOf(in session.Inbound) string {
+	if in.Delta != nil && in.Delta.ErrorDetail != nil || in.SotW != nil && in.SotW.ErrorDetail != nil {
 		return " (NACK)"
 	}
 	return ""
@@ -922,14 +923,14 @@ func nackOf(in inbound) string {
 
 // tick lets time pass to the core's next deadline and runs what is due.
 func (r *modelRun) tick() {
-	r.now = r.c.deadline()
+	r.now = r.c.Deadline()
 	r.logf("tick")
 	retry, err := runTick(context.Background(), r.h, r.c, r.now)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	if retry {
-		r.parked = r.c.takeFailed().Merge(r.parked)
+		r.parked = r.c.TakeFailed().Merge(r.parked)
 	}
 	r.settle()
 }
@@ -951,10 +952,10 @@ func (r *modelRun) toggleFailure() {
 // it holds.
 func (r *modelRun) reconnect() {
 	r.streams++
-	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*outMsg]bool{}
-	r.c = newCore(&r.h.set.coreSettings, r.h, true, 1)
+	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*session.OutMsg]bool{}
+	r.c = session.New(&r.h.set.Settings, r.h, true, 1)
 	st, err := r.h.initProxy(context.Background(), r.pc)
-	if err := r.c.init(r.now, r.pc, r.pc.Seq(), proxyInit(st), err); err != nil {
+	if err := r.c.Init(r.now, r.pc, r.pc.Seq(), session.ProxyInit(st), err); err != nil {
 		r.t.Fatal(err)
 	}
 	r.logf("-- reconnect: stream %d", r.streams+1)
@@ -994,26 +995,26 @@ func (r *modelRun) check() {
 	if len(r.inbox) > 0 || len(r.outbox) > 0 {
 		return
 	}
-	if r.timedOut && !r.c.busy() && r.client.dangling() == "" {
+	if r.timedOut && !r.c.Busy() && r.client.dangling() == "" {
 		r.timedOut = false
 	}
 	// Nothing on the wire, nothing waiting to be sent: the Server knows
 	// what the client holds.
-	if !r.c.busy() && r.c.deadline().IsZero() && !deferring(r.c) {
+	if !r.c.Busy() && r.c.Deadline().IsZero() && !deferring(r.c) {
 		r.checkBelief()
 	}
 	r.checkSync()
 }
 
 // deferring reports whether an answer of c waits for a push's phases.
-func deferring(c *core) bool {
-	return slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.deferred() != nil })
+func deferring(c *session.Core) bool {
+	return slices.ContainsFunc(c.Types, func(ts *session.TypeState) bool { return ts != nil && ts.Deferred() != nil })
 }
 
 // checkBelief checks that the Server believes the client holds what it
 // holds.
 func (r *modelRun) checkBelief() {
-	for i, ts := range r.c.types {
+	for i, ts := range r.c.Types {
 		typ := r.h.set.order[i]
 		held := r.client.held[typ]
 		if ts == nil {
@@ -1025,17 +1026,17 @@ func (r *modelRun) checkBelief() {
 		// A SotW client that unsubscribed from a name a route sent since
 		// names again will subscribe to it again; the Server keeps it
 		// marked for removal meanwhile, as if held (see unsubscribed).
-		believed := slices.DeleteFunc(ts.held.Names(), func(n string) bool {
-			_, removing := ts.removing()[n]
-			return removing && !ts.covers(n) && held[n] == nil
+		believed := slices.DeleteFunc(ts.Held.Names(), func(n string) bool {
+			_, removing := ts.Removing()[n]
+			return removing && !ts.Covers(n) && held[n] == nil
 		})
 		holds := slices.Sorted(maps.Keys(held))
 		if !slices.Equal(believed, holds) {
-			r.fail("the client holds %s %v; the Server believes it holds %v", typ.Short(), slices.Sorted(maps.Keys(held)), ts.held.Names())
+			r.fail("the client holds %s %v; the Server believes it holds %v", typ.Short(), slices.Sorted(maps.Keys(held)), ts.Held.Names())
 			return
 		}
 		for _, n := range holds {
-			e := ts.held.Get(n)
+			e := ts.Held.Get(n)
 			if e.Msg == nil && r.client.delta && !e.Foreign && e.Version == r.client.versions[typ][n] {
 				continue // the version the client reported on reconnecting
 			}
@@ -1053,14 +1054,14 @@ func (r *modelRun) checkSync() {
 	if r.failed != "" {
 		return
 	}
-	if r.parked != nil || r.c.syncedTo() < r.pc.Seq() {
+	if r.parked != nil || r.c.SyncedTo() < r.pc.Seq() {
 		return
 	}
-	for i, ts := range r.c.types {
-		if ts != nil && ts.fault != nil {
+	for i, ts := range r.c.Types {
+		if ts != nil && ts.Fault != nil {
 			return // Sync reports the failure
 		}
-		if ts != nil && ts.nackStands() {
+		if ts != nil && ts.NACKStands() {
 			r.logf("synced, %s NACK standing", r.h.set.order[i].Short())
 			return // Sync reports the NACK
 		}
@@ -1107,7 +1108,7 @@ func (r *modelRun) end() {
 		// A removal held back may send again, in the response that carries
 		// the valid clusters, content the client rejected; it rejects them
 		// all then, and they are withheld until they change again.
-		if round > 0 && !slices.ContainsFunc(r.c.types, func(ts *typeState) bool { return ts != nil && ts.nackStands() }) {
+		if round > 0 && !slices.ContainsFunc(r.c.Types, func(ts *session.TypeState) bool { return ts != nil && ts.NACKStands() }) {
 			break
 		}
 		r.logf("-- end: faults stop, every cluster changes")
@@ -1150,11 +1151,11 @@ func (r *modelRun) drain() {
 			r.readResponse()
 		case len(r.outbox) > 0:
 			r.readRequest()
-		case !r.c.deadline().IsZero() && idle < idleTicks:
+		case !r.c.Deadline().IsZero() && idle < idleTicks:
 			sent := len(r.inbox)
 			r.tick()
 			idle++
-			if len(r.outbox) > 0 || r.parked != nil || slices.ContainsFunc(r.inbox[sent:], func(m *outMsg) bool { return !m.beat }) {
+			if len(r.outbox) > 0 || r.parked != nil || slices.ContainsFunc(r.inbox[sent:], func(m *session.OutMsg) bool { return !m.Beat }) {
 				idle = 0
 			}
 		default:
@@ -1170,25 +1171,25 @@ func (r *modelRun) drain() {
 // atRest checks the end: the client holds the configuration, the Server
 // is synced to the last push with nothing failing and no NACK standing.
 func (r *modelRun) atRest() {
-	if r.parked != nil || r.c.busy() {
-		r.fail("at rest, a push is parked (%v) or in its phases (%v)", r.parked != nil, r.c.busy())
+	if r.parked != nil || r.c.Busy() {
+		r.fail("at rest, a push is parked (%v) or in its phases (%v)", r.parked != nil, r.c.Busy())
 		return
 	}
-	if got := r.c.syncedTo(); got < r.pc.Seq() {
+	if got := r.c.SyncedTo(); got < r.pc.Seq() {
 		r.fail("at rest, synced to %d; want %d (the last push)", got, r.pc.Seq())
 		return
 	}
-	for i, ts := range r.c.types {
+	for i, ts := range r.c.Types {
 		if ts == nil {
 			continue
 		}
 		typ := r.h.set.order[i]
-		if ts.fault != nil {
-			r.fail("at rest, %s fails: %v", typ.Short(), ts.fault.err)
+		if ts.Fault != nil {
+			r.fail("at rest, %s fails: %v", typ.Short(), ts.Fault.Err)
 			return
 		}
-		if ts.nackStands() {
-			r.fail("at rest, a NACK of %s stands: %+v", typ.Short(), *ts.nack)
+		if ts.NACKStands() {
+			r.fail("at rest, a NACK of %s stands: %+v", typ.Short(), *ts.NACK)
 			return
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -22,11 +23,11 @@ var protocols = map[bool]string{false: "sotw", true: "delta"}
 // nonce).
 func (r *coreRun) unsubscribe(typ TypeURL, names ...string) {
 	r.t.Helper()
-	r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesUnsubscribe: names}})
+	r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesUnsubscribe: names}})
 }
 
-func (r *coreRun) typeState(typ TypeURL) *typeState {
-	return r.c.types[r.h.set.typeIndex(typ)]
+func (r *coreRun) typeState(typ TypeURL) *session.TypeState {
+	return r.c.Types[r.h.set.typeIndex(typ)]
 }
 
 // expectHeld checks what the Server believes the client holds of typ.
@@ -40,7 +41,7 @@ func (r *coreRun) expectHeld(what string, typ TypeURL, want ...string) {
 // expectBusy checks whether the push is still in its phases.
 func (r *coreRun) expectBusy(what string, want bool) {
 	r.t.Helper()
-	if got := r.c.busy(); got != want {
+	if got := r.c.Busy(); got != want {
 		r.t.Fatalf("%s: busy() = %v; want %v", what, got, want)
 	}
 }
@@ -123,15 +124,15 @@ func TestCorePushCompletesOnceFetched(t *testing.T) {
 					subscribe()
 					r.expect("r1 answered", want...)
 					r.expectBusy("r1 fetched", false)
-					if r.c.completedSeq != r.c.appliedSeq {
-						t.Errorf("completedSeq = %d; want %d (appliedSeq)", r.c.completedSeq, r.c.appliedSeq)
+					if r.c.CompletedSeq != r.c.AppliedSeq {
+						t.Errorf("completedSeq = %d; want %d (appliedSeq)", r.c.CompletedSeq, r.c.AppliedSeq)
 					}
 					if len(events) > 0 {
 						t.Errorf("phase timeouts = %+v; want none", events)
 					}
 					return
 				}
-				if got := r.c.deadline(); !got.Equal(r.now.Add(timeout)) {
+				if got := r.c.Deadline(); !got.Equal(r.now.Add(timeout)) {
 					t.Fatalf("deadline() = %v; want the phase timeout %v", got, r.now.Add(timeout))
 				}
 				r.wait(timeout - time.Millisecond)
@@ -146,8 +147,8 @@ func TestCorePushCompletesOnceFetched(t *testing.T) {
 				if ev.Next != "" || ev.Removal || !slices.Equal(ev.Waiting, []TypeURL{RouteType}) || ev.Waited != timeout {
 					t.Errorf("PhaseTimeoutEvent = %+v; want Next empty, Waiting [RDS], Waited %v", ev, timeout)
 				}
-				if r.c.completedSeq != r.c.appliedSeq {
-					t.Errorf("completedSeq = %d; want %d (appliedSeq)", r.c.completedSeq, r.c.appliedSeq)
+				if r.c.CompletedSeq != r.c.AppliedSeq {
+					t.Errorf("completedSeq = %d; want %d (appliedSeq)", r.c.CompletedSeq, r.c.AppliedSeq)
 				}
 				if tt.late {
 					subscribe()
@@ -230,7 +231,7 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 			r.resubscribe(ClusterType, "c0")
 			r.expect("the narrowing's answer", tt.want...)
 			cds := r.typeState(ClusterType)
-			if _, marked := cds.removing()["c1"]; marked != tt.flip {
+			if _, marked := cds.Removing()["c1"]; marked != tt.flip {
 				t.Errorf("c1 marked for removal = %v; want %v", marked, tt.flip)
 			}
 			r.ack(ClusterType)
@@ -239,8 +240,8 @@ func TestCoreSotWNarrowedClustersKeptWhileNamed(t *testing.T) {
 				r.ack(RouteType)
 				r.resubscribe(ClusterType, "c0", "c1")
 				r.expect("c1 subscribed again", tt.wantThen...)
-				if len(cds.removing()) > 0 {
-					t.Errorf("removing = %v after the client subscribed again; want none", cds.removing())
+				if len(cds.Removing()) > 0 {
+					t.Errorf("removing = %v after the client subscribed again; want none", cds.Removing())
 				}
 			case "unname":
 				r.ack(RouteType)
@@ -307,8 +308,8 @@ func TestCoreDeltaDroppedClusterStillNamedIsAwaited(t *testing.T) {
 			h := r.h
 			synced := func(what string, want bool) {
 				t.Helper()
-				if got := r.c.syncedTo() >= r.pc.Seq(); got != want {
-					t.Fatalf("%s: synced = %v (syncedTo %d, push %d); want %v", what, got, r.c.syncedTo(), r.pc.Seq(), want)
+				if got := r.c.SyncedTo() >= r.pc.Seq(); got != want {
+					t.Fatalf("%s: synced = %v (syncedTo %d, push %d); want %v", what, got, r.c.SyncedTo(), r.pc.Seq(), want)
 				}
 			}
 			// The route moves to c1; the client reads it and will drop c0.
@@ -381,7 +382,7 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 	routes := func(r *coreRun) {
 		r.mesh()
 		r.change(true, func() { r.h.put(RouteType, xdsfixture.Route("r1", "c0")) }, ckey(kindRoute, "r1"))
-		if r.c.delta {
+		if r.c.Delta {
 			r.resubscribe(RouteType, "r1")
 		} else {
 			r.resubscribe(RouteType, "r0", "r1")
@@ -421,8 +422,8 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 			r.expectBusy("after the push", false)
 			r.expectHeld("still subscribed by name", tt.typ, before...)
 			ts := r.typeState(tt.typ)
-			if ts.failure() != nil {
-				t.Errorf("%s error = %v; want none (the client is on its way, not the configuration at fault)", tt.typ.Short(), ts.failure())
+			if ts.Failure() != nil {
+				t.Errorf("%s error = %v; want none (the client is on its way, not the configuration at fault)", tt.typ.Short(), ts.Failure())
 			}
 			// The client unsubscribes.
 			if tt.delta {
@@ -461,8 +462,8 @@ func TestCoreWildcardUnnamedRemoved(t *testing.T) {
 				r.expect("c1 removed", "CDS [c0]")
 			}
 			r.expectHeld("at the end", ClusterType, "c0")
-			var re *refError
-			if err := r.typeState(ClusterType).failure(); errors.As(err, &re) {
+			var re *session.RefError
+			if err := r.typeState(ClusterType).Failure(); errors.As(err, &re) {
 				t.Errorf("CDS error = %v; want none", err)
 			}
 		})
@@ -547,19 +548,19 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.resubscribe(ClusterType, "*")
 	r.expect("the CDS answer fails")
 	cds := r.typeState(ClusterType)
-	if !cds.sub.Wildcard || cds.failure() == nil {
-		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.sub.Wildcard, cds.failure())
+	if !cds.Sub.Wildcard || cds.Failure() == nil {
+		t.Fatalf("CDS wildcard %t, error %v; want a wildcard subscription whose answer failed", cds.Sub.Wildcard, cds.Failure())
 	}
 	// It asks for r1, which names c1.
 	r.resubscribe(RouteType, "r0", "r1")
 	r.expect("nothing: r1 is held back, the client lacks c1")
 	rds := r.typeState(RouteType)
-	var re *refError
-	if !errors.As(rds.failure(), &re) && rds.retry() == nil {
-		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
+	var re *session.RefError
+	if !errors.As(rds.Failure(), &re) && rds.Retry() == nil {
+		t.Fatalf("RDS: no retry of the route held back (error %v)", rds.Failure())
 	}
 	if re != nil {
-		t.Fatalf("RDS error %v: the configuration has c1; the client has not been sent it yet", rds.failure())
+		t.Fatalf("RDS error %v: the configuration has c1; the client has not been sent it yet", rds.Failure())
 	}
 	// The generator recovers: c1, then the route that names it.
 	delete(h.fail, ClusterType)
@@ -567,8 +568,8 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 	r.expect("the clusters", "CDS [c0 c1]")
 	r.ack(ClusterType)
 	r.expect("then, once the client has ACKed them, the route", "RDS [r1]")
-	if cds.failure() != nil || rds.failure() != nil {
-		t.Errorf("errors after the recovery: CDS %v, RDS %v; want none", cds.failure(), rds.failure())
+	if cds.Failure() != nil || rds.Failure() != nil {
+		t.Errorf("errors after the recovery: CDS %v, RDS %v; want none", cds.Failure(), rds.Failure())
 	}
 }
 
@@ -576,7 +577,7 @@ func TestCoreNarrowGenerationKnowsNothingOfNewNames(t *testing.T) {
 // the answer.
 func (r *coreRun) askForC1() {
 	r.t.Helper()
-	if r.c.delta {
+	if r.c.Delta {
 		r.subscribe(ClusterType, "c1")
 		r.expect("c1", "CDS [c1] -[]")
 		return
@@ -656,16 +657,16 @@ func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
 				if !slices.ContainsFunc(sent, func(s string) bool { return strings.HasPrefix(s, "RDS [r1") }) {
 					t.Fatalf("responses %q; want r1 among them", sent)
 				}
-				for !r.typeState(RouteType).synced() {
+				for !r.typeState(RouteType).Synced() {
 					r.ack(RouteType)
 					sent = append(sent, r.take()...)
 				}
-				if r.c.plan == nil {
+				if r.c.Plan == nil {
 					t.Fatalf("the push is complete before the client has asked for c1, which its new route names (responses %q)", sent)
 				}
 				r.askForC1()
 				r.ack(ClusterType)
-				if r.c.plan == nil {
+				if r.c.Plan == nil {
 					t.Fatal("the push is complete before the client has asked for c1's endpoints")
 				}
 				if delta {
@@ -675,8 +676,8 @@ func TestCorePushWaitsForTheClustersOfAnAnsweredRoute(t *testing.T) {
 				}
 				r.expect("c1's endpoints", "EDS [c1]"+r.none())
 				r.ack(EndpointType)
-				if r.c.plan != nil {
-					t.Fatalf("the push is still open once the client has everything: phases %d", len(r.c.plan.phases))
+				if r.c.Plan != nil {
+					t.Fatalf("the push is still open once the client has everything: phases %d", len(r.c.Plan.Phases))
 				}
 			})
 		}
@@ -723,25 +724,25 @@ func TestCoreResubscribedNameLosesItsRemovalMark(t *testing.T) {
 	r.resubscribe(ClusterType, "c2")
 	r.expect("nothing: the answer fails")
 	cds := r.typeState(ClusterType)
-	if f := cds.failure(); f == nil || !strings.Contains(f.Error(), "injected") {
+	if f := cds.Failure(); f == nil || !strings.Contains(f.Error(), "injected") {
 		t.Fatalf("CDS failure %v after the request for c2; want the injected one", f)
 	}
 	r.ack(EndpointType)
 	r.expect("the removal phase: nothing of CDS to remove")
 	r.expectHeld("after the removal phase (c2 was ignored, and not sent since)", ClusterType)
-	if f := cds.fault; f == nil || f.stage != "generate" {
-		t.Fatalf("CDS failure %v after the removal phase; want the injected generate failure alone", cds.failure())
+	if f := cds.Fault; f == nil || f.Stage != "generate" {
+		t.Fatalf("CDS failure %v after the removal phase; want the injected generate failure alone", cds.Failure())
 	}
 	delete(h.fail, ClusterType)
 	r.wait(time.Minute)
 	r.expect("the retried answer", "CDS [c2]")
 	r.ack(ClusterType)
-	if f := cds.failure(); f != nil {
+	if f := cds.Failure(); f != nil {
 		t.Errorf("CDS failure %v at the end; want none", f)
 	}
 	r.expectHeld("at the end", ClusterType, "c2")
-	if len(cds.removing()) > 0 {
-		t.Errorf("removing = %v at the end; want none", cds.removing())
+	if len(cds.Removing()) > 0 {
+		t.Errorf("removing = %v at the end; want none", cds.Removing())
 	}
 }
 
@@ -808,8 +809,8 @@ func TestCoreStaleRequestKeepsWhatThePushHoldsBack(t *testing.T) {
 		delete(h.world[EndpointType], "c1")
 	}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"), ckey(kindCluster, "c2"), ckey(kindEndpoint, "c1"), ckey(kindEndpoint, "c2"), ckey(kindRoute, "r0"))
 	r.expect("the CDS phase (c0 changed) keeps c1 until the removal phase; c0 re-warms", "CDS [c0 c1]", "EDS [c0]")
-	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResponseNonce: old.nonce,
-		VersionInfo: old.resp.VersionInfo, ResourceNames: []string{"c0"}}})
+	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResponseNonce: old.Nonce,
+		VersionInfo: old.Resp.VersionInfo, ResourceNames: []string{"c0"}}})
 	r.resubscribe(ClusterType, "c0", "c1")
 	sent := r.take()
 	for _, s := range sent {
@@ -819,7 +820,7 @@ func TestCoreStaleRequestKeepsWhatThePushHoldsBack(t *testing.T) {
 	}
 	r.expectHeld("before the RDS phase", ClusterType, "c0", "c1")
 	for _, typ := range []TypeURL{ClusterType, EndpointType} {
-		if !r.typeState(typ).synced() {
+		if !r.typeState(typ).Synced() {
 			r.ack(typ)
 		}
 	}

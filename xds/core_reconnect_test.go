@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -32,7 +33,7 @@ func (r *coreRun) version(typ TypeURL, msg proto.Message) string {
 // the names it subscribes to and the versions it holds.
 func (r *coreRun) resume(typ TypeURL, initial map[string]string, names ...string) {
 	r.t.Helper()
-	r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names,
+	r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names,
 		InitialResourceVersions: initial}})
 }
 
@@ -118,7 +119,7 @@ func TestCoreDeltaReconnect(t *testing.T) {
 			r.expect("the end")
 			r.expectBusy("at the end", false)
 			r.expectHeld("clusters", ClusterType, "c0")
-			if ts := r.typeState(RouteType); ts.held.Get("r0").Unknown() && tt.r0 != "equal" {
+			if ts := r.typeState(RouteType); ts.Held.Get("r0").Unknown() && tt.r0 != "equal" {
 				t.Errorf("r0 still held as reported (%s); want the content sent", tt.r0)
 			}
 		})
@@ -149,10 +150,10 @@ func TestCoreDeltaReconnectNACKHoldsRoutesBack(t *testing.T) {
 	r.nack(ClusterType, "c1 is invalid")
 	r.expect("LDS and RDS after the NACK; r0 → c1 held back", "LDS [] -[]", "RDS [] -[]")
 	rds := r.typeState(RouteType)
-	if rds.failure() != nil {
-		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.failure())
+	if rds.Failure() != nil {
+		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.Failure())
 	}
-	if e := rds.held.Get("r0"); !e.Unknown() {
+	if e := rds.Held.Get("r0"); !e.Unknown() {
 		t.Errorf("r0 held = %v; want the version the client reported", e)
 	}
 	r.ack(ListenerType)
@@ -209,11 +210,11 @@ func TestCoreSotWReconnect(t *testing.T) {
 			names := map[TypeURL][]string{EndpointType: {"c0", "c2"}, RouteType: {"r0"}}
 			var got []string
 			for k, typ := range tt.order {
-				r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: version,
+				r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: version,
 					ResponseNonce: fmt.Sprintf("%s/%d", version, 7+k), ResourceNames: names[typ]}})
 				got = append(got, r.take()...)
-				if ts := r.typeState(typ); ts.nonceAcked != "" {
-					t.Errorf("%s: NonceAcked = %q after an old stream's nonce; want none", typ.Short(), ts.nonceAcked)
+				if ts := r.typeState(typ); ts.NonceAcked != "" {
+					t.Errorf("%s: NonceAcked = %q after an old stream's nonce; want none", typ.Short(), ts.NonceAcked)
 				}
 			}
 			if !slices.Equal(got, tt.want) {
@@ -227,7 +228,7 @@ func TestCoreSotWReconnect(t *testing.T) {
 			r.expect("answers to the ACKs", tt.wantAfter...)
 			for _, typ := range tt.order {
 				r.ack(typ)
-				if ts := r.typeState(typ); !ts.synced() {
+				if ts := r.typeState(typ); !ts.Synced() {
 					t.Errorf("%s not synced after the ACK of this stream's nonce", typ.Short())
 				}
 			}
@@ -267,13 +268,13 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 			r.expectBusy("after the removal phases", false)
 			r.expectHeld("clusters", ClusterType, "c0", "c1")
 			cds := r.typeState(ClusterType)
-			if cds.retry() == nil || cds.failure() != nil {
-				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.retry(), cds.failure())
+			if cds.Retry() == nil || cds.Failure() != nil {
+				t.Fatalf("CDS retry = %v, error = %v; want a retry, no failure", cds.Retry(), cds.Failure())
 			}
-			if !r.c.awaitsHeldBack(cds) {
+			if !r.c.AwaitsHeldBack(cds) {
 				t.Error("convergence does not wait for the held-back removal; want it to (the client is on its way)")
 			}
-			if r.c.deadline().IsZero() {
+			if r.c.Deadline().IsZero() {
 				t.Fatal("no deadline for the retry")
 			}
 			if tt.inFlight {
@@ -285,7 +286,7 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 				r.expect("r1 changed", "RDS [r1] -[]")
 				r.unsubscribe(RouteType, "r0")
 				r.expect("no retry before the RDS ACK")
-				if cds.retry() == nil {
+				if cds.Retry() == nil {
 					t.Fatal("CDS retry gone before the RDS ACK")
 				}
 				// The route push regenerated the types whose removals were
@@ -297,16 +298,16 @@ func TestCoreHeldBackRemovalRetriedOnACK(t *testing.T) {
 				r.expect("then its endpoints", "EDS [] -[c0]")
 			} else if delta {
 				// The listener is warm: the client drops r0, ACKing r1.
-				r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(RouteType),
-					ResourceNamesUnsubscribe: []string{"r0"}, ResponseNonce: r.last[RouteType].nonce}})
+				r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(RouteType),
+					ResourceNamesUnsubscribe: []string{"r0"}, ResponseNonce: r.last[RouteType].Nonce}})
 				r.expect("c0 and its endpoints removed at once", "CDS [] -[c0]", "EDS [] -[c0]")
 			} else {
 				r.resubscribe(RouteType, "r1")
 				r.expect("c0 removed at once", "CDS [c1]")
 			}
 			r.expectHeld("clusters", ClusterType, "c1")
-			if cds.retry() != nil {
-				t.Errorf("CDS retry still pending: %+v", cds.retry())
+			if cds.Retry() != nil {
+				t.Errorf("CDS retry still pending: %+v", cds.Retry())
 			}
 			r.expectBusy("at the end", false)
 		})
@@ -358,7 +359,7 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	r.ack(ClusterType)
 	r.ack(EndpointType)
 	r.take()
-	if r.c.busy() {
+	if r.c.Busy() {
 		// The removal phases wait for the rejected routes until the
 		// phase timeout.
 		r.wait(DefaultPhaseTimeout)
@@ -366,12 +367,12 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	}
 	cds := r.typeState(ClusterType)
 	r.expectHeld("clusters", ClusterType, "c0", "c1")
-	if cds.retry() == nil || cds.failure() != nil || r.c.awaitsHeldBack(cds) {
-		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry not awaited (the NACK stands), no failure", cds.retry(), cds.failure(), r.c.awaitsHeldBack(cds))
+	if cds.Retry() == nil || cds.Failure() != nil || r.c.AwaitsHeldBack(cds) {
+		t.Fatalf("CDS retry = %v, error = %v, awaited %v; want a retry not awaited (the NACK stands), no failure", cds.Retry(), cds.Failure(), r.c.AwaitsHeldBack(cds))
 	}
 	var gaps []time.Duration
 	for start := r.now; r.now.Sub(start) < 3*DefaultPhaseTimeout; {
-		at := r.c.deadline()
+		at := r.c.Deadline()
 		if at.IsZero() {
 			t.Fatal("no deadline for the held-back removal's retry")
 		}
@@ -380,8 +381,8 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 		r.take()
 	}
 	r.expectHeld("clusters after the retries", ClusterType, "c0", "c1")
-	if cds.retry() == nil || r.c.awaitsHeldBack(cds) {
-		t.Errorf("retry %v, awaited %v; want a retry, not awaited", cds.retry(), r.c.awaitsHeldBack(cds))
+	if cds.Retry() == nil || r.c.AwaitsHeldBack(cds) {
+		t.Errorf("retry %v, awaited %v; want a retry, not awaited", cds.Retry(), r.c.AwaitsHeldBack(cds))
 	}
 	if n := len(gaps); n < 2 || gaps[n-1] <= gaps[0] {
 		t.Errorf("retries %v apart; want them further and further apart", gaps)
@@ -407,7 +408,7 @@ func (r *coreRun) moveToNewRoute() {
 // ACKing each: next comes its subscription to the new route.
 func (r *coreRun) throughListenerPhase() {
 	r.t.Helper()
-	if r.c.delta {
+	if r.c.Delta {
 		r.expect("cluster phase", "CDS [c1] -[]")
 		r.resubscribe(EndpointType, "c1")
 	} else {
@@ -438,32 +439,32 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	// The reconnected client's first requests: the cluster answer fails.
 	h.fail[ClusterType] = errors.New("injected")
 	for _, typ := range []TypeURL{ClusterType, ListenerType} {
-		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old}})
+		r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old}})
 	}
 	r.expect("listeners answered, clusters failed", "LDS [l0]")
 	cds := r.typeState(ClusterType)
-	if cds.retry() == nil {
+	if cds.Retry() == nil {
 		t.Fatal("no retry of the failed cluster answer")
 	}
 	r.ack(ListenerType)
-	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(RouteType), VersionInfo: old, ResourceNames: []string{"r0"}}})
+	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(RouteType), VersionInfo: old, ResourceNames: []string{"r0"}}})
 	r.expect("the route waits: the client holds no cluster on this stream yet")
 
 	// The generator recovers; a push comes before the answer's retry.
 	delete(h.fail, ClusterType)
 	r.moveToNewRoute()
 	r.expect("the push waits for the first cluster answer")
-	if r.c.failed == nil {
+	if r.c.Failed == nil {
 		t.Fatal("the push was dropped; want it kept for after the answer")
 	}
-	if !r.wait(r.c.set.time(cds.rare.retryAt).Sub(r.now)) {
+	if !r.wait(r.c.Set.Time(cds.Rare.RetryAt).Sub(r.now)) {
 		t.Fatal("the push is not due once the answer is retried")
 	}
 	r.expect("the first answer, from the stream's snapshot", "CDS [c0]")
 	r.ack(ClusterType)
 	r.expect("then the route", "RDS [r0]")
 	r.ack(RouteType)
-	if err := runPush(r.ctx(), r.h, r.c, r.now, r.c.takeFailed()); err != nil {
+	if err := runPush(r.ctx(), r.h, r.c, r.now, r.c.TakeFailed()); err != nil {
 		t.Fatal(err)
 	}
 	r.expect("then the push's cluster phase keeps c0", "CDS [c0 c1]")
@@ -498,11 +499,11 @@ func TestCoreSotWFirstRouteAnswerBeforePush(t *testing.T) {
 	h.fail[RouteType] = errors.New("injected")
 	names := map[TypeURL][]string{EndpointType: {"c0"}, RouteType: {"r0"}}
 	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
-		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old, ResourceNames: names[typ]}})
+		r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old, ResourceNames: names[typ]}})
 	}
 	r.expect("clusters, endpoints and listeners answered, routes failed", "CDS [c0]", "EDS [c0]", "LDS [l0]")
 	rds := r.typeState(RouteType)
-	if rds.retry() == nil {
+	if rds.Retry() == nil {
 		t.Fatal("no retry of the failed route answer")
 	}
 	r.ack(ClusterType)
@@ -514,15 +515,15 @@ func TestCoreSotWFirstRouteAnswerBeforePush(t *testing.T) {
 	delete(h.fail, RouteType)
 	r.moveToNewRoute()
 	r.expect("the push waits for the first route answer")
-	if r.c.failed == nil {
+	if r.c.Failed == nil {
 		t.Fatal("the push was dropped; want it kept for after the answer")
 	}
-	if !r.wait(r.c.set.time(rds.rare.retryAt).Sub(r.now)) {
+	if !r.wait(r.c.Set.Time(rds.Rare.RetryAt).Sub(r.now)) {
 		t.Fatal("the push is not due once the answer is retried")
 	}
 	r.expect("the first answer, from the stream's snapshot", "RDS [r0]")
 	r.ack(RouteType)
-	if err := runPush(r.ctx(), r.h, r.c, r.now, r.c.takeFailed()); err != nil {
+	if err := runPush(r.ctx(), r.h, r.c, r.now, r.c.TakeFailed()); err != nil {
 		t.Fatal(err)
 	}
 	r.throughListenerPhase() // the push's cluster phase keeps c0
@@ -543,8 +544,8 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 		t.Run(protocols[delta], func(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
-			rds := r.h.set.rdsIdx
-			if _, _, errs := r.c.removable(rds, []string{"r0"}, nil); len(errs) != 1 || errs[0].rejected {
+			rds := r.h.set.RDSIndex
+			if _, _, errs := r.c.Removable(rds, []string{"r0"}, nil); len(errs) != 1 || errs[0].Rejected {
 				t.Fatalf("before the push: errors %v; want one failure (l0 as configured names r0)", errs)
 			}
 			r.moveToNewRoute()
@@ -552,12 +553,12 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 			r.nack(ClusterType, "rejected")
 			r.expect("the push stops")
 			lds := r.typeState(ListenerType)
-			if !lds.dirty || lds.lastSeq == r.c.at.push.Seq() {
+			if !lds.Dirty || lds.LastSeq == r.c.At.Push.Seq() {
 				t.Fatalf("listeners dirty = %v, last generated from the current snapshot = %v; want dirty, from an older one",
-					lds.dirty, lds.lastSeq == r.c.at.push.Seq())
+					lds.Dirty, lds.LastSeq == r.c.At.Push.Seq())
 			}
-			_, kept, errs := r.c.removable(rds, []string{"r0"}, nil)
-			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].rejected {
+			_, kept, errs := r.c.Removable(rds, []string{"r0"}, nil)
+			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].Rejected {
 				t.Fatalf("after the stopped push: kept %v, errors %v; want r0 held back, not a failure", kept, errs)
 			}
 		})
@@ -575,18 +576,18 @@ func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
 	})
 	r.mesh()
 	h := r.h
-	eds := h.set.edsIdx
-	if _, _, errs := r.c.removable(eds, []string{"c0"}, nil); len(errs) != 1 || errs[0].rejected {
+	eds := h.set.EDSIndex
+	if _, _, errs := r.c.Removable(eds, []string{"c0"}, nil); len(errs) != 1 || errs[0].Rejected {
 		t.Fatalf("before the push: errors %v; want one failure (c0 as configured names its endpoints)", errs)
 	}
 	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: xdsfixture.Cluster("c1")}}, Removed: []string{"c0"}}
 	r.moveToNewRoute()
 	r.expect("the cluster phase, from the changes", "CDS [c1] -[]")
-	if cds := r.typeState(ClusterType); cds.lastGet("c0") != nil || cds.lastGet("c1") == nil {
-		t.Fatalf("the configuration's clusters as last generated: c0 %v, c1 %v; want c1 only", cds.lastGet("c0"), cds.lastGet("c1"))
+	if cds := r.typeState(ClusterType); cds.LastGet("c0") != nil || cds.LastGet("c1") == nil {
+		t.Fatalf("the configuration's clusters as last generated: c0 %v, c1 %v; want c1 only", cds.LastGet("c0"), cds.LastGet("c1"))
 	}
-	_, kept, errs := r.c.removable(eds, []string{"c0"}, nil)
-	if !slices.Equal(kept, []string{"c0"}) || len(errs) != 1 || !errs[0].rejected {
+	_, kept, errs := r.c.Removable(eds, []string{"c0"}, nil)
+	if !slices.Equal(kept, []string{"c0"}) || len(errs) != 1 || !errs[0].Rejected {
 		t.Fatalf("c0's endpoints: kept %v, errors %v; want held back while the client holds c0, not a failure", kept, errs)
 	}
 }
@@ -596,7 +597,7 @@ func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
 // for the type in full.
 func TestTypeStateGenerated(t *testing.T) {
 	h := newFakeHost(t, nil)
-	cds := h.set.cdsIdx
+	cds := h.set.CDSIndex
 	set := func(names ...string) *shared.Set {
 		res := make([]Resource, len(names))
 		for k, n := range names {
@@ -626,21 +627,21 @@ func TestTypeStateGenerated(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ts := newTypeState(cds, shared.NoSubscription)
+			ts := session.NewTypeState(cds, shared.NoSubscription)
 			pc := &pushcontext.PushContext{}
-			ts.generated(&target{set: set("c0", "c1")}, pc, true)
+			ts.Generated(&session.Target{Set: set("c0", "c1")}, pc, true)
 			for k, up := range tt.partials {
-				tgt := &target{set: set(up...), partial: true}
+				tgt := &session.Target{Set: set(up...), Partial: true}
 				if k == len(tt.partials)-1 {
-					tgt.removed = tt.removed
+					tgt.Removed = tt.removed
 				}
-				ts.generated(tgt, pc, true)
+				ts.Generated(tgt, pc, true)
 			}
-			if known := ts.lastTarget != nil; known != tt.wantKnown || ts.dirty == tt.wantKnown {
-				t.Fatalf("known = %v, dirty = %v; want known %v, dirty %v", known, ts.dirty, tt.wantKnown, !tt.wantKnown)
+			if known := ts.LastTarget != nil; known != tt.wantKnown || ts.Dirty == tt.wantKnown {
+				t.Fatalf("known = %v, dirty = %v; want known %v, dirty %v", known, ts.Dirty, tt.wantKnown, !tt.wantKnown)
 			}
 			for n, want := range tt.want {
-				if got := ts.lastGet(n) != nil; got != want {
+				if got := ts.LastGet(n) != nil; got != want {
 					t.Errorf("lastGet(%q) != nil = %v; want %v", n, got, want)
 				}
 			}
@@ -661,7 +662,7 @@ func TestCoreSotWReconnectKeepsWhatOldRoutesName(t *testing.T) {
 	old := r.pc.Version()
 	names := map[TypeURL][]string{EndpointType: {"c0"}, RouteType: {"r0"}}
 	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
-		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old, ResourceNames: names[typ]}})
+		r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), VersionInfo: old, ResourceNames: names[typ]}})
 	}
 	r.expect("the route held back until c0 is ACKed", "CDS [c0]", "EDS [c0]", "LDS [l0]")
 	r.expectHeld("routes the client reported", RouteType, "r0")
@@ -669,7 +670,7 @@ func TestCoreSotWReconnectKeepsWhatOldRoutesName(t *testing.T) {
 	r.moveToNewRoute()
 	r.throughListenerPhase()
 	// The client has read no route response on this stream.
-	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(RouteType), VersionInfo: old, ResourceNames: []string{"r0", "r1"}}})
+	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(RouteType), VersionInfo: old, ResourceNames: []string{"r0", "r1"}}})
 	r.expect("the routes the configuration has", "RDS [r1]")
 	r.c0WaitsForR0()
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"google.golang.org/grpc/codes"
 )
@@ -19,12 +20,12 @@ func (r *coreRun) takeErrors() (resps, errs []string) {
 	r.t.Helper()
 	for _, m := range r.takeMsgs() {
 		resps = append(resps, summary(m))
-		list := m.resp.GetResourceErrors()
-		if m.dresp != nil {
-			list = m.dresp.GetResourceErrors()
+		list := m.Resp.GetResourceErrors()
+		if m.DeltaResp != nil {
+			list = m.DeltaResp.GetResourceErrors()
 		}
 		for _, e := range list {
-			errs = append(errs, fmt.Sprintf("%s %s %s", TypeURL(r.h.set.order[m.typeIdx]).Short(), e.GetResourceName().GetName(),
+			errs = append(errs, fmt.Sprintf("%s %s %s", TypeURL(r.h.set.order[m.TypeIndex]).Short(), e.GetResourceName().GetName(),
 				codes.Code(e.GetErrorDetail().GetCode())))
 		}
 	}
@@ -42,7 +43,7 @@ func (r *coreRun) expectErrors(what string, resps []string, errs ...string) {
 // statusErrors lists the resource errors Status would show for typ.
 func (r *coreRun) statusErrors(typ TypeURL) []string {
 	var out []string
-	for _, e := range r.typeState(typ).status(r.h.set, typ, "p", "p-1").ResourceErrors {
+	for _, e := range typeStateStatus(r.typeState(typ), r.h.set, typ, "p", "p-1").ResourceErrors {
 		out = append(out, e.Name+" "+e.Code.String())
 	}
 	return out
@@ -105,7 +106,7 @@ func TestCoreResourceHeldBackError(t *testing.T) {
 	if !slices.Equal(resps, []string{"RDS []"}) || !slices.Equal(errs, []string{"RDS r1 Unavailable"}) {
 		t.Fatalf("RDS answer: %q with errors %q; want an RDS response with r1 Unavailable", resps, errs)
 	}
-	st := r.typeState(RouteType).status(h.set, RouteType, "p", "p-1").ResourceErrors
+	st := typeStateStatus(r.typeState(RouteType), h.set, RouteType, "p", "p-1").ResourceErrors
 	if len(st) != 1 || !strings.Contains(st[0].Message, `CDS "cx"`) {
 		t.Errorf("Status errors %+v; want r1's reference error", st)
 	}
@@ -144,10 +145,10 @@ func TestCoreResourceErrorOfAFailedAnswer(t *testing.T) {
 	r.h.fail[EndpointType] = errors.New("the host's secret")
 	r.resubscribe(EndpointType, "c1")
 	ms := r.takeMsgs()
-	if len(ms) != 1 || len(ms[0].dresp.Resources) != 0 || len(ms[0].dresp.ResourceErrors) != 1 {
+	if len(ms) != 1 || len(ms[0].DeltaResp.Resources) != 0 || len(ms[0].DeltaResp.ResourceErrors) != 1 {
 		t.Fatalf("responses %q; want one carrying c1's error alone", summaries(ms))
 	}
-	e := ms[0].dresp.ResourceErrors[0]
+	e := ms[0].DeltaResp.ResourceErrors[0]
 	if e.ResourceName.Name != "c1" || codes.Code(e.ErrorDetail.Code) != codes.Unavailable || strings.Contains(e.ErrorDetail.Message, "secret") {
 		t.Errorf("error %v; want c1 Unavailable without the host's error", e)
 	}
@@ -214,9 +215,9 @@ func TestCoreNoErrorOnlyFullStateResponse(t *testing.T) {
 	r.expectErrors("the retry", []string{"LDS [l0]"})
 }
 
-// status returns the TypeStatus of ts, of type t, now, on the connection
+// typeStateStatus returns the TypeStatus of ts, of type t, now, on the connection
 // connID of proxy id.
-func (ts *typeState) status(set *settings, t TypeURL, id, connID string) TypeStatus {
-	sn := ts.snap()
-	return sn.status(set, t, id, connID)
+func typeStateStatus(ts *session.TypeState, set *settings, t TypeURL, id, connID string) TypeStatus {
+	sn := ts.Snap()
+	return typeStatus(&sn, set, t, id, connID)
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/internal/xdsrefs"
@@ -48,8 +49,8 @@ type fakeHost struct {
 }
 
 var (
-	_ coreHost = (*fakeHost)(nil)
-	_ genHost  = (*fakeHost)(nil)
+	_ session.Host = (*fakeHost)(nil)
+	_ genHost      = (*fakeHost)(nil)
 )
 
 // cfgWorld is the configuration, by type and name.
@@ -105,7 +106,7 @@ func (h *fakeHost) put(t TypeURL, msgs ...proto.Message) {
 	}
 }
 
-func (h *fakeHost) generate(_ context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (h *fakeHost) generate(_ context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*session.Target, error) {
 	t := h.set.order[i]
 	kind := "answer"
 	if push {
@@ -133,7 +134,7 @@ func (h *fakeHost) generate(_ context.Context, i int, sub *shared.Subscription, 
 	if err != nil {
 		return nil, err
 	}
-	return &target{set: set, sub: sub}, nil
+	return &session.Target{Set: set, Sub: sub}, nil
 }
 
 func (h *fakeHost) generateDelta(_ context.Context, i int, _ *shared.Subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
@@ -165,25 +166,25 @@ func (h *fakeHost) encode(i int, res []Resource) (*shared.Set, error) {
 	return shared.NewSet(ents), nil
 }
 
-func (h *fakeHost) intern(sub *shared.Subscription) *shared.Subscription { return sub }
+func (h *fakeHost) Intern(sub *shared.Subscription) *shared.Subscription { return sub }
 
-func (h *fakeHost) transition(shared.TransKey) *shared.Transition { return nil }
-func (h *fakeHost) share(shared.TransKey, *shared.Transition)     {}
-func (h *fakeHost) wouldSend(shared.TransKey) (bool, bool)        { return false, false }
-func (h *fakeHost) knownSends(shared.TransKey, bool)              {}
+func (h *fakeHost) Transition(shared.TransKey) *shared.Transition { return nil }
+func (h *fakeHost) Share(shared.TransKey, *shared.Transition)     {}
+func (h *fakeHost) WouldSend(shared.TransKey) (bool, bool)        { return false, false }
+func (h *fakeHost) KnownSends(shared.TransKey, bool)              {}
 
 func (h *fakeHost) initProxy(context.Context, *pushcontext.PushContext) (ProxyState, error) {
 	h.inits++
 	return ProxyState{}, nil
 }
 
-func (h *fakeHost) nonce(version string) string {
+func (h *fakeHost) Nonce(version string) string {
 	h.nonces++
 	return fmt.Sprintf("%s/%d", version, h.nonces)
 }
 
-func (h *fakeHost) rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool {
-	return rebuiltAfter(since, pc, h.set.kinds[i])
+func (h *fakeHost) Rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool {
+	return rebuiltAfter(since, pc, h.set.Kinds[i])
 }
 
 // build returns the next PushContext for keys.
@@ -203,7 +204,7 @@ func (h *fakeHost) build(prev *pushcontext.PushContext, keys ...pushcontext.Conf
 // next builds the PushContext that follows prev for a push of keys, keeps
 // a snapshot of the world for it (if snapshots is on), and returns the
 // push, made at now.
-func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool, keys ...pushcontext.ConfigKey) *pushItem {
+func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool, keys ...pushcontext.ConfigKey) *session.PushItem {
 	h.t.Helper()
 	req := &pushcontext.PushRequest{Full: full, ConfigsUpdated: pushcontext.NewConfigSet(keys...), Start: now}
 	pc, err := h.b.Build(prev, req)
@@ -215,25 +216,25 @@ func (h *fakeHost) next(prev *pushcontext.PushContext, now time.Time, full bool,
 	}
 	out := *req
 	out.Push = pc
-	return &pushItem{req: &out, seq: pc.Seq(), start: now, merged: 1}
+	return &session.PushItem{Req: &out, Seq: pc.Seq(), Start: now, Merged: 1}
 }
 
 // takeOut takes what c queued, as its runner does after a step: the
 // responses, returned, and the notices, reported (the hooks of h's
 // Config called).
-func (h *fakeHost) takeOut(c *core) []*outMsg {
-	h.set.report(context.Background(), "p", "p-1", c.delta, c.notices)
-	c.notices = c.notices[:0]
-	return c.takeOut()
+func (h *fakeHost) takeOut(c *session.Core) []*session.OutMsg {
+	h.set.report(context.Background(), "p", "p-1", c.Delta, c.Notices)
+	c.Notices = c.Notices[:0]
+	return c.TakeOut()
 }
 
 // newCore returns a core of a proxy "p" on a fresh PushContext.
-func (h *fakeHost) newCore(delta bool) *core {
+func (h *fakeHost) newCore(delta bool) *session.Core {
 	h.t.Helper()
-	c := newCore(&h.set.coreSettings, h, delta, 1)
+	c := session.New(&h.set.Settings, h, delta, 1)
 	pc := h.build(nil)
 	st, err := h.initProxy(context.Background(), pc)
-	if err := c.init(epoch, pc, pc.Seq(), proxyInit(st), err); err != nil {
+	if err := c.Init(epoch, pc, pc.Seq(), session.ProxyInit(st), err); err != nil {
 		h.t.Fatal(err)
 	}
 	return c
@@ -244,26 +245,26 @@ var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // summary describes a response: "CDS v/1 [a b]" (SotW) or
 // "CDS v/1 [a b] -[c]" (Delta).
-func summary(m *outMsg) string {
-	if m.dresp != nil {
+func summary(m *session.OutMsg) string {
+	if m.DeltaResp != nil {
 		var names []string
-		for _, r := range m.dresp.Resources {
+		for _, r := range m.DeltaResp.Resources {
 			names = append(names, r.Name)
 		}
-		return fmt.Sprintf("%s [%s] -[%s]", TypeURL(m.dresp.TypeUrl).Short(), strings.Join(names, " "), strings.Join(m.dresp.RemovedResources, " "))
+		return fmt.Sprintf("%s [%s] -[%s]", TypeURL(m.DeltaResp.TypeUrl).Short(), strings.Join(names, " "), strings.Join(m.DeltaResp.RemovedResources, " "))
 	}
 	var names []string
-	for _, a := range m.resp.Resources {
+	for _, a := range m.Resp.Resources {
 		n, _, err := xdsrefs.DecodeAny(a)
 		if err != nil {
 			n = "?" + err.Error()
 		}
 		names = append(names, n)
 	}
-	return fmt.Sprintf("%s [%s]", TypeURL(m.resp.TypeUrl).Short(), strings.Join(names, " "))
+	return fmt.Sprintf("%s [%s]", TypeURL(m.Resp.TypeUrl).Short(), strings.Join(names, " "))
 }
 
-func summaries(ms []*outMsg) []string {
+func summaries(ms []*session.OutMsg) []string {
 	var out []string
 	for _, m := range ms {
 		out = append(out, summary(m))
@@ -434,28 +435,28 @@ func TestCoreSotWRequests(t *testing.T) {
 					return
 				}
 				i := h.set.typeIndex(typ)
-				ts := newTypeState(i, shared.NewSubscription(st.names, false))
-				ts.order, ts.alwaysRespond = st.order, st.always
-				ts.nonceSent, ts.nonceAcked = "v/1", "v/1"
+				ts := session.NewTypeState(i, shared.NewSubscription(st.names, false))
+				ts.Order, ts.AlwaysRespond = st.order, st.always
+				ts.NonceSent, ts.NonceAcked = "v/1", "v/1"
 				if st.nonce != "" {
-					ts.nonceSent = st.nonce
+					ts.NonceSent = st.nonce
 				}
 				if !st.noHeld {
-					tgt, err := h.generate(context.Background(), i, ts.sub, &pushcontext.PushRequest{Push: c.at.push}, false)
+					tgt, err := h.generate(context.Background(), i, ts.Sub, &pushcontext.PushRequest{Push: c.At.Push}, false)
 					if err != nil {
 						t.Fatal(err)
 					}
-					ts.held.Reset(tgt.set)
+					ts.Held.Reset(tgt.Set)
 					if st.order != nil {
-						ts.held.Delete("c2") // the unsorted cases hold c1 only
+						ts.Held.Delete("c2") // the unsorted cases hold c1 only
 					}
 				}
-				c.types[i] = ts
+				c.Types[i] = ts
 			}
 			setUp(ClusterType, tt.cds)
 			setUp(EndpointType, tt.eds)
 			h.gens = nil
-			if err := runRequest(context.Background(), h, c, epoch, inbound{sotw: tt.req}); err != nil {
+			if err := runRequest(context.Background(), h, c, epoch, session.Inbound{SotW: tt.req}); err != nil {
 				t.Fatalf("request() = %v", err)
 			}
 			if got := summaries(h.takeOut(c)); !slices.Equal(got, tt.want) {
@@ -465,24 +466,24 @@ func TestCoreSotWRequests(t *testing.T) {
 				t.Errorf("generations = %q; want %q", h.gens, tt.wantGen)
 			}
 			i := h.set.typeIndex(TypeURL(tt.req.TypeUrl))
-			ts := c.types[i]
+			ts := c.Types[i]
 			if (ts != nil) != tt.wantWatch {
 				t.Fatalf("watched = %v; want %v", ts != nil, tt.wantWatch)
 			}
 			if ts == nil {
 				return
 			}
-			if tt.wantAcked != "" && ts.nonceAcked != tt.wantAcked {
-				t.Errorf("NonceAcked = %q; want %q", ts.nonceAcked, tt.wantAcked)
+			if tt.wantAcked != "" && ts.NonceAcked != tt.wantAcked {
+				t.Errorf("NonceAcked = %q; want %q", ts.NonceAcked, tt.wantAcked)
 			}
-			if (ts.nack != nil) != tt.wantNACK {
-				t.Errorf("NACK recorded = %v; want %v", ts.nack != nil, tt.wantNACK)
+			if (ts.NACK != nil) != tt.wantNACK {
+				t.Errorf("NACK recorded = %v; want %v", ts.NACK != nil, tt.wantNACK)
 			}
-			if tt.wantNACK && (ts.nack.version != "v2" || ts.nack.message != "bad endpoint") {
-				t.Errorf("NACK = %+v; want version v2, message %q", *ts.nack, "bad endpoint")
+			if tt.wantNACK && (ts.NACK.Version != "v2" || ts.NACK.Message != "bad endpoint") {
+				t.Errorf("NACK = %+v; want version v2, message %q", *ts.NACK, "bad endpoint")
 			}
-			if e := c.types[h.set.edsIdx]; e != nil && e.alwaysRespond != tt.wantAlways {
-				t.Errorf("EDS alwaysRespond = %v; want %v", e.alwaysRespond, tt.wantAlways)
+			if e := c.Types[h.set.EDSIndex]; e != nil && e.AlwaysRespond != tt.wantAlways {
+				t.Errorf("EDS alwaysRespond = %v; want %v", e.AlwaysRespond, tt.wantAlways)
 			}
 		})
 	}
@@ -498,7 +499,7 @@ func FuzzDeltaSubscribe(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		h := newFakeHost(t, nil)
 		c := h.newCore(true)
-		c.step(epoch)
+		c.Step(epoch)
 		alphabet := []string{"*", "a", "b", "c", "d", "e", "f"}
 		for _, n := range alphabet[1:] {
 			h.put(ClusterType, xdsfixture.Cluster(n))
@@ -519,7 +520,7 @@ func FuzzDeltaSubscribe(f *testing.F) {
 			} else {
 				req.ResourceNamesSubscribe = slices.Clone(list)
 			}
-			if _, err := c.deltaSubscribe(i, req); err != nil {
+			if _, err := c.DeltaSubscribe(i, req); err != nil {
 				t.Fatal(err)
 			}
 			// The model.
@@ -548,25 +549,25 @@ func FuzzDeltaSubscribe(f *testing.F) {
 					}
 				}
 			}
-			ts := c.types[i]
+			ts := c.Types[i]
 			want := slices.Sorted(maps.Keys(names))
-			if !slices.Equal(ts.sub.Names, want) && !(len(ts.sub.Names) == 0 && len(want) == 0) {
-				t.Fatalf("after %x: names = %q; want %q", ops[:k+1], ts.sub.Names, want)
+			if !slices.Equal(ts.Sub.Names, want) && !(len(ts.Sub.Names) == 0 && len(want) == 0) {
+				t.Fatalf("after %x: names = %q; want %q", ops[:k+1], ts.Sub.Names, want)
 			}
-			if ts.sub.Wildcard != wildcard {
-				t.Fatalf("after %x: wildcard = %v; want %v", ops[:k+1], ts.sub.Wildcard, wildcard)
+			if ts.Sub.Wildcard != wildcard {
+				t.Fatalf("after %x: wildcard = %v; want %v", ops[:k+1], ts.Sub.Wildcard, wildcard)
 			}
-			for _, n := range ts.held.Names() {
-				if !ts.covers(n) {
+			for _, n := range ts.Held.Names() {
+				if !ts.Covers(n) {
 					t.Fatalf("after %x: holds %q, which it does not subscribe to", ops[:k+1], n)
 				}
 			}
 			// Pretend the client was sent everything it subscribes to.
-			tgt, err := h.generate(context.Background(), i, ts.sub, &pushcontext.PushRequest{Push: c.at.push}, false)
+			tgt, err := h.generate(context.Background(), i, ts.Sub, &pushcontext.PushRequest{Push: c.At.Push}, false)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ts.held.Reset(tgt.set)
+			ts.Held.Reset(tgt.Set)
 		}
 	})
 }
@@ -576,18 +577,18 @@ func FuzzDeltaSubscribe(f *testing.F) {
 type coreRun struct {
 	t   *testing.T
 	h   *fakeHost
-	c   *core
+	c   *session.Core
 	now time.Time
 	pc  *pushcontext.PushContext
 	// last is the last response of each type, for ACKs.
-	last map[TypeURL]*outMsg
+	last map[TypeURL]*session.OutMsg
 }
 
 func newCoreRun(t *testing.T, delta bool, tweak func(*Config)) *coreRun {
 	h := newFakeHost(t, tweak)
-	r := &coreRun{t: t, h: h, now: epoch, last: map[TypeURL]*outMsg{}}
+	r := &coreRun{t: t, h: h, now: epoch, last: map[TypeURL]*session.OutMsg{}}
 	r.c = h.newCore(delta)
-	r.pc = r.c.at.push
+	r.pc = r.c.At.Push
 	return r
 }
 
@@ -598,7 +599,7 @@ func (r *coreRun) take() []string {
 	r.t.Helper()
 	ms := r.h.takeOut(r.c)
 	for _, m := range ms {
-		r.last[r.h.set.order[m.typeIdx]] = m
+		r.last[r.h.set.order[m.TypeIndex]] = m
 	}
 	return summaries(ms)
 }
@@ -616,13 +617,13 @@ func (r *coreRun) change(full bool, f func(), keys ...pushcontext.ConfigKey) {
 	r.t.Helper()
 	f()
 	item := r.h.next(r.pc, r.now, full, keys...)
-	r.pc = item.req.Push
+	r.pc = item.Req.Push
 	if err := runPush(r.ctx(), r.h, r.c, r.now, item); err != nil {
 		r.t.Fatal(err)
 	}
 }
 
-func (r *coreRun) request(in inbound) {
+func (r *coreRun) request(in session.Inbound) {
 	r.t.Helper()
 	if err := runRequest(r.ctx(), r.h, r.c, r.now, in); err != nil {
 		r.t.Fatal(err)
@@ -632,11 +633,11 @@ func (r *coreRun) request(in inbound) {
 // subscribe sends a client's first request of typ (no names: wildcard).
 func (r *coreRun) subscribe(typ TypeURL, names ...string) {
 	r.t.Helper()
-	if r.c.delta {
-		r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names}})
+	if r.c.Delta {
+		r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names}})
 		return
 	}
-	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names}})
+	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names}})
 }
 
 // resubscribe changes the subscription of typ, ACKing its last response
@@ -644,19 +645,19 @@ func (r *coreRun) subscribe(typ TypeURL, names ...string) {
 func (r *coreRun) resubscribe(typ TypeURL, names ...string) {
 	r.t.Helper()
 	m := r.last[typ]
-	if r.c.delta {
+	if r.c.Delta {
 		req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResourceNamesSubscribe: names}
 		if m != nil {
-			req.ResponseNonce = m.nonce
+			req.ResponseNonce = m.Nonce
 		}
-		r.request(inbound{delta: req})
+		r.request(session.Inbound{Delta: req})
 		return
 	}
 	req := &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResourceNames: names}
 	if m != nil {
-		req.ResponseNonce, req.VersionInfo = m.nonce, m.resp.VersionInfo
+		req.ResponseNonce, req.VersionInfo = m.Nonce, m.Resp.VersionInfo
 	}
-	r.request(inbound{sotw: req})
+	r.request(session.Inbound{SotW: req})
 }
 
 // ack ACKs the last response of typ, keeping the subscription.
@@ -681,24 +682,24 @@ func (r *coreRun) reply(typ TypeURL, nack string) {
 }
 
 // replyTo answers response m: an ACK, or a NACK with message nack.
-func (r *coreRun) replyTo(m *outMsg, nack string) {
+func (r *coreRun) replyTo(m *session.OutMsg, nack string) {
 	r.t.Helper()
-	typ := r.h.set.order[m.typeIdx]
+	typ := r.h.set.order[m.TypeIndex]
 	var detail *status.Status
 	if nack != "" {
 		detail = &status.Status{Code: 3, Message: nack}
 	}
-	if r.c.delta {
-		r.request(inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.nonce, ErrorDetail: detail}})
+	if r.c.Delta {
+		r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.Nonce, ErrorDetail: detail}})
 		return
 	}
-	ts := r.c.types[r.h.set.typeIndex(typ)]
-	names := ts.sub.Names
-	if ts.star { // the client repeats its "*"
+	ts := r.c.Types[r.h.set.typeIndex(typ)]
+	names := ts.Sub.Names
+	if ts.Star { // the client repeats its "*"
 		names = append([]string{"*"}, names...)
 	}
-	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.nonce,
-		VersionInfo: m.resp.VersionInfo, ResourceNames: names, ErrorDetail: detail}})
+	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.Nonce,
+		VersionInfo: m.Resp.VersionInfo, ResourceNames: names, ErrorDetail: detail}})
 }
 
 // wait lets d pass and runs what is due.
@@ -748,14 +749,14 @@ func (r *coreRun) mesh() {
 
 // none is what a Delta summary adds for no removal.
 func (r *coreRun) none() string {
-	if r.c.delta {
+	if r.c.Delta {
 		return " -[]"
 	}
 	return ""
 }
 
 func (r *coreRun) held(typ TypeURL) []string {
-	return r.c.types[r.h.set.typeIndex(typ)].held.Names()
+	return r.c.Types[r.h.set.typeIndex(typ)].Held.Names()
 }
 
 // swapC0ForC1 pushes a swap: a new cluster c1 with its endpoints, routes
@@ -837,17 +838,17 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	h := r.h
 	r.change(true, func() { h.put(RouteType, xdsfixture.Route("r0", "cx")) }, ckey(kindRoute, "r0"))
 	r.expect("route naming cx")
-	rds := r.c.types[h.set.rdsIdx]
-	var re *refError
-	if rds.fault == nil || !errors.As(rds.fault.err, &re) || re.to != "cx" || re.rejected || rds.fault.stage != "reference" {
-		t.Fatalf("RDS failure = %+v; want a ReferenceError to cx, not rejected", rds.fault)
+	rds := r.c.Types[h.set.RDSIndex]
+	var re *session.RefError
+	if rds.Fault == nil || !errors.As(rds.Fault.Err, &re) || re.To != "cx" || re.Rejected || rds.Fault.Stage != "reference" {
+		t.Fatalf("RDS failure = %+v; want a ReferenceError to cx, not rejected", rds.Fault)
 	}
-	if r.c.plan != nil {
+	if r.c.Plan != nil {
 		t.Fatal("the push is still in its phases")
 	}
 	r.cxArrives("RDS [r0]")
-	if rds.failure() != nil {
-		t.Errorf("RDS error after the fix = %v; want none", rds.failure())
+	if rds.Failure() != nil {
+		t.Errorf("RDS error after the fix = %v; want none", rds.Failure())
 	}
 }
 
@@ -876,12 +877,12 @@ func TestCoreAnsweredRouteWaitsForItsClustersACK(t *testing.T) {
 				if nack {
 					r.nack(ClusterType, "no")
 					r.expect("nothing: the client rejected c0")
-					var re *refError
-					if !errors.As(rds.failure(), &re) && rds.retry() == nil {
-						t.Fatalf("RDS: no retry of the route held back (error %v)", rds.failure())
+					var re *session.RefError
+					if !errors.As(rds.Failure(), &re) && rds.Retry() == nil {
+						t.Fatalf("RDS: no retry of the route held back (error %v)", rds.Failure())
 					}
-					if re != nil && !re.rejected {
-						t.Fatalf("RDS error %v: a failure of the configuration; want the route on its way", rds.failure())
+					if re != nil && !re.Rejected {
+						t.Fatalf("RDS error %v: a failure of the configuration; want the route on its way", rds.Failure())
 					}
 					c0 := xdsfixture.Cluster("c0")
 					c0.LbPolicy = 1
@@ -890,8 +891,8 @@ func TestCoreAnsweredRouteWaitsForItsClustersACK(t *testing.T) {
 				}
 				r.ack(ClusterType)
 				r.expect("the route, once the client has ACKed its cluster", "RDS [r0]"+r.none())
-				if rds.failure() != nil {
-					t.Errorf("RDS error = %v; want none", rds.failure())
+				if rds.Failure() != nil {
+					t.Errorf("RDS error = %v; want none", rds.Failure())
 				}
 			})
 		}
@@ -936,8 +937,8 @@ func TestCoreDeltaRetryReportsOnlyNamesStillAskedFor(t *testing.T) {
 	delete(h.fail, RouteType)
 	r.wait(time.Minute)
 	r.expect("the retry: nothing to say of rx, no longer asked for")
-	if rds := r.typeState(RouteType); rds.failure() != nil || rds.retry() != nil {
-		t.Errorf("RDS error %v, retry %v after the retry; want neither", rds.failure(), rds.retry())
+	if rds := r.typeState(RouteType); rds.Failure() != nil || rds.Retry() != nil {
+		t.Errorf("RDS error %v, retry %v after the retry; want neither", rds.Failure(), rds.Retry())
 	}
 }
 
@@ -950,10 +951,10 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 	h := r.h
 	r.change(true, func() { delete(h.world[ClusterType], "c0") }, ckey(kindCluster, "c0"))
 	r.expect("removal held back")
-	cds := r.c.types[h.set.cdsIdx]
-	var re *refError
-	if !errors.As(cds.failure(), &re) || !re.removal || re.from != "r0" || re.rejected {
-		t.Fatalf("CDS error = %v; want the removal of c0 held back by r0", cds.failure())
+	cds := r.c.Types[h.set.CDSIndex]
+	var re *session.RefError
+	if !errors.As(cds.Failure(), &re) || !re.Removal || re.From != "r0" || re.Rejected {
+		t.Fatalf("CDS error = %v; want the removal of c0 held back by r0", cds.Failure())
 	}
 	if got := r.held(ClusterType); !slices.Equal(got, []string{"c0"}) {
 		t.Fatalf("held clusters = %v; want [c0]", got)
@@ -971,8 +972,8 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 	r.expect("the route", "RDS [r0] -[]")
 	r.ack(RouteType)
 	r.expect("c0 goes at last", "CDS [] -[c0]")
-	if cds.failure() != nil {
-		t.Errorf("CDS error after the fix = %v; want none", cds.failure())
+	if cds.Failure() != nil {
+		t.Errorf("CDS error after the fix = %v; want none", cds.Failure())
 	}
 }
 
@@ -994,8 +995,8 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r.expect("CDS phase", "CDS [c0 c1]")
 	r.nack(ClusterType, "c1 is invalid")
 	r.expect("the push stops")
-	cds := r.c.types[h.set.cdsIdx]
-	if got := cds.held.Names(); !slices.Equal(got, []string{"c0"}) {
+	cds := r.c.Types[h.set.CDSIndex]
+	if got := cds.Held.Names(); !slices.Equal(got, []string{"c0"}) {
 		t.Fatalf("held clusters after the NACK = %v; want [c0] (what the client kept)", got)
 	}
 	// An unrelated push regenerates the dirty types: the route naming the
@@ -1004,10 +1005,10 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r.expect("endpoints only", "EDS [c0]")
 	r.ack(EndpointType)
 	r.expect("nothing else")
-	if rds := r.c.types[h.set.rdsIdx]; rds.failure() != nil {
-		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.failure())
+	if rds := r.c.Types[h.set.RDSIndex]; rds.Failure() != nil {
+		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.Failure())
 	}
-	if cds.nack == nil {
+	if cds.NACK == nil {
 		t.Fatal("the NACK no longer stands")
 	}
 	// A valid c1: sent, then the route.
@@ -1019,8 +1020,8 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r.ack(EndpointType)
 	r.wait(time.Minute) // the route's retry is due
 	r.expect("the route", "RDS [r0]")
-	if cds.nack != nil {
-		t.Errorf("NACK still standing after an ACK: %+v", cds.nack)
+	if cds.NACK != nil {
+		t.Errorf("NACK still standing after an ACK: %+v", cds.NACK)
 	}
 }
 
@@ -1053,12 +1054,12 @@ func TestCoreAcceptedBeforeAnswered(t *testing.T) {
 				push = "CDS [c1] -[]"
 			}
 			r.expect("the push, before the answer's ACK", push)
-			cds := r.c.types[h.set.cdsIdx]
+			cds := r.c.Types[h.set.CDSIndex]
 			accepted := func(when string) {
 				t.Helper()
-				if cds.nonceAcked != answer.nonce || cds.seqAcked != answer.seq || cds.appliedAcked != answer.applied || versionOf(cds.nonceAcked) == "" {
+				if cds.NonceAcked != answer.Nonce || cds.SeqAcked != answer.Seq || cds.AppliedAcked != answer.Applied || session.VersionOf(cds.NonceAcked) == "" {
 					t.Errorf("%s: acked nonce %q, version %q, seq %d, p %d; want the answer's: %q, seq %d, p %d",
-						when, cds.nonceAcked, versionOf(cds.nonceAcked), cds.seqAcked, cds.appliedAcked, answer.nonce, answer.seq, answer.applied)
+						when, cds.NonceAcked, session.VersionOf(cds.NonceAcked), cds.SeqAcked, cds.AppliedAcked, answer.Nonce, answer.Seq, answer.Applied)
 				}
 			}
 			if tc.staleACK {
@@ -1072,7 +1073,7 @@ func TestCoreAcceptedBeforeAnswered(t *testing.T) {
 			r.nack(ClusterType, "c1 is invalid")
 			r.expect("nothing for a NACK")
 			accepted("after the NACK")
-			if cds.nack == nil {
+			if cds.NACK == nil {
 				t.Error("the NACK does not stand")
 			}
 		})
@@ -1090,10 +1091,10 @@ func TestCorePushOfTheSnapshotItStandsOn(t *testing.T) {
 			r := newCoreRun(t, false, nil)
 			r.mesh()
 			if dirty {
-				r.typeState(ClusterType).dirty = true
+				r.typeState(ClusterType).Dirty = true
 			}
 			r.h.gens = nil
-			item := &pushItem{req: &pushcontext.PushRequest{Full: true, Forced: true, Push: r.pc}, seq: r.pc.Seq(), start: r.now, merged: 1}
+			item := &session.PushItem{Req: &pushcontext.PushRequest{Full: true, Forced: true, Push: r.pc}, Seq: r.pc.Seq(), Start: r.now, Merged: 1}
 			if err := runPush(r.ctx(), r.h, r.c, r.now, item); err != nil {
 				t.Fatal(err)
 			}
@@ -1101,23 +1102,23 @@ func TestCorePushOfTheSnapshotItStandsOn(t *testing.T) {
 			if len(r.h.gens) > 0 {
 				t.Errorf("generations %q; want none", r.h.gens)
 			}
-			if r.c.appliedSeq < item.seq || r.c.completedSeq < item.seq {
-				t.Errorf("applied %d, completed %d; want both at least %d", r.c.appliedSeq, r.c.completedSeq, item.seq)
+			if r.c.AppliedSeq < item.Seq || r.c.CompletedSeq < item.Seq {
+				t.Errorf("applied %d, completed %d; want both at least %d", r.c.AppliedSeq, r.c.CompletedSeq, item.Seq)
 			}
 		})
 	}
 }
 
-// versionOf gives back the version that Server.nonce put in a nonce,
+// versionOf gives back the version that sessionHost.nonce put in a nonce,
 // whatever the version holds, and nothing for no nonce.
 func TestVersionOf(t *testing.T) {
-	var s Server
+	var s sessionHost
 	for _, v := range []string{"v", "1700000000.3", "a/b", "/", ""} {
-		if got := versionOf(s.nonce(v)); got != v {
+		if got := session.VersionOf(s.Nonce(v)); got != v {
 			t.Errorf("versionOf(nonce(%q)) = %q; want %q", v, got, v)
 		}
 	}
-	if got := versionOf(""); got != "" {
+	if got := session.VersionOf(""); got != "" {
 		t.Errorf(`versionOf("") = %q; want ""`, got)
 	}
 }
@@ -1131,29 +1132,29 @@ func TestCoreRetryKeepsTheTimerArmed(t *testing.T) {
 		t.Run(fmt.Sprintf("delta=%v", delta), func(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
-			if at := r.c.deadline(); !at.IsZero() || r.c.retrying {
-				t.Fatalf("in step: deadline %v, retrying %v; want nothing due", at, r.c.retrying)
+			if at := r.c.Deadline(); !at.IsZero() || r.c.Retrying {
+				t.Fatalf("in step: deadline %v, retrying %v; want nothing due", at, r.c.Retrying)
 			}
 			r.h.fail[RouteType] = errors.New("injected")
 			r.resubscribe(RouteType, "r0", "rx")
 			r.take()
-			at := r.c.deadline()
-			if at.IsZero() || !r.c.retrying {
-				t.Fatalf("after a failed answer: deadline %v, retrying %v; want the retry due", at, r.c.retrying)
+			at := r.c.Deadline()
+			if at.IsZero() || !r.c.Retrying {
+				t.Fatalf("after a failed answer: deadline %v, retrying %v; want the retry due", at, r.c.Retrying)
 			}
-			if retryAt := r.h.set.time(r.typeState(RouteType).rare.retryAt); !at.Equal(retryAt) {
+			if retryAt := r.h.set.Time(r.typeState(RouteType).Rare.RetryAt); !at.Equal(retryAt) {
 				t.Errorf("deadline %v; want the retry's %v", at, retryAt)
 			}
-			if r.c.deadline() != at {
-				t.Errorf("a second deadline() = %v; want %v again", r.c.deadline(), at)
+			if r.c.Deadline() != at {
+				t.Errorf("a second deadline() = %v; want %v again", r.c.Deadline(), at)
 			}
 			delete(r.h.fail, RouteType)
 			r.wait(at.Sub(r.now))
-			if rds := r.typeState(RouteType); rds.retry() != nil || rds.failure() != nil {
-				t.Fatalf("after the retry: RDS retry %v, error %v; want neither", rds.retry(), rds.failure())
+			if rds := r.typeState(RouteType); rds.Retry() != nil || rds.Failure() != nil {
+				t.Fatalf("after the retry: RDS retry %v, error %v; want neither", rds.Retry(), rds.Failure())
 			}
-			if at := r.c.deadline(); !at.IsZero() || r.c.retrying {
-				t.Errorf("after the retry: deadline %v, retrying %v; want nothing due", at, r.c.retrying)
+			if at := r.c.Deadline(); !at.IsZero() || r.c.Retrying {
+				t.Errorf("after the retry: deadline %v, retrying %v; want nothing due", at, r.c.Retrying)
 			}
 		})
 	}
@@ -1306,10 +1307,10 @@ func TestCoreNACKStandsWhileRejectedContentIsWithheld(t *testing.T) {
 			r.expect("c1's endpoints", "EDS [c1]"+r.none())
 			r.ack(EndpointType)
 			r.expectHeld("after the ACK", ClusterType, "c0", "c1")
-			if !cds.nackStands() {
+			if !cds.NACKStands() {
 				t.Fatal("the NACK no longer stands, though c2 is withheld from the client")
 			}
-			if got := r.c.syncedTo(); got < r.pc.Seq() {
+			if got := r.c.SyncedTo(); got < r.pc.Seq() {
 				t.Fatalf("syncedTo = %d; want %d: Sync returns the NACK rather than wait", got, r.pc.Seq())
 			}
 			c2 := xdsfixture.Cluster("c2")
@@ -1321,8 +1322,8 @@ func TestCoreNACKStandsWhileRejectedContentIsWithheld(t *testing.T) {
 				r.expect("c2 changed: sent", "CDS [c0 c1 c2]")
 			}
 			r.ack(ClusterType)
-			if cds.nackStands() || cds.nack != nil {
-				t.Errorf("NACK %+v still stands once nothing is withheld", cds.nack)
+			if cds.NACKStands() || cds.NACK != nil {
+				t.Errorf("NACK %+v still stands once nothing is withheld", cds.NACK)
 			}
 		})
 	}
@@ -1342,11 +1343,11 @@ func TestCoreSotWNACKCarriesTheSubscription(t *testing.T) {
 	r.subscribe(ClusterType, "c0")
 	r.expect("CDS answer", "CDS [c0]")
 	m := r.last[ClusterType]
-	r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResponseNonce: m.nonce,
+	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResponseNonce: m.Nonce,
 		ResourceNames: []string{"c0", "c1"}, ErrorDetail: &status.Status{Code: 3, Message: "c0 is invalid"}}})
 	r.expect("c1, which the NACK subscribes to", "CDS [c1]")
-	if ts := r.typeState(ClusterType); !ts.covers("c1") || !ts.nackStands() {
-		t.Errorf("subscription %v, NACK standing %v; want c1 covered and the NACK standing", ts.sub.Names, ts.nackStands())
+	if ts := r.typeState(ClusterType); !ts.Covers("c1") || !ts.NACKStands() {
+		t.Errorf("subscription %v, NACK standing %v; want c1 covered and the NACK standing", ts.Sub.Names, ts.NACKStands())
 	}
 }
 
@@ -1374,8 +1375,8 @@ func TestCoreSotWStaleRequestDropsWhatItNoLongerNames(t *testing.T) {
 	r.change(false, func() { h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.2:80")) }, ckey(kindEndpoint, "c0"))
 	r.expect("c0's endpoints, on their way", "EDS [c0]")
 	stale := func(names ...string) {
-		r.request(inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: names,
-			ResponseNonce: read.nonce, VersionInfo: read.resp.VersionInfo}})
+		r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(EndpointType), ResourceNames: names,
+			ResponseNonce: read.Nonce, VersionInfo: read.Resp.VersionInfo}})
 	}
 	stale("c0")       // the client drops c1
 	stale("c0", "c1") // and asks for it again
@@ -1434,11 +1435,11 @@ func TestCoreRemovalDuringAPushReadsThePushsRoutes(t *testing.T) {
 			} else {
 				r.expect("CDS phase", "CDS [c0 c1]")
 			}
-			ok, kept, errs := r.c.removable(r.h.set.cdsIdx, []string{"c0"}, nil)
+			ok, kept, errs := r.c.Removable(r.h.set.CDSIndex, []string{"c0"}, nil)
 			if len(ok) != 0 || !slices.Equal(kept, []string{"c0"}) {
 				t.Fatalf("removable(c0) before the RDS phase = %v removable, %v kept; want c0 kept", ok, kept)
 			}
-			if len(errs) != 1 || !errs[0].rejected {
+			if len(errs) != 1 || !errs[0].Rejected {
 				t.Fatalf("removable(c0) before the RDS phase reported %v; want one reference held back as the client's doing (Rejected)", errs)
 			}
 		})

@@ -7,6 +7,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
@@ -76,7 +77,7 @@ func TestCoreDroppedWhileInFlight(t *testing.T) {
 // drop has the client drop name from its clusters, having read the
 // response acked: Delta unsubscribes, SotW sends the names it keeps with
 // acked's nonce.
-func (r *coreRun) drop(acked *outMsg, name string, keep ...string) {
+func (r *coreRun) drop(acked *session.OutMsg, name string, keep ...string) {
 	r.t.Helper()
 	r.request(r.clusters(acked, nil, []string{name}, keep...))
 }
@@ -85,11 +86,11 @@ func (r *coreRun) drop(acked *outMsg, name string, keep ...string) {
 // read: Delta subscribes to sub and unsubscribes from unsub (a
 // subscription change carries no nonce), SotW names names with read's
 // nonce.
-func (r *coreRun) clusters(read *outMsg, sub, unsub []string, names ...string) inbound {
-	if r.c.delta {
-		return inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType),
+func (r *coreRun) clusters(read *session.OutMsg, sub, unsub []string, names ...string) session.Inbound {
+	if r.c.Delta {
+		return session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType),
 			ResourceNamesSubscribe: sub, ResourceNamesUnsubscribe: unsub}}
 	}
-	return inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResourceNames: names,
-		ResponseNonce: read.nonce, VersionInfo: read.resp.VersionInfo}}
+	return session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), ResourceNames: names,
+		ResponseNonce: read.Nonce, VersionInfo: read.Resp.VersionInfo}}
 }

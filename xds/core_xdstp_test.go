@@ -45,7 +45,7 @@ func TestCoreXDSTPSpellings(t *testing.T) {
 				r.unsubscribe(EndpointType, spellings[(k+2)%len(spellings)])
 				r.expect("unsubscribed")
 				r.expectHeld("after the unsubscribe", EndpointType)
-				if got := r.typeState(EndpointType).sub.Names; len(got) != 0 {
+				if got := r.typeState(EndpointType).Sub.Names; len(got) != 0 {
 					t.Fatalf("subscription after the unsubscribe: %q", got)
 				}
 			})

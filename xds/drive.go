@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -19,7 +20,7 @@ import (
 type genHost interface {
 	// generate returns the full target of type i, for sub, shared by the
 	// proxies of its view; see Server.generate.
-	generate(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error)
+	generate(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*session.Target, error)
 	// generateDelta calls type i's DeltaGenerator.
 	generateDelta(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest) (Changes, bool, error)
 	// encode checks and encodes resources of type i into a set.
@@ -32,16 +33,16 @@ type genHost interface {
 // drive makes the host calls that n, what a step of c returned with err,
 // asks for, with ctx, and goes on with the step, until it is over. It
 // returns the error that ends the stream, if any.
-func drive(ctx context.Context, h genHost, c *core, n need, err error) error {
+func drive(ctx context.Context, h genHost, c *session.Core, n session.Need, err error) error {
 	for err == nil {
 		switch {
-		case n.init != nil:
-			st, ierr := h.initProxy(ctx, n.init)
-			n, err = c.initialized(proxyInit(st), ierr)
-		case len(n.gens) > 0:
-			n, err = c.generated(generateAll(ctx, n.results, h, n.gens))
-		case n.gen != nil:
-			n, err = c.answerGenerated(generateOne(ctx, h, *n.gen))
+		case n.Init != nil:
+			st, ierr := h.initProxy(ctx, n.Init)
+			n, err = c.Initialized(session.ProxyInit(st), ierr)
+		case len(n.Gens) > 0:
+			n, err = c.Generated(generateAll(ctx, n.Results, h, n.Gens))
+		case n.Gen != nil:
+			n, err = c.AnswerGenerated(generateOne(ctx, h, *n.Gen))
 		default:
 			return nil
 		}
@@ -50,41 +51,41 @@ func drive(ctx context.Context, h genHost, c *core, n need, err error) error {
 }
 
 // runPush takes item through c's push at now.
-func runPush(ctx context.Context, h genHost, c *core, now time.Time, item *pushItem) error {
-	n, err := c.push(now, item)
+func runPush(ctx context.Context, h genHost, c *session.Core, now time.Time, item *session.PushItem) error {
+	n, err := c.Push(now, item)
 	return drive(ctx, h, c, n, err)
 }
 
 // runRequest takes the client's request in through c at now.
-func runRequest(ctx context.Context, h genHost, c *core, now time.Time, in inbound) error {
-	n, err := c.request(now, in)
+func runRequest(ctx context.Context, h genHost, c *session.Core, now time.Time, in session.Inbound) error {
+	n, err := c.Request(now, in)
 	return drive(ctx, h, c, n, err)
 }
 
 // runTick runs what is due at now in c. It reports whether a failed push
 // is due for a retry (the runner then queues it, so that it is generated
 // under a push slot; see core.takeFailed).
-func runTick(ctx context.Context, h genHost, c *core, now time.Time) (retryPush bool, err error) {
-	n, err := c.tick(now)
+func runTick(ctx context.Context, h genHost, c *session.Core, now time.Time) (retryPush bool, err error) {
+	n, err := c.Tick(now)
 	if err := drive(ctx, h, c, n, err); err != nil {
 		return false, err
 	}
-	return c.pushRetryDue(), nil
+	return c.PushRetryDue(), nil
 }
 
 // runFlush answers, in c, the requests that waited for phases released.
-func runFlush(ctx context.Context, h genHost, c *core) error {
-	n, err := c.flushDeferred()
+func runFlush(ctx context.Context, h genHost, c *session.Core) error {
+	n, err := c.FlushDeferred()
 	return drive(ctx, h, c, n, err)
 }
 
 // generateAll makes the generations gens, in order, up to the first that
 // times out, and appends their results to out.
-func generateAll(ctx context.Context, out []genResult, h genHost, gens []genNeed) []genResult {
+func generateAll(ctx context.Context, out []session.GenResult, h genHost, gens []session.GenNeed) []session.GenResult {
 	for _, n := range gens {
 		r := generateOne(ctx, h, n)
 		out = append(out, r)
-		if r.timedOut {
+		if r.TimedOut {
 			break
 		}
 	}
@@ -92,25 +93,25 @@ func generateAll(ctx context.Context, out []genResult, h genHost, gens []genNeed
 }
 
 // generateOne makes the generation n.
-func generateOne(ctx context.Context, h genHost, n genNeed) genResult {
-	if n.delta {
-		ch, ok, err := h.generateDelta(ctx, n.typ, n.sub, n.req)
+func generateOne(ctx context.Context, h genHost, n session.GenNeed) session.GenResult {
+	if n.Delta {
+		ch, ok, err := h.generateDelta(ctx, n.Type, n.Sub, n.Req)
 		if err != nil {
-			return genResult{err: err, timedOut: err == ErrGenerateTimeout}
+			return session.GenResult{Err: err, TimedOut: err == ErrGenerateTimeout}
 		}
 		if ok {
 			res := make([]Resource, 0, len(ch.Upserted))
 			for _, r := range ch.Upserted {
-				if n.sub.Covers(r.Name) {
+				if n.Sub.Covers(r.Name) {
 					res = append(res, r)
 				}
 			}
-			up, err := h.encode(n.typ, res)
-			return genResult{delta: true, up: up, removed: ch.Removed, err: err}
+			up, err := h.encode(n.Type, res)
+			return session.GenResult{Delta: true, Up: up, Removed: ch.Removed, Err: err}
 		}
 	}
-	tgt, err := h.generate(ctx, n.typ, n.sub, n.req, n.push)
-	return genResult{tgt: tgt, err: err, timedOut: err == ErrGenerateTimeout}
+	tgt, err := h.generate(ctx, n.Type, n.Sub, n.Req, n.Push)
+	return session.GenResult{Tgt: tgt, Err: err, TimedOut: err == ErrGenerateTimeout}
 }
 
 // The stream's runner is its core's genHost: it calls the host's code
@@ -120,8 +121,8 @@ func generateOne(ctx context.Context, h genHost, n genNeed) genResult {
 // stands, and returns it. A Proxy changes only here: before each host
 // call and after each step, on the goroutine that steps the core.
 func (c *conn) hostProxy() *Proxy {
-	p, at := c.hostP, &c.core.at
-	p.Push, p.Data, p.Scope, p.View = at.push, at.data, at.scope, at.view
+	p, at := c.hostP, &c.core.At
+	p.Push, p.Data, p.Scope, p.View = at.Push, at.Data, at.Scope, at.View
 	return p
 }
 
@@ -137,7 +138,7 @@ func (c *conn) disownIfAbandoned(err, timeoutErr error) {
 	}
 }
 
-func (c *conn) generate(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (c *conn) generate(ctx context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*session.Target, error) {
 	tgt, err := c.s.generate(ctx, c.hostProxy(), i, sub, req, push)
 	c.disownIfAbandoned(err, ErrGenerateTimeout)
 	return tgt, err

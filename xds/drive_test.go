@@ -8,6 +8,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
@@ -21,25 +22,25 @@ func TestAnswerWaitsForItsGeneration(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.meshWorld()
 			r.h.gens = nil
-			in := inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}}
+			in := session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}}
 			if delta {
-				in = inbound{delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}}
+				in = session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}}
 			}
-			n, err := r.c.request(r.now, in)
+			n, err := r.c.Request(r.now, in)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.gen == nil || n.gen.typ != r.h.set.cdsIdx || n.gen.push {
+			if n.Gen == nil || n.Gen.Type != r.h.set.CDSIndex || n.Gen.Push {
 				t.Fatalf("need = %+v; want the clusters' generation for an answer", n)
 			}
-			if len(r.h.gens) != 0 || len(r.c.out) != 0 {
-				t.Fatalf("before the result: generations %q, %d responses; want none", r.h.gens, len(r.c.out))
+			if len(r.h.gens) != 0 || len(r.c.Out) != 0 {
+				t.Fatalf("before the result: generations %q, %d responses; want none", r.h.gens, len(r.c.Out))
 			}
-			if !r.c.waiting() {
+			if !r.c.Waiting() {
 				t.Fatal("the core does not wait for the result")
 			}
-			n, err = r.c.answerGenerated(generateOne(context.Background(), r.h, *n.gen))
-			if err != nil || !n.done() {
+			n, err = r.c.AnswerGenerated(generateOne(context.Background(), r.h, *n.Gen))
+			if err != nil || !n.Done() {
 				t.Fatalf("answerGenerated = %+v, %v; want done", n, err)
 			}
 			r.expect("the answer", "CDS [c0]"+r.none())
@@ -55,33 +56,33 @@ func TestStepWhileWaitingPanics(t *testing.T) {
 		step func(r *coreRun)
 	}{
 		{"request", func(r *coreRun) {
-			_, _ = r.c.request(r.now, inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ListenerType)}})
+			_, _ = r.c.Request(r.now, session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ListenerType)}})
 		}},
 		{"push", func(r *coreRun) {
-			_, _ = r.c.push(r.now, r.h.next(r.pc, r.now, true, ckey(kindCluster, "c0")))
+			_, _ = r.c.Push(r.now, r.h.next(r.pc, r.now, true, ckey(kindCluster, "c0")))
 		}},
-		{"tick", func(r *coreRun) { _, _ = r.c.tick(r.now) }},
-		{"flush", func(r *coreRun) { _, _ = r.c.flushDeferred() }},
+		{"tick", func(r *coreRun) { _, _ = r.c.Tick(r.now) }},
+		{"flush", func(r *coreRun) { _, _ = r.c.FlushDeferred() }},
 	}
 	waits := []struct {
 		name  string
-		begin func(r *coreRun) need
+		begin func(r *coreRun) session.Need
 	}{
-		{"answer", func(r *coreRun) need {
-			n, err := r.c.request(r.now, inbound{sotw: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}})
+		{"answer", func(r *coreRun) session.Need {
+			n, err := r.c.Request(r.now, session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType)}})
 			if err != nil {
 				r.t.Fatal(err)
 			}
 			return n
 		}},
-		{"push", func(r *coreRun) need {
+		{"push", func(r *coreRun) session.Need {
 			r.subscribe(ClusterType)
 			r.take()
 			r.ack(ClusterType)
 			r.h.put(ClusterType, xdsfixture.Cluster("c0"))
 			item := r.h.next(r.pc, r.now, true, ckey(kindCluster, "c0"))
-			r.pc = item.req.Push
-			n, err := r.c.push(r.now, item)
+			r.pc = item.Req.Push
+			n, err := r.c.Push(r.now, item)
 			if err != nil {
 				r.t.Fatal(err)
 			}
@@ -92,7 +93,7 @@ func TestStepWhileWaitingPanics(t *testing.T) {
 		for _, s := range steps {
 			t.Run(w.name+"/"+s.name, func(t *testing.T) {
 				r := newCoreRun(t, false, nil)
-				if n := w.begin(r); n.done() {
+				if n := w.begin(r); n.Done() {
 					t.Fatal("the core does not wait")
 				}
 				defer func() {
@@ -117,7 +118,7 @@ func TestGenerateAllStopsAtTimeout(t *testing.T) {
 		wantGens int
 		wantErr  error
 	}{
-		{"timeout", ErrGenerateTimeout, 1, errStreamGenerateTimeout},
+		{"timeout", ErrGenerateTimeout, 1, session.ErrStreamGenerateTimeout},
 		{"error", errors.New("boom"), 3, nil},
 		{"none", nil, 3, nil},
 	}
@@ -136,29 +137,29 @@ func TestGenerateAllStopsAtTimeout(t *testing.T) {
 			r.h.fail[ClusterType] = tt.err
 			r.h.gens = nil
 			item := r.h.next(r.pc, r.now, true, ckey(kindCluster, "c0"), ckey(kindEndpoint, "c0"), ckey(kindListener, "l0"))
-			r.pc = item.req.Push
-			n, err := r.c.push(r.now, item)
+			r.pc = item.Req.Push
+			n, err := r.c.Push(r.now, item)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n.init == nil {
+			if n.Init == nil {
 				t.Fatal("a Full push does not ask for InitProxy")
 			}
-			st, err := r.h.initProxy(context.Background(), n.init)
-			if n, err = r.c.initialized(proxyInit(st), err); err != nil {
+			st, err := r.h.initProxy(context.Background(), n.Init)
+			if n, err = r.c.Initialized(session.ProxyInit(st), err); err != nil {
 				t.Fatal(err)
 			}
-			if got := len(n.gens); got != 3 {
+			if got := len(n.Gens); got != 3 {
 				t.Fatalf("the push asks for %d generations; want 3", got)
 			}
-			results := generateAll(context.Background(), n.results, r.h, n.gens)
+			results := generateAll(context.Background(), n.Results, r.h, n.Gens)
 			if len(results) != tt.wantGens || len(r.h.gens) != tt.wantGens {
 				t.Fatalf("%d results, generations %q; want %d", len(results), r.h.gens, tt.wantGens)
 			}
 			if want := []string{"CDS push", "EDS push", "LDS push"}[:tt.wantGens]; !slices.Equal(r.h.gens, want) {
 				t.Errorf("generations %q; want %q", r.h.gens, want)
 			}
-			n, err = r.c.generated(results)
+			n, err = r.c.Generated(results)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("generated = %v; want %v", err, tt.wantErr)
 			}
@@ -167,7 +168,7 @@ func TestGenerateAllStopsAtTimeout(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if r.c.waiting() {
+			if r.c.Waiting() {
 				t.Error("the core still waits")
 			}
 		})

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 )
 
@@ -98,35 +99,35 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
 	c.statusMu.Lock()
-	d.Version = c.st.version
-	snaps := slices.Clone(c.st.types)
+	d.Version = c.st.Version
+	snaps := slices.Clone(c.st.Types)
 	c.statusMu.Unlock()
 	d.Types = make([]TypeDump, 0, len(snaps))
 	for k := range snaps {
-		d.Types = append(d.Types, snaps[k].dump(c.s.set.order[snaps[k].idx]))
+		d.Types = append(d.Types, dumpType(&snaps[k], c.s.set.order[snaps[k].Index]))
 	}
 	return d
 }
 
 // dump returns the TypeDump sn records, of type t.
-func (sn *typeSnap) dump(t TypeURL) TypeDump {
-	ents := sn.held.Entries()
+func dumpType(sn *session.TypeSnapshot, t TypeURL) TypeDump {
+	ents := sn.Held.Entries()
 	td := TypeDump{
 		Type:      t,
-		Wildcard:  sn.sub.Wildcard,
-		Names:     slices.Clone(sn.sub.Names),
+		Wildcard:  sn.Sub.Wildcard,
+		Names:     slices.Clone(sn.Sub.Names),
 		Resources: make([]DumpedResource, 0, len(ents)),
 	}
 	var removing map[string]struct{}
 	var rejected map[string]*shared.Encoded
-	if sn.rare != nil {
-		removing, rejected = sn.rare.removing, sn.rare.rejected
+	if sn.Rare != nil {
+		removing, rejected = sn.Rare.Removing, sn.Rare.Rejected
 	}
 	for _, e := range ents {
 		_, rm := removing[e.Name]
 		td.Resources = append(td.Resources, DumpedResource{Name: e.Name, Version: e.Enc.Version, Resource: e.Enc.Any, Removing: rm})
 	}
-	for _, n := range sortedKeys(rejected) {
+	for _, n := range session.SortedKeys(rejected) {
 		e := rejected[n]
 		td.Rejected = append(td.Rejected, DumpedResource{Name: n, Version: e.Version, Resource: e.Any})
 	}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // Errors the Server returns.
@@ -85,7 +87,7 @@ type ReferenceError struct {
 
 // Error describes the reference.
 func (e *ReferenceError) Error() string {
-	return (&refError{fromType: string(e.FromType), from: e.From, toType: string(e.ToType), to: e.To, removal: e.Removal, rejected: e.Rejected}).Error()
+	return (&session.RefError{FromType: string(e.FromType), From: e.From, ToType: string(e.ToType), To: e.To, Removal: e.Removal, Rejected: e.Rejected}).Error()
 }
 
 // ResponseTooLargeError reports a response that cannot be split under
@@ -104,7 +106,7 @@ type ResponseTooLargeError struct {
 
 // Error describes the response.
 func (e *ResponseTooLargeError) Error() string {
-	return (&tooLargeError{typ: string(e.Type), resource: e.Resource, bytes: e.Bytes, max: e.Max}).Error()
+	return (&session.TooLargeError{Typ: string(e.Type), Resource: e.Resource, Bytes: e.Bytes, Max: e.Max}).Error()
 }
 
 // publicErr returns err, a failure the core recorded, as the Server
@@ -113,17 +115,17 @@ func (e *ResponseTooLargeError) Error() string {
 // code's) is reported as it is.
 func publicErr(err error) error {
 	switch e := err.(type) {
-	case *refError:
-		return e.public()
-	case *tooLargeError:
-		return &ResponseTooLargeError{Type: TypeURL(e.typ), Resource: e.resource, Bytes: e.bytes, Max: e.max}
+	case *session.RefError:
+		return publicRefError(e)
+	case *session.TooLargeError:
+		return &ResponseTooLargeError{Type: TypeURL(e.Typ), Resource: e.Resource, Bytes: e.Bytes, Max: e.Max}
 	}
 	return err
 }
 
 // public returns the *ReferenceError the Server reports of e.
-func (e *refError) public() *ReferenceError {
-	return &ReferenceError{FromType: TypeURL(e.fromType), From: e.from, ToType: TypeURL(e.toType), To: e.to, Removal: e.removal, Rejected: e.rejected}
+func publicRefError(e *session.RefError) *ReferenceError {
+	return &ReferenceError{FromType: TypeURL(e.FromType), From: e.From, ToType: TypeURL(e.ToType), To: e.To, Removal: e.Removal, Rejected: e.Rejected}
 }
 
 // Failure is one thing that keeps the configuration from reaching a

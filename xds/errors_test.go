@@ -4,6 +4,8 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // TestPublicErr checks that the Server reports each failure the core
@@ -17,25 +19,25 @@ func TestPublicErr(t *testing.T) {
 		want error
 	}{
 		{"dangling reference",
-			&refError{fromType: string(RouteType), from: "r0", toType: string(ClusterType), to: "c1"},
+			&session.RefError{FromType: string(RouteType), From: "r0", ToType: string(ClusterType), To: "c1"},
 			&ReferenceError{FromType: RouteType, From: "r0", ToType: ClusterType, To: "c1"}},
 		{"dangling until the client holds it",
-			&refError{fromType: string(ListenerType), from: "l0", toType: string(ClusterType), to: "c1", rejected: true},
+			&session.RefError{FromType: string(ListenerType), From: "l0", ToType: string(ClusterType), To: "c1", Rejected: true},
 			&ReferenceError{FromType: ListenerType, From: "l0", ToType: ClusterType, To: "c1", Rejected: true}},
 		{"removal held back by the configuration",
-			&refError{fromType: string(RouteType), from: "r0", toType: string(ClusterType), to: "c0", removal: true},
+			&session.RefError{FromType: string(RouteType), From: "r0", ToType: string(ClusterType), To: "c0", Removal: true},
 			&ReferenceError{FromType: RouteType, From: "r0", ToType: ClusterType, To: "c0", Removal: true}},
 		{"removal held back, rejected",
-			&refError{fromType: string(ListenerType), from: "l0", toType: string(RouteType), to: "r0", removal: true, rejected: true},
+			&session.RefError{FromType: string(ListenerType), From: "l0", ToType: string(RouteType), To: "r0", Removal: true, Rejected: true},
 			&ReferenceError{FromType: ListenerType, From: "l0", ToType: RouteType, To: "r0", Removal: true, Rejected: true}},
 		{"removal held back by a subscription",
-			&refError{fromType: string(RouteType), toType: string(ClusterType), to: "c0", removal: true, rejected: true},
+			&session.RefError{FromType: string(RouteType), ToType: string(ClusterType), To: "c0", Removal: true, Rejected: true},
 			&ReferenceError{FromType: RouteType, ToType: ClusterType, To: "c0", Removal: true, Rejected: true}},
 		{"state too large",
-			&tooLargeError{typ: string(ClusterType), bytes: 5000, max: 4096},
+			&session.TooLargeError{Typ: string(ClusterType), Bytes: 5000, Max: 4096},
 			&ResponseTooLargeError{Type: ClusterType, Bytes: 5000, Max: 4096}},
 		{"resource too large",
-			&tooLargeError{typ: string(EndpointType), resource: "big", bytes: 9000, max: 4096},
+			&session.TooLargeError{Typ: string(EndpointType), Resource: "big", Bytes: 9000, Max: 4096},
 			&ResponseTooLargeError{Type: EndpointType, Resource: "big", Bytes: 9000, Max: 4096}},
 		{"host error", hostErr, hostErr},
 		{"timeout", ErrGenerateTimeout, ErrGenerateTimeout},

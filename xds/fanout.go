@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -61,29 +62,29 @@ const restSeq = math.MaxUint64
 // namedKeys returns the resources req names, or nil if req may concern a
 // connection whatever it watches: Forced, a key of a kind that is not
 // named, too many keys.
-func (s *settings) namedKeys(req *pushcontext.PushRequest) namedKeys {
+func (s *settings) namedKeys(req *pushcontext.PushRequest) session.NamedKeys {
 	if s.named == nil || req.Forced || len(req.ConfigsUpdated) == 0 || len(req.ConfigsUpdated) > maxNamedKeys {
 		return nil
 	}
-	var out namedKeys
+	var out session.NamedKeys
 	for k := range req.ConfigsUpdated {
 		i, ok := s.named[k.Kind]
 		if !ok {
 			return nil
 		}
 		j := 0
-		for j < len(out) && out[j].idx != i {
+		for j < len(out) && out[j].Index != i {
 			j++
 		}
 		if j == len(out) {
-			out = append(out, namedType{idx: i, slot: s.digestSlot[i], set: make(map[string]struct{})})
+			out = append(out, session.NamedType{Index: i, Slot: s.digestSlot[i], Set: make(map[string]struct{})})
 		}
 		t := &out[j]
-		if _, dup := t.set[k.Name]; !dup {
-			t.set[k.Name] = struct{}{}
-			t.names = append(t.names, k.Name)
-			t.hashes = append(t.hashes, maphash.String(s.digestSeed, k.Name))
-			t.any.Add(s.digestSeed, k.Name)
+		if _, dup := t.Set[k.Name]; !dup {
+			t.Set[k.Name] = struct{}{}
+			t.Names = append(t.Names, k.Name)
+			t.Hashes = append(t.Hashes, maphash.String(s.digestSeed, k.Name))
+			t.Any.Add(s.digestSeed, k.Name)
 		}
 	}
 	return out
@@ -91,11 +92,11 @@ func (s *settings) namedKeys(req *pushcontext.PushRequest) namedKeys {
 
 // digestOf returns the filter of what ts's subscription watches and the
 // type holds, or every bit for a wildcard or a glob.
-func digestOf(ts *typeState, seed maphash.Seed) (f shared.Filter) {
+func digestOf(ts *session.TypeState, seed maphash.Seed) (f shared.Filter) {
 	if ts == nil {
 		return f
 	}
-	sub := ts.sub
+	sub := ts.Sub
 	if sub.Wildcard || sub.Globs != nil {
 		for w := range f {
 			f[w] = math.MaxUint64
@@ -105,8 +106,8 @@ func digestOf(ts *typeState, seed maphash.Seed) (f shared.Filter) {
 	f = sub.Digest(seed)
 	// An idle connection holds what it watches; it holds more only of
 	// names it watches no more (as concerns checks).
-	if ts.held.Len() > len(sub.Names) {
-		ts.held.Each(func(name string, _ *shared.Encoded) { f.Add(seed, name) })
+	if ts.Held.Len() > len(sub.Names) {
+		ts.Held.Each(func(name string, _ *shared.Encoded) { f.Add(seed, name) })
 	}
 	return f
 }
@@ -114,10 +115,10 @@ func digestOf(ts *typeState, seed maphash.Seed) (f shared.Filter) {
 // rest makes the connection rest if nothing is under way on it (see the
 // top of this file). It runs at the end of a step, under the step lock.
 func (c *conn) rest() {
-	if c.dig == nil || c.stopped || c.writing || len(c.outbox) > 0 || c.dig[restWord].Load() != 0 || !c.core.idle() {
+	if c.dig == nil || c.stopped || c.writing || len(c.outbox) > 0 || c.dig[restWord].Load() != 0 || !c.core.Idle() {
 		return
 	}
-	if at := c.syncedTo(); at == 0 || at < c.core.appliedSeq {
+	if at := c.syncedTo(); at == 0 || at < c.core.AppliedSeq {
 		return // initialising, or not synced to what it applied
 	}
 	set := c.s.set
@@ -126,19 +127,19 @@ func (c *conn) rest() {
 		if slot < 0 {
 			continue
 		}
-		ts := c.core.types[i]
+		ts := c.core.Types[i]
 		f := digestOf(ts, set.digestSeed)
 		for w := range f {
 			c.dig[filterWord+slot*shared.DigestWords+w].Store(f[w])
 		}
-		if ts != nil && ts.sub.Wildcard {
+		if ts != nil && ts.Sub.Wildcard {
 			wild |= 1 << slot
 		}
 	}
 	c.dig[wildWord].Store(wild)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || c.busy || c.kicked || !c.inbox.empty() || c.queued != 0 || c.skipped != nil {
+	if c.closed || c.busy || c.kicked || !c.inbox.Empty() || c.queued != 0 || c.skipped != nil {
 		return
 	}
 	c.dig[restWord].Store(1)
@@ -165,17 +166,17 @@ const (
 
 // verdictOf reads w, a connection's words, for a push of the resources nk
 // names.
-func verdictOf(w []atomic.Uint64, nk namedKeys) verdict {
+func verdictOf(w []atomic.Uint64, nk session.NamedKeys) verdict {
 	if w[restWord].Load() == 0 {
 		return queue
 	}
 	wild := w[wildWord].Load()
 	v := skip
 	for _, t := range nk {
-		if wild&(1<<t.slot) != 0 {
+		if wild&(1<<t.Slot) != 0 {
 			return queue // it watches every resource of the type
 		}
-		if mayMatch(w[filterWord+t.slot*shared.DigestWords:filterWord+(t.slot+1)*shared.DigestWords], &t) {
+		if mayMatch(w[filterWord+t.Slot*shared.DigestWords:filterWord+(t.Slot+1)*shared.DigestWords], &t) {
 			v = check
 		}
 	}
@@ -186,29 +187,29 @@ func verdictOf(w []atomic.Uint64, nk namedKeys) verdict {
 // connection's digest cannot rule out, skips it: it still rests and
 // watches none of them, checked between two of its steps. The caller
 // holds Server.mu.
-func (c *conn) skips(nk namedKeys) bool {
+func (c *conn) skips(nk session.NamedKeys) bool {
 	select {
 	case c.stepSem <- struct{}{}:
 	default:
 		return false // a step is running: it may be changing what the client watches
 	}
 	defer func() { <-c.stepSem }()
-	return c.dig[restWord].Load() != 0 && !c.core.concerns(nk)
+	return c.dig[restWord].Load() != 0 && !c.core.Concerns(nk)
 }
 
 // mayMatch reports whether the filter f leaves open that one of t's
 // names is among those it was made of.
-func mayMatch(f []atomic.Uint64, t *namedType) bool {
+func mayMatch(f []atomic.Uint64, t *session.NamedType) bool {
 	var g shared.Filter
 	hit := false
 	for w := range g {
 		g[w] = f[w].Load()
-		hit = hit || g[w]&t.any[w] != 0
+		hit = hit || g[w]&t.Any[w] != 0
 	}
 	if !hit {
 		return false
 	}
-	for _, h := range t.hashes {
+	for _, h := range t.Hashes {
 		b := shared.DigestBits(h)
 		if g[b[0]/64]&(1<<(b[0]%64)) != 0 && g[b[1]/64]&(1<<(b[1]%64)) != 0 {
 			return true
@@ -286,12 +287,12 @@ func (b *board) words(slot int) []atomic.Uint64 {
 // the rest itself and not yet read Server.narrow (see wake). One with
 // pushes queued keeps nothing: last may be one of them, not to be applied
 // ahead of the others.
-func (c *conn) queuedFor(seq uint64, last *pushItem, before uint64) {
+func (c *conn) queuedFor(seq uint64, last *session.PushItem, before uint64) {
 	c.mu.Lock()
 	if c.dig[restWord].Swap(0) != 0 {
 		c.rests.Store(false)
 		c.skipped = last
-	} else if last != nil && c.queued == 0 && c.inbox.empty() && (c.skipped == nil || c.skipped.seq < last.seq) {
+	} else if last != nil && c.queued == 0 && c.inbox.Empty() && (c.skipped == nil || c.skipped.Seq < last.Seq) {
 		c.skipped = last
 	}
 	if c.syncedSeq.Load() == restSeq {
@@ -312,23 +313,23 @@ func (c *conn) queuedFor(seq uint64, last *pushItem, before uint64) {
 // after the rest ended), behind others not applied yet; then a push is
 // queued, and the first fan-out that queued one left the newest push that
 // skipped the connection in skipped (see queuedFor).
-func (c *conn) wake() *pushItem {
+func (c *conn) wake() *session.PushItem {
 	if c.dig == nil {
 		return nil
 	}
-	var item *pushItem
+	var item *session.PushItem
 	rested := c.dig[restWord].Swap(0) != 0
 	if rested {
 		c.rests.Store(false)
 		item = c.s.narrow.Load()
 	}
 	c.mu.Lock()
-	if !rested || c.queued != 0 || !c.inbox.empty() {
+	if !rested || c.queued != 0 || !c.inbox.Empty() {
 		item = c.skipped
 	}
 	c.skipped = nil
 	c.mu.Unlock()
-	if item == nil || item.seq <= c.core.appliedSeq {
+	if item == nil || item.Seq <= c.core.AppliedSeq {
 		return nil
 	}
 	return item
@@ -353,7 +354,7 @@ func (c *conn) catchUp(ctx context.Context, now time.Time) error {
 // the push out is skipped untouched, one it cannot rule out is checked
 // under its step lock (see verdictOf). It returns how many connections
 // were queued the push and how many skipped.
-func (s *Server) fanOut(item *pushItem, nk namedKeys, before uint64) (queued, skipped int) {
+func (s *Server) fanOut(item *session.PushItem, nk session.NamedKeys, before uint64) (queued, skipped int) {
 	last := s.narrow.Load()
 	if nk != nil {
 		s.narrow.Store(item) // before any connection is read (see the file's doc)
@@ -371,7 +372,7 @@ func (s *Server) fanOut(item *pushItem, nk namedKeys, before uint64) (queued, sk
 			}
 		}
 		if s.set.named != nil {
-			c.queuedFor(item.seq, last, before)
+			c.queuedFor(item.Seq, last, before)
 		}
 		s.queue.Enqueue(c, item)
 	}

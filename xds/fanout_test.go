@@ -14,6 +14,7 @@ import (
 	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -193,7 +194,7 @@ func TestNamedPushDoesNotSkipAStandingNACK(t *testing.T) {
 // queued the push.
 func TestVerdictFromDigest(t *testing.T) {
 	set := &settings{named: map[string]int{kindCluster: 0, kindEndpoint: 1}, digestSlot: []int{0, 1}, digestSlots: 2, digestSeed: maphash.MakeSeed()}
-	push := func(keys ...pushcontext.ConfigKey) namedKeys {
+	push := func(keys ...pushcontext.ConfigKey) session.NamedKeys {
 		return set.namedKeys(&pushcontext.PushRequest{ConfigsUpdated: pushcontext.NewConfigSet(keys...)})
 	}
 	words := func(resting bool, wild uint64, clusters, endpoints []string) []atomic.Uint64 {
@@ -217,7 +218,7 @@ func TestVerdictFromDigest(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		w    []atomic.Uint64
-		nk   namedKeys
+		nk   session.NamedKeys
 		want verdict
 	}{
 		{"watches none of it", words(true, 0, mine, mine), push(key(kindEndpoint, "c9")), skip},
@@ -251,10 +252,10 @@ func TestDigestFalsePositives(t *testing.T) {
 	const tries = 10000
 	passed := 0
 	for i := range tries {
-		var nt namedType
+		var nt session.NamedType
 		name := fmt.Sprint("other-", i)
-		nt.hashes = []uint64{maphash.String(seed, name)}
-		nt.any.Add(seed, name)
+		nt.Hashes = []uint64{maphash.String(seed, name)}
+		nt.Any.Add(seed, name)
 		if mayMatch(w, &nt) {
 			passed++
 		}
@@ -264,10 +265,10 @@ func TestDigestFalsePositives(t *testing.T) {
 		t.Errorf("%d of %d names the digest does not hold pass it", passed, tries)
 	}
 	for i := range 10 {
-		var nt namedType
+		var nt session.NamedType
 		name := fmt.Sprint("watched-", i)
-		nt.hashes = []uint64{maphash.String(seed, name)}
-		nt.any.Add(seed, name)
+		nt.Hashes = []uint64{maphash.String(seed, name)}
+		nt.Any.Add(seed, name)
 		if !mayMatch(w, &nt) {
 			t.Errorf("%s does not pass the digest made of it", name)
 		}
@@ -357,7 +358,7 @@ func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
 			t.Fatal(err)
 		}
 		settle()
-		if n, now := f.srv.narrow.Load(), f.srv.current.Load(); n == nil || n.req.Push != now {
+		if n, now := f.srv.narrow.Load(), f.srv.current.Load(); n == nil || n.Req.Push != now {
 			t.Errorf("after a Forced push, the Server keeps %v; want the push of %s", n, now.Version())
 		}
 	})
@@ -368,20 +369,22 @@ func TestSyncWaitsForAPushToARestingConnection(t *testing.T) {
 // leaves it (queuedFor). A step never applies a push queued for it ahead
 // of an earlier one queued, which would then be dropped as applied.
 func TestRestProtocol(t *testing.T) {
-	push := func(seq uint64) *pushItem { return &pushItem{seq: seq, req: &pushcontext.PushRequest{}} }
+	push := func(seq uint64) *session.PushItem {
+		return &session.PushItem{Seq: seq, Req: &pushcontext.PushRequest{}}
+	}
 	type state struct {
 		resting bool
 		queued  uint64 // Seq of the newest push queued, 0 if none
-		skipped *pushItem
+		skipped *session.PushItem
 	}
 	for _, tc := range []struct {
 		name    string
 		applied uint64
-		narrow  *pushItem
+		narrow  *session.PushItem
 		before  state
-		fanOut  *pushItem // queuedFor(fanOut.seq, last, fanOut.seq-1), if set
-		last    *pushItem
-		want    *pushItem // what wake returns
+		fanOut  *session.PushItem // queuedFor(fanOut.seq, last, fanOut.seq-1), if set
+		last    *session.PushItem
+		want    *session.PushItem // what wake returns
 	}{
 		{name: "woken by a request after a skip", applied: 3, narrow: push(5), before: state{resting: true}, want: push(5)},
 		{name: "woken, nothing skipped since", applied: 5, narrow: push(5), before: state{resting: true}, want: nil},
@@ -399,13 +402,13 @@ func TestRestProtocol(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Server{}
 			s.narrow.Store(tc.narrow)
-			c := &conn{s: s, core: &core{appliedSeq: tc.applied}, dig: make([]atomic.Uint64, filterWord+shared.DigestWords)}
+			c := &conn{s: s, core: &session.Core{AppliedSeq: tc.applied}, dig: make([]atomic.Uint64, filterWord+shared.DigestWords)}
 			if tc.before.resting {
 				c.dig[restWord].Store(1)
 			}
 			c.queued, c.skipped = tc.before.queued, tc.before.skipped
 			if tc.fanOut != nil {
-				c.queuedFor(tc.fanOut.seq, tc.last, tc.fanOut.seq-1)
+				c.queuedFor(tc.fanOut.Seq, tc.last, tc.fanOut.Seq-1)
 				if c.dig[restWord].Load() != 0 {
 					t.Fatal("a connection queued a push still rests")
 				}
@@ -413,7 +416,7 @@ func TestRestProtocol(t *testing.T) {
 				c.queued, c.inbox = 0, tc.fanOut
 			}
 			got := c.wake()
-			if (got == nil) != (tc.want == nil) || (got != nil && got.seq != tc.want.seq) {
+			if (got == nil) != (tc.want == nil) || (got != nil && got.Seq != tc.want.Seq) {
 				t.Errorf("wake() = %v; want %v", got, tc.want)
 			}
 			if c.dig[restWord].Load() != 0 || c.skipped != nil {

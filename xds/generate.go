@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -31,7 +32,7 @@ type genKey struct {
 // to ask makes it, the others wait for it.
 type genCall struct {
 	done chan struct{}
-	tgt  *target
+	tgt  *session.Target
 	err  error
 }
 
@@ -78,7 +79,7 @@ func (v *viewCache) forget(k genKey, call *genCall) {
 // generate returns the full target of type i for the proxy of c, for sub,
 // from req.Push. A proxy with a view shares it with the other proxies of
 // that view that have the same subscription.
-func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*session.Target, error) {
 	view := p.View
 	if view == "" || !sub.Shared() {
 		// Without a view, or for a subscription no other connection has
@@ -113,7 +114,7 @@ func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *shared.Subs
 	if call.err != nil {
 		s.views.forget(k, call)
 	} else {
-		call.tgt.shared = true
+		call.tgt.Shared = true
 	}
 	close(call.done)
 	return call.tgt, call.err
@@ -121,7 +122,7 @@ func (s *Server) generate(ctx context.Context, p *Proxy, i int, sub *shared.Subs
 
 // generateFor calls type i's Generator for the proxy of c and turns what
 // it returns into a target.
-func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*target, error) {
+func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *shared.Subscription, req *pushcontext.PushRequest, push bool) (*session.Target, error) {
 	w := Watch{Type: s.set.order[i], Names: sub.Names, Wildcard: sub.Wildcard}
 	start := s.set.clock.Now()
 	res, err := guarded(s, ctx, "Generate", s.set.generateTimeout, ErrGenerateTimeout, func(ctx context.Context) ([]Resource, error) {
@@ -148,7 +149,7 @@ func (s *Server) generateFor(ctx context.Context, p *Proxy, i int, sub *shared.S
 	if err != nil {
 		return nil, err
 	}
-	return &target{set: set, sub: sub}, nil
+	return &session.Target{Set: set, Sub: sub}, nil
 }
 
 // generateDelta calls a DeltaGenerator for the proxy of c.
@@ -226,21 +227,6 @@ func twice(ents []shared.Entry, j int) string {
 	}
 	return fmt.Sprintf("%d times", n)
 }
-
-// intern returns the subscription equal to sub that connections share.
-func (s *Server) intern(sub *shared.Subscription) *shared.Subscription { return s.subs.Intern(sub) }
-
-// transition returns the step another connection took from the same state.
-func (s *Server) transition(k shared.TransKey) *shared.Transition { return s.trans.Get(k) }
-
-// share keeps a step for the connections in the same state.
-func (s *Server) share(k shared.TransKey, tr *shared.Transition) { s.trans.Put(k, tr) }
-
-// wouldSend returns whether the step k would send, if known.
-func (s *Server) wouldSend(k shared.TransKey) (bool, bool) { return s.trans.WouldSend(k) }
-
-// knownSends records whether the step k would send.
-func (s *Server) knownSends(k shared.TransKey, sends bool) { s.trans.KnownSends(k, sends) }
 
 // coversAll reports whether the subscription covers every resource of res.
 // Generators usually return resources in the order of Watch.Names: those

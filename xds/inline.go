@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/pushqueue"
 )
 
@@ -61,7 +62,7 @@ type inlineRec struct {
 // writeInline writes batch, the responses of a push just made on this
 // goroutine (a worker of the push queue, whose ctx is ctx), as a writer
 // goroutine would, or hands it to one when it cannot be watched.
-func (s *Server) writeInline(ctx context.Context, c *conn, batch []*outMsg) {
+func (s *Server) writeInline(ctx context.Context, c *conn, batch []*session.OutMsg) {
 	slot := pushqueue.SlotOf(ctx)
 	if s.inline.timer == nil || slot == nil || slot.Index() >= len(s.inline.recs) {
 		s.goStream(func() { c.write(batch) })

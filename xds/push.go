@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
@@ -200,7 +201,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 
 	out := *req
 	out.Push = next
-	var nk namedKeys
+	var nk session.NamedKeys
 	if prev != nil {
 		nk = s.set.namedKeys(req)
 	}
@@ -209,10 +210,10 @@ func (s *Server) push(ctx context.Context, u *update) {
 		// by a Forced push, and by every push when it has no kinds (see
 		// core.affected); by every connection, unless the push may skip
 		// some (see encCache).
-		kinds := s.set.kinds[i]
+		kinds := s.set.Kinds[i]
 		return nk == nil && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))
 	})
-	item := &pushItem{req: &out, seq: next.Seq(), start: s.set.clock.Now(), merged: 1}
+	item := &session.PushItem{Req: &out, Seq: next.Seq(), Start: s.set.clock.Now(), Merged: 1}
 	var before uint64
 	if prev != nil {
 		before = prev.Seq()
@@ -233,7 +234,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 func (s *Server) buildFailed(ctx context.Context, u *update, err error, took time.Duration) {
 	s.pending = u
 	s.buildFails++
-	retryIn := s.set.backoffFor(s.buildFails, 0)
+	retryIn := s.set.BackoffFor(s.buildFails, 0)
 	if errors.Is(err, errHostStopped) {
 		return
 	}
@@ -274,7 +275,7 @@ func (s *Server) retryBuilds(ctx context.Context) {
 // it is free, and a write that blocks gives its slot up after
 // handoffAfter, so a slow client never holds a slot for the length of a
 // blocked write.
-func (s *Server) deliver(ctx context.Context, c *conn, item *pushItem) {
+func (s *Server) deliver(ctx context.Context, c *conn, item *session.PushItem) {
 	if !c.post(item) || !c.lockStep() {
 		return
 	}

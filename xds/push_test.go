@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -519,12 +520,12 @@ func TestPushItemMergeOutOfOrder(t *testing.T) {
 	older := h.build(nil)
 	newer := h.build(older)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	itemOf := func(pc *pushcontext.PushContext, start time.Time) *pushItem {
-		return &pushItem{req: &pushcontext.PushRequest{Full: true, Push: pc}, seq: pc.Seq(), start: start, merged: 1}
+	itemOf := func(pc *pushcontext.PushContext, start time.Time) *session.PushItem {
+		return &session.PushItem{Req: &pushcontext.PushRequest{Full: true, Push: pc}, Seq: pc.Seq(), Start: start, Merged: 1}
 	}
 	tests := []struct {
 		name        string
-		first, then *pushItem
+		first, then *session.PushItem
 	}{
 		{"in order", itemOf(older, t0), itemOf(newer, t0.Add(time.Second))},
 		{"parked older rejoins newer", itemOf(newer, t0.Add(time.Second)), itemOf(older, t0)},
@@ -532,11 +533,11 @@ func TestPushItemMergeOutOfOrder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := tt.first.Merge(tt.then)
-			if got.req.Push != newer || got.seq != newer.Seq() {
-				t.Errorf("merged item serves %s (seq %d); want %s (seq %d)", got.req.Push.Version(), got.seq, newer.Version(), newer.Seq())
+			if got.Req.Push != newer || got.Seq != newer.Seq() {
+				t.Errorf("merged item serves %s (seq %d); want %s (seq %d)", got.Req.Push.Version(), got.Seq, newer.Version(), newer.Seq())
 			}
-			if !got.start.Equal(t0) || got.merged != 2 {
-				t.Errorf("merged start %v, merged %d; want %v, 2", got.start, got.merged, t0)
+			if !got.Start.Equal(t0) || got.Merged != 2 {
+				t.Errorf("merged start %v, merged %d; want %v, 2", got.Start, got.Merged, t0)
 			}
 		})
 	}

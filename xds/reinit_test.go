@@ -65,8 +65,8 @@ func TestProxyKindsReinit(t *testing.T) {
 			}
 			for k, p := range tc.pushes {
 				item := r.h.next(r.pc, r.now, p.full, p.keys...)
-				item.req.Forced = p.forced
-				r.pc = item.req.Push
+				item.Req.Forced = p.forced
+				r.pc = item.Req.Push
 				if !p.missed {
 					if err := runPush(r.ctx(), r.h, r.c, r.now, item); err != nil {
 						t.Fatal(err)

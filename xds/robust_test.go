@@ -292,8 +292,8 @@ func rareTypes(t *testing.T, f *fixture) []string {
 	}
 	defer c.unlockStep(nil)
 	var out []string
-	for i, ts := range c.core.types {
-		if ts != nil && ts.rare != nil {
+	for i, ts := range c.core.Types {
+		if ts != nil && ts.Rare != nil {
 			out = append(out, f.srv.set.order[i].Short())
 		}
 	}

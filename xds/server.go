@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/debounce"
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/pushqueue"
@@ -44,7 +44,7 @@ const (
 type Server struct {
 	set     *settings
 	deb     *debounce.Debouncer[*update]
-	queue   *pushqueue.Queue[*conn, *pushItem]
+	queue   *pushqueue.Queue[*conn, *session.PushItem]
 	cache   *encCache
 	views   viewCache
 	subs    shared.SubTable
@@ -73,7 +73,7 @@ type Server struct {
 	buildFails int        // consecutive failed builds
 
 	current atomic.Pointer[pushcontext.PushContext] // the last published PushContext
-	narrow  atomic.Pointer[pushItem]                // the newest push that names resources only (see fanout.go)
+	narrow  atomic.Pointer[session.PushItem]        // the newest push that names resources only (see fanout.go)
 
 	mu      sync.Mutex         // protects the fields below
 	state   int                // stateNew … stateStopped
@@ -105,7 +105,7 @@ func New(cfg Config) (*Server, error) {
 	set.warnWideIndexes(cfg.Builder)
 	s := &Server{
 		set:        set,
-		queue:      pushqueue.New[*conn, *pushItem](),
+		queue:      pushqueue.New[*conn, *session.PushItem](),
 		cache:      newEncCache(len(set.order)),
 		codec:      newInternCodec(),
 		conns:      make(map[*conn]struct{}),
@@ -163,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		s.CodecOption(),
-		grpc.MaxRecvMsgSize(max(s.set.maxRequestBytes, s.set.maxInitialRequestBytes)),
+		grpc.MaxRecvMsgSize(max(s.set.MaxRequestBytes, s.set.MaxInitialRequestBytes)),
 		grpc.MaxConcurrentStreams(uint32(s.set.maxStreamsPerConnection)),
 	}
 }
@@ -472,19 +472,13 @@ func (s *Server) connections() []*conn {
 	return out
 }
 
-// nonce returns a nonce unique within the Server, prefixed by version.
-func (s *Server) nonce(version string) string {
-	var buf [20]byte // a string conversion in a concatenation does not allocate
-	return version + "/" + string(strconv.AppendUint(buf[:0], s.nonceSeq.Add(1), 10))
-}
-
 // initProxy calls Config.InitProxy through its guard.
 func (s *Server) initProxy(ctx context.Context, p *Proxy, pc *pushcontext.PushContext) (ProxyState, error) {
 	init := s.set.initProxy
 	if init == nil {
 		return ProxyState{}, nil
 	}
-	if s.set.proxyKinds == nil {
+	if s.set.ProxyKinds == nil {
 		return guarded(s, ctx, "InitProxy", s.set.generateTimeout, errInitTimeout, func(ctx context.Context) (ProxyState, error) {
 			return init(ctx, p, pc)
 		})
@@ -502,12 +496,6 @@ var errInitTimeout = errors.New("xds: InitProxy timed out")
 func isPanic(err error) bool {
 	var pe *PanicError
 	return errors.As(err, &pe)
-}
-
-// rebuilt reports whether an index fed by type i's kinds was rebuilt
-// after the PushContext of Seq since and up to pc (see core.affected).
-func (s *Server) rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool {
-	return rebuiltAfter(since, pc, s.set.kinds[i])
 }
 
 // rebuiltAfter reports whether an index of kinds was rebuilt after the

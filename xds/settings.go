@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/pushqueue"
 )
 
@@ -18,7 +19,7 @@ import (
 // from the Config keeps its name (phaseWait is !Phases.NoWait). What a
 // connection's core reads of them is coreSettings.
 type settings struct {
-	coreSettings
+	session.Settings
 	order                   []TypeURL // type index → type URL
 	index                   map[TypeURL]int
 	builder                 Builder
@@ -140,26 +141,26 @@ func (cfg *Config) check() error {
 // default, for types in order.
 func (cfg *Config) withDefaults(order []TypeURL) *settings {
 	s := &settings{
-		coreSettings: coreSettings{
-			typeURLs:               make([]string, len(order)),
-			typeIdx:                make(map[string]int, len(order)),
-			fullState:              make([]bool, len(order)),
-			kinds:                  make([][]string, len(order)),
-			backoffInitial:         cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
-			backoffMax:             cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
-			maxResourceNames:       cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
-			maxNameLength:          cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
-			maxSubscriptionBytes:   cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
-			maxRequestBytes:        cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
-			maxInitialRequestBytes: cmpOr(cfg.MaxInitialRequestBytes, DefaultMaxInitialRequestBytes),
-			maxInitialVersions:     cmpOr(cfg.MaxInitialResourceVersions, DefaultMaxInitialResourceVersions),
-			maxResponseBytes:       cmpOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
-			sendOversized:          cfg.SendOversized,
-			resourceErrors:         cfg.ResourceErrors,
-			phaseWait:              !cfg.Phases.NoWait,
-			phaseTimeout:           cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
-			sendMissingReferences:  cfg.Phases.SendMissingReferences,
-			deferred:               make([]bool, len(order)),
+		Settings: session.Settings{
+			TypeURLs:                   make([]string, len(order)),
+			TypeIndex:                  make(map[string]int, len(order)),
+			FullState:                  make([]bool, len(order)),
+			Kinds:                      make([][]string, len(order)),
+			BackoffInitial:             cmpOr(cfg.Backoff.Initial, DefaultBackoffInitial),
+			BackoffMax:                 cmpOr(cfg.Backoff.Max, DefaultBackoffMax),
+			MaxResourceNames:           cmpOr(cfg.MaxResourceNames, DefaultMaxResourceNames),
+			MaxNameLength:              cmpOr(cfg.MaxNameLength, DefaultMaxNameLength),
+			MaxSubscriptionBytes:       cmpOr(cfg.MaxSubscriptionBytes, DefaultMaxSubscriptionBytes),
+			MaxRequestBytes:            cmpOr(cfg.MaxRequestBytes, DefaultMaxRequestBytes),
+			MaxInitialRequestBytes:     cmpOr(cfg.MaxInitialRequestBytes, DefaultMaxInitialRequestBytes),
+			MaxInitialResourceVersions: cmpOr(cfg.MaxInitialResourceVersions, DefaultMaxInitialResourceVersions),
+			MaxResponseBytes:           cmpOr(cfg.MaxResponseBytes, DefaultMaxResponseBytes),
+			SendOversized:              cfg.SendOversized,
+			ResourceErrors:             cfg.ResourceErrors,
+			PhaseWait:                  !cfg.Phases.NoWait,
+			PhaseTimeout:               cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
+			SendMissingReferences:      cfg.Phases.SendMissingReferences,
+			Deferred:                   make([]bool, len(order)),
 		},
 		order:                   order,
 		index:                   make(map[TypeURL]int, len(order)),
@@ -182,7 +183,7 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 		logger:                  cfg.Logger,
 	}
 	s.hooks.Store(&cfg.Hooks)
-	s.backoffInitial = min(s.backoffInitial, s.backoffMax)
+	s.BackoffInitial = min(s.BackoffInitial, s.BackoffMax)
 	if s.newStreamBurst == 0 {
 		s.newStreamBurst = max(1, int(min(s.newStreamRate, 1<<20)))
 	}
@@ -192,7 +193,7 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 	if s.clock == nil {
 		s.clock = realClock{}
 	}
-	s.epoch = s.clock.Now()
+	s.Epoch = s.clock.Now()
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
@@ -203,20 +204,20 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 // a leaf, full-state, or has its removals deferred.
 func (s *settings) typeRoles(cfg *Config) error {
 	order := s.order
-	s.leaf = make([]bool, len(order))
-	s.deltaGenerators = make([]bool, len(order))
+	s.Leaf = make([]bool, len(order))
+	s.DeltaGenerators = make([]bool, len(order))
 	s.deltaGeneratorOf = make([]DeltaGenerator, len(order))
 	for i, t := range order {
 		s.index[t] = i
-		s.typeURLs[i], s.typeIdx[string(t)] = string(t), i
+		s.TypeURLs[i], s.TypeIndex[string(t)] = string(t), i
 		s.generators[i] = cfg.Generators[t]
-		s.deltaGeneratorOf[i], s.deltaGenerators[i] = s.generators[i].(DeltaGenerator)
-		s.leaf[i] = t == EndpointType || t == SecretType
+		s.deltaGeneratorOf[i], s.DeltaGenerators[i] = s.generators[i].(DeltaGenerator)
+		s.Leaf[i] = t == EndpointType || t == SecretType
 	}
-	s.edsIdx = s.typeIndex(EndpointType)
-	s.cdsIdx = s.typeIndex(ClusterType)
-	s.ldsIdx = s.typeIndex(ListenerType)
-	s.rdsIdx = s.typeIndex(RouteType)
+	s.EDSIndex = s.typeIndex(EndpointType)
+	s.CDSIndex = s.typeIndex(ClusterType)
+	s.LDSIndex = s.typeIndex(ListenerType)
+	s.RDSIndex = s.typeIndex(RouteType)
 	full := cfg.FullStateTypes
 	if len(full) == 0 {
 		full = DefaultFullStateTypes()
@@ -226,7 +227,7 @@ func (s *settings) typeRoles(cfg *Config) error {
 			return errors.New("xds: Config.FullStateTypes has an empty type URL")
 		}
 		if i := s.typeIndex(t); i >= 0 {
-			s.fullState[i] = true
+			s.FullState[i] = true
 		}
 	}
 	deferred := cfg.Phases.DeferredRemovals
@@ -237,9 +238,9 @@ func (s *settings) typeRoles(cfg *Config) error {
 		if t == "" {
 			return errors.New("xds: Config.Phases.DeferredRemovals has an empty type URL")
 		}
-		if i := s.typeIndex(t); i >= 0 && !s.deferred[i] {
-			s.deferred[i] = true
-			s.removalOrder = append(s.removalOrder, i)
+		if i := s.typeIndex(t); i >= 0 && !s.Deferred[i] {
+			s.Deferred[i] = true
+			s.RemovalOrder = append(s.RemovalOrder, i)
 		}
 	}
 	return nil
@@ -275,7 +276,7 @@ func (s *settings) configKinds(cfg *Config) error {
 				return fmt.Errorf("xds: Config.TypeKinds[%s] has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", t, k)
 			}
 		}
-		s.kinds[i] = slices.Clone(kinds)
+		s.Kinds[i] = slices.Clone(kinds)
 	}
 	for _, k := range cfg.ProxyKinds {
 		if k == "" {
@@ -285,7 +286,7 @@ func (s *settings) configKinds(cfg *Config) error {
 			return fmt.Errorf("xds: Config.ProxyKinds has kind %q, which no Builder index is registered with (register the index before New, or list the kind in Config.ExternalKinds)", k)
 		}
 	}
-	s.proxyKinds = slices.Clone(cfg.ProxyKinds)
+	s.ProxyKinds = slices.Clone(cfg.ProxyKinds)
 	return s.namedKinds(cfg)
 }
 
@@ -299,7 +300,7 @@ func (s *settings) namedKinds(cfg *Config) error {
 		return errors.New("xds: Config.NamedKinds is set but ProxyKinds is nil (InitProxy reads every kind, so a named change could change any proxy)")
 	}
 	for i, t := range s.order {
-		if s.kinds[i] == nil {
+		if s.Kinds[i] == nil {
 			return fmt.Errorf("xds: Config.NamedKinds is set but TypeKinds has no entry for %s, which every kind then feeds", t)
 		}
 	}
@@ -311,12 +312,12 @@ func (s *settings) namedKinds(cfg *Config) error {
 			return errors.New("xds: Config.NamedKinds has an empty kind")
 		case i < 0:
 			return fmt.Errorf("xds: Config.NamedKinds[%q] is %s, which has no generator", k, t)
-		case !slices.Contains(s.kinds[i], k):
+		case !slices.Contains(s.Kinds[i], k):
 			return fmt.Errorf("xds: Config.NamedKinds[%q] is %s, whose TypeKinds do not list %q", k, t, k)
 		case slices.Contains(cfg.ProxyKinds, k):
 			return fmt.Errorf("xds: Config.NamedKinds has %q, which ProxyKinds lists: a key of it may change what InitProxy returns", k)
 		}
-		for j, kinds := range s.kinds {
+		for j, kinds := range s.Kinds {
 			if j != i && slices.Contains(kinds, k) {
 				return fmt.Errorf("xds: Config.NamedKinds[%q] is %s, but TypeKinds[%s] lists %q too", k, t, s.order[j], k)
 			}

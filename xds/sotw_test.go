@@ -8,6 +8,7 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
@@ -41,17 +42,17 @@ func TestParseNames(t *testing.T) {
 				t.Errorf("result shares the input: %v; want %v", shared, tt.wantOrder == nil)
 			}
 			// The same names, in the same order, are recognised; others not.
-			w := &typeState{sub: shared.NewSubscription(got, false), star: star, order: order}
-			if !w.sameNames(tt.in) {
+			w := &session.TypeState{Sub: shared.NewSubscription(got, false), Star: star, Order: order}
+			if !w.SameNames(tt.in) {
 				t.Errorf("sameNames(%q) = false; want true", tt.in)
 			}
-			if w.sameNames(append(slices.Clone(tt.in), "z")) {
+			if w.SameNames(append(slices.Clone(tt.in), "z")) {
 				t.Errorf("sameNames(%q + z) = true; want false", tt.in)
 			}
 			if len(tt.in) > 1 && tt.in[0] != tt.in[1] {
 				swapped := slices.Clone(tt.in)
 				swapped[0], swapped[1] = swapped[1], swapped[0]
-				if w.sameNames(swapped) {
+				if w.SameNames(swapped) {
 					t.Errorf("sameNames(%q) = true; want false (another order)", swapped)
 				}
 			}
@@ -66,7 +67,7 @@ type internHost struct {
 	subs shared.SubTable
 }
 
-func (h *internHost) intern(sub *shared.Subscription) *shared.Subscription { return h.subs.Intern(sub) }
+func (h *internHost) Intern(sub *shared.Subscription) *shared.Subscription { return h.subs.Intern(sub) }
 
 // Connections whose SotW requests list the same names in the same order
 // share the subscription and its order, so that what each holds does not
@@ -74,9 +75,9 @@ func (h *internHost) intern(sub *shared.Subscription) *shared.Subscription { ret
 // connection still recognises its own requests.
 func TestSotWSubscriptionSharesOrder(t *testing.T) {
 	h := &internHost{fakeHost: newFakeHost(t, nil)}
-	first := &core{host: h}
+	first := &session.Core{Host: h}
 	names, _, order := shared.ParseNames([]string{"c2", "c1", "c3"})
-	firstSub, firstOrder := first.sotwSubscription(names, false, order)
+	firstSub, firstOrder := first.SotWSubscription(names, false, order)
 	tests := []struct {
 		name       string
 		raw        []string
@@ -92,16 +93,16 @@ func TestSotWSubscriptionSharesOrder(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			names, star, order := shared.ParseNames(slices.Clone(tt.raw))
-			c := &core{host: h}
-			sub, got := c.sotwSubscription(names, false, order)
+			c := &session.Core{Host: h}
+			sub, got := c.SotWSubscription(names, false, order)
 			if (sub == firstSub) != tt.wantSub {
 				t.Errorf("shares the subscription: %t; want %t", sub == firstSub, tt.wantSub)
 			}
 			if shared := len(got) > 0 && &got[0] == &firstOrder[0]; shared != tt.wantShared {
 				t.Errorf("shares the order: %t; want %t", shared, tt.wantShared)
 			}
-			ts := &typeState{sub: sub, star: star, order: got}
-			if !ts.sameNames(tt.raw) {
+			ts := &session.TypeState{Sub: sub, Star: star, Order: got}
+			if !ts.SameNames(tt.raw) {
 				t.Errorf("sameNames(%q) = false; want true", tt.raw)
 			}
 		})
@@ -239,7 +240,7 @@ func TestSotWEmptyListOfAFullStateType(t *testing.T) {
 			if !slices.Equal(got, tt.want) {
 				t.Fatalf("responses %q; want %q", got, tt.want)
 			}
-			if w := r.typeState(ClusterType).sub.Wildcard; w != tt.wildcard {
+			if w := r.typeState(ClusterType).Sub.Wildcard; w != tt.wildcard {
 				t.Errorf("wildcard = %v; want %v", w, tt.wildcard)
 			}
 			r.expectHeld("after the requests", ClusterType, tt.held...)

@@ -5,6 +5,8 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/grpc/codes"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // ConnStatus is the state of one connection, as returned by Server.Status.
@@ -94,31 +96,31 @@ func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
 // status returns the TypeStatus sn records, of type t, on the connection
 // connID of proxy id.
-func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStatus {
+func typeStatus(sn *session.TypeSnapshot, set *settings, t TypeURL, id, connID string) TypeStatus {
 	st := TypeStatus{
 		Type:          t,
-		Names:         len(sn.sub.Names),
-		Wildcard:      sn.sub.Wildcard,
-		SentVersion:   versionOf(sn.sentNonce),
-		SentNonce:     sn.sentNonce,
-		SentAt:        set.time(sn.sentAt),
-		AckedVersion:  versionOf(sn.ackedNonce),
-		AckedNonce:    sn.ackedNonce,
-		AckedAt:       set.time(sn.ackedAt),
-		PhaseTimeouts: int(sn.timeouts),
+		Names:         len(sn.Sub.Names),
+		Wildcard:      sn.Sub.Wildcard,
+		SentVersion:   session.VersionOf(sn.SentNonce),
+		SentNonce:     sn.SentNonce,
+		SentAt:        set.Time(sn.SentAt),
+		AckedVersion:  session.VersionOf(sn.AckedNonce),
+		AckedNonce:    sn.AckedNonce,
+		AckedAt:       set.Time(sn.AckedAt),
+		PhaseTimeouts: int(sn.Timeouts),
 	}
-	if sn.nack != nil {
-		n := sn.nack.event(id, connID, t)
+	if sn.NACK != nil {
+		n := nackEvent(sn.NACK, id, connID, t)
 		st.NACK = &n
 	}
-	if sn.rare != nil {
-		st.ResourceErrors = make([]ResourceErrorStatus, len(sn.rare.errs))
-		for k, e := range sn.rare.errs {
-			st.ResourceErrors[k] = ResourceErrorStatus{Name: e.name, Code: e.code, Message: e.msg}
+	if sn.Rare != nil {
+		st.ResourceErrors = make([]ResourceErrorStatus, len(sn.Rare.Errs))
+		for k, e := range sn.Rare.Errs {
+			st.ResourceErrors[k] = ResourceErrorStatus{Name: e.Name, Code: e.Code, Message: e.Message}
 		}
 	}
-	if f := sn.fault; f != nil {
-		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = publicErr(f.err), f.stage, f.since, f.fails
+	if f := sn.Fault; f != nil {
+		st.Error, st.ErrorStage, st.ErrorSince, st.Failures = publicErr(f.Err), f.Stage, f.Since, f.Fails
 	}
 	return st
 }
@@ -129,8 +131,8 @@ func (sn *typeSnap) status(set *settings, t TypeURL, id, connID string) TypeStat
 // the connection's status lock without ever touching the core's state,
 // which only the step that holds the step lock reads.
 type connState struct {
-	coreSnap
-	connectedAt instant
+	session.Snapshot
+	connectedAt session.Instant
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
 	writingSeq  uint64
@@ -145,7 +147,7 @@ func (c *conn) publishStatus(initialised bool) {
 	if initialised {
 		c.st.initialised = true
 	}
-	failing := c.core.snapshot(&c.st.coreSnap)
+	failing := c.core.Snapshot(&c.st.Snapshot)
 	c.statusMu.Unlock()
 	c.s.track.set(c, c.syncedTo(), failing)
 }
@@ -167,12 +169,12 @@ func (c *conn) syncedTo() uint64 {
 	if !initialised {
 		return 0
 	}
-	x := c.core.syncedTo()
+	x := c.core.SyncedTo()
 	if c.writing || len(c.outbox) > 0 {
 		// Responses still being written (their OnSend hooks not run): not
 		// synced to the pushes they carry.
 		low := c.writingApplied
-		if q := lowestApplied(c.outbox); q != 0 && (low == 0 || q < low) {
+		if q := session.LowestApplied(c.outbox); q != 0 && (low == 0 || q < low) {
 			low = q
 		}
 		if low > 0 {
@@ -188,10 +190,10 @@ func (c *conn) failures() []Failure {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
 	var out []Failure
-	for _, t := range c.st.types {
-		if f := t.fault; f != nil {
-			out = append(out, Failure{Stage: f.stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
-				Type: c.s.set.order[t.idx], Err: publicErr(f.err), Attempts: f.fails})
+	for _, t := range c.st.Types {
+		if f := t.Fault; f != nil {
+			out = append(out, Failure{Stage: f.Stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
+				Type: c.s.set.order[t.Index], Err: publicErr(f.Err), Attempts: f.Fails})
 		}
 	}
 	return out
@@ -205,25 +207,25 @@ func (c *conn) status() ConnStatus {
 		ProxyID:       c.proxy.ID,
 		ConnID:        c.proxy.ConnID,
 		Node:          c.proxy.Node,
-		ConnectedAt:   c.s.set.time(c.st.connectedAt),
+		ConnectedAt:   c.s.set.Time(c.st.connectedAt),
 		Initialised:   c.st.initialised,
 		Delta:         c.delta,
-		Version:       c.st.version,
-		View:          c.st.view,
-		PendingPhases: c.st.pending,
+		Version:       c.st.Version,
+		View:          c.st.View,
+		PendingPhases: c.st.Pending,
 	}
 	if c.rests.Load() {
 		// Served the newest push that skipped it (see fanout.go).
-		if n := c.s.narrow.Load(); n != nil && n.seq > c.st.seq {
-			cs.Version = n.req.Push.Version()
+		if n := c.s.narrow.Load(); n != nil && n.Seq > c.st.Seq {
+			cs.Version = n.Req.Push.Version()
 		}
 	}
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
 	}
-	cs.Types = make([]TypeStatus, len(c.st.types))
-	for k := range c.st.types {
-		cs.Types[k] = c.st.types[k].status(c.s.set, c.s.set.order[c.st.types[k].idx], c.proxy.ID, c.proxy.ConnID)
+	cs.Types = make([]TypeStatus, len(c.st.Types))
+	for k := range c.st.Types {
+		cs.Types[k] = typeStatus(&c.st.Types[k], c.s.set, c.s.set.order[c.st.Types[k].Index], c.proxy.ID, c.proxy.ConnID)
 	}
 	return cs
 }

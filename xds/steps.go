@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // event is one entry of the stream's mailbox.
 type event struct {
 	kind evKind
-	in   inbound // evRequest
-	err  error   // evRecvErr, evWriteFailed
+	in   session.Inbound // evRequest
+	err  error           // evRecvErr, evWriteFailed
 }
 
 type evKind uint8
@@ -85,12 +87,12 @@ func (c *conn) postEvent(ev event) bool {
 // an idle client keeps).
 func (c *conn) receive(first bool) {
 	for {
-		var in inbound
+		var in session.Inbound
 		var err error
 		if c.delta {
-			in.delta, err = c.dstream.Recv()
+			in.Delta, err = c.dstream.Recv()
 		} else {
-			in.sotw, err = c.stream.Recv()
+			in.SotW, err = c.stream.Recv()
 		}
 		if err != nil {
 			c.cancel() // the stream is over, and so are its host calls (see newConn)
@@ -175,7 +177,7 @@ func (s *Server) ctxStatus(ctx context.Context) error {
 }
 
 // handle runs one client request through the core.
-func (c *conn) handle(ctx context.Context, in inbound) error {
+func (c *conn) handle(ctx context.Context, in session.Inbound) error {
 	now := c.s.set.clock.Now()
 	err := c.catchUp(ctx, now)
 	if err == nil {
@@ -280,16 +282,16 @@ func (c *conn) afterStep() {
 // write, if a writer is to start on it (see nextBatch). stepped is false
 // when the core ran no step since the last settle (the end of a write), so
 // that what publishStatus would copy is as it last did.
-func (c *conn) settle(stepped bool) []*outMsg {
+func (c *conn) settle(stepped bool) []*session.OutMsg {
 	c.hostProxy() // the Proxy the host reads, to where the step left the core
 	c.report()
-	out := c.core.takeOut()
+	out := c.core.TakeOut()
 	if stepped {
-		c.core.dropRare()
+		c.core.DropRare()
 	}
 	c.outbox = append(c.outbox, out...)
 	c.resetTimer()
-	if c.writing || len(c.outbox) > 0 || c.core.busy() {
+	if c.writing || len(c.outbox) > 0 || c.core.Busy() {
 		c.setBusy()
 	} else {
 		c.unpark()
@@ -320,7 +322,7 @@ func (c *conn) pauseIfBacklogged() {
 // write, the core's timers.
 func (c *conn) onTick(ctx context.Context) error {
 	c.armedAt = 0
-	now := c.s.set.instant(c.s.set.clock.Now())
+	now := c.s.set.Instant(c.s.set.clock.Now())
 	if c.writeAt != 0 && now >= c.writeAt {
 		if err := c.checkWrite(ctx); err != nil {
 			return err
@@ -345,7 +347,7 @@ func (c *conn) onTimer(ctx context.Context) error {
 	if retryPush {
 		// Generated again under a push slot, merged with what arrives
 		// meanwhile.
-		c.giveBack(c.core.takeFailed())
+		c.giveBack(c.core.TakeFailed())
 	}
 	c.afterStep()
 	return err
@@ -353,7 +355,7 @@ func (c *conn) onTimer(ctx context.Context) error {
 
 // resetTimer arms the timer for the core's next deadline.
 func (c *conn) resetTimer() {
-	c.timerAt = c.s.set.instant(c.core.deadline())
+	c.timerAt = c.s.set.Instant(c.core.Deadline())
 	c.arm()
 }
 
@@ -370,7 +372,7 @@ func (c *conn) arm() {
 	c.armedAt = at
 	c.timer.Stop()
 	if at != 0 {
-		c.timer.Reset(max(c.s.set.time(at).Sub(c.s.set.clock.Now()), 0))
+		c.timer.Reset(max(c.s.set.Time(at).Sub(c.s.set.clock.Now()), 0))
 	}
 }
 
@@ -378,32 +380,32 @@ func (c *conn) arm() {
 // whether deliver is to generate it now: false if the connection is
 // initialising, writing or in a push's phases (unpark queues it again when
 // it is free) or has ended.
-func (c *conn) post(item *pushItem) bool {
+func (c *conn) post(item *session.PushItem) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return false
 	}
 	c.inbox = c.inbox.Merge(item)
-	if item.seq >= c.queued {
+	if item.Seq >= c.queued {
 		c.queued = 0 // what the queue held is here
 	}
 	c.kicked = false // whatever the queue held for c, this is it
-	return !c.busy && !c.inbox.empty()
+	return !c.busy && !c.inbox.Empty()
 }
 
 // onKick generates the pushes in the inbox, as a step. It settles the
 // connection as after does, but returns the batch to write rather than
 // start a writer: the caller writes it once the step is over (see
 // inline.go).
-func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
+func (c *conn) onKick(ctx context.Context) ([]*session.OutMsg, error) {
 	c.mu.Lock()
-	var item *pushItem
-	if !c.busy && !c.core.busy() {
+	var item *session.PushItem
+	if !c.busy && !c.core.Busy() {
 		item, c.inbox = c.inbox, nil
 	}
 	c.mu.Unlock()
-	if item.empty() {
+	if item.Empty() {
 		return nil, nil
 	}
 	if skipped := c.wake(); skipped != nil {
@@ -412,7 +414,7 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 	}
 	now := c.s.set.clock.Now()
 	callHook(c.s.set, c.s.set.hooks.Load().OnQueue, QueueEvent{
-		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: now.Sub(item.start), Merged: item.merged,
+		ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Waited: now.Sub(item.Start), Merged: item.Merged,
 	})
 	err := runPush(ctx, c, c.core, now, item)
 	if err == nil {
@@ -423,7 +425,7 @@ func (c *conn) onKick(ctx context.Context) ([]*outMsg, error) {
 
 // giveBack returns a push the core gave up on (see core.takeFailed) to the
 // inbox, ahead of what arrived since, for the next kick to generate.
-func (c *conn) giveBack(item *pushItem) {
+func (c *conn) giveBack(item *session.PushItem) {
 	c.mu.Lock()
 	if !c.closed {
 		c.inbox = item.Merge(c.inbox)
@@ -439,11 +441,11 @@ func (c *conn) giveBack(item *pushItem) {
 func (c *conn) unpark() {
 	c.mu.Lock()
 	c.busy = false
-	kick := !c.inbox.empty() && !c.kicked
+	kick := !c.inbox.Empty() && !c.kicked
 	c.kicked = c.kicked || kick
 	c.mu.Unlock()
 	if kick {
-		c.s.queue.Enqueue(c, new(pushItem)) // a kick: an item that carries no push
+		c.s.queue.Enqueue(c, new(session.PushItem)) // a kick: an item that carries no push
 	}
 }
 

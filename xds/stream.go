@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // A stream's runner: the gRPC handler goroutine admits the stream, and a
@@ -82,7 +84,7 @@ type conn struct {
 	// core touches hostP.
 	proxy *Proxy
 	hostP *Proxy
-	core  *core
+	core  *session.Core
 	delta bool
 	// plain: the stream compresses nothing, so responses shared with
 	// other streams are written as encoded once (see sharedMsg).
@@ -98,7 +100,7 @@ type conn struct {
 	ctx            context.Context    // the stream's context, for steps
 	cancel         context.CancelFunc // cancels ctx: at the stream's end, or the Server's shutdown
 	failErr        error              // why a step ended the stream (see unlockStep)
-	outbox         []*outMsg
+	outbox         []*session.OutMsg
 	writingApplied uint64 // the lowest appliedSeq stamped on the batch being written (0 when none)
 	// slot is the connection's place on the Server's board, and dig its
 	// words there (with Config.NamedKinds only), set when it registers:
@@ -113,8 +115,8 @@ type conn struct {
 	// write in progress is checked for being blocked (see arm); armedAt is
 	// when it is armed for, zero when it is not.
 	timer            Timer
-	timerAt, writeAt instant
-	armedAt          instant
+	timerAt, writeAt session.Instant
+	armedAt          session.Instant
 	stopped          bool // the stream is ending: no step may run
 	writing          bool // a batch is being written (by a writer goroutine, or inline)
 	paused           bool // the receive goroutine is asked to wait
@@ -146,7 +148,7 @@ type conn struct {
 	// given yet, merged in one item. The core takes all of it at once,
 	// so pushes reach it in the order of their sequence numbers: what it
 	// has applied is every push up to one (see core.push).
-	inbox *pushItem
+	inbox *session.PushItem
 	// queued is the Seq of the newest push queued for the connection
 	// that has not reached its inbox yet, 0 if none (kept with
 	// Config.NamedKinds only; see queuedFor).
@@ -154,7 +156,7 @@ type conn struct {
 	// skipped is the newest push that skipped the connection while it
 	// rested, kept by the fan-out that ended the rest, for its next step
 	// to apply first (see fanout.go); nil if none.
-	skipped *pushItem
+	skipped *session.PushItem
 	busy    bool // initialising, writing or in a push's phases: the inbox waits
 	kicked  bool // unpark queued a kick that no deliver has posted yet
 	closed  bool // the stream has ended
@@ -338,7 +340,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 		return false, s.refused(ctx, peerAddr, nil, err, err)
 	}
 	defer s.leaveOpening() // once the first request is answered, or the opening fails
-	node := first.node()
+	node := first.Node()
 	if node.GetId() == "" {
 		err := status.Error(codes.InvalidArgument, "xds: the first request has no node id")
 		return false, s.refused(ctx, peerAddr, nil, err, err)
@@ -354,8 +356,8 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	if err := s.authorized(ctx, p); err != nil {
 		return false, err
 	}
-	c.core = newCore(&s.set.coreSettings, s, c.delta, c.seq)
-	c.st.connectedAt = s.set.instant(s.set.clock.Now())
+	c.core = session.New(&s.set.Settings, (*sessionHost)(s), c.delta, c.seq)
+	c.st.connectedAt = s.set.Instant(s.set.clock.Now())
 	if registered, err := s.initialise(ctx, c); err != nil {
 		return registered, err
 	}
@@ -393,7 +395,7 @@ func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err 
 		return false, err
 	}
 	st, err := c.initProxy(ctx, pc)
-	err = c.core.init(s.set.clock.Now(), pc, pc.Seq(), proxyInit(st), err)
+	err = c.core.Init(s.set.clock.Now(), pc, pc.Seq(), session.ProxyInit(st), err)
 	p := c.hostProxy()
 	if err != nil {
 		toClient, detail := s.hostError(ctx, codes.Internal, "initialising the proxy failed", p, err)

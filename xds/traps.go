@@ -32,7 +32,7 @@ func (s *settings) warnWideIndexes(b Builder) {
 		return
 	}
 	indexes := il.Indexes()
-	for i, kinds := range s.kinds {
+	for i, kinds := range s.Kinds {
 		if kinds == nil {
 			continue // fed by every kind
 		}
@@ -67,7 +67,7 @@ type staleScopes struct {
 // it goes stale.
 func (w *staleScopes) check(set *settings, read []pushcontext.IndexInfo) {
 	for _, ix := range read {
-		if len(ix.Kinds) == 0 || slices.ContainsFunc(ix.Kinds, func(k string) bool { return slices.Contains(set.proxyKinds, k) }) {
+		if len(ix.Kinds) == 0 || slices.ContainsFunc(ix.Kinds, func(k string) bool { return slices.Contains(set.ProxyKinds, k) }) {
 			continue
 		}
 		w.mu.Lock()
@@ -82,7 +82,7 @@ func (w *staleScopes) check(set *settings, read []pushcontext.IndexInfo) {
 		if !seen {
 			set.logger.LogAttrs(context.Background(), slog.LevelWarn,
 				"xds: InitProxy read an index whose kinds Config.ProxyKinds does not list: a change of them does not call InitProxy again, and the Scope, View and Data it returned go stale; list the kinds in ProxyKinds, or set it to nil",
-				slog.String("index", ix.Name), slog.Any("indexKinds", ix.Kinds), slog.Any("proxyKinds", set.proxyKinds))
+				slog.String("index", ix.Name), slog.Any("indexKinds", ix.Kinds), slog.Any("proxyKinds", set.ProxyKinds))
 		}
 	}
 }

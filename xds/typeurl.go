@@ -3,6 +3,8 @@ package xds
 import (
 	"fmt"
 	"slices"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // TypeURL identifies an xDS resource type, as it appears in
@@ -34,7 +36,7 @@ const (
 // Short returns the usual short name of a type's discovery service (CDS,
 // EDS, LDS, RDS, SDS, SRDS, VHDS, ECDS, RTDS), or the type URL itself for
 // any other type. It is meant for logs and test output.
-func (t TypeURL) Short() string { return shortName(string(t)) }
+func (t TypeURL) Short() string { return session.ShortName(string(t)) }
 
 // DefaultOrder returns the push order used when Config.Order is empty: CDS,
 // EDS, LDS, RDS, SDS. Types with a generator that are not listed follow in

@@ -71,7 +71,7 @@ func TestViewsShareGeneration(t *testing.T) {
 			if !c.lockStep() {
 				t.Fatalf("%s: the stream ended", c.proxy.ConnID)
 			}
-			h := c.core.types[f.srv.set.cdsIdx].held
+			h := c.core.Types[f.srv.set.CDSIndex].Held
 			if h.Differs() {
 				sets[nil]++
 			} else {

@@ -9,34 +9,36 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // nextBatch takes the responses queued for the writer, if none is running,
 // and arms the check for a blocked write. It returns nil if there is
 // nothing to write or a writer is running.
-func (c *conn) nextBatch() []*outMsg {
+func (c *conn) nextBatch() []*session.OutMsg {
 	if c.writing || len(c.outbox) == 0 {
 		return nil
 	}
 	batch := c.outbox
 	c.outbox = nil
 	c.writing = true
-	c.writingApplied = lowestApplied(batch)
-	low := batch[0].seq
+	c.writingApplied = session.LowestApplied(batch)
+	low := batch[0].Seq
 	for _, m := range batch[1:] {
-		low = min(low, m.seq)
+		low = min(low, m.Seq)
 	}
 	c.statusMu.Lock()
 	c.st.writingSeq = low
 	c.statusMu.Unlock()
-	c.writeAt = c.s.set.instant(c.s.set.clock.Now().Add(c.s.set.writeTimeout))
+	c.writeAt = c.s.set.Instant(c.s.set.clock.Now().Add(c.s.set.writeTimeout))
 	c.arm()
 	return batch
 }
 
 // onWritten records the end of a successful write batch, as a step on the
 // writer goroutine, and returns the next batch for it to write, if any.
-func (c *conn) onWritten() []*outMsg {
+func (c *conn) onWritten() []*session.OutMsg {
 	c.writing = false
 	c.writingApplied = 0
 	c.writeAt = 0 // settle re-arms the timer
@@ -68,7 +70,7 @@ func (c *conn) checkWrite(ctx context.Context) error {
 		}
 		wait = timeout - blocked
 	}
-	c.writeAt = c.s.set.instant(c.s.set.clock.Now().Add(wait))
+	c.writeAt = c.s.set.Instant(c.s.set.clock.Now().Add(wait))
 	c.arm()
 	return nil
 }
@@ -76,7 +78,7 @@ func (c *conn) checkWrite(ctx context.Context) error {
 // write is the writer goroutine: it sends batch in order, then records
 // its end as a step and goes on with the responses queued meanwhile, until
 // there are none. A failed Send ends the stream.
-func (c *conn) write(batch []*outMsg) {
+func (c *conn) write(batch []*session.OutMsg) {
 	for batch != nil {
 		batch = c.writeBatch(batch)
 	}
@@ -85,7 +87,7 @@ func (c *conn) write(batch []*outMsg) {
 // writeBatch sends batch and records the end of the write as a step; it
 // returns the next batch to write, nil if none or if the stream ends (a
 // failed Send ends it).
-func (c *conn) writeBatch(batch []*outMsg) []*outMsg {
+func (c *conn) writeBatch(batch []*session.OutMsg) []*session.OutMsg {
 	if err := c.send(batch); err != nil {
 		c.postEvent(event{kind: evWriteFailed, err: err})
 		return nil
@@ -99,20 +101,20 @@ func (c *conn) writeBatch(batch []*outMsg) []*outMsg {
 }
 
 // send sends batch in order, on the writer goroutine.
-func (c *conn) send(batch []*outMsg) error {
+func (c *conn) send(batch []*session.OutMsg) error {
 	clock := c.s.set.clock
 	var err error
 	for i, m := range batch {
 		start := clock.Now()
-		c.sendType.Store(int32(m.typeIdx))
+		c.sendType.Store(int32(m.TypeIndex))
 		c.sendStart.Store(start.UnixNano())
 		switch {
-		case m.shared != nil && c.plain && m.shared.Prepare(c.serverStream()) != nil:
-			err = c.serverStream().SendMsg(m.shared.Prepared)
-		case m.dresp != nil:
-			err = c.dstream.Send(m.dresp)
+		case m.Shared != nil && c.plain && m.Shared.Prepare(c.serverStream()) != nil:
+			err = c.serverStream().SendMsg(m.Shared.Prepared)
+		case m.DeltaResp != nil:
+			err = c.dstream.Send(m.DeltaResp)
 		default:
-			err = c.stream.Send(m.resp)
+			err = c.stream.Send(m.Resp)
 		}
 		c.sendStart.Store(0)
 		if err != nil {
@@ -122,18 +124,18 @@ func (c *conn) send(batch []*outMsg) error {
 			ev := SendEvent{
 				ProxyID: c.proxy.ID,
 				ConnID:  c.proxy.ConnID,
-				Type:    c.s.set.order[m.typeIdx],
-				Bytes:   m.bytes,
-				Push:    m.push,
-				Queued:  start.Sub(m.made),
+				Type:    c.s.set.order[m.TypeIndex],
+				Bytes:   m.Bytes,
+				Push:    m.Push,
+				Queued:  start.Sub(m.Made),
 				Took:    clock.Now().Sub(start),
 			}
-			if m.dresp != nil {
+			if m.DeltaResp != nil {
 				ev.Delta = true
-				ev.Version, ev.Nonce = m.dresp.SystemVersionInfo, m.dresp.Nonce
-				ev.Resources, ev.Removed = len(m.dresp.Resources), len(m.dresp.RemovedResources)
+				ev.Version, ev.Nonce = m.DeltaResp.SystemVersionInfo, m.DeltaResp.Nonce
+				ev.Resources, ev.Removed = len(m.DeltaResp.Resources), len(m.DeltaResp.RemovedResources)
 			} else {
-				ev.Version, ev.Nonce, ev.Resources = m.resp.VersionInfo, m.resp.Nonce, len(m.resp.Resources)
+				ev.Version, ev.Nonce, ev.Resources = m.Resp.VersionInfo, m.Resp.Nonce, len(m.Resp.Resources)
 			}
 			c.hookSem <- struct{}{}
 			if !c.ended {
@@ -142,7 +144,7 @@ func (c *conn) send(batch []*outMsg) error {
 			<-c.hookSem
 		}
 		batch[i] = nil
-		m.free()
+		m.Free()
 	}
 	return err
 }

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import "github.com/xdspush/xdspush/internal/shared"
 
@@ -8,23 +8,23 @@ import "slices"
 // client holds fetch, some possibly still warming from an earlier push.
 // During a push, a client without any subscription of the child type is not
 // waited for, unless unwatchedAwaited says it will subscribe.
-func (c *core) needHeld(pl *plan) {
-	set := c.set
-	for _, pc := range [][2]int{{set.cdsIdx, set.edsIdx}, {set.ldsIdx, set.rdsIdx}} {
+func (c *Core) needHeld(pl *plan) {
+	set := c.Set
+	for _, pc := range [][2]int{{set.CDSIndex, set.EDSIndex}, {set.LDSIndex, set.RDSIndex}} {
 		parent, child := pc[0], pc[1]
-		if parent < 0 || child < 0 || c.types[parent] == nil || pl.t[child].gaveUp ||
-			(c.types[child] == nil && !c.unwatchedAwaited(pl, child)) {
+		if parent < 0 || child < 0 || c.Types[parent] == nil || pl.t[child].gaveUp ||
+			(c.Types[child] == nil && !c.unwatchedAwaited(pl, child)) {
 			continue
 		}
-		cts := c.types[child]
-		pts := c.types[parent]
-		pts.held.Each(func(name string, e *shared.Encoded) {
-			if _, ok := pts.removing()[name]; ok {
+		cts := c.Types[child]
+		pts := c.Types[parent]
+		pts.Held.Each(func(name string, e *shared.Encoded) {
+			if _, ok := pts.Removing()[name]; ok {
 				return // about to be removed: it need not be warm
 			}
 			for _, n := range set.children(parent, e) {
 				pl.t[child].refs = true
-				if cts == nil || !cts.covers(n) {
+				if cts == nil || !cts.Covers(n) {
 					pl.t[child].need = append(pl.t[child].need, n)
 				}
 			}
@@ -35,22 +35,22 @@ func (c *core) needHeld(pl *plan) {
 // sentCluster records a cluster a CDS phase sent: its endpoints are sent
 // again by the EDS phase (the client re-warms it), and the next phases wait
 // until the client subscribes to them.
-func (c *core) sentCluster(pl *plan, r shared.Entry) {
+func (c *Core) sentCluster(pl *plan, r shared.Entry) {
 	pl.warm.addCluster(r.Enc)
 	c.answeredCluster(pl, r)
 }
 
 // answeredCluster records a cluster sent during the push: the next phases,
 // and the push's end, wait for its endpoints.
-func (c *core) answeredCluster(pl *plan, r shared.Entry) {
-	c.need(pl, c.set.edsIdx, c.set.children(c.set.cdsIdx, r.Enc))
+func (c *Core) answeredCluster(pl *plan, r shared.Entry) {
+	c.need(pl, c.Set.EDSIndex, c.Set.children(c.Set.CDSIndex, r.Enc))
 }
 
 // sentListener records a listener an LDS phase sent: the next phases wait
 // until the client subscribes to its routes (it stays warming, and the
 // version it replaces in service, until it holds them).
-func (c *core) sentListener(pl *plan, r shared.Entry) {
-	c.need(pl, c.set.rdsIdx, c.set.children(c.set.ldsIdx, r.Enc))
+func (c *Core) sentListener(pl *plan, r shared.Entry) {
+	c.need(pl, c.Set.RDSIndex, c.Set.children(c.Set.LDSIndex, r.Enc))
 }
 
 // sentRoute records a route an RDS phase sent, or an answer sent while the
@@ -64,14 +64,14 @@ func (c *core) sentListener(pl *plan, r shared.Entry) {
 // none, or it rejected them) subscribes to those of the route once it
 // reads it: the push waits for them too (resolved, see unwatchedAwaited),
 // as for the endpoints of such a client's first clusters.
-func (c *core) sentRoute(pl *plan, r shared.Entry) {
-	cds := c.set.cdsIdx
+func (c *Core) sentRoute(pl *plan, r shared.Entry) {
+	cds := c.Set.CDSIndex
 	if cds < 0 {
 		return
 	}
-	clusters := c.set.refsOf(c.set.rdsIdx, r.Enc).Clusters
-	switch ts := c.types[cds]; {
-	case ts != nil && !ts.sub.Wildcard:
+	clusters := c.Set.refsOf(c.Set.RDSIndex, r.Enc).Clusters
+	switch ts := c.Types[cds]; {
+	case ts != nil && !ts.Sub.Wildcard:
 		c.need(pl, cds, clusters)
 	case ts == nil && c.listenersByName() && len(clusters) > 0:
 		c.need(pl, cds, clusters)
@@ -81,19 +81,19 @@ func (c *core) sentRoute(pl *plan, r shared.Entry) {
 
 // listenersByName reports whether the client asks for listeners by name,
 // as a gRPC client does.
-func (c *core) listenersByName() bool {
-	l := c.set.ldsIdx
-	return l >= 0 && c.types[l] != nil && !c.types[l].sub.Wildcard
+func (c *Core) listenersByName() bool {
+	l := c.Set.LDSIndex
+	return l >= 0 && c.Types[l] != nil && !c.Types[l].Sub.Wildcard
 }
 
 // need adds names, of type i, to what pl waits for the client to fetch,
 // unless a phase timeout gave up on that type.
-func (c *core) need(pl *plan, i int, names []string) {
+func (c *Core) need(pl *plan, i int, names []string) {
 	if i < 0 || pl.t[i].gaveUp || len(names) == 0 {
 		return
 	}
 	pl.t[i].refs = true
-	if p := c.set.parentOf(i); p >= 0 && c.types[p] != nil && !c.types[p].sub.Wildcard {
+	if p := c.Set.parentOf(i); p >= 0 && c.Types[p] != nil && !c.Types[p].Sub.Wildcard {
 		pl.t[i].resolved = true
 	}
 	pl.t[i].need = append(pl.t[i].need, names...)
@@ -112,14 +112,14 @@ func (c *core) need(pl *plan, i int, names []string) {
 // needs it. Otherwise, a client that has never subscribed to the type on
 // the stream may take it from elsewhere (or not use it: a test's client
 // that only watches clusters), and is not waited for.
-func (c *core) unwatchedAwaited(pl *plan, i int) bool {
+func (c *Core) unwatchedAwaited(pl *plan, i int) bool {
 	return pl.reconnect || c.dropped != nil && c.dropped[i] || pl.t[i].resolved
 }
 
 // dropFetched drops from pl's needs of type i the names the client has
 // fetched (it keeps what a resource it holds fetches), and reports whether
 // none is left.
-func (c *core) dropFetched(pl *plan, i int) bool {
+func (c *Core) dropFetched(pl *plan, i int) bool {
 	names := pl.t[i].need
 	for len(names) > 0 && c.fetched(pl, i, names[len(names)-1]) {
 		names = names[:len(names)-1]
@@ -133,12 +133,12 @@ func (c *core) dropFetched(pl *plan, i int) bool {
 // answered a cluster response yet (an answer sent during the push): that
 // phase waits for it, as for the push's own, since a route naming one of
 // those clusters must not reach a client that may yet reject it.
-func (c *core) clustersInFlight(pl *plan, i int) bool {
-	if i != c.set.cdsIdx || len(c.types[i].flights) == 0 || len(pl.phases) == 0 || pl.phases[0].removal {
+func (c *Core) clustersInFlight(pl *plan, i int) bool {
+	if i != c.Set.CDSIndex || len(c.Types[i].Flights) == 0 || len(pl.Phases) == 0 || pl.Phases[0].removal {
 		return false
 	}
-	j := pl.phases[0].typeIdx
-	return j == c.set.rdsIdx || j == c.set.ldsIdx
+	j := pl.Phases[0].typeIdx
+	return j == c.Set.RDSIndex || j == c.Set.LDSIndex
 }
 
 // fetched reports whether the client has fetched name, of type i (EDS,
@@ -149,16 +149,16 @@ func (c *core) clustersInFlight(pl *plan, i int) bool {
 // the phases, or is to be retried is not fetched: a listener warming for
 // that route keeps its version in service, and what that uses must not be
 // removed.
-func (c *core) fetched(pl *plan, i int, name string) bool {
-	ts := c.types[i]
-	if !ts.covers(name) {
+func (c *Core) fetched(pl *plan, i int, name string) bool {
+	ts := c.Types[i]
+	if !ts.Covers(name) {
 		return false
 	}
-	if slices.ContainsFunc(pl.phases, func(ph phase) bool { return !ph.removal && ph.typeIdx == i }) {
+	if slices.ContainsFunc(pl.Phases, func(ph phase) bool { return !ph.removal && ph.typeIdx == i }) {
 		return true
 	}
-	if ts.held.Get(name) != nil {
+	if ts.Held.Get(name) != nil {
 		return true
 	}
-	return ts.fault == nil && ts.retry() == nil && ts.deferred() == nil
+	return ts.Fault == nil && ts.Retry() == nil && ts.Deferred() == nil
 }

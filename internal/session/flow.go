@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"google.golang.org/grpc/codes"
@@ -11,7 +11,7 @@ import (
 // The core's steps do not call the host's code: what a step needs of it
 // (InitProxy, a generation) is what the step returns (need), and its
 // runner makes the call and hands the result to the step that goes on
-// (initialized, generated, answerGenerated; see drive). Between those, the
+// (initialized, generated, AnswerGenerated; see drive). Between those, the
 // core takes no other input.
 //
 // A push asks first, at most once each, for InitProxy and for the
@@ -23,48 +23,48 @@ import (
 // released): the step stops at each answer that waits for its generation,
 // and its flow says where it goes on.
 
-// need is what a step asks of its runner before the core can go on;
+// Need is what a step asks of its runner before the core can go on;
 // nothing (done) when the step is over.
-type need struct {
-	init *pushcontext.PushContext // a push: InitProxy against it
-	gens []genNeed                // a push: these generations
-	// results is storage for the results of gens, to append them to
+type Need struct {
+	Init *pushcontext.PushContext // a push: InitProxy against it
+	Gens []GenNeed                // a push: these generations
+	// Results is storage for the results of gens, to append them to
 	// (empty; its capacity is the core's to reuse).
-	results []genResult
-	gen     *genNeed // an answer: this generation
+	Results []GenResult
+	Gen     *GenNeed // an answer: this generation
 }
 
-func (n need) done() bool { return n.init == nil && len(n.gens) == 0 && n.gen == nil }
+func (n Need) Done() bool { return n.Init == nil && len(n.Gens) == 0 && n.Gen == nil }
 
-// genNeed is a generation a step asks for: the target of type typ for
+// GenNeed is a generation a step asks for: the target of type typ for
 // sub, from req.Push, for a push or an answer. If delta is set (a push of
 // a type whose Generator is a DeltaGenerator), GenerateDelta is asked
 // first.
-type genNeed struct {
-	typ   int
-	sub   *shared.Subscription
-	req   *pushcontext.PushRequest
-	push  bool
-	delta bool
+type GenNeed struct {
+	Type  int
+	Sub   *shared.Subscription
+	Req   *pushcontext.PushRequest
+	Push  bool
+	Delta bool
 }
 
-// genResult is what the runner made of a genNeed: a full target (tgt),
+// GenResult is what the runner made of a GenNeed: a full target (tgt),
 // or, when the DeltaGenerator answered (delta), the upserts it returned
 // that sub covers, encoded (up), and the names it removed; or err, with
-// timedOut set when the call overran Config.GenerateTimeout and was
-// abandoned (the stream then ends: errStreamGenerateTimeout).
-type genResult struct {
-	tgt      *target
-	delta    bool
-	up       *shared.Set
-	removed  []string
-	err      error
-	timedOut bool
+// TimedOut set when the call overran Config.GenerateTimeout and was
+// abandoned (the stream then ends: ErrStreamGenerateTimeout).
+type GenResult struct {
+	Tgt      *Target
+	Delta    bool
+	Up       *shared.Set
+	Removed  []string
+	Err      error
+	TimedOut bool
 }
 
-// errStreamGenerateTimeout ends a stream whose Generator overran
+// ErrStreamGenerateTimeout ends a stream whose Generator overran
 // Config.GenerateTimeout.
-var errStreamGenerateTimeout = status.Error(codes.Unavailable, "xds: generating the configuration timed out; reconnect")
+var ErrStreamGenerateTimeout = status.Error(codes.Unavailable, "xds: generating the configuration timed out; reconnect")
 
 // flow is what a step does once the answer it waits for is sent: which
 // of its sequences it is in (stage), and where in its scan of the types.
@@ -97,23 +97,23 @@ const (
 	flowFlush
 )
 
-// waiting reports whether the core waits for its runner's result.
-func (c *core) waiting() bool { return c.pushing != nil || c.answering != nil }
+// Waiting reports whether the core waits for its runner's result.
+func (c *Core) Waiting() bool { return c.pushing != nil || c.answering != nil }
 
 // mustBeIdle panics if a step begins while another waits for its runner:
 // a runner that did so would break the order of what the core sends.
-func (c *core) mustBeIdle() {
-	if c.waiting() {
+func (c *Core) mustBeIdle() {
+	if c.Waiting() {
 		panic("xds: a step of the connection's core began while another waited for its host calls")
 	}
 }
 
 // wantAnswer is the need of the answer waiting for its generation.
-func (c *core) wantAnswer() need { return need{gen: &c.answering.gen} }
+func (c *Core) wantAnswer() Need { return Need{Gen: &c.answering.gen} }
 
-// answerGenerated goes on with the answer that waits for its generation,
+// AnswerGenerated goes on with the answer that waits for its generation,
 // with what the runner made of it (r), then with the step's flow.
-func (c *core) answerGenerated(r genResult) (need, error) {
+func (c *Core) AnswerGenerated(r GenResult) (Need, error) {
 	p := c.answering
 	w := *p
 	*p = answering{}
@@ -128,22 +128,22 @@ func (c *core) answerGenerated(r genResult) (need, error) {
 	}
 	if err != nil {
 		c.flow = flow{}
-		return need{}, err
+		return Need{}, err
 	}
 	if again {
 		c.answering.beat, c.answering.queued = w.beat, w.queued
 		return c.wantAnswer(), nil
 	}
 	if w.beat {
-		for _, m := range c.out[w.queued:] {
-			m.beat = true
+		for _, m := range c.Out[w.queued:] {
+			m.Beat = true
 		}
 	}
 	return c.resume()
 }
 
-// flushDeferred answers the requests that waited for phases now released.
-func (c *core) flushDeferred() (need, error) {
+// FlushDeferred answers the requests that waited for phases now released.
+func (c *Core) FlushDeferred() (Need, error) {
 	c.mustBeIdle()
 	c.flow = flow{stage: flowFlush}
 	return c.resume()
@@ -151,15 +151,15 @@ func (c *core) flushDeferred() (need, error) {
 
 // resume runs the step's flow from where it stopped, up to its next
 // answer that waits for a generation, or to its end.
-func (c *core) resume() (need, error) {
+func (c *Core) resume() (Need, error) {
 	f := &c.flow
 	for {
 		waits := false
 		switch f.stage {
 		case flowDone:
-			return need{}, nil
+			return Need{}, nil
 		case flowHeldBack:
-			if ts := c.types[f.i]; ts == nil || ts.nonceSent == "" || !ts.synced() || !c.retrying {
+			if ts := c.Types[f.i]; ts == nil || ts.NonceSent == "" || !ts.Synced() || !c.Retrying {
 				f.stage = flowAdvance
 			} else {
 				f.stage, f.j = flowHeldBackScan, 0
@@ -188,16 +188,16 @@ func (c *core) resume() (need, error) {
 
 // retryHeldBack answers the types that wait only to retry what a
 // reference held back (see flowHeldBack).
-func (c *core) retryHeldBack() bool {
+func (c *Core) retryHeldBack() bool {
 	f := &c.flow
-	for f.j < len(c.types) {
-		j, ts := f.j, c.types[f.j]
+	for f.j < len(c.Types) {
+		j, ts := f.j, c.Types[f.j]
 		f.j++
-		if j == f.i || ts == nil || ts.retry() == nil || ts.fault != nil || c.blocked(j) {
+		if j == f.i || ts == nil || ts.Retry() == nil || ts.Fault != nil || c.blocked(j) {
 			continue
 		}
-		a := ts.rare.retry
-		ts.rare.retry = nil
+		a := ts.Rare.retry
+		ts.Rare.retry = nil
 		if c.answer(j, a) {
 			return true
 		}
@@ -207,14 +207,14 @@ func (c *core) retryHeldBack() bool {
 }
 
 // answerRetries answers the failed answers due for a retry at the tick.
-func (c *core) answerRetries() bool {
+func (c *Core) answerRetries() bool {
 	f := &c.flow
-	for f.j < len(c.types) {
-		ts := c.types[f.j]
+	for f.j < len(c.Types) {
+		ts := c.Types[f.j]
 		f.j++
-		if ts != nil && ts.retry() != nil && !c.now.Before(c.set.time(ts.rare.retryAt)) {
-			a := ts.rare.retry
-			ts.rare.retry = nil
+		if ts != nil && ts.Retry() != nil && !c.now.Before(c.Set.Time(ts.Rare.RetryAt)) {
+			a := ts.Rare.retry
+			ts.Rare.retry = nil
 			if c.answer(ts.idx, a) {
 				return true
 			}
@@ -225,12 +225,12 @@ func (c *core) answerRetries() bool {
 }
 
 // sendBeats sends the heartbeats due at the tick.
-func (c *core) sendBeats() bool {
+func (c *Core) sendBeats() bool {
 	f := &c.flow
-	for f.j < len(c.types) {
-		i, ts := f.j, c.types[f.j]
+	for f.j < len(c.Types) {
+		i, ts := f.j, c.Types[f.j]
 		f.j++
-		if b := ts.beatDue(); ts != nil && b != 0 && !c.now.Before(c.set.time(b)) {
+		if b := ts.beatDue(); ts != nil && b != 0 && !c.now.Before(c.Set.Time(b)) {
 			if c.beat(i) {
 				return true
 			}
@@ -242,22 +242,22 @@ func (c *core) sendBeats() bool {
 
 // answerDeferred answers the requests that waited for phases now
 // released, and lets the push go on after them (see flowFlush).
-func (c *core) answerDeferred() bool {
+func (c *Core) answerDeferred() bool {
 	f := &c.flow
-	for f.j < len(c.types) {
-		j, ts := f.j, c.types[f.j]
+	for f.j < len(c.Types) {
+		j, ts := f.j, c.Types[f.j]
 		f.j++
-		if ts == nil || ts.deferred() == nil || c.blocked(j) {
+		if ts == nil || ts.Deferred() == nil || c.blocked(j) {
 			continue
 		}
-		a := ts.rare.deferred
-		ts.rare.deferred = nil
+		a := ts.Rare.deferred
+		ts.Rare.deferred = nil
 		f.any = true
 		if c.answer(j, a) {
 			return true
 		}
 	}
-	if !f.any || c.plan == nil {
+	if !f.any || c.Plan == nil {
 		f.stage = flowDone
 		return false
 	}

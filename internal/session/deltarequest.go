@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -15,9 +15,9 @@ import (
 // the nonce (ACK, NACK or stale) and the subscription change. Unlike SotW,
 // a subscription change is applied whatever the nonce says, because Delta
 // changes are incremental and one that is dropped is lost for good.
-func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
+func (c *Core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
 	resend := c.deltaNonce(i, req)
-	a, err := c.deltaSubscribe(i, req)
+	a, err := c.DeltaSubscribe(i, req)
 	if err != nil {
 		return nil, err
 	}
@@ -32,17 +32,17 @@ func (c *core) deltaRequest(i int, req *discoveryv3.DeltaDiscoveryRequest) (*ans
 // response is an ACK, any other nonce is stale (what it says of an older
 // response still counts: it was accepted). It returns the names to send
 // again (see reject).
-func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend []string) {
-	ts := c.types[i]
+func (c *Core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend []string) {
+	ts := c.Types[i]
 	switch {
 	case req.ErrorDetail != nil:
 		resend = c.nack(i, req.ResponseNonce, "", req.ErrorDetail.GetMessage())
 	case req.ResponseNonce == "" || ts == nil:
 		// A spontaneous request: a subscription change only.
 		return nil
-	case req.ResponseNonce != ts.nonceSent:
+	case req.ResponseNonce != ts.NonceSent:
 		c.accepted(ts, req.ResponseNonce)
-		c.emit(notice{kind: nStaleNonceApplied, typ: i, nonce: req.ResponseNonce})
+		c.emit(Notice{Kind: NoticeStaleNonceApplied, Type: i, Nonce: req.ResponseNonce})
 	default:
 		c.ack(ts)
 	}
@@ -52,7 +52,7 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 	return resend
 }
 
-// deltaSubscribe applies the subscription part of a request and says
+// DeltaSubscribe applies the subscription part of a request and says
 // whether and how to answer it (nil: no answer):
 //
 //   - The first request of a type on the stream creates its subscription
@@ -79,28 +79,28 @@ func (c *core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 // The subscription of one type may not grow past Config.MaxResourceNames in
 // total, over any number of requests: a request that would make it do so
 // ends the stream with InvalidArgument.
-func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
-	set := c.set
-	full := set.fullState[i]
+func (c *Core) DeltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
+	set := c.Set
+	full := set.FullState[i]
 	if err := c.checkDeltaNames(req); err != nil {
 		return nil, err
 	}
-	req.ResourceNamesSubscribe = canonicalNames(req.ResourceNamesSubscribe)
-	req.ResourceNamesUnsubscribe = canonicalNames(req.ResourceNamesUnsubscribe)
+	req.ResourceNamesSubscribe = CanonicalNames(req.ResourceNamesSubscribe)
+	req.ResourceNamesUnsubscribe = CanonicalNames(req.ResourceNamesUnsubscribe)
 	req.InitialResourceVersions = canonicalVersions(req.InitialResourceVersions)
-	ts := c.types[i]
+	ts := c.Types[i]
 	first := ts == nil
 	if first {
-		ts = newTypeState(i, shared.NoSubscription)
+		ts = NewTypeState(i, shared.NoSubscription)
 		c.setType(i, ts)
 	}
 	sub, subStar := shared.NormalizeNames(req.ResourceNamesSubscribe)
 	unsub, unsubStar := shared.NormalizeNames(req.ResourceNamesUnsubscribe)
 	if (subStar || unsubStar) && !full {
-		c.emit(notice{kind: nWildcardIgnored, url: req.TypeUrl})
+		c.emit(Notice{Kind: NoticeWildcardIgnored, URL: req.TypeUrl})
 		subStar, unsubStar = false, false
 	}
-	wasWildcard := ts.sub.Wildcard
+	wasWildcard := ts.Sub.Wildcard
 	wildcard := wasWildcard
 	if subStar || (first && full && len(sub) == 0) {
 		wildcard = true
@@ -117,17 +117,17 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	if !wildcard && len(initial) > 0 {
 		want = sortedset.Union(sub, initial)
 	}
-	names, added, removed := deltaNames(ts.sub.Names, want, unsub)
-	if len(names) > set.maxResourceNames {
+	names, added, removed := deltaNames(ts.Sub.Names, want, unsub)
+	if len(names) > set.MaxResourceNames {
 		return nil, status.Errorf(codes.InvalidArgument,
-			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.maxResourceNames)
+			"xds: subscription to %s would hold %d resource names; the limit is %d", req.TypeUrl, len(names), set.MaxResourceNames)
 	}
 	if len(added) > 0 || len(removed) > 0 || wildcard != wasWildcard {
 		if err := c.checkSubscription(i, names); err != nil {
 			return nil, err
 		}
-		sub := c.host.intern(shared.NewDeltaSubscription(names, wildcard))
-		ts.sub = sub
+		sub := c.Host.Intern(shared.NewDeltaSubscription(names, wildcard))
+		ts.Sub = sub
 		c.setSubBytes(ts, names)
 	}
 
@@ -138,12 +138,12 @@ func (c *core) deltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	// subscribes to again, it takes from the responses it reads from now
 	// on (see unreadName).
 	if len(ts.unread()) > 0 {
-		ts.unreadRequested(ts.covers, ts.answered())
+		ts.unreadRequested(ts.Covers, ts.answered())
 	}
 	if len(removed) > 0 || (wasWildcard && !wildcard) {
 		c.await(ts, ts.dropUncovered())
 	}
-	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, subscribedSet(ts.sub, added), removed), nil
+	return deltaAnswer(first, wildcard, wasWildcard, sub, unsub, subscribedSet(ts.Sub, added), removed), nil
 }
 
 // deltaNames returns the names a Delta subscription of cur holds once a
@@ -184,7 +184,7 @@ func subscribedSet(sub *shared.Subscription, added []string) map[string]struct{}
 
 // checkDeltaNames checks the names of a Delta request against the bounds
 // on names.
-func (c *core) checkDeltaNames(req *discoveryv3.DeltaDiscoveryRequest) error {
+func (c *Core) checkDeltaNames(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if err := c.checkNames(req.TypeUrl, req.ResourceNamesSubscribe); err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func (c *core) checkDeltaNames(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return err
 	}
 	for n := range req.InitialResourceVersions {
-		if len(n) > c.set.maxNameLength {
+		if len(n) > c.Set.MaxNameLength {
 			return c.nameTooLong(req.TypeUrl, n)
 		}
 	}
@@ -217,22 +217,22 @@ func initialNames(versions map[string]string) []string {
 
 // resume records what a reconnecting client reported holding: the names
 // of initial that ts covers, at the versions given.
-func (ts *typeState) resume(initial []string, versions map[string]string) {
+func (ts *TypeState) resume(initial []string, versions map[string]string) {
 	ts.resumed = true
 	ents := make([]shared.Entry, 0, len(initial))
 	for _, n := range initial {
-		if ts.covers(n) {
+		if ts.Covers(n) {
 			ents = append(ents, shared.Entry{Name: n, Enc: shared.Reported(versions[n])})
 		}
 	}
-	ts.held.Reset(shared.NewSet(ents))
+	ts.Held.Reset(shared.NewSet(ents))
 }
 
 // dropUncovered forgets what the client holds that its subscription no
 // longer covers, and returns it: the client drops it.
-func (ts *typeState) dropUncovered() (drop []string) {
-	ts.held.Each(func(n string, _ *shared.Encoded) {
-		if !ts.covers(n) {
+func (ts *TypeState) dropUncovered() (drop []string) {
+	ts.Held.Each(func(n string, _ *shared.Encoded) {
+		if !ts.Covers(n) {
 			drop = append(drop, n)
 		}
 	})
@@ -240,7 +240,7 @@ func (ts *typeState) dropUncovered() (drop []string) {
 	for _, n := range drop {
 		ts.dropUnread(n, ord)
 		ts.forget(n)
-		delete(ts.removing(), n)
+		delete(ts.Removing(), n)
 	}
 	ts.unrejectUncovered()
 	return drop
@@ -251,10 +251,10 @@ func (ts *typeState) dropUncovered() (drop []string) {
 // (see typeRare.awaited). A client decides what to unsubscribe from on
 // what it has read: a response on its way may name them again, and the
 // client subscribes to them again once it reads it.
-func (c *core) await(ts *typeState, dropped []string) {
+func (c *Core) await(ts *TypeState, dropped []string) {
 	for _, n := range dropped {
 		if c.heldNames(ts.idx, n) {
-			ts.awaitName(n, c.appliedSeq)
+			ts.awaitName(n, c.AppliedSeq)
 		}
 	}
 }
@@ -266,39 +266,39 @@ func (c *core) await(ts *typeState, dropped []string) {
 // listener, the clusters of a route for a gRPC client), and until it holds
 // them, it holds a reference to what it lacks. A push's phases wait for
 // them on their own (see plan.need); an answer is not part of a push.
-func (c *core) awaitNamed(i int, e *shared.Encoded) {
-	set := c.set
+func (c *Core) awaitNamed(i int, e *shared.Encoded) {
+	set := c.Set
 	await := func(j int, names []string) {
-		if j < 0 || c.types[j] == nil || c.types[j].sub.Wildcard {
+		if j < 0 || c.Types[j] == nil || c.Types[j].Sub.Wildcard {
 			return
 		}
 		for _, n := range names {
-			if !c.types[j].covers(n) {
-				c.types[j].awaitName(n, c.appliedSeq)
+			if !c.Types[j].Covers(n) {
+				c.Types[j].awaitName(n, c.AppliedSeq)
 			}
 		}
 	}
 	switch i {
-	case set.cdsIdx:
-		await(set.edsIdx, set.refsOf(i, e).EDS)
-	case set.ldsIdx:
+	case set.CDSIndex:
+		await(set.EDSIndex, set.refsOf(i, e).EDS)
+	case set.LDSIndex:
 		r := set.refsOf(i, e)
-		await(set.rdsIdx, r.Routes)
-		await(set.cdsIdx, r.Clusters)
-	case set.rdsIdx:
-		await(set.cdsIdx, set.refsOf(i, e).Clusters)
+		await(set.RDSIndex, r.Routes)
+		await(set.CDSIndex, r.Clusters)
+	case set.RDSIndex:
+		await(set.CDSIndex, set.refsOf(i, e).Clusters)
 	}
 }
 
-// awaiting returns the lowest appliedSeq of the names of ts still awaited
+// awaiting returns the lowest AppliedSeq of the names of ts still awaited
 // (see typeRare.awaited): not subscribed to again, and named by a resource
 // the client holds; 0 if none is. With prune, it forgets the others.
-func (c *core) awaiting(ts *typeState, prune bool) uint64 {
+func (c *Core) awaiting(ts *TypeState, prune bool) uint64 {
 	var low uint64
 	for n, seq := range ts.awaited() {
-		if ts.covers(n) || !c.heldNames(ts.idx, n) {
+		if ts.Covers(n) || !c.heldNames(ts.idx, n) {
 			if prune {
-				delete(ts.rare.awaited, n)
+				delete(ts.Rare.awaited, n)
 			}
 			continue
 		}

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -17,19 +17,19 @@ import (
 // pushing is a push between its steps, before its phases: part of its
 // plan (plan.gen), so that a push takes no storage of its own.
 type pushing struct {
-	item   *pushItem
+	item   *PushItem
 	before proxyAt
 	pc     *pushcontext.PushContext
 	dirty  bool // a type was left to regenerate when the push began
 	// The push filtered by the proxy's scope, and what it generates (see
 	// generated), with the storage of their results.
 	filtered *pushcontext.PushRequest
-	gens     []genNeed
-	results  []genResult
+	gens     []GenNeed
+	results  []GenResult
 	// genBuf and resBuf are where gens and results begin: a push of up to
 	// eight types allocates neither, not even in a plan just made.
-	genBuf [8]genNeed
-	resBuf [8]genResult
+	genBuf [8]GenNeed
+	resBuf [8]GenResult
 }
 
 // reset empties p: what it referred to is let go, the storage of its
@@ -41,7 +41,7 @@ func (p *pushing) reset() {
 	*p = pushing{gens: gens[:0], results: results[:0]}
 }
 
-// push applies a push to the connection: re-initialises the proxy on a
+// Push applies a push to the connection: re-initialises the proxy on a
 // Full push, filters by dependencies, generates the affected watched
 // types and starts releasing its phases. If a type fails to generate, the
 // push waits, merged with later pushes, for a retry (see Generator), and
@@ -51,77 +51,77 @@ func (p *pushing) reset() {
 // It returns what the push needs of the host before it can go on (see
 // need); the runner hands the result to initialized or generated before
 // any other step.
-func (c *core) push(now time.Time, item *pushItem) (need, error) {
+func (c *Core) Push(now time.Time, item *PushItem) (Need, error) {
 	c.mustBeIdle()
-	c.step(now)
-	if c.failed != nil {
-		item = c.failed.Merge(item)
-		c.failed = nil
+	c.Step(now)
+	if c.Failed != nil {
+		item = c.Failed.Merge(item)
+		c.Failed = nil
 	}
 	if at := c.firstAnswerRetry(); !at.IsZero() {
-		c.failed, c.pushRetryAt = item, at
-		return need{}, nil
+		c.Failed, c.pushRetryAt = item, at
+		return Need{}, nil
 	}
-	if item.seq <= c.appliedSeq {
+	if item.Seq <= c.AppliedSeq {
 		// Pushes reach the core in the order of their sequence numbers,
 		// each once: the runner hands it everything it was given and has
 		// not applied, merged (see conn.inbox), and a failed push comes
 		// back merged with what followed. So the one push not above
-		// appliedSeq is that of the snapshot the connection stands on
+		// AppliedSeq is that of the snapshot the connection stands on
 		// already: it registered between the snapshot's publication and
 		// its fan-out, and was initialised from it, so every answer it
 		// was sent is at least that new. Forced or not, the push brings
 		// nothing; a type an answer left to regenerate (dirty) has its
 		// own retry.
-		c.applied(item.seq, true)
-		return need{}, nil
+		c.applied(item.Seq, true)
+		return Need{}, nil
 	}
 	pl := planPool.Get()
 	p := &pl.gen
 	p.item = item
-	p.dirty = slices.ContainsFunc(c.types, func(ts *typeState) bool { return ts != nil && ts.dirty })
-	p.pc, p.before = c.moveTo(item.req)
-	if item.req.Full && p.pc.Seq() > c.at.initSeq {
-		if c.reinit(item.req, p.pc) {
+	p.dirty = slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.Dirty })
+	p.pc, p.before = c.moveTo(item.Req)
+	if item.Req.Full && p.pc.Seq() > c.At.initSeq {
+		if c.reinit(item.Req, p.pc) {
 			c.pushing = pl
-			return need{init: p.pc}, nil
+			return Need{Init: p.pc}, nil
 		}
-		c.at.prevScope = c.at.scope // as if InitProxy returned what it did
+		c.At.prevScope = c.At.Scope // as if InitProxy returned what it did
 	}
 	return c.pushFiltered(pl)
 }
 
-// initialized goes on with the push that asked for InitProxy, with what
+// Initialized goes on with the push that asked for InitProxy, with what
 // it returned.
-func (c *core) initialized(st proxyInit, err error) (need, error) {
+func (c *Core) Initialized(st ProxyInit, err error) (Need, error) {
 	pl := c.pushing
 	c.pushing = nil
 	if err := c.initializedAt(pl.gen.pc, st, err); err != nil {
 		pl.free()
-		return need{}, err
+		return Need{}, err
 	}
 	return c.pushFiltered(pl)
 }
 
 // pushFiltered moves the proxy to the push's snapshot, filters the push
 // by the proxy's scope and lists the types it regenerates.
-func (c *core) pushFiltered(pl *plan) (need, error) {
+func (c *Core) pushFiltered(pl *plan) (Need, error) {
 	p := &pl.gen
-	req, pc := p.item.req, p.pc
-	c.at.push = pc
-	filtered, ok := pushcontext.NeedsPush(c.at.scope, c.at.prevScope, req)
+	req, pc := p.item.Req, p.pc
+	c.At.Push = pc
+	filtered, ok := pushcontext.NeedsPush(c.At.Scope, c.At.prevScope, req)
 	if ok && filtered != req {
 		// The keys the scope dropped explain the rebuilds of the types
 		// only they name, as they do when they come alone (a skipped
 		// push applied with the next, pushes merged in the inbox).
-		c.rebuildsExplained(req, pc, func(i int) bool { return c.set.names(i, filtered) })
+		c.rebuildsExplained(req, pc, func(i int) bool { return c.Set.names(i, filtered) })
 	}
 	if !ok {
 		c.rebuildsExplained(req, pc, nil)
 		if !p.dirty {
-			c.applied(p.item.seq, true)
+			c.applied(p.item.Seq, true)
 			pl.free()
-			return need{}, nil
+			return Need{}, nil
 		}
 		// The push does not concern the proxy, but an earlier push left
 		// types to regenerate: do them now rather than wait for a push
@@ -134,22 +134,22 @@ func (c *core) pushFiltered(pl *plan) (need, error) {
 		filtered = &cp
 	}
 	p.filtered = filtered
-	pl.start(filtered, len(c.set.typeURLs))
+	pl.start(filtered, len(c.Set.TypeURLs))
 	if p.gens == nil {
 		p.gens, p.results = p.genBuf[:0], p.resBuf[:0]
 	}
 	p.gens = c.pushGenerations(p.gens, filtered)
 	c.pushing = pl
 	if len(p.gens) == 0 {
-		return c.generated(nil)
+		return c.Generated(nil)
 	}
-	return need{gens: p.gens, results: p.results[:0]}, nil
+	return Need{Gens: p.gens, Results: p.results[:0]}, nil
 }
 
-// generated goes on with the push that asked for generations, with what
+// Generated goes on with the push that asked for generations, with what
 // the runner made of them, in their order. A result missing at the end
 // is of a generation not made: the runner stopped at a timeout.
-func (c *core) generated(results []genResult) (need, error) {
+func (c *Core) Generated(results []GenResult) (Need, error) {
 	pl := c.pushing
 	c.pushing = nil
 	p := &pl.gen
@@ -159,25 +159,25 @@ func (c *core) generated(results []genResult) (need, error) {
 	p.reset()
 	if err != nil {
 		pl.free()
-		return need{}, err
+		return Need{}, err
 	}
 	if failed != nil {
-		c.pushFailed(pl, failed, &pushItem{req: filtered, seq: item.seq, start: item.start, merged: item.merged})
-		if len(pl.phases) == 0 {
+		c.pushFailed(pl, failed, &PushItem{Req: filtered, Seq: item.Seq, Start: item.Start, Merged: item.Merged})
+		if len(pl.Phases) == 0 {
 			// Nothing of the push is sent: the proxy stays where it was,
 			// so that answers to its requests keep coming from the
 			// snapshot its client holds, not from one whose other types
 			// it has not been sent.
 			pl.free()
 			c.moveBack(before)
-			return need{}, nil
+			return Need{}, nil
 		}
 	} else {
 		c.pushFails = 0
 	}
-	c.generatedFrom(pl, pc, item.req)
+	c.generatedFrom(pl, pc, item.Req)
 	if failed == nil {
-		c.applied(item.seq, false)
+		c.applied(item.Seq, false)
 	}
 	return c.startPlan(pl, failed == nil)
 }
@@ -185,22 +185,22 @@ func (c *core) generated(results []genResult) (need, error) {
 // startPlan starts releasing pl, the phases of the push just generated,
 // with its removal phases if removals (a push released in part removes
 // nothing: what it would remove, its retry does, after every upsert).
-func (c *core) startPlan(pl *plan, removals bool) (need, error) {
-	if len(pl.phases) == 0 {
+func (c *Core) startPlan(pl *plan, removals bool) (Need, error) {
+	if len(pl.Phases) == 0 {
 		pl.free()
-		c.completedSeq = max(c.completedSeq, c.appliedSeq)
-		return need{}, nil
+		c.CompletedSeq = max(c.CompletedSeq, c.AppliedSeq)
+		return Need{}, nil
 	}
 	if removals {
-		for _, i := range c.set.removalOrder {
-			if c.types[i] != nil {
-				pl.phases = append(pl.phases, phase{typeIdx: i, removal: true})
+		for _, i := range c.Set.RemovalOrder {
+			if c.Types[i] != nil {
+				pl.Phases = append(pl.Phases, phase{typeIdx: i, removal: true})
 			}
 		}
 	}
-	pl.seq = c.appliedSeq
-	pl.phaseBuf = pl.phases
-	c.plan = pl
+	pl.seq = c.AppliedSeq
+	pl.phaseBuf = pl.Phases
+	c.Plan = pl
 	c.advance(false)
 	c.flow = flow{stage: flowFlush}
 	return c.resume()
@@ -211,11 +211,11 @@ func (c *core) startPlan(pl *plan, removals bool) (need, error) {
 // Meanwhile the types of pl that cannot name what a failed type did not
 // send (endpoints, when routes fail) are released, and the rest waits:
 // regenerated in full by the retry.
-func (c *core) pushFailed(pl *plan, failed []bool, retry *pushItem) {
-	pl.phases = c.independent(pl.phases, failed)
-	c.failed = retry
+func (c *Core) pushFailed(pl *plan, failed []bool, retry *PushItem) {
+	pl.Phases = c.independent(pl.Phases, failed)
+	c.Failed = retry
 	c.pushFails++
-	c.pushRetryAt = c.now.Add(c.set.backoffFor(c.pushFails, c.seed))
+	c.pushRetryAt = c.now.Add(c.Set.BackoffFor(c.pushFails, c.seed))
 }
 
 // moveTo returns the snapshot the push req moves the proxy to (never an
@@ -224,42 +224,42 @@ func (c *core) pushFailed(pl *plan, failed []bool, retry *pushItem) {
 // requests keep coming from the snapshot its client holds, not from one
 // whose other types it has not been sent. A Full push may re-initialise
 // the proxy first (see reinit).
-func (c *core) moveTo(req *pushcontext.PushRequest) (*pushcontext.PushContext, proxyAt) {
+func (c *Core) moveTo(req *pushcontext.PushRequest) (*pushcontext.PushContext, proxyAt) {
 	pc := req.Push
-	if pc == nil || pc.Seq() < c.at.push.Seq() {
-		pc = c.at.push // never go back to an older snapshot
+	if pc == nil || pc.Seq() < c.At.Push.Seq() {
+		pc = c.At.Push // never go back to an older snapshot
 	}
-	return pc, c.at
+	return pc, c.At
 }
 
 // moveBack puts the proxy back where it stood before a push (see moveTo).
-func (c *core) moveBack(before proxyAt) {
-	c.at = before
+func (c *Core) moveBack(before proxyAt) {
+	c.At = before
 }
 
 // pushGenerations appends to gens the generations of every type the push
 // filtered affects.
-func (c *core) pushGenerations(gens []genNeed, filtered *pushcontext.PushRequest) []genNeed {
-	set := c.set
+func (c *Core) pushGenerations(gens []GenNeed, filtered *pushcontext.PushRequest) []GenNeed {
+	set := c.Set
 	// A cluster that is sent re-warms on the client, which then waits for
 	// its endpoints: when CDS is generated, so is EDS.
-	cdsAffected := set.cdsIdx >= 0 && c.types[set.cdsIdx] != nil && c.affected(set.cdsIdx, filtered)
-	for i, ts := range c.types {
+	cdsAffected := set.CDSIndex >= 0 && c.Types[set.CDSIndex] != nil && c.affected(set.CDSIndex, filtered)
+	for i, ts := range c.Types {
 		if ts == nil {
 			continue
 		}
-		eds := i == set.edsIdx && cdsAffected
+		eds := i == set.EDSIndex && cdsAffected
 		if !c.affected(i, filtered) && !eds {
 			continue
 		}
-		n := genNeed{typ: i, sub: ts.sub, req: filtered, push: true}
+		n := GenNeed{Type: i, Sub: ts.Sub, Req: filtered, Push: true}
 		// EDS re-sends the endpoints of re-warming clusters, which a
 		// DeltaGenerator does not list: it is generated in full then, as
 		// is a type the client holds nothing of, or one left dirty. So is
 		// a Forced push, and a proxy with a view (its generation is
 		// shared).
-		full := ts.dirty || eds || ts.held.Len() == 0 && ts.nonceSent == ""
-		n.delta = set.deltaGenerators[i] && !full && !filtered.Forced && c.at.view == ""
+		full := ts.Dirty || eds || ts.Held.Len() == 0 && ts.NonceSent == ""
+		n.Delta = set.DeltaGenerators[i] && !full && !filtered.Forced && c.At.View == ""
 		gens = append(gens, n)
 	}
 	return gens
@@ -269,46 +269,46 @@ func (c *core) pushGenerations(gens []genNeed, filtered *pushcontext.PushRequest
 // phases of pl. It returns, by type index, the types whose generation
 // failed (nil if none did), or the error that ends the stream (a
 // generator timed out).
-func (c *core) generatedPush(pl *plan, gens []genNeed, results []genResult) ([]bool, error) {
+func (c *Core) generatedPush(pl *plan, gens []GenNeed, results []GenResult) ([]bool, error) {
 	var failed []bool
 	for k, n := range gens {
 		if k == len(results) {
 			break // not made: an earlier one timed out
 		}
-		i, ts := n.typ, c.types[n.typ]
+		i, ts := n.Type, c.Types[n.Type]
 		tgt, err := c.targetOf(i, results[k])
 		if err != nil {
-			c.typeFailed(ts, "generate", err, true, results[k].timedOut)
-			if results[k].timedOut {
-				return nil, errStreamGenerateTimeout
+			c.typeFailed(ts, "generate", err, true, results[k].TimedOut)
+			if results[k].TimedOut {
+				return nil, ErrStreamGenerateTimeout
 			}
-			if c.set.resourceErrors {
+			if c.Set.ResourceErrors {
 				c.pushFailedErrors(i)
 			}
 			if failed == nil {
-				failed = make([]bool, len(c.types))
+				failed = make([]bool, len(c.Types))
 			}
 			failed[i] = true
 			continue
 		}
-		pl.phases = append(pl.phases, phase{typeIdx: i, tgt: tgt})
+		pl.Phases = append(pl.Phases, phase{typeIdx: i, tgt: tgt})
 	}
 	return failed, nil
 }
 
 // generatedFrom records that the types of pl's phases were generated from
 // pc for the push req, and succeeded.
-func (c *core) generatedFrom(pl *plan, pc *pushcontext.PushContext, req *pushcontext.PushRequest) {
+func (c *Core) generatedFrom(pl *plan, pc *pushcontext.PushContext, req *pushcontext.PushRequest) {
 	var genBuf [8]bool
 	var generated []bool
-	if n := len(c.types); n <= len(genBuf) {
+	if n := len(c.Types); n <= len(genBuf) {
 		generated = genBuf[:n]
 	} else {
 		generated = make([]bool, n)
 	}
-	for _, ph := range pl.phases {
-		ts := c.types[ph.typeIdx]
-		ts.dirty = false
+	for _, ph := range pl.Phases {
+		ts := c.Types[ph.typeIdx]
+		ts.Dirty = false
 		c.genFrom[ph.typeIdx] = pc.Seq()
 		generated[ph.typeIdx] = true
 		c.typeOK(ts)
@@ -322,19 +322,19 @@ func (c *core) generatedFrom(pl *plan, pc *pushcontext.PushContext, req *pushcon
 // retry. A type waits for a failed type whose resources its own may name
 // (see mayName): released first, they could name what was not sent, or
 // warm waiting for it.
-func (c *core) independent(phases []phase, failed []bool) []phase {
+func (c *Core) independent(phases []phase, failed []bool) []phase {
 	out := phases[:0]
 	for _, ph := range phases {
 		i := ph.typeIdx
 		waits := false
 		for f, ok := range failed {
-			if ok && c.set.mayName(i, f) {
+			if ok && c.Set.mayName(i, f) {
 				waits = true
 				break
 			}
 		}
 		if waits {
-			c.types[i].dirty = true
+			c.Types[i].Dirty = true
 			continue
 		}
 		out = append(out, ph)
@@ -354,7 +354,7 @@ func (c *core) independent(phases []phase, failed []bool) []phase {
 // remove at once what the configuration dropped since, whatever those
 // still name. Once it is sent, the push removes that in order. Routes are
 // not full-state, but until their first answer the Server believes the
-// client holds none (typeState.held), so a push's removal phase would drop
+// client holds none (TypeState.held), so a push's removal phase would drop
 // the clusters the client's old routes still name; and a route a later
 // snapshot dropped is in no response of the push (a SotW route response
 // removes nothing): only the answer from the stream's snapshot tells the
@@ -362,20 +362,20 @@ func (c *core) independent(phases []phase, failed []bool) []phase {
 // warm. A route answer that only held its routes back (their clusters are
 // on their way, see danglingCluster) is not waited for: the push may be
 // what brings them.
-func (c *core) firstAnswerRetry() time.Time {
+func (c *Core) firstAnswerRetry() time.Time {
 	var at time.Time
-	if c.delta {
+	if c.Delta {
 		return at // what a Delta client holds, it reports
 	}
-	if !c.retrying {
+	if !c.Retrying {
 		return at
 	}
-	for i, ts := range c.types {
-		if ts == nil || ts.nonceSent != "" || ts.retry() == nil ||
-			!(c.set.fullState[i] || c.set.refers(i) && ts.fault != nil && ts.fault.stage == "generate") {
+	for i, ts := range c.Types {
+		if ts == nil || ts.NonceSent != "" || ts.Retry() == nil ||
+			!(c.Set.FullState[i] || c.Set.refers(i) && ts.Fault != nil && ts.Fault.Stage == "generate") {
 			continue
 		}
-		if r := c.set.time(ts.rare.retryAt); at.IsZero() || r.Before(at) {
+		if r := c.Set.Time(ts.Rare.RetryAt); at.IsZero() || r.Before(at) {
 			at = r
 		}
 	}
@@ -384,10 +384,10 @@ func (c *core) firstAnswerRetry() time.Time {
 
 // applied records that push seq has been applied; done when nothing was
 // generated for it.
-func (c *core) applied(seq uint64, done bool) {
-	c.appliedSeq = max(c.appliedSeq, seq)
+func (c *Core) applied(seq uint64, done bool) {
+	c.AppliedSeq = max(c.AppliedSeq, seq)
 	if done {
-		c.completedSeq = max(c.completedSeq, c.appliedSeq)
+		c.CompletedSeq = max(c.CompletedSeq, c.AppliedSeq)
 	}
 }
 
@@ -399,12 +399,12 @@ func (c *core) applied(seq uint64, done bool) {
 // the scope decided whether it concerns the proxy. Only rebuilds nothing
 // announced (an index reading a rebuilt one, an index of several kinds)
 // make a type affected on their own.
-func (c *core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.PushContext, skip func(i int) bool) {
-	for i, ts := range c.types {
+func (c *Core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.PushContext, skip func(i int) bool) {
+	for i, ts := range c.Types {
 		if ts == nil || c.genFrom[i] == 0 || (skip != nil && skip(i)) {
 			continue
 		}
-		if c.set.names(i, req) {
+		if c.Set.names(i, req) {
 			c.genFrom[i] = pc.Seq()
 		}
 	}
@@ -414,10 +414,10 @@ func (c *core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.P
 // filtered by the proxy's scope): the request is Forced, the type is
 // dirty, the request names one of its kinds, or an index of its kinds was
 // rebuilt since the type was last generated for this proxy.
-func (c *core) affected(i int, req *pushcontext.PushRequest) bool {
-	ts := c.types[i]
-	if req.Forced || ts.dirty || c.set.kinds[i] == nil || c.set.names(i, req) {
+func (c *Core) affected(i int, req *pushcontext.PushRequest) bool {
+	ts := c.Types[i]
+	if req.Forced || ts.Dirty || c.Set.Kinds[i] == nil || c.Set.names(i, req) {
 		return true
 	}
-	return c.host.rebuilt(i, c.genFrom[i], req.Push)
+	return c.Host.Rebuilt(i, c.genFrom[i], req.Push)
 }

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -9,7 +9,7 @@ import (
 	"github.com/xdspush/xdspush/internal/shared"
 )
 
-// What the client holds (typeState.held) is kept as if it accepted every
+// What the client holds (TypeState.held) is kept as if it accepted every
 // response sent. Each response the client has not answered yet is a
 // flight, which can undo what it did to held: an ACK settles the flights
 // up to the one it names, a NACK reverts the one it names (the client keeps
@@ -70,8 +70,8 @@ func (f *flight) reset() {
 }
 
 // response identifies a response of a type: its nonce (which gives its
-// version, see versionOf), the Seq of the PushContext it was made from and
-// the connection's appliedSeq then (see typeState's nonceSent and the
+// version, see VersionOf), the Seq of the PushContext it was made from and
+// the connection's AppliedSeq then (see TypeState's nonceSent and the
 // rest).
 type response struct {
 	nonce        string
@@ -79,13 +79,13 @@ type response struct {
 }
 
 // lastSent returns the last response of ts stamped (see core.stamp).
-func (ts *typeState) lastSent() response {
-	return response{ts.nonceSent, ts.seqSent, ts.appliedSent}
+func (ts *TypeState) lastSent() response {
+	return response{ts.NonceSent, ts.seqSent, ts.appliedSent}
 }
 
 // nonceOrdinal returns the ordinal of the response with nonce: the number
 // after the version, which increases with every nonce the Server makes
-// (coreHost.nonce); 0 if nonce has none.
+// (Host.nonce); 0 if nonce has none.
 func nonceOrdinal(nonce string) uint64 {
 	i := strings.LastIndexByte(nonce, '/')
 	if i < 0 {
@@ -98,10 +98,10 @@ func nonceOrdinal(nonce string) uint64 {
 	return n
 }
 
-// versionOf returns the version of the response with nonce, "" for none: a
+// VersionOf returns the version of the response with nonce, "" for none: a
 // nonce is the version, a slash and a number (see Server.nonce), and the
 // number has no slash.
-func versionOf(nonce string) string {
+func VersionOf(nonce string) string {
 	if i := strings.LastIndexByte(nonce, '/'); i >= 0 {
 		return nonce[:i]
 	}
@@ -168,9 +168,9 @@ func (f *flight) redo(h *shared.Holding) {
 // whatever it answers to the responses on their way (it ignores what they
 // carry of a name it does not subscribe to when it reads them, and a NACK
 // of one of them must not bring back what it held before).
-func (ts *typeState) forget(name string) {
-	ts.held.Delete(name)
-	for _, f := range ts.flights {
+func (ts *TypeState) forget(name string) {
+	ts.Held.Delete(name)
+	for _, f := range ts.Flights {
 		f.forget(name)
 	}
 }
@@ -231,8 +231,8 @@ func (f *flight) removedKept(h *shared.Holding) bool {
 // holdsEitherWay reports whether the client holds name, which held has,
 // whichever of the responses it has not answered yet it accepts or
 // rejects: it held name before them and none of them removes it.
-func (ts *typeState) holdsEitherWay(name string) bool {
-	for _, f := range ts.flights {
+func (ts *TypeState) holdsEitherWay(name string) bool {
+	for _, f := range ts.Flights {
 		if f.before != nil {
 			if f.before.Get(name) == nil || f.after.Get(name) == nil {
 				return false
@@ -249,20 +249,20 @@ func (ts *typeState) holdsEitherWay(name string) bool {
 }
 
 // flightIndex returns the index of the flight with nonce, or -1.
-func (ts *typeState) flightIndex(nonce string) int {
+func (ts *TypeState) flightIndex(nonce string) int {
 	if nonce == "" {
 		return -1
 	}
-	return slices.IndexFunc(ts.flights, func(f *flight) bool { return f.nonce == nonce })
+	return slices.IndexFunc(ts.Flights, func(f *flight) bool { return f.nonce == nonce })
 }
 
 // accepted settles the flights up to the one with nonce (a request that
 // names it without an error) as accepted, and records that one as the
 // response the client last accepted.
-func (c *core) accepted(ts *typeState, nonce string) {
+func (c *Core) accepted(ts *TypeState, nonce string) {
 	if k := ts.flightIndex(nonce); k >= 0 {
-		ts.unreject(ts.flights[:k+1])
-		c.acked(ts, ts.flights[k].response)
+		ts.unreject(ts.Flights[:k+1])
+		c.acked(ts, ts.Flights[k].response)
 		ts.settle(k + 1)
 	}
 }
@@ -271,8 +271,8 @@ func (c *core) accepted(ts *typeState, nonce string) {
 // responses it accepted since made it hold anew: it accepted that content
 // there, or holds newer content (a response sent before its NACK was read
 // may carry a fix).
-func (ts *typeState) unreject(accepted []*flight) {
-	rej := ts.rejected()
+func (ts *TypeState) unreject(accepted []*flight) {
+	rej := ts.Rejected()
 	if len(rej) == 0 {
 		return
 	}
@@ -287,16 +287,16 @@ func (ts *typeState) unreject(accepted []*flight) {
 // settled, as an idle one's are, keeps no array for them: a small
 // allocation that outlives the garbage around it would keep a span of
 // the heap in use.
-func (ts *typeState) settle(n int) {
-	for _, f := range ts.flights[:n] {
+func (ts *TypeState) settle(n int) {
+	for _, f := range ts.Flights[:n] {
 		f.free()
 	}
-	if n == len(ts.flights) {
-		ts.flights = nil
+	if n == len(ts.Flights) {
+		ts.Flights = nil
 		return
 	}
-	clear(ts.flights[:n])
-	ts.flights = ts.flights[n:]
+	clear(ts.Flights[:n])
+	ts.Flights = ts.Flights[n:]
 }
 
 // acked records r as the last response the client accepted (Status's
@@ -304,16 +304,16 @@ func (ts *typeState) settle(n int) {
 // it, or a later request that names it or a later response (a stale ACK,
 // or a NACK that says the client kept it). A rejection it follows is no
 // longer the client's last word, unless content it rejected is still
-// withheld from it (see nackStands).
-func (c *core) acked(ts *typeState, r response) {
-	if r.nonce == ts.nonceAcked {
+// withheld from it (see NACKStands).
+func (c *Core) acked(ts *TypeState, r response) {
+	if r.nonce == ts.NonceAcked {
 		return
 	}
-	ts.nonceAcked, ts.ackedAt = r.nonce, c.set.instant(c.now)
-	if len(ts.rejected()) == 0 {
-		ts.nack = nil
+	ts.NonceAcked, ts.ackedAt = r.nonce, c.Set.Instant(c.now)
+	if len(ts.Rejected()) == 0 {
+		ts.NACK = nil
 	}
-	ts.seqAcked, ts.appliedAcked = r.seq, r.applied
+	ts.SeqAcked, ts.AppliedAcked = r.seq, r.applied
 }
 
 // reject settles the flights before the one with nonce as accepted and
@@ -326,7 +326,7 @@ func (c *core) acked(ts *typeState, r response) {
 // which of its resources it refused. reject then returns the names of the
 // rejected content that no later response carries: they are to be sent
 // again.
-func (c *core) reject(ts *typeState, nonce string) (resend []string) {
+func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	// The names tracked for what the client takes from which response
 	// (see unreadName, keptName) take none from this one.
 	ord := nonceOrdinal(nonce)
@@ -337,16 +337,16 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 		return nil
 	}
 	if k > 0 {
-		c.acked(ts, ts.flights[k-1].response)
+		c.acked(ts, ts.Flights[k-1].response)
 	}
-	for j := len(ts.flights) - 1; j >= k; j-- {
-		ts.flights[j].undo(&ts.held)
+	for j := len(ts.Flights) - 1; j >= k; j-- {
+		ts.Flights[j].undo(&ts.Held)
 	}
-	for _, f := range ts.flights[k+1:] {
-		f.redo(&ts.held)
+	for _, f := range ts.Flights[k+1:] {
+		f.redo(&ts.Held)
 	}
-	bad := ts.flights[k].upserts()
-	if ts.flights[k].removedKept(&ts.held) {
+	bad := ts.Flights[k].upserts()
+	if ts.Flights[k].removedKept(&ts.Held) {
 		// What the rejected response removed, the client keeps: removed
 		// again by the next diff, after a backoff (nothing else may come
 		// to remove it).
@@ -354,7 +354,7 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 	}
 	fixed := false
 	carried := map[string]bool{}
-	for _, f := range ts.flights[k+1:] {
+	for _, f := range ts.Flights[k+1:] {
 		for _, e := range f.upserts() {
 			if j := slices.IndexFunc(bad, func(b shared.Entry) bool { return b.Name == e.Name }); j >= 0 {
 				carried[e.Name] = true
@@ -382,17 +382,17 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 	// Server keeps marked for removal, to send while a route names it: see
 	// unsubscribed), and holds back for removal only what it holds.
 	var drop []string
-	ts.held.Each(func(n string, _ *shared.Encoded) {
-		if _, kept := ts.removing()[n]; !kept && !ts.covers(n) {
+	ts.Held.Each(func(n string, _ *shared.Encoded) {
+		if _, kept := ts.Removing()[n]; !kept && !ts.Covers(n) {
 			drop = append(drop, n)
 		}
 	})
 	for _, n := range drop {
-		ts.held.Delete(n)
+		ts.Held.Delete(n)
 	}
-	for n := range ts.removing() {
-		if ts.held.Get(n) == nil {
-			delete(ts.removing(), n)
+	for n := range ts.Removing() {
+		if ts.Held.Get(n) == nil {
+			delete(ts.Removing(), n)
 		}
 	}
 	ts.unrejectUncovered()
@@ -401,26 +401,26 @@ func (c *core) reject(ts *typeState, nonce string) (resend []string) {
 
 // unrejectUncovered forgets the content the client rejected under names it
 // no longer subscribes to: it is not withheld from it any longer.
-func (ts *typeState) unrejectUncovered() {
-	for n := range ts.rejected() {
-		if !ts.covers(n) {
-			delete(ts.rejected(), n)
+func (ts *TypeState) unrejectUncovered() {
+	for n := range ts.Rejected() {
+		if !ts.Covers(n) {
+			delete(ts.Rejected(), n)
 		}
 	}
 }
 
 // ack records that the client ACKed the last response of type ts.
-func (c *core) ack(ts *typeState) {
-	again := ts.nonceAcked == ts.nonceSent
-	c.accepted(ts, ts.nonceSent)
+func (c *Core) ack(ts *TypeState) {
+	again := ts.NonceAcked == ts.NonceSent
+	c.accepted(ts, ts.NonceSent)
 	if again {
 		return
 	}
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	ev := notice{kind: nACK, typ: ts.idx, ack: ackNote{version: versionOf(ts.nonceSent), nonce: ts.nonceSent,
-		took: c.now.Sub(c.set.time(ts.sentAt))}}
+	ev := Notice{Kind: NoticeACK, Type: ts.idx, ACK: ackNote{Version: VersionOf(ts.NonceSent), Nonce: ts.NonceSent,
+		Took: c.now.Sub(c.Set.Time(ts.sentAt))}}
 	if ts.startSent != 0 {
-		ev.ack.converged, ev.ack.convTook = true, c.now.Sub(c.set.time(ts.startSent))
+		ev.ACK.Converged, ev.ACK.ConvTook = true, c.now.Sub(c.Set.Time(ts.startSent))
 	}
 	c.emit(ev)
 }
@@ -430,20 +430,20 @@ func (c *core) ack(ts *typeState) {
 // client keeps what it held before that response, the push that sent it
 // stops (see stopOnNACK), and the NACK stands in Status until the client
 // ACKs a later response and no content it rejected is withheld from it
-// any longer (see nackStands). It returns the names to send again (see
+// any longer (see NACKStands). It returns the names to send again (see
 // reject).
-func (c *core) nack(i int, nonce, version, msg string) (resend []string) {
-	ts := c.types[i]
-	n := nackRec{version: version, nonce: nonce, message: msg, at: c.now}
-	matched := ts != nil && nonce != "" && nonce == ts.nonceSent
+func (c *Core) nack(i int, nonce, version, msg string) (resend []string) {
+	ts := c.Types[i]
+	n := NACKRecord{Version: version, Nonce: nonce, Message: msg, At: c.now}
+	matched := ts != nil && nonce != "" && nonce == ts.NonceSent
 	if matched {
-		n.version = versionOf(ts.nonceSent)
+		n.Version = VersionOf(ts.NonceSent)
 	}
 	if ts != nil {
 		resend = c.reject(ts, nonce)
-		ts.nack = &n
+		ts.NACK = &n
 	}
-	c.emit(notice{kind: nNACK, typ: i, nack: n})
+	c.emit(Notice{Kind: NoticeNACK, Type: i, NACK: n})
 	if matched {
 		c.stopOnNACK(i)
 	}

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"time"
@@ -34,12 +34,12 @@ import (
 // finds none stops. Beats stop with the stream.
 
 // noteTTL arms the heartbeat of ts for a resource with TTL d just sent.
-func (c *core) noteTTL(ts *typeState, d time.Duration) {
+func (c *Core) noteTTL(ts *TypeState, d time.Duration) {
 	r := ts.rareForWrite()
 	if r.ttl == 0 || d < r.ttl {
 		r.ttl = d
 	}
-	if at := c.set.instant(c.now.Add(r.ttl / 3)); r.beatAt == 0 || at < r.beatAt {
+	if at := c.Set.Instant(c.now.Add(r.ttl / 3)); r.beatAt == 0 || at < r.beatAt {
 		r.beatAt = at
 	}
 	c.beating = true
@@ -47,29 +47,29 @@ func (c *core) noteTTL(ts *typeState, d time.Duration) {
 
 // noteSetTTL arms the heartbeat of ts if the set s, just sent as a whole
 // (a shared step; see replay), holds a resource with a TTL.
-func (c *core) noteSetTTL(ts *typeState, s *shared.Set) {
+func (c *Core) noteSetTTL(ts *TypeState, s *shared.Set) {
 	if d := s.Sizes().TTL; d > 0 {
 		c.noteTTL(ts, d)
 	}
 }
 
 // beatDue returns when the heartbeat of ts is due; zero when none is armed.
-func (ts *typeState) beatDue() instant {
-	if ts == nil || ts.rare == nil {
+func (ts *TypeState) beatDue() Instant {
+	if ts == nil || ts.Rare == nil {
 		return 0
 	}
-	return ts.rare.beatAt
+	return ts.Rare.beatAt
 }
 
 // beat sends the heartbeat of type i, and arms the next one. It reports
 // whether the heartbeat is an answer that waits for its generation (a
 // SotW full-state type's).
-func (c *core) beat(i int) bool {
-	ts := c.types[i]
+func (c *Core) beat(i int) bool {
+	ts := c.Types[i]
 	r := ts.rareForWrite()
 	r.beatAt, r.ttl = 0, 0
 	var beats []shared.Entry
-	ts.held.Each(func(n string, e *shared.Encoded) {
+	ts.Held.Each(func(n string, e *shared.Encoded) {
 		if e.TTL != nil {
 			beats = append(beats, shared.Entry{Name: n, Enc: e})
 			if r.ttl == 0 || e.TTL.Duration < r.ttl {
@@ -80,23 +80,23 @@ func (c *core) beat(i int) bool {
 	if len(beats) == 0 {
 		return false // nothing held has a TTL any longer: the beats stop
 	}
-	r.beatAt = c.set.instant(c.now.Add(r.ttl / 3))
+	r.beatAt = c.Set.Instant(c.now.Add(r.ttl / 3))
 	c.beating = true
-	o := relOpts{pc: c.at.push}
+	o := relOpts{pc: c.At.Push}
 	f := newFlight()
-	var m *outMsg
+	var m *OutMsg
 	switch {
-	case c.delta:
+	case c.Delta:
 		res := make([]*discoveryv3.Resource, len(beats))
 		for k, b := range beats {
 			res[k] = b.Enc.TTL.Beat
 		}
 		m = c.stamp(i, len(res), 0, 0, o)
-		m.dresp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: c.set.typeURLs[i], Nonce: m.nonce}
-	case c.set.fullState[i]:
+		m.DeltaResp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: c.Set.TypeURLs[i], Nonce: m.Nonce}
+	case c.Set.FullState[i]:
 		f.free()
 		if c.answer(i, &answer{all: true}) {
-			c.answering.beat, c.answering.queued = true, len(c.out)
+			c.answering.beat, c.answering.queued = true, len(c.Out)
 			return true
 		}
 		return false
@@ -107,7 +107,7 @@ func (c *core) beat(i int) bool {
 		}
 		m = c.sotwMsg(i, anys, 0, o)
 	}
-	m.beat = true
+	m.Beat = true
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	c.send(m)

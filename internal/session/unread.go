@@ -1,4 +1,4 @@
-package xds
+package session
 
 import "github.com/xdspush/xdspush/internal/shared"
 
@@ -16,7 +16,7 @@ import "github.com/xdspush/xdspush/internal/shared"
 // What the client had read when it sent a request, a SotW request says
 // with its nonce. A Delta subscription change carries none: the Server
 // takes the client to have read the responses it has answered (see
-// typeState.answered), as a client that answers each response once it
+// TypeState.answered), as a client that answers each response once it
 // has read it, before any request it decides on later, has.
 
 // unreadName is what settles a name a request with a stale nonce dropped.
@@ -40,11 +40,11 @@ type touch struct {
 }
 
 // unread returns the names tracked as unread (see unreadName).
-func (ts *typeState) unread() map[string]*unreadName {
-	if ts.rare == nil {
+func (ts *TypeState) unread() map[string]*unreadName {
+	if ts.Rare == nil {
 		return nil
 	}
-	return ts.rare.unread
+	return ts.Rare.unread
 }
 
 // touches reports what f does to name: whether it carries or removes it,
@@ -66,12 +66,12 @@ func (f *flight) touches(name string) (e *shared.Encoded, touched bool) {
 // naming the response with ordinal ord dropped, if a response the client
 // had not read then touches it (a name tracked already goes on with what
 // it has); the caller then forgets it.
-func (ts *typeState) dropUnread(name string, ord uint64) {
+func (ts *TypeState) dropUnread(name string, ord uint64) {
 	if _, ok := ts.unread()[name]; ok {
 		return
 	}
 	var u *unreadName
-	for _, f := range ts.flights {
+	for _, f := range ts.Flights {
 		o := nonceOrdinal(f.nonce)
 		if o <= ord {
 			continue
@@ -95,8 +95,8 @@ func (ts *typeState) dropUnread(name string, ord uint64) {
 
 // addFlight records f, the response just sent, as in flight, and what it
 // does to the unread names.
-func (ts *typeState) addFlight(f *flight) {
-	ts.flights = append(ts.flights, f)
+func (ts *TypeState) addFlight(f *flight) {
+	ts.Flights = append(ts.Flights, f)
 	if len(ts.unread()) == 0 {
 		return
 	}
@@ -123,7 +123,7 @@ func (u *unreadName) lastAfter(ord uint64) *shared.Encoded {
 // unreadRequested records what a request with a stale nonce, which named
 // the response with ordinal ord, says of the unread names: subscribed to
 // again (by name, or by a wildcard), or not (dropped again, if it had).
-func (ts *typeState) unreadRequested(covers func(string) bool, ord uint64) {
+func (ts *TypeState) unreadRequested(covers func(string) bool, ord uint64) {
 	for n, u := range ts.unread() {
 		switch {
 		case !covers(n):
@@ -141,9 +141,9 @@ func (ts *typeState) unreadRequested(covers func(string) bool, ord uint64) {
 // took it is settled later; left out, the response would remove it, from
 // under a route that names it, should the client hold it (a response the
 // client ignores a name in is harmless). state must be the caller's own.
-func (ts *typeState) mayHoldUnread(state []shared.Entry) []shared.Entry {
+func (ts *TypeState) mayHoldUnread(state []shared.Entry) []shared.Entry {
 	for n, u := range ts.unread() {
-		if !ts.covers(n) || hasEntry(state, n) {
+		if !ts.Covers(n) || hasEntry(state, n) {
 			continue
 		}
 		if e := u.lastAfter(0); e != nil {
@@ -156,16 +156,16 @@ func (ts *typeState) mayHoldUnread(state []shared.Entry) []shared.Entry {
 // answered returns the ordinal of the last response of ts the client has
 // answered (ACKed or NACKed): the responses still in flight are the later
 // ones.
-func (ts *typeState) answered() uint64 {
-	if len(ts.flights) > 0 {
-		return nonceOrdinal(ts.flights[0].nonce) - 1
+func (ts *TypeState) answered() uint64 {
+	if len(ts.Flights) > 0 {
+		return nonceOrdinal(ts.Flights[0].nonce) - 1
 	}
-	return nonceOrdinal(ts.nonceSent)
+	return nonceOrdinal(ts.NonceSent)
 }
 
 // unreadRejected records that the client rejected the response with
 // ordinal ord.
-func (ts *typeState) unreadRejected(ord uint64) {
+func (ts *TypeState) unreadRejected(ord uint64) {
 	for _, u := range ts.unread() {
 		for k := range u.touched {
 			if u.touched[k].ord == ord {
@@ -179,22 +179,22 @@ func (ts *typeState) unreadRejected(ord uint64) {
 // every response (a request names the last one): it holds of each what
 // the last response it accepted after subscribing to it again did to it,
 // and nothing if it did not subscribe to it again before reading them.
-func (ts *typeState) settleUnread() {
-	if len(ts.unread()) == 0 || len(ts.flights) > 0 {
+func (ts *TypeState) settleUnread() {
+	if len(ts.unread()) == 0 || len(ts.Flights) > 0 {
 		return
 	}
-	for n, u := range ts.rare.unread {
+	for n, u := range ts.Rare.unread {
 		var e *shared.Encoded
 		if u.again {
 			e = u.lastAfter(u.resub)
 		}
 		if e != nil {
-			ts.held.Put(n, e)
+			ts.Held.Put(n, e)
 		} else {
-			ts.held.Delete(n)
+			ts.Held.Delete(n)
 		}
 	}
-	ts.rare.unread = nil
+	ts.Rare.unread = nil
 }
 
 // Kept names (typeRare.kept) are the SotW kin of unread ones: names the
@@ -211,34 +211,34 @@ func (ts *typeState) settleUnread() {
 // answer that sends it would leave the Server believing the client keeps
 // what it never had. A name the request leaves out, the client does not
 // subscribe to (again).
-func (ts *typeState) keptSettled(old *shared.Subscription) {
+func (ts *TypeState) keptSettled(old *shared.Subscription) {
 	for n, k := range ts.kept() {
-		if !ts.covers(n) {
+		if !ts.Covers(n) {
 			k.resub = 0
-			ts.rare.kept[n] = k
+			ts.Rare.kept[n] = k
 			continue
 		}
 		if !old.Covers(n) && (k.resub == 0 || k.sent <= k.resub) {
 			ts.forget(n)
 		}
-		delete(ts.rare.kept, n)
+		delete(ts.Rare.kept, n)
 	}
 }
 
 // kept returns the names tracked as kept (see typeRare.kept).
-func (ts *typeState) kept() map[string]keptName {
-	if ts.rare == nil {
+func (ts *TypeState) kept() map[string]keptName {
+	if ts.Rare == nil {
 		return nil
 	}
-	return ts.rare.kept
+	return ts.Rare.kept
 }
 
 // keep starts tracking names, which the client unsubscribed from and
 // which stay held (see unsubscribed), unless the subscription still
 // covers them (a wildcard): the client keeps those.
-func (ts *typeState) keep(names []string) {
+func (ts *TypeState) keep(names []string) {
 	for _, n := range names {
-		if ts.covers(n) {
+		if ts.Covers(n) {
 			continue
 		}
 		r := ts.rareForWrite()
@@ -253,7 +253,7 @@ func (ts *typeState) keep(names []string) {
 // the response with ordinal ord, says of the kept names: subscribed to
 // again (covers, by name or by a wildcard), or not (dropped again, if it
 // had).
-func (ts *typeState) keptRequested(covers func(string) bool, ord uint64) {
+func (ts *TypeState) keptRequested(covers func(string) bool, ord uint64) {
 	for n, k := range ts.kept() {
 		switch {
 		case !covers(n):
@@ -261,27 +261,27 @@ func (ts *typeState) keptRequested(covers func(string) bool, ord uint64) {
 		case k.resub == 0:
 			k.resub = ord
 		}
-		ts.rare.kept[n] = k
+		ts.Rare.kept[n] = k
 	}
 }
 
 // keptSent records that the response with ordinal ord was sent: the kept
 // names still held it carried (a full-state response carries what is
 // held); those no longer held are no longer tracked.
-func (ts *typeState) keptSent(ord uint64) {
+func (ts *TypeState) keptSent(ord uint64) {
 	for n, k := range ts.kept() {
-		if ts.held.Get(n) == nil {
-			delete(ts.rare.kept, n)
+		if ts.Held.Get(n) == nil {
+			delete(ts.Rare.kept, n)
 			continue
 		}
 		k.prev, k.sent = k.sent, ord
-		ts.rare.kept[n] = k
+		ts.Rare.kept[n] = k
 	}
 }
 
 // keptRejected records that the client rejected the response with
 // ordinal ord: it took none of the kept names from it.
-func (ts *typeState) keptRejected(ord uint64) {
+func (ts *TypeState) keptRejected(ord uint64) {
 	for n, k := range ts.kept() {
 		switch ord {
 		case k.sent:
@@ -291,6 +291,6 @@ func (ts *typeState) keptRejected(ord uint64) {
 		default:
 			continue
 		}
-		ts.rare.kept[n] = k
+		ts.Rare.kept[n] = k
 	}
 }

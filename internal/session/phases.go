@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -14,7 +14,7 @@ import (
 // Then the phases are released one by one (advance): the upserts of each
 // type in push order (CDS, EDS, LDS, RDS, …), then the removals of the
 // deferred-removal types (RDS, CDS, EDS). For those types, what the client
-// holds but the target no longer has is held back (typeState.removing) and
+// holds but the target no longer has is held back (TypeState.removing) and
 // removed by the push's removal phases, after every upsert: SotW CDS
 // responses keep the held clusters until then, Delta responses list them in
 // removed_resources only then. Between phases the connection waits for the
@@ -27,14 +27,14 @@ import (
 type phase struct {
 	typeIdx int
 	removal bool
-	tgt     *target
+	tgt     *Target
 }
 
 // plan is a push being released phase by phase.
 type plan struct {
 	req       *pushcontext.PushRequest // the request as filtered for this proxy
 	seq       uint64                   // the push's sequence number (see convergence.go)
-	phases    []phase                  // not yet released, in order
+	Phases    []phase                  // not yet released, in order
 	phaseBuf  []phase                  // the storage phases began in (see reset)
 	t         []planType               // by type index
 	warm      *warmSet                 // clusters the CDS phase sent (nil, or &warmBuf)
@@ -97,7 +97,7 @@ func newPlan(req *pushcontext.PushRequest, n int) *plan {
 // start makes pl, empty, the plan of req for n types.
 func (pl *plan) start(req *pushcontext.PushRequest, n int) {
 	pl.req = req
-	pl.phases = pl.phaseBuf[:0]
+	pl.Phases = pl.phaseBuf[:0]
 	if cap(pl.t) < n {
 		pl.t = make([]planType, n)
 	} else {
@@ -127,7 +127,7 @@ func (pl *plan) reset() {
 	}
 	// advance drops released phases off the front of phases, which then
 	// no longer starts where its storage does; phaseBuf does.
-	clear(pl.phases)
+	clear(pl.Phases)
 	buf := pl.phaseBuf[:cap(pl.phaseBuf)]
 	clear(buf)
 	anchors := pl.anchors[:0]
@@ -136,7 +136,7 @@ func (pl *plan) reset() {
 	// gen is reset where it is: it holds the arrays of a push's
 	// generations, which a copy of the plan would move twice.
 	pl.gen.reset()
-	pl.req, pl.seq, pl.phases, pl.phaseBuf, pl.t = nil, 0, nil, buf[:0], t[:0]
+	pl.req, pl.seq, pl.Phases, pl.phaseBuf, pl.t = nil, 0, nil, buf[:0], t[:0]
 	pl.warm, pl.warmBuf, pl.heldNeeds, pl.waitSince = nil, warmSet{names: names}, false, time.Time{}
 	pl.reconnect, pl.anchors = false, anchors
 }
@@ -149,9 +149,9 @@ func (pl *plan) newWarmSet() *warmSet {
 }
 
 // phaseOpts returns how the phase ph of pl releases its type.
-func (c *core) phaseOpts(pl *plan, ph phase) relOpts {
+func (c *Core) phaseOpts(pl *plan, ph phase) relOpts {
 	o := relOpts{push: true, start: pl.req.Start, pc: pl.req.Push}
-	if !ph.removal && ph.typeIdx == c.set.edsIdx {
+	if !ph.removal && ph.typeIdx == c.Set.EDSIndex {
 		o.warm = pl.warm
 	}
 	return o
@@ -160,29 +160,29 @@ func (c *core) phaseOpts(pl *plan, ph phase) relOpts {
 // advance releases the phases of the current push that the gate lets
 // through (force lets the head phase through regardless) and queues their
 // responses.
-func (c *core) advance(force bool) {
-	pl := c.plan
+func (c *Core) advance(force bool) {
+	pl := c.Plan
 	if pl == nil {
 		return
 	}
-	set := c.set
-	for len(pl.phases) > 0 {
-		ph := pl.phases[0]
+	set := c.Set
+	for len(pl.Phases) > 0 {
+		ph := pl.Phases[0]
 		if ph.removal && !pl.t[ph.typeIdx].armed {
 			// Removals marked before this push (by one released in part,
 			// or by an answer) are this phase's to make as well.
-			if ts := c.types[ph.typeIdx]; ts != nil && len(ts.removing()) > 0 {
+			if ts := c.Types[ph.typeIdx]; ts != nil && len(ts.Removing()) > 0 {
 				pl.t[ph.typeIdx].armed = true
 			}
 		}
-		if set.phaseWait && ph.removal && pl.t[ph.typeIdx].armed && !pl.heldNeeds &&
+		if set.PhaseWait && ph.removal && pl.t[ph.typeIdx].armed && !pl.heldNeeds &&
 			(!pl.reconnect || c.rootsReady(pl)) {
 			// Before anything is removed, everything the client holds
 			// must be warm, including what an earlier push left warming.
 			pl.heldNeeds = true
 			c.needHeld(pl)
 		}
-		if set.phaseWait && !force && !c.gateOpen(pl, !ph.removal && set.leaf[ph.typeIdx]) && c.wouldSend(pl, ph) {
+		if set.PhaseWait && !force && !c.gateOpen(pl, !ph.removal && set.Leaf[ph.typeIdx]) && c.wouldSend(pl, ph) {
 			if pl.waitSince.IsZero() {
 				pl.waitSince = c.now
 			}
@@ -190,11 +190,11 @@ func (c *core) advance(force bool) {
 		}
 		force = false
 		pl.waitSince = time.Time{}
-		pl.phases[0] = phase{}
-		pl.phases = pl.phases[1:]
+		pl.Phases[0] = phase{}
+		pl.Phases = pl.Phases[1:]
 		i := ph.typeIdx
 		o := c.phaseOpts(pl, ph)
-		var m *outMsg
+		var m *OutMsg
 		switch {
 		case ph.removal:
 			if pl.t[i].armed {
@@ -202,16 +202,16 @@ func (c *core) advance(force bool) {
 			}
 		default:
 			switch i {
-			case set.cdsIdx:
+			case set.CDSIndex:
 				pl.warm = pl.newWarmSet()
 				o.changed = func(r shared.Entry) { c.sentCluster(pl, r) }
-			case set.ldsIdx:
+			case set.LDSIndex:
 				o.changed = func(r shared.Entry) { c.sentListener(pl, r) }
-			case set.rdsIdx:
+			case set.RDSIndex:
 				o.changed = func(r shared.Entry) { c.sentRoute(pl, r) }
 			}
 			m = c.release(i, ph.tgt, o)
-			if ts := c.types[i]; ts != nil && len(ts.removing()) > 0 {
+			if ts := c.Types[i]; ts != nil && len(ts.Removing()) > 0 {
 				pl.t[i].armed = true
 			}
 		}
@@ -220,7 +220,7 @@ func (c *core) advance(force bool) {
 			pl.t[i].sent = true
 		}
 	}
-	if set.phaseWait && !force && !c.fetchedAll(pl) {
+	if set.PhaseWait && !force && !c.fetchedAll(pl) {
 		// Every phase is out, but a listener or cluster it sent still
 		// names routes or endpoints the client has not fetched: it asks
 		// for them once it reads what it was sent, and the push is not
@@ -230,8 +230,8 @@ func (c *core) advance(force bool) {
 		}
 		return
 	}
-	c.plan = nil
-	c.completedSeq = max(c.completedSeq, pl.seq)
+	c.Plan = nil
+	c.CompletedSeq = max(c.CompletedSeq, pl.seq)
 	pl.free()
 }
 
@@ -242,9 +242,9 @@ func (c *core) advance(force bool) {
 // complete until it has gone out: what it sends may need more in turn (a
 // route, the clusters it names: sentRoute), even when a phase of its type
 // went out first or a phase timeout gave up on the names it answers.
-func (c *core) fetchedAll(pl *plan) bool {
-	for _, ts := range c.types {
-		if ts != nil && ts.deferred() != nil {
+func (c *Core) fetchedAll(pl *plan) bool {
+	for _, ts := range c.Types {
+		if ts != nil && ts.Deferred() != nil {
 			return false
 		}
 	}
@@ -252,7 +252,7 @@ func (c *core) fetchedAll(pl *plan) bool {
 		if !pl.t[i].refs {
 			continue
 		}
-		if c.types[i] == nil {
+		if c.Types[i] == nil {
 			if c.unwatchedAwaited(pl, i) && len(pl.t[i].need) > 0 {
 				return false
 			}
@@ -267,9 +267,9 @@ func (c *core) fetchedAll(pl *plan) bool {
 
 // wouldSend reports whether releasing ph now would send a response. Phases
 // that would not are released without waiting for the gate.
-func (c *core) wouldSend(pl *plan, ph phase) bool {
+func (c *Core) wouldSend(pl *plan, ph phase) bool {
 	i := ph.typeIdx
-	ts := c.types[i]
+	ts := c.Types[i]
 	if ts == nil {
 		return false
 	}
@@ -277,11 +277,11 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 		return pl.t[i].armed
 	}
 	o := c.phaseOpts(pl, ph)
-	shareable := ph.tgt.shared && c.sameStep(i, ph.tgt, o) // a per-proxy target's step is its own
+	shareable := ph.tgt.Shared && c.sameStep(i, ph.tgt, o) // a per-proxy target's step is its own
 	var k shared.TransKey
 	if shareable {
 		k = c.transKey(i, ph.tgt, o)
-		if sends, known := c.host.wouldSend(k); known {
+		if sends, known := c.Host.WouldSend(k); known {
 			return sends
 		}
 	}
@@ -289,7 +289,7 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 	defer d.done()
 	sends := d.sends(c, i, o)
 	if shareable && len(d.refErrs) == 0 {
-		c.host.knownSends(k, sends)
+		c.Host.KnownSends(k, sends)
 	}
 	return sends
 }
@@ -308,7 +308,7 @@ func (c *core) wouldSend(pl *plan, ph phase) bool {
 // reads it after what the previous phases sent, on the same stream. So a
 // changed cluster and its endpoints go out back to back, as clients
 // re-warm a changed cluster; the phases after them wait for both ACKs.
-func (c *core) gateOpen(pl *plan, leaf bool) bool {
+func (c *Core) gateOpen(pl *plan, leaf bool) bool {
 	if pl.reconnect && !c.rootsReady(pl) {
 		return false
 	}
@@ -316,13 +316,13 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 		if leaf {
 			break
 		}
-		if ts := c.types[i]; ts != nil && (pt.sent && !ts.synced() || c.clustersInFlight(pl, i)) && pt.excused != ts.nonceSent {
+		if ts := c.Types[i]; ts != nil && (pt.sent && !ts.Synced() || c.clustersInFlight(pl, i)) && pt.excused != ts.NonceSent {
 			return false
 		}
 	}
 	for i := range pl.t {
 		names := pl.t[i].need
-		ts := c.types[i]
+		ts := c.Types[i]
 		if !pl.t[i].refs {
 			continue
 		}
@@ -332,7 +332,7 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 			}
 			continue
 		}
-		if !leaf && !ts.synced() && pl.t[i].excused != ts.nonceSent {
+		if !leaf && !ts.Synced() && pl.t[i].excused != ts.NonceSent {
 			return false
 		}
 		if !c.dropFetched(pl, i) {
@@ -345,23 +345,23 @@ func (c *core) gateOpen(pl *plan, leaf bool) bool {
 // excuseWaiting lists the types that keep the gate closed, counts the timeout
 // against each, and excuses them: later phases of the push do not wait for
 // them again, unless the push sends them a new response.
-func (c *core) excuseWaiting(pl *plan) []int {
+func (c *Core) excuseWaiting(pl *plan) []int {
 	var out []int
-	listed := make([]bool, len(c.types))
+	listed := make([]bool, len(c.Types))
 	if pl.reconnect {
-		for j, full := range c.set.fullState {
+		for j, full := range c.Set.FullState {
 			if !full || c.rootReady(pl, j) {
 				continue
 			}
 			out = append(out, j)
 			listed[j] = true
-			if ts := c.types[j]; ts != nil {
+			if ts := c.Types[j]; ts != nil {
 				c.timedOut(ts)
 			}
 			pl.t[j].gaveUp = true
 		}
 	}
-	for i, ts := range c.types {
+	for i, ts := range c.Types {
 		if ts == nil && c.unwatchedAwaited(pl, i) && pl.t[i].refs && len(pl.t[i].need) > 0 {
 			out = append(out, i)
 			pl.t[i].need = nil
@@ -372,14 +372,14 @@ func (c *core) excuseWaiting(pl *plan) []int {
 		if ts == nil || listed[i] || (!pl.t[i].sent && !pl.t[i].refs && !inFlight) {
 			continue
 		}
-		open := ts.synced() && !inFlight || pl.t[i].excused == ts.nonceSent
+		open := ts.Synced() && !inFlight || pl.t[i].excused == ts.NonceSent
 		for _, n := range pl.t[i].need {
 			open = open && c.fetched(pl, i, n)
 		}
 		if !open {
 			out = append(out, i)
 			c.timedOut(ts)
-			pl.t[i].excused = ts.nonceSent
+			pl.t[i].excused = ts.NonceSent
 			if len(pl.t[i].need) > 0 {
 				pl.t[i].need = nil
 				pl.t[i].gaveUp = true
@@ -390,23 +390,23 @@ func (c *core) excuseWaiting(pl *plan) []int {
 }
 
 // timedOut counts a phase sent after its timeout without type ts's ACK.
-func (c *core) timedOut(ts *typeState) {
+func (c *Core) timedOut(ts *TypeState) {
 	ts.timeouts++
 }
 
 // phaseTimedOut releases the head phase, which has waited for
 // Config.Phases.Timeout, and reports it.
-func (c *core) phaseTimedOut() {
-	pl := c.plan
+func (c *Core) phaseTimedOut() {
+	pl := c.Plan
 	if pl == nil || pl.waitSince.IsZero() {
 		return
 	}
 	waited := c.now.Sub(pl.waitSince)
-	ev := phaseTimeout{version: pl.req.Push.Version(), waiting: c.excuseWaiting(pl), next: -1, waited: waited}
-	if len(pl.phases) > 0 {
-		ev.next, ev.removal = pl.phases[0].typeIdx, pl.phases[0].removal
+	ev := phaseTimeout{Version: pl.req.Push.Version(), Waiting: c.excuseWaiting(pl), Next: -1, Waited: waited}
+	if len(pl.Phases) > 0 {
+		ev.Next, ev.Removal = pl.Phases[0].typeIdx, pl.Phases[0].removal
 	}
-	c.emit(notice{kind: nPhaseTimeout, phase: ev})
+	c.emit(Notice{Kind: NoticePhaseTimeout, Phase: ev})
 	c.advance(true)
 }
 
@@ -416,8 +416,8 @@ func (c *core) phaseTimedOut() {
 // (routes on clusters, removals on routes), so they are not sent; their
 // types are regenerated in full by the next push, and what the push held
 // back for removal stays held until then.
-func (c *core) stopOnNACK(i int) {
-	pl := c.plan
+func (c *Core) stopOnNACK(i int) {
+	pl := c.Plan
 	// The push's own response, or an answer of a type whose resources the
 	// gate waits for the client to hold (the endpoints of the clusters it
 	// sent, the routes of its listeners): the ACK the gate needs will not
@@ -426,20 +426,20 @@ func (c *core) stopOnNACK(i int) {
 		return
 	}
 	var dropped []string
-	for _, ph := range pl.phases {
+	for _, ph := range pl.Phases {
 		if !ph.removal || pl.t[ph.typeIdx].armed {
 			// Regenerated by the next push, which also removes what this
 			// one held back once its own upserts are through.
-			if ts := c.types[ph.typeIdx]; ts != nil {
-				ts.dirty = true
+			if ts := c.Types[ph.typeIdx]; ts != nil {
+				ts.Dirty = true
 			}
-			dropped = append(dropped, c.set.typeURLs[ph.typeIdx])
+			dropped = append(dropped, c.Set.TypeURLs[ph.typeIdx])
 		}
 	}
-	c.plan = nil
-	c.completedSeq = max(c.completedSeq, pl.seq) // the push is over; its NACK stands
+	c.Plan = nil
+	c.CompletedSeq = max(c.CompletedSeq, pl.seq) // the push is over; its NACK stands
 	pl.free()
-	c.emit(notice{kind: nNACKStopsPush, typ: i, names: dropped})
+	c.emit(Notice{Kind: NoticeNACKStopsPush, Type: i, Names: dropped})
 }
 
 // planRemoval gives the removals that the first answer of deferred type i
@@ -457,12 +457,12 @@ func (c *core) stopOnNACK(i int) {
 // that held the removals back is not waited for: a reconnecting client
 // (Envoy) sends its subscriptions before any ACK, so it does not use that
 // type. The wait is bounded by PhaseConfig.Timeout, as for any phase.
-func (c *core) planRemoval(i int) {
-	pl := c.plan
+func (c *Core) planRemoval(i int) {
+	pl := c.Plan
 	if pl == nil {
-		pl = newPlan(&pushcontext.PushRequest{Push: c.at.push}, len(c.set.typeURLs))
+		pl = newPlan(&pushcontext.PushRequest{Push: c.At.Push}, len(c.Set.TypeURLs))
 		pl.reconnect = true
-		c.plan = pl
+		c.Plan = pl
 	}
 	if pl.reconnect {
 		pl.anchors = append(pl.anchors, i)
@@ -472,24 +472,24 @@ func (c *core) planRemoval(i int) {
 	// of type i on the stream. Insert one in removal order, before the
 	// first later removal phase.
 	pl.t[i].armed = true
-	order := c.set.removalOrder
+	order := c.Set.RemovalOrder
 	rank := slices.Index(order, i)
-	at := len(pl.phases)
-	for k, ph := range pl.phases {
+	at := len(pl.Phases)
+	for k, ph := range pl.Phases {
 		if ph.removal && slices.Index(order, ph.typeIdx) > rank {
 			at = k
 			break
 		}
 	}
-	pl.phases = slices.Insert(pl.phases, at, phase{typeIdx: i, removal: true})
+	pl.Phases = slices.Insert(pl.Phases, at, phase{typeIdx: i, removal: true})
 }
 
 // rootsReady reports whether a reconnect plan's client has caught up: for
 // every full-state type the Server serves, it has ACKed the last response,
 // or it had not subscribed to the type when it ACKed the plan's anchors
 // (see planRemoval), or a phase timeout gave up waiting for the type.
-func (c *core) rootsReady(pl *plan) bool {
-	for j, full := range c.set.fullState {
+func (c *Core) rootsReady(pl *plan) bool {
+	for j, full := range c.Set.FullState {
 		if full && !c.rootReady(pl, j) {
 			return false
 		}
@@ -497,22 +497,22 @@ func (c *core) rootsReady(pl *plan) bool {
 	return true
 }
 
-func (c *core) rootReady(pl *plan, j int) bool {
+func (c *Core) rootReady(pl *plan, j int) bool {
 	if pl.t[j].gaveUp {
 		return true
 	}
-	ts := c.types[j]
+	ts := c.Types[j]
 	if ts == nil {
 		return c.anchorsACKed(pl)
 	}
-	return ts.nonceSent != "" && (ts.synced() || pl.t[j].excused == ts.nonceSent)
+	return ts.NonceSent != "" && (ts.Synced() || pl.t[j].excused == ts.NonceSent)
 }
 
 // anchorsACKed reports whether the client has ACKed its last response of
 // every type whose first answer held back the reconnect plan's removals.
-func (c *core) anchorsACKed(pl *plan) bool {
+func (c *Core) anchorsACKed(pl *plan) bool {
 	for _, a := range pl.anchors {
-		if ts := c.types[a]; ts == nil || !ts.synced() {
+		if ts := c.Types[a]; ts == nil || !ts.Synced() {
 			return false
 		}
 	}
@@ -522,29 +522,29 @@ func (c *core) anchorsACKed(pl *plan) bool {
 // releaseRemovals is the removal phase of a deferred-removal type: it
 // removes what the push's upsert phase held back, except what a resource
 // the client holds still names.
-func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
-	ts := c.types[i]
-	if ts == nil || len(ts.removing()) == 0 {
+func (c *Core) releaseRemovals(i int, o relOpts) *OutMsg {
+	ts := c.Types[i]
+	if ts == nil || len(ts.Removing()) == 0 {
 		return nil
 	}
 	// A name the client unsubscribed from keeps its mark while it stays
 	// held for a route that names it (see core.unsubscribed): full-state
 	// responses carry it until nothing names it (see hold).
 	var gone, unsubscribed []string
-	for n := range ts.removing() {
+	for n := range ts.Removing() {
 		switch {
-		case ts.held.Get(n) == nil:
-		case ts.covers(n):
+		case ts.Held.Get(n) == nil:
+		case ts.Covers(n):
 			gone = append(gone, n)
 		default:
 			unsubscribed = append(unsubscribed, n)
 		}
 	}
-	ts.rare.removing = nil
+	ts.Rare.removing = nil
 	ts.markRemoving(unsubscribed)
 	slices.Sort(gone)
-	var errs []*refError
-	gone, _, errs = c.removable(i, gone, nil)
+	var errs []*RefError
+	gone, _, errs = c.Removable(i, gone, nil)
 	c.referencesHeld(ts, errs)
 	if len(gone) == 0 {
 		return nil
@@ -553,29 +553,29 @@ func (c *core) releaseRemovals(i int, o relOpts) *outMsg {
 		return c.releaseParts(i, nil, nil, parts, gone, o)
 	}
 	f := newFlight()
-	if c.set.fullState[i] && !c.delta {
+	if c.Set.FullState[i] && !c.Delta {
 		// A SotW full-state response replaces what the client holds: a
 		// snapshot, as hold makes, so that the rejection of an earlier
 		// response does not bring back, when this one is redone, what this
 		// one leaves out.
-		before := ts.held.Snapshot()
+		before := ts.Held.Snapshot()
 		for _, n := range gone {
-			ts.held.Delete(n)
+			ts.Held.Delete(n)
 		}
 		if len(ts.unread()) > 0 {
-			ts.held.Reset(shared.NewSet(ts.mayHoldUnread(slices.Clone(ts.held.Entries()))))
+			ts.Held.Reset(shared.NewSet(ts.mayHoldUnread(slices.Clone(ts.Held.Entries()))))
 		}
-		f.setHoldings(before, ts.held.Snapshot())
+		f.setHoldings(before, ts.Held.Snapshot())
 	} else {
 		for _, n := range gone {
-			f.del(&ts.held, n)
+			f.del(&ts.Held, n)
 		}
 	}
-	var m *outMsg
+	var m *OutMsg
 	switch {
-	case c.delta:
+	case c.Delta:
 		m = c.deltaMsg(i, nil, gone, o)
-	case c.set.fullState[i]:
+	case c.Set.FullState[i]:
 		m = c.heldMsg(i, o)
 	default:
 		return nil // SotW by-name: the client drops them with their parents

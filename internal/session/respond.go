@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"time"
@@ -11,74 +11,74 @@ import (
 	"github.com/xdspush/xdspush/internal/shared"
 )
 
-// outMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
-type outMsg struct {
-	resp    *discoveryv3.DiscoveryResponse
-	dresp   *discoveryv3.DeltaDiscoveryResponse
-	typeIdx int
-	nonce   string
-	bytes   int
-	push    bool
-	beat    bool   // a heartbeat (see heartbeat.go)
-	applied uint64 // the connection's appliedSeq when the response was made
-	seq     uint64 // Seq of the PushContext the response was made from
-	made    time.Time
-	// shared is set when other connections are sent the same response
+// OutMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
+type OutMsg struct {
+	Resp      *discoveryv3.DiscoveryResponse
+	DeltaResp *discoveryv3.DeltaDiscoveryResponse
+	TypeIndex int
+	Nonce     string
+	Bytes     int
+	Push      bool
+	Beat      bool   // a heartbeat (see heartbeat.go)
+	Applied   uint64 // the connection's AppliedSeq when the response was made
+	Seq       uint64 // Seq of the PushContext the response was made from
+	Made      time.Time
+	// Shared is set when other connections are sent the same response
 	// (see shared.TransitionCache): it is then encoded once.
-	shared *shared.Msg
+	Shared *shared.Msg
 }
 
 // send queues m (if not nil) for writing.
-func (c *core) send(m *outMsg) {
+func (c *Core) send(m *OutMsg) {
 	if m != nil {
-		c.out = append(c.out, m)
+		c.Out = append(c.Out, m)
 	}
 }
 
 // stamp records a response of type i as sent and returns the message that
 // will carry it, with its version and nonce set.
-func (c *core) stamp(i int, resources, removed, size int, o relOpts) *outMsg {
-	return c.stampNonce(i, c.host.nonce(o.pc.Version()), resources, removed, size, o)
+func (c *Core) stamp(i int, resources, removed, size int, o relOpts) *OutMsg {
+	return c.stampNonce(i, c.Host.Nonce(o.pc.Version()), resources, removed, size, o)
 }
 
 // stampNonce is stamp with the nonce given.
-func (c *core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *outMsg {
-	ts := c.types[i]
-	ts.nonceSent, ts.sentAt = nonce, c.set.instant(c.now)
+func (c *Core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *OutMsg {
+	ts := c.Types[i]
+	ts.NonceSent, ts.sentAt = nonce, c.Set.Instant(c.now)
 	if len(ts.kept()) > 0 {
 		ts.keptSent(nonceOrdinal(nonce))
 	}
-	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.appliedSeq, c.set.instant(o.start)
-	if c.debug {
-		c.emit(notice{kind: nResponse, typ: i, resp: responseEvent{version: o.pc.Version(), nonce: nonce,
-			resources: resources, removed: removed, bytes: size, push: o.push}})
+	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.AppliedSeq, c.Set.Instant(o.start)
+	if c.Debug {
+		c.emit(Notice{Kind: NoticeResponse, Type: i, Resp: responseEvent{Version: o.pc.Version(), Nonce: nonce,
+			Resources: resources, Removed: removed, Bytes: size, Push: o.push}})
 	}
 	m := outPool.Get()
-	*m = outMsg{typeIdx: i, nonce: nonce, bytes: size, push: o.push, applied: c.appliedSeq, seq: o.pc.Seq(), made: c.now}
+	*m = OutMsg{TypeIndex: i, Nonce: nonce, Bytes: size, Push: o.push, Applied: c.AppliedSeq, Seq: o.pc.Seq(), Made: c.now}
 	return m
 }
 
 // outPool holds written responses' outMsgs for the next ones.
-var outPool = recycle.New(func() *outMsg { return new(outMsg) })
+var outPool = recycle.New(func() *OutMsg { return new(OutMsg) })
 
-// free returns m, written and referred to no longer, to outPool.
-func (m *outMsg) free() {
-	*m = outMsg{}
+// Free returns m, written and referred to no longer, to outPool.
+func (m *OutMsg) Free() {
+	*m = OutMsg{}
 	outPool.Put(m)
 }
 
-func (c *core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
+func (c *Core) sotwMsg(i int, anys []*anypb.Any, size int, o relOpts) *OutMsg {
 	return c.sotwMsgIn(new(discoveryv3.DiscoveryResponse), i, anys, size, o)
 }
 
 // sotwMsgIn is sotwMsg with the response's storage given.
-func (c *core) sotwMsgIn(resp *discoveryv3.DiscoveryResponse, i int, anys []*anypb.Any, size int, o relOpts) *outMsg {
+func (c *Core) sotwMsgIn(resp *discoveryv3.DiscoveryResponse, i int, anys []*anypb.Any, size int, o relOpts) *OutMsg {
 	m := c.stamp(i, len(anys), 0, size, o)
 	resp.VersionInfo = o.pc.Version()
 	resp.Resources = anys
-	resp.TypeUrl = c.set.typeURLs[i]
-	resp.Nonce = m.nonce
-	m.resp = resp
+	resp.TypeUrl = c.Set.TypeURLs[i]
+	resp.Nonce = m.Nonce
+	m.Resp = resp
 	return m
 }
 
@@ -99,13 +99,13 @@ type deltaOne struct {
 
 // heldMsg returns the SotW response of full-state type i that carries
 // everything the client holds of it, as held now says.
-func (c *core) heldMsg(i int, o relOpts) *outMsg {
-	return c.entriesMsg(i, c.types[i].held.Entries(), o)
+func (c *Core) heldMsg(i int, o relOpts) *OutMsg {
+	return c.entriesMsg(i, c.Types[i].Held.Entries(), o)
 }
 
 // entriesMsg returns the SotW response of type i that carries ents, and
 // arms the type's heartbeat for those with a TTL (see noteTTL).
-func (c *core) entriesMsg(i int, ents []shared.Entry, o relOpts) *outMsg {
+func (c *Core) entriesMsg(i int, ents []shared.Entry, o relOpts) *OutMsg {
 	var resp *discoveryv3.DiscoveryResponse
 	var anys []*anypb.Any
 	if len(ents) == 1 {
@@ -121,13 +121,13 @@ func (c *core) entriesMsg(i int, ents []shared.Entry, o relOpts) *outMsg {
 			size += len(a.Value)
 		}
 		if t := e.Enc.TTL; t != nil {
-			c.noteTTL(c.types[i], t.Duration)
+			c.noteTTL(c.Types[i], t.Duration)
 		}
 	}
 	return c.sotwMsgIn(resp, i, anys, size, o)
 }
 
-func (c *core) deltaMsg(i int, ups []shared.Entry, gone []string, o relOpts) *outMsg {
+func (c *Core) deltaMsg(i int, ups []shared.Entry, gone []string, o relOpts) *OutMsg {
 	n := 0
 	for _, r := range ups {
 		if r.Enc.Any != nil {
@@ -154,7 +154,7 @@ func (c *core) deltaMsg(i int, ups []shared.Entry, gone []string, o relOpts) *ou
 		dr.Name, dr.Version, dr.Resource = r.Name, r.Enc.Version, r.Enc.Any
 		if t := r.Enc.TTL; t != nil {
 			dr.Ttl = t.Proto
-			c.noteTTL(c.types[i], t.Duration)
+			c.noteTTL(c.Types[i], t.Duration)
 		}
 		res = append(res, dr)
 		size += len(r.Enc.Any.Value)
@@ -162,20 +162,20 @@ func (c *core) deltaMsg(i int, ups []shared.Entry, gone []string, o relOpts) *ou
 	m := c.stamp(i, len(res), len(gone), size, o)
 	resp.SystemVersionInfo = o.pc.Version()
 	resp.Resources = res
-	resp.TypeUrl = c.set.typeURLs[i]
+	resp.TypeUrl = c.Set.TypeURLs[i]
 	resp.RemovedResources = gone
-	resp.Nonce = m.nonce
-	m.dresp = resp
+	resp.Nonce = m.Nonce
+	m.DeltaResp = resp
 	return m
 }
 
-// lowestApplied returns the lowest appliedSeq stamped on msgs, or 0 if
+// LowestApplied returns the lowest AppliedSeq stamped on msgs, or 0 if
 // there is none.
-func lowestApplied(msgs []*outMsg) uint64 {
+func LowestApplied(msgs []*OutMsg) uint64 {
 	var p uint64
 	for _, m := range msgs {
-		if p == 0 || m.applied < p {
-			p = m.applied
+		if p == 0 || m.Applied < p {
+			p = m.Applied
 		}
 	}
 	return p

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -8,7 +8,7 @@ import (
 )
 
 // What a generation made becomes a target of the core: the runner hands
-// the core a genResult (see flow.go, drive.go) and targetOf turns it into
+// the core a GenResult (see flow.go, drive.go) and targetOf turns it into
 // the target a step releases.
 
 // targetOf returns the target of type i that the generation r made: the
@@ -18,19 +18,19 @@ import (
 //
 // A target that makes a response that cannot be split under
 // Config.MaxResponseBytes fails (see fits).
-func (c *core) targetOf(i int, r genResult) (*target, error) {
-	if r.err != nil {
-		return nil, r.err
+func (c *Core) targetOf(i int, r GenResult) (*Target, error) {
+	if r.Err != nil {
+		return nil, r.Err
 	}
-	tgt := r.tgt
-	if r.delta {
-		if c.delta || !c.set.fullState[i] {
+	tgt := r.Tgt
+	if r.Delta {
+		if c.Delta || !c.Set.FullState[i] {
 			// Delta, and SotW by-name types (which send only what
 			// changed and never remove), need nothing else: the work is
 			// proportional to the change.
-			tgt = c.partialTarget(i, r.up, r.removed)
+			tgt = c.partialTarget(i, r.Up, r.Removed)
 		} else {
-			tgt = c.applyChanges(i, r.up, r.removed)
+			tgt = c.applyChanges(i, r.Up, r.Removed)
 		}
 	}
 	if err := c.fits(i, tgt); err != nil {
@@ -41,11 +41,11 @@ func (c *core) targetOf(i int, r genResult) (*target, error) {
 
 // partialTarget returns the changes of type i, up upserted and removed,
 // as a partial target.
-func (c *core) partialTarget(i int, up *shared.Set, removed []string) *target {
-	tgt := &target{set: up, sub: c.types[i].sub, partial: true}
+func (c *Core) partialTarget(i int, up *shared.Set, removed []string) *Target {
+	tgt := &Target{Set: up, Sub: c.Types[i].Sub, Partial: true}
 	for _, n := range removed {
 		if up.Find(n) < 0 {
-			tgt.removed = append(tgt.removed, n)
+			tgt.Removed = append(tgt.Removed, n)
 		}
 	}
 	return tgt
@@ -53,15 +53,15 @@ func (c *core) partialTarget(i int, up *shared.Set, removed []string) *target {
 
 // applyChanges returns what the client holds of type i (what is removing
 // excluded) with up upserted and removed removed, as a full target.
-func (c *core) applyChanges(i int, up *shared.Set, removed []string) *target {
-	ts := c.types[i]
+func (c *Core) applyChanges(i int, up *shared.Set, removed []string) *Target {
+	ts := c.Types[i]
 	gone := make(map[string]struct{}, len(removed))
 	for _, n := range removed {
 		gone[n] = struct{}{}
 	}
-	ents := make([]shared.Entry, 0, ts.held.Len()+up.Len())
-	for _, e := range ts.held.Entries() {
-		_, removing := ts.removing()[e.Name]
+	ents := make([]shared.Entry, 0, ts.Held.Len()+up.Len())
+	for _, e := range ts.Held.Entries() {
+		_, removing := ts.Removing()[e.Name]
 		_, deleted := gone[e.Name]
 		if !removing && !deleted && up.Find(e.Name) < 0 {
 			ents = append(ents, e)
@@ -69,5 +69,5 @@ func (c *core) applyChanges(i int, up *shared.Set, removed []string) *target {
 	}
 	ents = append(ents, up.Entries...)
 	slices.SortFunc(ents, func(a, b shared.Entry) int { return strings.Compare(a.Name, b.Name) })
-	return &target{set: shared.NewSet(ents), sub: ts.sub}
+	return &Target{Set: shared.NewSet(ents), Sub: ts.Sub}
 }

@@ -1,10 +1,10 @@
-package xds
+package session
 
-// shortName returns the usual short name of the discovery service of the
+// ShortName returns the usual short name of the discovery service of the
 // type whose URL is url (CDS, EDS, LDS, RDS, SDS, SRDS, VHDS, ECDS, RTDS),
 // or url itself for any other type. It names types in the core's errors;
 // TypeURL.Short is this.
-func shortName(url string) string {
+func ShortName(url string) string {
 	const prefix = "type.googleapis.com/envoy."
 	switch url {
 	case prefix + "config.cluster.v3.Cluster":

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"fmt"
@@ -33,8 +33,8 @@ import (
 
 // resErr is an error sent for one resource.
 type resErr struct {
-	code codes.Code
-	msg  string
+	Code    codes.Code
+	Message string
 }
 
 // namedErr is the error of the resource name.
@@ -43,11 +43,11 @@ type namedErr struct {
 	err  resErr
 }
 
-func (ts *typeState) errs() map[string]resErr {
-	if ts.rare == nil {
+func (ts *TypeState) errs() map[string]resErr {
+	if ts.Rare == nil {
 		return nil
 	}
-	return ts.rare.errs
+	return ts.Rare.errs
 }
 
 // findErrors lists in d the errors of type i that the response of d,
@@ -57,30 +57,30 @@ func (ts *typeState) errs() map[string]resErr {
 // error ended that the client holds. An error of a name the diff did not
 // look at (a partial target's, or outside what an answer restricted to
 // some names looked at) stands as it was.
-func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
-	ts, t := c.types[i], c.set.typeURLs[i]
+func (c *Core) findErrors(d *diffResult, i int, tgt *Target, o relOpts) {
+	ts, t := c.Types[i], c.Set.TypeURLs[i]
 	looked := func(n string) bool {
 		if o.restrict && !inForce(o.force, n) {
 			return false
 		}
-		return tgt.set.Find(n) >= 0 || !tgt.partial && tgt.covers(n)
+		return tgt.Set.Find(n) >= 0 || !tgt.Partial && tgt.covers(n)
 	}
 	var now []namedErr
 	for _, e := range d.refErrs {
-		if !e.removal && !e.rejected && e.fromType == t && ts.covers(e.from) {
-			now = append(now, namedErr{e.from, resErr{codes.Unavailable, e.Error()}})
+		if !e.Removal && !e.Rejected && e.FromType == t && ts.Covers(e.From) {
+			now = append(now, namedErr{e.From, resErr{codes.Unavailable, e.Error()}})
 		}
 	}
-	for _, n := range ts.sub.Names {
-		if ts.sub.IsGlob(n) {
+	for _, n := range ts.Sub.Names {
+		if ts.Sub.IsGlob(n) {
 			continue
 		}
-		if looked(n) && tgt.set.Find(n) < 0 && ts.held.Get(n) == nil && !shared.SortedHas(d.withheld, n) && !shared.SortedHas(d.gone, n) {
-			now = append(now, namedErr{n, resErr{codes.NotFound, fmt.Sprintf("xds: %s %q does not exist", shortName(t), n)}})
+		if looked(n) && tgt.Set.Find(n) < 0 && ts.Held.Get(n) == nil && !shared.SortedHas(d.withheld, n) && !shared.SortedHas(d.gone, n) {
+			now = append(now, namedErr{n, resErr{codes.NotFound, fmt.Sprintf("xds: %s %q does not exist", ShortName(t), n)}})
 		}
 	}
 	for n, e := range ts.errs() {
-		if ts.covers(n) && !looked(n) {
+		if ts.Covers(n) && !looked(n) {
 			now = append(now, namedErr{n, e})
 		}
 	}
@@ -98,11 +98,11 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 		}
 	}
 	slices.Sort(d.cleared)
-	full := c.set.fullState[i] && !c.delta
+	full := c.Set.FullState[i] && !c.Delta
 	for _, n := range d.cleared {
 		k, ok := slices.BinarySearchFunc(d.kept, n, func(e shared.Entry, n string) int { return strings.Compare(e.Name, n) })
 		switch {
-		case !ok || !ts.covers(n):
+		case !ok || !ts.Covers(n):
 		case full:
 			d.resend = true
 		case !hasEntry(d.ups, n):
@@ -114,7 +114,7 @@ func (c *core) findErrors(d *diffResult, i int, tgt *target, o relOpts) {
 
 // settleErrors records that m (nil if nothing is sent) carries the errors
 // of d, and forgets those that ended.
-func (c *core) settleErrors(ts *typeState, d *diffResult, m *outMsg) {
+func (c *Core) settleErrors(ts *TypeState, d *diffResult, m *OutMsg) {
 	if len(d.errs) == 0 && len(d.cleared) == 0 {
 		return
 	}
@@ -135,18 +135,18 @@ func (c *core) settleErrors(ts *typeState, d *diffResult, m *outMsg) {
 }
 
 // attachErrors sets the resource_errors of m to errs.
-func attachErrors(m *outMsg, errs []namedErr) {
+func attachErrors(m *OutMsg, errs []namedErr) {
 	out := make([]*discoveryv3.ResourceError, len(errs))
 	for k, e := range errs {
 		out[k] = &discoveryv3.ResourceError{
 			ResourceName: &discoveryv3.ResourceName{Name: e.name},
-			ErrorDetail:  &rpcstatus.Status{Code: int32(e.err.code), Message: e.err.msg},
+			ErrorDetail:  &rpcstatus.Status{Code: int32(e.err.Code), Message: e.err.Message},
 		}
 	}
-	if m.dresp != nil {
-		m.dresp.ResourceErrors = out
+	if m.DeltaResp != nil {
+		m.DeltaResp.ResourceErrors = out
 	} else {
-		m.resp.ResourceErrors = out
+		m.Resp.ResourceErrors = out
 	}
 }
 
@@ -156,15 +156,15 @@ var failedErr = resErr{codes.Unavailable, "xds: the server failed to generate th
 
 // answerFailed sends, for the answer a of type i whose generation failed,
 // an error for each name it asked for that the client does not hold.
-func (c *core) answerFailed(i int, a *answer) {
-	ts := c.types[i]
-	names := ts.sub.Names
+func (c *Core) answerFailed(i int, a *answer) {
+	ts := c.Types[i]
+	names := ts.Sub.Names
 	if a.restrict {
-		names = sortedKeys(a.force)
+		names = SortedKeys(a.force)
 	}
 	var missing []string
 	for _, n := range names {
-		if ts.held.Get(n) == nil {
+		if ts.Held.Get(n) == nil {
 			missing = append(missing, n)
 		}
 	}
@@ -174,10 +174,10 @@ func (c *core) answerFailed(i int, a *answer) {
 // pushFailedErrors sends, for type i whose generation failed in a push, an
 // error for each name the client subscribes to by name or holds: the
 // push's update of it is held back (the client keeps what it holds).
-func (c *core) pushFailedErrors(i int) {
-	ts := c.types[i]
-	names := slices.Clone(ts.sub.Names)
-	ts.held.Each(func(n string, _ *shared.Encoded) { names = append(names, n) })
+func (c *Core) pushFailedErrors(i int) {
+	ts := c.Types[i]
+	names := slices.Clone(ts.Sub.Names)
+	ts.Held.Each(func(n string, _ *shared.Encoded) { names = append(names, n) })
 	slices.Sort(names)
 	c.sendErrors(i, slices.Compact(names))
 }
@@ -189,14 +189,14 @@ func (c *core) pushFailedErrors(i int) {
 // the Server believes the client holds would be wrong where the belief
 // lags or leads (see heartbeat.go) — an empty one would take from a
 // client that reconnected what it kept from its last stream.
-func (c *core) sendErrors(i int, names []string) {
-	ts := c.types[i]
-	if !c.delta && c.set.fullState[i] {
+func (c *Core) sendErrors(i int, names []string) {
+	ts := c.Types[i]
+	if !c.Delta && c.Set.FullState[i] {
 		return
 	}
 	var errs []namedErr
 	for _, n := range names {
-		if cur, ok := ts.errs()[n]; ts.covers(n) && (!ok || cur != failedErr) {
+		if cur, ok := ts.errs()[n]; ts.Covers(n) && (!ok || cur != failedErr) {
 			errs = append(errs, namedErr{n, failedErr})
 		}
 	}
@@ -207,9 +207,9 @@ func (c *core) sendErrors(i int, names []string) {
 	if len(errs) == 0 {
 		return
 	}
-	o := relOpts{pc: c.at.push}
-	var m *outMsg
-	if c.delta {
+	o := relOpts{pc: c.At.Push}
+	var m *OutMsg
+	if c.Delta {
 		m = c.deltaMsg(i, nil, nil, o)
 	} else {
 		m = c.sotwMsg(i, nil, 0, o)

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"github.com/xdspush/xdspush/internal/recycle"
@@ -58,7 +58,7 @@ func (a *answer) merge(b *answer) *answer {
 // answering is an answer waiting for its generation, which the runner
 // makes between two steps (see flow.go).
 type answering struct {
-	gen genNeed // what the runner is to generate
+	gen GenNeed // what the runner is to generate
 	i   int
 	a   *answer
 	// warm, if not nil, is the set of clusters whose endpoints the answer
@@ -75,7 +75,7 @@ type answering struct {
 var answeringPool = recycle.New(func() *answering { return new(answering) })
 
 // wait makes w the answer the core waits for.
-func (c *core) wait(w answering) {
+func (c *Core) wait(w answering) {
 	p := answeringPool.Get()
 	*p = w
 	c.answering = p
@@ -87,9 +87,9 @@ func (c *core) wait(w answering) {
 // overtake the phases that make what it sends safe to hold (the clusters
 // a route names, the endpoints of a cluster). It reports whether the
 // answer waits for its generation (c.answering): the step then stops, and
-// answerGenerated goes on with it (see flow.go).
-func (c *core) answer(i int, a *answer) bool {
-	ts := c.types[i]
+// AnswerGenerated goes on with it (see flow.go).
+func (c *Core) answer(i int, a *answer) bool {
+	ts := c.Types[i]
 	if ts == nil {
 		return false
 	}
@@ -98,10 +98,10 @@ func (c *core) answer(i int, a *answer) bool {
 		r.deferred = r.deferred.merge(a)
 		return false
 	}
-	c.wait(answering{i: i, a: a, gen: genNeed{typ: i, sub: ts.sub, req: &pushcontext.PushRequest{
+	c.wait(answering{i: i, a: a, gen: GenNeed{Type: i, Sub: ts.Sub, Req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
-		Push:   c.at.push,
+		Push:   c.At.Push,
 		Delta:  a.delta,
 	}}})
 	return true
@@ -111,29 +111,29 @@ func (c *core) answer(i int, a *answer) bool {
 // generation is retried by tick after a backoff. It reports whether the
 // answer waits for another generation: the endpoints of the clusters it
 // sent a Delta client (see sendWarmed).
-func (c *core) answered(w answering, r genResult) (bool, error) {
-	i, a, ts := w.i, w.a, c.types[w.i]
+func (c *Core) answered(w answering, r GenResult) (bool, error) {
+	i, a, ts := w.i, w.a, c.Types[w.i]
 	tgt, err := c.targetOf(i, r)
 	if err != nil {
-		c.typeFailed(ts, "generate", err, false, r.timedOut)
-		if r.timedOut {
-			return false, errStreamGenerateTimeout
+		c.typeFailed(ts, "generate", err, false, r.TimedOut)
+		if r.TimedOut {
+			return false, ErrStreamGenerateTimeout
 		}
-		if c.set.resourceErrors {
+		if c.Set.ResourceErrors {
 			c.answerFailed(i, a)
 		}
 		c.retryLater(ts, a)
 		return false, nil
 	}
 	c.typeOK(ts)
-	c.genFrom[i] = c.at.push.Seq()
-	set := c.set
-	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.at.push}
+	c.genFrom[i] = c.At.Push.Seq()
+	set := c.Set
+	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.At.Push}
 	// Delta clusters that are sent re-warm (see sendWarmed), if the client
 	// watches endpoints already (a client's first clusters are sent before
 	// it asks for any: their endpoints will be sent as it does).
 	var warm *warmSet
-	if c.delta && i == set.cdsIdx && set.edsIdx >= 0 && c.types[set.edsIdx] != nil {
+	if c.Delta && i == set.CDSIndex && set.EDSIndex >= 0 && c.Types[set.EDSIndex] != nil {
 		warm = &warmSet{}
 	}
 	// A push waits for the clusters its routes name: it waits for their
@@ -141,12 +141,12 @@ func (c *core) answered(w answering, r genResult) (bool, error) {
 	// for the clusters a client that asks for them by name (a gRPC client)
 	// asks for once it reads them, too.
 	var answeredRef func(*plan, shared.Entry)
-	pl := c.plan
+	pl := c.Plan
 	if pl != nil && pl.t[i].refs {
 		switch i {
-		case set.cdsIdx:
+		case set.CDSIndex:
 			answeredRef = c.answeredCluster
-		case set.rdsIdx:
+		case set.RDSIndex:
 			answeredRef = c.sentRoute
 		}
 	}
@@ -164,7 +164,7 @@ func (c *core) answered(w answering, r genResult) (bool, error) {
 		}
 	}
 	c.send(c.release(i, tgt, o))
-	if a.initial && len(ts.removing()) > 0 {
+	if a.initial && len(ts.Removing()) > 0 {
 		c.planRemoval(i)
 	}
 	return c.sendWarmed(warm), nil
@@ -174,37 +174,37 @@ func (c *core) answered(w answering, r genResult) (bool, error) {
 // client, even if unchanged: a cluster it receives re-warms, and the
 // client waits for its endpoints (envoy#33607). It reports whether that
 // waits for their generation.
-func (c *core) sendWarmed(warm *warmSet) bool {
-	e := c.set.edsIdx
-	if e < 0 || warm.empty() || c.types[e] == nil {
+func (c *Core) sendWarmed(warm *warmSet) bool {
+	e := c.Set.EDSIndex
+	if e < 0 || warm.empty() || c.Types[e] == nil {
 		return false
 	}
 	a := &answer{force: warm.names, restrict: true}
 	if warm.all {
 		a = &answer{}
 	}
-	c.wait(answering{i: e, a: a, warm: warm, gen: genNeed{typ: e, sub: c.types[e].sub, req: &pushcontext.PushRequest{
+	c.wait(answering{i: e, a: a, warm: warm, gen: GenNeed{Type: e, Sub: c.Types[e].Sub, Req: &pushcontext.PushRequest{
 		Forced: true,
 		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
-		Push:   c.at.push,
+		Push:   c.At.Push,
 	}}})
 	return true
 }
 
 // warmed sends the endpoints sendWarmed asked for, w, with what their
 // generation r made.
-func (c *core) warmed(w answering, r genResult) error {
+func (c *Core) warmed(w answering, r GenResult) error {
 	e, a := w.i, w.a
 	tgt, err := c.targetOf(e, r)
 	if err != nil {
-		c.typeFailed(c.types[e], "generate", err, false, r.timedOut)
-		if r.timedOut {
-			return errStreamGenerateTimeout
+		c.typeFailed(c.Types[e], "generate", err, false, r.TimedOut)
+		if r.TimedOut {
+			return ErrStreamGenerateTimeout
 		}
-		c.retryLater(c.types[e], a)
+		c.retryLater(c.Types[e], a)
 		return nil
 	}
-	c.send(c.release(e, tgt, relOpts{force: a.force, restrict: a.restrict, pc: c.at.push, warm: w.warm}))
+	c.send(c.release(e, tgt, relOpts{force: a.force, restrict: a.restrict, pc: c.At.Push, warm: w.warm}))
 	return nil
 }
 
@@ -217,19 +217,19 @@ func (c *core) warmed(w answering, r genResult) error {
 // response: what they name is checked against the clusters it holds, and
 // until then it may reject those of the response in flight, which the
 // answers to its first requests would otherwise already name.
-func (c *core) blocked(i int) bool {
-	set := c.set
-	if set.phaseWait && (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 {
-		if cts := c.types[set.cdsIdx]; cts != nil && cts.resumed && cts.sub.Wildcard && !cts.synced() &&
-			(cts.nack == nil || cts.nack.nonce != cts.nonceSent) {
+func (c *Core) blocked(i int) bool {
+	set := c.Set
+	if set.PhaseWait && (i == set.RDSIndex || i == set.LDSIndex) && set.CDSIndex >= 0 {
+		if cts := c.Types[set.CDSIndex]; cts != nil && cts.resumed && cts.Sub.Wildcard && !cts.Synced() &&
+			(cts.NACK == nil || cts.NACK.Nonce != cts.NonceSent) {
 			return true
 		}
 	}
-	pl := c.plan
+	pl := c.Plan
 	if pl == nil {
 		return false
 	}
-	for _, ph := range pl.phases {
+	for _, ph := range pl.Phases {
 		if !ph.removal && ph.typeIdx <= i {
 			return true
 		}

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -16,28 +16,28 @@ import (
 // applies that and builds the response. The phase planner asks diff
 // whether a phase would send anything (phases.go), the sender releases.
 
-// target is the state of one type that a proxy should hold, restricted to
+// Target is the state of one type that a proxy should hold, restricted to
 // what it subscribes to, as generated. Targets of a view are shared.
-type target struct {
-	set *shared.Set
-	// sub is the subscription the target was generated for: a name
+type Target struct {
+	Set *shared.Set
+	// Sub is the subscription the target was generated for: a name
 	// subscribed to later is not known to it, so its absence does not mean
 	// a removal.
-	sub *shared.Subscription
-	// partial marks the target of a DeltaGenerator on a Delta stream or
+	Sub *shared.Subscription
+	// Partial marks the target of a DeltaGenerator on a Delta stream or
 	// for a SotW by-name type: set holds only the upserted resources and
 	// removed the removed names (ignored by SotW by-name types, which
 	// never remove); what the client holds otherwise is unchanged.
-	partial bool
-	removed []string
-	// shared marks a target generated once for every proxy of a view:
+	Partial bool
+	Removed []string
+	// Shared marks a target generated once for every proxy of a view:
 	// only then can other clients take the same steps with it (see
 	// shared.TransitionCache).
-	shared bool
+	Shared bool
 }
 
 // covers reports whether the target was generated for name.
-func (t *target) covers(name string) bool { return t.sub.Covers(name) }
+func (t *Target) covers(name string) bool { return t.Sub.Covers(name) }
 
 // relOpts says how release turns a target into a response.
 type relOpts struct {
@@ -80,7 +80,7 @@ type diffResult struct {
 	// for that do not exist (a Delta answer lists both as removed).
 	gone, notFound []string
 	// deferring: the type's removals wait for the push's removal phase;
-	// deferGone are the names to add to typeState.removing, after
+	// deferGone are the names to add to TypeState.removing, after
 	// clearing it if resetRemoving.
 	deferring     bool
 	resetRemoving bool
@@ -90,7 +90,7 @@ type diffResult struct {
 	// subscribed to), so the client will not hold the target exactly.
 	substituted bool
 	// refErrs are the references held back.
-	refErrs []*refError
+	refErrs []*RefError
 	// inHeld counts the entries of kept that the client holds already.
 	inHeld int
 	// withheld names, sorted, what the target has but the client is not
@@ -116,13 +116,13 @@ type diffResult struct {
 }
 
 // sends reports whether the response would be sent.
-func (d *diffResult) sends(c *core, i int, o relOpts) bool {
+func (d *diffResult) sends(c *Core, i int, o relOpts) bool {
 	switch {
 	case d.resync, d.resend, len(d.errs) > 0:
 		return true
-	case c.delta:
+	case c.Delta:
 		return len(d.ups) > 0 || len(d.gone) > 0 || len(d.notFound) > 0 || o.initial
-	case c.set.fullState[i]:
+	case c.Set.FullState[i]:
 		return len(d.changed) > 0 || len(d.gone) > 0 || o.all
 	}
 	return len(d.ups) > 0
@@ -151,14 +151,14 @@ func (d *diffResult) done() {
 
 // diff compares tgt with what the client holds of type i. It changes
 // nothing. The caller calls done on the result once it has used it.
-func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
-	set, ts, full := c.set, c.types[i], c.set.fullState[i]
-	removes := c.delta || full
+func (c *Core) diff(i int, tgt *Target, o relOpts) diffResult {
+	set, ts, full := c.Set, c.Types[i], c.Set.FullState[i]
+	removes := c.Delta || full
 	var answered map[string]struct{} // names an answer sent during the push
-	if o.push && c.plan != nil {
-		answered = c.plan.t[i].answered
+	if o.push && c.Plan != nil {
+		answered = c.Plan.t[i].answered
 	}
-	covered := tgt.sub == ts.sub
+	covered := tgt.Sub == ts.Sub
 	checkClusters := c.checksClusters(i)
 	b := diffPool.Get()
 	d := diffResult{bufs: b, kept: b.kept[:0], changed: b.changed[:0], ups: b.ups[:0]}
@@ -173,9 +173,9 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			d.withheld = append(d.withheld, r.Name)
 		}
 	}
-	held := ts.held.Cursor()
-	for _, r := range tgt.set.Entries {
-		if !covered && !ts.covers(r.Name) {
+	held := ts.Held.Cursor()
+	for _, r := range tgt.Set.Entries {
+		if !covered && !ts.Covers(r.Name) {
 			d.substituted = true
 			continue
 		}
@@ -191,7 +191,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			keep(r, prev)
 			continue
 		}
-		if bad, ok := ts.rejected()[r.Name]; ok {
+		if bad, ok := ts.Rejected()[r.Name]; ok {
 			if bad.Same(r.Enc) {
 				keep(r, prev) // rejected content is not sent again
 				continue
@@ -200,9 +200,9 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 		}
 		differs := !prev.Same(r.Enc)
 		if differs && checkClusters {
-			if e := c.danglingCluster(i, r, !o.push && set.phaseWait); e != nil {
+			if e := c.danglingCluster(i, r, !o.push && set.PhaseWait); e != nil {
 				d.refErrs = append(d.refErrs, e)
-				if e.rejected || !set.sendMissingReferences {
+				if e.Rejected || !set.SendMissingReferences {
 					keep(r, prev)
 					continue
 				}
@@ -216,7 +216,7 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 			d.changed = append(d.changed, r)
 		}
 		// SotW full-state responses carry kept; the others, what changed.
-		if (!full || c.delta) && (differs || o.all || forced || o.warm.has(r.Name)) {
+		if (!full || c.Delta) && (differs || o.all || forced || o.warm.has(r.Name)) {
 			d.ups = append(d.ups, r)
 		}
 	}
@@ -231,11 +231,11 @@ func (c *core) diff(i int, tgt *target, o relOpts) diffResult {
 // findMissing lists in d what the client asked for and is not sent: for a
 // Delta answer, the names that do not exist (see findNotFound), and the
 // per-resource errors (see findErrors).
-func (c *core) findMissing(d *diffResult, i int, tgt *target, o relOpts) {
-	if c.delta && o.notFound {
-		d.findNotFound(c.types[i], o)
+func (c *Core) findMissing(d *diffResult, i int, tgt *Target, o relOpts) {
+	if c.Delta && o.notFound {
+		d.findNotFound(c.Types[i], o)
 	}
-	if c.set.resourceErrors {
+	if c.Set.ResourceErrors {
 		c.findErrors(d, i, tgt, o)
 	}
 }
@@ -243,33 +243,33 @@ func (c *core) findMissing(d *diffResult, i int, tgt *target, o relOpts) {
 // checksClusters reports whether the responses of type i are checked for
 // clusters the client does not hold: a route or listener must not name
 // one, when the client holds every cluster it is sent (wildcard CDS).
-func (c *core) checksClusters(i int) bool {
-	set := c.set
-	return (i == set.rdsIdx || i == set.ldsIdx) && set.cdsIdx >= 0 &&
-		c.types[set.cdsIdx] != nil && c.types[set.cdsIdx].sub.Wildcard
+func (c *Core) checksClusters(i int) bool {
+	set := c.Set
+	return (i == set.RDSIndex || i == set.LDSIndex) && set.CDSIndex >= 0 &&
+		c.Types[set.CDSIndex] != nil && c.Types[set.CDSIndex].Sub.Wildcard
 }
 
 // removeOrDefer settles what the response removes of type i, gone: held
 // back for the push's removal phase (make-before-break), or removed now,
 // but for what a resource the client holds still names, which the
 // response keeps.
-func (c *core) removeOrDefer(d *diffResult, i int, tgt *target, gone []string, removes bool, o relOpts) {
-	ts := c.types[i]
-	if c.set.deferred[i] && removes && !o.restrict &&
-		(o.push || len(ts.removing()) > 0 || (o.initial && c.set.phaseWait)) {
+func (c *Core) removeOrDefer(d *diffResult, i int, tgt *Target, gone []string, removes bool, o relOpts) {
+	ts := c.Types[i]
+	if c.Set.Deferred[i] && removes && !o.restrict &&
+		(o.push || len(ts.Removing()) > 0 || (o.initial && c.Set.PhaseWait)) {
 		// Make-before-break: hold the removals until the push's removal
 		// phase (answers keep holding what a push holds), or, for what a
 		// reconnecting Delta client reported holding, until its removal
 		// phase after the client has caught up (see planRemoval).
-		d.deferring, d.resetRemoving, d.deferGone = true, !tgt.partial, gone
+		d.deferring, d.resetRemoving, d.deferGone = true, !tgt.Partial, gone
 		gone = nil
 	}
 	if len(gone) > 0 {
 		var kept []string
-		gone, kept, d.refErrs = c.removable(i, gone, d.refErrs)
+		gone, kept, d.refErrs = c.Removable(i, gone, d.refErrs)
 		for _, n := range kept {
 			d.substituted = true
-			d.kept = insertEntry(d.kept, shared.Entry{Name: n, Enc: ts.held.Get(n)})
+			d.kept = insertEntry(d.kept, shared.Entry{Name: n, Enc: ts.Held.Get(n)})
 		}
 	}
 	d.gone = gone
@@ -279,31 +279,31 @@ func (c *core) removeOrDefer(d *diffResult, i int, tgt *target, gone []string, r
 // longer has, sorted: kept is what the response keeps (inHeld of it the
 // client holds). SotW by-name types never remove (removes false): the
 // client unsubscribes.
-func goneNames(ts *typeState, tgt *target, kept []shared.Entry, inHeld int, removes, restrict bool) []string {
+func goneNames(ts *TypeState, tgt *Target, kept []shared.Entry, inHeld int, removes, restrict bool) []string {
 	var gone []string
 	switch {
 	case !removes:
-	case tgt.partial:
-		for _, n := range tgt.removed {
-			if ts.held.Get(n) != nil && ts.covers(n) {
+	case tgt.Partial:
+		for _, n := range tgt.Removed {
+			if ts.Held.Get(n) != nil && ts.Covers(n) {
 				gone = append(gone, n)
 			}
 		}
-	case !restrict && inHeld < ts.held.Len():
-		if ts.held.Differs() {
-			ts.held.Each(func(n string, _ *shared.Encoded) {
-				if ts.covers(n) && tgt.covers(n) && !hasEntry(kept, n) {
+	case !restrict && inHeld < ts.Held.Len():
+		if ts.Held.Differs() {
+			ts.Held.Each(func(n string, _ *shared.Encoded) {
+				if ts.Covers(n) && tgt.covers(n) && !hasEntry(kept, n) {
 					gone = append(gone, n)
 				}
 			})
 			break
 		}
 		k := 0 // both sorted: one walk
-		for _, e := range ts.held.Set.Entries {
+		for _, e := range ts.Held.Set.Entries {
 			for k < len(kept) && kept[k].Name < e.Name {
 				k++
 			}
-			if (k == len(kept) || kept[k].Name != e.Name) && ts.covers(e.Name) && tgt.covers(e.Name) {
+			if (k == len(kept) || kept[k].Name != e.Name) && ts.Covers(e.Name) && tgt.covers(e.Name) {
 				gone = append(gone, e.Name)
 			}
 		}
@@ -314,18 +314,18 @@ func goneNames(ts *typeState, tgt *target, kept []shared.Entry, inHeld int, remo
 
 // unreject lists in d.unrejected the rejected names the target does not
 // have, and says whether the client's NACK no longer stands (resync).
-func (d *diffResult) unreject(ts *typeState, tgt *target, o relOpts) {
-	if !tgt.partial && !o.restrict {
+func (d *diffResult) unreject(ts *TypeState, tgt *Target, o relOpts) {
+	if !tgt.Partial && !o.restrict {
 		// What the target was generated for and does not have, the
 		// configuration no longer has (even if the client's subscription
 		// moved since the target was generated).
-		for n := range ts.rejected() {
-			if tgt.sub.Covers(n) && tgt.set.Get(n) == nil {
+		for n := range ts.Rejected() {
+			if tgt.Sub.Covers(n) && tgt.Set.Get(n) == nil {
 				d.unrejected = append(d.unrejected, n)
 			}
 		}
 	}
-	if ts.nack != nil && ts.nack.nonce == ts.nonceSent && ts.nonceSent != "" && len(ts.rejected()) == len(d.unrejected) {
+	if ts.NACK != nil && ts.NACK.Nonce == ts.NonceSent && ts.NonceSent != "" && len(ts.Rejected()) == len(d.unrejected) {
 		d.resync = true
 	}
 
@@ -333,19 +333,19 @@ func (d *diffResult) unreject(ts *typeState, tgt *target, o relOpts) {
 
 // findNotFound lists in d.notFound the names a Delta client asked for
 // that the response neither sends nor keeps and that do not exist.
-func (d *diffResult) findNotFound(ts *typeState, o relOpts) {
-	asked := ts.sub.Names
+func (d *diffResult) findNotFound(ts *TypeState, o relOpts) {
+	asked := ts.Sub.Names
 	if o.restrict {
-		asked = sortedKeys(o.force)
+		asked = SortedKeys(o.force)
 	}
 	for _, n := range asked {
-		if !ts.covers(n) {
+		if !ts.Covers(n) {
 			continue // no longer asked for: nothing to say of it
 		}
-		if ts.sub.IsGlob(n) {
+		if ts.Sub.IsGlob(n) {
 			continue
 		}
-		if !hasEntry(d.kept, n) && ts.held.Get(n) == nil {
+		if !hasEntry(d.kept, n) && ts.Held.Get(n) == nil {
 			if _, ok := slices.BinarySearch(d.withheld, n); ok {
 				continue // it exists, held back or rejected: not missing
 			}
@@ -370,7 +370,7 @@ func insertEntry(ents []shared.Entry, e shared.Entry) []shared.Entry {
 	return slices.Insert(ents, i, e)
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func SortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -382,16 +382,16 @@ func sortedKeys[V any](m map[string]V) []string {
 // release compares tgt with what the client holds of type i and returns
 // the response, or nil if there is nothing to send. It updates what the
 // client holds as if the response were delivered (the flight can undo it).
-func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
-	ts := c.types[i]
+func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
+	ts := c.Types[i]
 	if ts == nil || tgt == nil {
 		return nil
 	}
 	same := c.sameStep(i, tgt, o)
 	var k shared.TransKey
-	if same && tgt.shared {
+	if same && tgt.Shared {
 		k = c.transKey(i, tgt, o)
-		if tr := c.host.transition(k); tr != nil {
+		if tr := c.Host.Transition(k); tr != nil {
 			return c.replay(i, tgt, tr, o)
 		}
 	}
@@ -400,19 +400,19 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	// The configuration's content of the names tgt was generated for,
 	// even if the client's subscription has moved since: what removable
 	// reads to tell a broken reference from a stale one.
-	ts.generated(tgt, c.at.push, c.set.refers(i))
+	ts.Generated(tgt, c.At.Push, c.Set.refers(i))
 	c.settleWithheld(ts, &d)
 	if !d.sends(c, i, o) {
 		c.settleErrors(ts, &d, nil)
 		d.shareIfExact(ts, tgt)
 		if same {
-			c.record(k, i, nil, &d, tgt.shared)
+			c.record(k, i, nil, &d, tgt.Shared)
 		}
 		return nil
 	}
 
-	var last *outMsg
-	if parts := c.split(i, d.carried(c.delta), d.removals(c.delta), d.errs); parts != nil {
+	var last *OutMsg
+	if parts := c.split(i, d.carried(c.Delta), d.removals(c.Delta), d.errs); parts != nil {
 		last = c.releaseParts(i, tgt, &d, parts, d.gone, o)
 	}
 	var f *flight
@@ -424,12 +424,12 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 			o.changed(r)
 		}
 	}
-	if !o.push && c.plan != nil && len(d.ups) > 0 {
-		if c.plan.t[i].answered == nil {
-			c.plan.t[i].answered = make(map[string]struct{}, len(d.ups))
+	if !o.push && c.Plan != nil && len(d.ups) > 0 {
+		if c.Plan.t[i].answered == nil {
+			c.Plan.t[i].answered = make(map[string]struct{}, len(d.ups))
 		}
 		for _, r := range d.ups {
-			c.plan.t[i].answered[r.Name] = struct{}{}
+			c.Plan.t[i].answered[r.Name] = struct{}{}
 		}
 	}
 
@@ -442,7 +442,7 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	if same {
-		c.record(k, i, m, &d, tgt.shared)
+		c.record(k, i, m, &d, tgt.Shared)
 	}
 	return m
 }
@@ -450,23 +450,23 @@ func (c *core) release(i int, tgt *target, o relOpts) *outMsg {
 // settleWithheld applies what the diff d of ts's type found: references
 // held back, rejected content the configuration no longer has, a NACK
 // that no longer stands, and removals held back for the removal phase.
-func (c *core) settleWithheld(ts *typeState, d *diffResult) {
+func (c *Core) settleWithheld(ts *TypeState, d *diffResult) {
 	c.referencesHeld(ts, d.refErrs)
 	for _, n := range d.unrejected {
-		delete(ts.rejected(), n)
+		delete(ts.Rejected(), n)
 	}
-	if len(d.unrejected) > 0 && len(ts.rejected()) == 0 && ts.nack != nil && ts.nack.nonce != ts.nonceSent {
+	if len(d.unrejected) > 0 && len(ts.Rejected()) == 0 && ts.NACK != nil && ts.NACK.Nonce != ts.NonceSent {
 		// The NACK of an earlier response stood for the content withheld
 		// since: none is any longer.
-		ts.nack = nil
+		ts.NACK = nil
 	}
 	if d.deferring {
 		if d.resetRemoving {
 			// What the client unsubscribed from but a route still names
 			// (see unsubscribed) stays marked; the rest is re-derived.
-			for n := range ts.removing() {
-				if ts.covers(n) {
-					delete(ts.removing(), n)
+			for n := range ts.Removing() {
+				if ts.Covers(n) {
+					delete(ts.Removing(), n)
 				}
 			}
 		}
@@ -477,46 +477,46 @@ func (c *core) settleWithheld(ts *typeState, d *diffResult) {
 // shareIfExact makes what the client holds of ts's type the target's own
 // set when the response leaves it holding exactly the target: the same
 // content, shared with other clients.
-func (d *diffResult) shareIfExact(ts *typeState, tgt *target) {
-	if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.Len() &&
-		ts.held.Len() == tgt.set.Len() && len(ts.removing()) == 0 {
-		ts.held.Reset(tgt.set)
+func (d *diffResult) shareIfExact(ts *TypeState, tgt *Target) {
+	if !tgt.Partial && !d.substituted && len(d.kept) == tgt.Set.Len() &&
+		ts.Held.Len() == tgt.Set.Len() && len(ts.Removing()) == 0 {
+		ts.Held.Reset(tgt.Set)
 	}
 }
 
 // hold updates what the client holds of type i as if the response of the
 // diff d were delivered, and returns the flight that can undo it.
-func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
-	ts, full := c.types[i], c.set.fullState[i]
+func (c *Core) hold(i int, tgt *Target, d *diffResult) *flight {
+	ts, full := c.Types[i], c.Set.FullState[i]
 	f := newFlight()
-	if full && !c.delta {
-		before := ts.held.Snapshot()
+	if full && !c.Delta {
+		before := ts.Held.Snapshot()
 		state := slices.Clone(d.kept) // d's buffer goes back to the pool
-		for n := range ts.removing() {
-			if !ts.covers(n) && c.unnamed(i, n) {
-				delete(ts.removing(), n) // unsubscribed, and no longer named
+		for n := range ts.Removing() {
+			if !ts.Covers(n) && c.unnamed(i, n) {
+				delete(ts.Removing(), n) // unsubscribed, and no longer named
 				continue
 			}
-			if e := ts.held.Get(n); e != nil {
+			if e := ts.Held.Get(n); e != nil {
 				state = insertEntry(state, shared.Entry{Name: n, Enc: e})
 			}
 		}
 		state = ts.mayHoldUnread(state)
-		ts.held.Reset(shared.NewSet(state))
+		ts.Held.Reset(shared.NewSet(state))
 		d.shareIfExact(ts, tgt)
-		after := ts.held.Snapshot()
+		after := ts.Held.Snapshot()
 		f.setHoldings(before, after)
-	} else if !tgt.partial && !d.substituted && len(d.kept) == tgt.set.Len() && len(ts.removing()) == 0 &&
-		ts.held.Len()-d.inHeld == len(d.gone) && len(ts.flights) == 0 {
+	} else if !tgt.Partial && !d.substituted && len(d.kept) == tgt.Set.Len() && len(ts.Removing()) == 0 &&
+		ts.Held.Len()-d.inHeld == len(d.gone) && len(ts.Flights) == 0 {
 		// The client will hold exactly the target (typically a push that
 		// regenerated the type): one snapshot rather than one change per
 		// resource. Only with no earlier response unanswered: redoing a
 		// snapshot after an earlier response is rejected would bring
 		// back what was rejected (redo replays a response's own changes;
 		// a snapshot holds everything).
-		before := ts.held.Snapshot()
-		ts.held.Reset(tgt.set)
-		after := ts.held.Snapshot()
+		before := ts.Held.Snapshot()
+		ts.Held.Reset(tgt.Set)
+		after := ts.Held.Snapshot()
 		f.setHoldings(before, after)
 	} else {
 		// What the response carries is recorded even if the client holds
@@ -529,25 +529,25 @@ func (c *core) hold(i int, tgt *target, d *diffResult) *flight {
 				u++
 			}
 			carried := u < len(d.ups) && d.ups[u].Name == r.Name
-			if carried || !ts.held.Get(r.Name).Same(r.Enc) {
-				f.put(&ts.held, r.Name, r.Enc)
+			if carried || !ts.Held.Get(r.Name).Same(r.Enc) {
+				f.put(&ts.Held, r.Name, r.Enc)
 			}
 		}
 		for _, n := range d.gone {
-			f.del(&ts.held, n)
+			f.del(&ts.Held, n)
 		}
 		d.shareIfExact(ts, tgt)
-		ts.held.Compact()
+		ts.Held.Compact()
 	}
 	return f
 }
 
 // response makes the response of type i that the diff d sends.
-func (c *core) response(i int, d *diffResult, o relOpts) *outMsg {
+func (c *Core) response(i int, d *diffResult, o relOpts) *OutMsg {
 	switch {
-	case c.delta:
+	case c.Delta:
 		return c.deltaMsg(i, d.ups, d.removals(true), o)
-	case c.set.fullState[i]:
+	case c.Set.FullState[i]:
 		return c.heldMsg(i, o)
 	}
 	return c.partMsg(i, part{ups: d.carried(false)}, o)

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -17,17 +17,17 @@ import (
 // that a client in the same state takes the same step. Only a step to a
 // view's shared target is kept for other clients; any such step's response
 // is encoded as a shared one (see record).
-func (c *core) sameStep(i int, tgt *target, o relOpts) bool {
-	ts := c.types[i]
-	if tgt.partial || tgt.sub != ts.sub || ts.held.Differs() || len(ts.removing()) > 0 ||
-		len(ts.rejected()) > 0 || len(ts.unread()) > 0 || len(ts.errs()) > 0 || ts.nack != nil || len(o.force) > 0 || o.restrict {
+func (c *Core) sameStep(i int, tgt *Target, o relOpts) bool {
+	ts := c.Types[i]
+	if tgt.Partial || tgt.Sub != ts.Sub || ts.Held.Differs() || len(ts.Removing()) > 0 ||
+		len(ts.Rejected()) > 0 || len(ts.unread()) > 0 || len(ts.errs()) > 0 || ts.NACK != nil || len(o.force) > 0 || o.restrict {
 		return false
 	}
-	if c.plan != nil && len(c.plan.t[i].answered) > 0 {
+	if c.Plan != nil && len(c.Plan.t[i].answered) > 0 {
 		return false
 	}
-	for _, t := range []int{c.set.cdsIdx, c.set.rdsIdx, c.set.ldsIdx} {
-		if t >= 0 && c.types[t] != nil && c.types[t].held.Differs() {
+	for _, t := range []int{c.Set.CDSIndex, c.Set.RDSIndex, c.Set.LDSIndex} {
+		if t >= 0 && c.Types[t] != nil && c.Types[t].Held.Differs() {
 			return false
 		}
 	}
@@ -36,10 +36,10 @@ func (c *core) sameStep(i int, tgt *target, o relOpts) bool {
 
 // transKey returns the key of releasing tgt to type i with o, a step for
 // which sameStep holds.
-func (c *core) transKey(i int, tgt *target, o relOpts) shared.TransKey {
-	ts := c.types[i]
+func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
+	ts := c.Types[i]
 	k := shared.TransKey{
-		Type: i, Delta: c.delta, Held: ts.held.Set, Target: tgt.set, Sub: ts.sub, PC: o.pc,
+		Type: i, Delta: c.Delta, Held: ts.Held.Set, Target: tgt.Set, Sub: ts.Sub, PC: o.pc,
 		Push: o.push, All: o.all, Initial: o.initial, NotFound: o.notFound,
 	}
 	switch {
@@ -47,20 +47,20 @@ func (c *core) transKey(i int, tgt *target, o relOpts) shared.TransKey {
 	case o.warm.all:
 		k.Warm = "*"
 	default:
-		k.Warm = strings.Join(sortedKeys(o.warm.names), "\x00")
+		k.Warm = strings.Join(SortedKeys(o.warm.names), "\x00")
 	}
-	for j, t := range []int{c.set.cdsIdx, c.set.rdsIdx, c.set.ldsIdx} {
-		if t >= 0 && c.types[t] != nil {
-			k.Refs[j] = c.types[t].held.Set
+	for j, t := range []int{c.Set.CDSIndex, c.Set.RDSIndex, c.Set.LDSIndex} {
+		if t >= 0 && c.Types[t] != nil {
+			k.Refs[j] = c.Types[t].Held.Set
 		}
 	}
 	return k
 }
 
 // replay takes a shared step: the same response, the same holding after.
-func (c *core) replay(i int, tgt *target, tr *shared.Transition, o relOpts) *outMsg {
-	ts := c.types[i]
-	ts.generated(tgt, c.at.push, c.set.refers(i))
+func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *OutMsg {
+	ts := c.Types[i]
+	ts.Generated(tgt, c.At.Push, c.Set.refers(i))
 	ts.markRemoving(tr.DeferGone) // it held none back (see sameStep)
 	for _, r := range tr.Changed {
 		if o.changed != nil {
@@ -68,21 +68,21 @@ func (c *core) replay(i int, tgt *target, tr *shared.Transition, o relOpts) *out
 		}
 	}
 	if tr.Msg == nil {
-		if ts.held.Set != tr.After {
-			ts.held.Reset(tr.After)
+		if ts.Held.Set != tr.After {
+			ts.Held.Reset(tr.After)
 		}
 		return nil
 	}
 	f := newFlight()
-	before := ts.held.Snapshot()
-	ts.held.Reset(tr.After)
-	after := ts.held.Snapshot()
+	before := ts.Held.Snapshot()
+	ts.Held.Reset(tr.After)
+	after := ts.Held.Snapshot()
 	f.setHoldings(before, after)
 	m := c.stampNonce(i, tr.Msg.Nonce, tr.Msg.Resources, tr.Msg.Removed, tr.Msg.Bytes, o)
 	c.noteSetTTL(ts, tr.After)
 	f.response = ts.lastSent()
 	ts.addFlight(f)
-	m.resp, m.dresp, m.shared = tr.Msg.Resp, tr.Msg.DeltaResp, tr.Msg
+	m.Resp, m.DeltaResp, m.Shared = tr.Msg.Resp, tr.Msg.DeltaResp, tr.Msg
 	return m
 }
 
@@ -95,28 +95,28 @@ func (c *core) replay(i int, tgt *target, tr *shared.Transition, o relOpts) *out
 // cache does. Such a step's response is still encoded as a shared one (by
 // the Server's codec, once, without gRPC's pooled buffer), which is
 // cheaper for a stream to write.
-func (c *core) record(k shared.TransKey, i int, m *outMsg, d *diffResult, keep bool) {
-	ts := c.types[i]
-	if len(d.refErrs) > 0 || ts.held.Differs() || d.resync || len(d.errs) > 0 || d.resend || len(ts.errs()) > 0 {
+func (c *Core) record(k shared.TransKey, i int, m *OutMsg, d *diffResult, keep bool) {
+	ts := c.Types[i]
+	if len(d.refErrs) > 0 || ts.Held.Differs() || d.resync || len(d.errs) > 0 || d.resend || len(ts.errs()) > 0 {
 		return
 	}
 	if m != nil {
-		m.shared = &shared.Msg{Resp: m.resp, DeltaResp: m.dresp, Nonce: m.nonce, Bytes: m.bytes}
-		if m.dresp != nil {
-			m.shared.Resources, m.shared.Removed = len(m.dresp.Resources), len(m.dresp.RemovedResources)
+		m.Shared = &shared.Msg{Resp: m.Resp, DeltaResp: m.DeltaResp, Nonce: m.Nonce, Bytes: m.Bytes}
+		if m.DeltaResp != nil {
+			m.Shared.Resources, m.Shared.Removed = len(m.DeltaResp.Resources), len(m.DeltaResp.RemovedResources)
 		} else {
-			m.shared.Resources = len(m.resp.Resources)
+			m.Shared.Resources = len(m.Resp.Resources)
 		}
 	}
 	if !keep {
 		return
 	}
-	tr := &shared.Transition{After: ts.held.Set, Changed: slices.Clone(d.changed)}
+	tr := &shared.Transition{After: ts.Held.Set, Changed: slices.Clone(d.changed)}
 	if m != nil {
-		tr.Msg = m.shared
+		tr.Msg = m.Shared
 	}
 	if d.deferring {
 		tr.DeferGone = slices.Clone(d.deferGone)
 	}
-	c.host.share(k, tr)
+	c.Host.Share(k, tr)
 }

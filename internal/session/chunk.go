@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ import (
 // removals. A part changes what the client holds as if the client
 // accepted it, as any response does, and its ACK or NACK settles it
 // alone; a push's phase, which waits for the client to have answered the
-// type's last response (typeState.synced), waits for every part, since a
+// type's last response (TypeState.synced), waits for every part, since a
 // client answers them in the order it reads them.
 //
 // What cannot be split — a SotW Listener or Cluster response, which
@@ -35,47 +35,47 @@ import (
 // does not set today (control_plane).
 const envelopeSlack = 64
 
-// envelope bounds the size of a response of type i besides its resources:
+// Envelope bounds the size of a response of type i besides its resources:
 // its type URL, version and nonce (the version, '/', and at most 20
 // digits).
-func (c *core) envelope(i int) int {
-	v := len(c.at.push.Version())
-	return shared.FieldSize(len(c.set.typeURLs[i])) + shared.FieldSize(v) + shared.FieldSize(v+21) + envelopeSlack
+func (c *Core) Envelope(i int) int {
+	v := len(c.At.Push.Version())
+	return shared.FieldSize(len(c.Set.TypeURLs[i])) + shared.FieldSize(v) + shared.FieldSize(v+21) + envelopeSlack
 }
 
 // budget is what the resources of one response of type i may take.
-func (c *core) budget(i int) int { return c.set.maxResponseBytes - c.envelope(i) }
+func (c *Core) budget(i int) int { return c.Set.MaxResponseBytes - c.Envelope(i) }
 
-// tooLargeError is a response of type typ that cannot be split under
+// TooLargeError is a response of type typ that cannot be split under
 // Config.MaxResponseBytes (max): the whole SotW state, or the resource
 // named, is bytes encoded. The Server reports it as a
 // ResponseTooLargeError (see publicErr).
-type tooLargeError struct {
-	typ        string // type URL
-	resource   string
-	bytes, max int
+type TooLargeError struct {
+	Typ        string // type URL
+	Resource   string
+	Bytes, Max int
 }
 
-func (e *tooLargeError) Error() string {
-	if e.resource != "" {
-		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", shortName(e.typ), e.resource, e.bytes, e.max)
+func (e *TooLargeError) Error() string {
+	if e.Resource != "" {
+		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", ShortName(e.Typ), e.Resource, e.Bytes, e.Max)
 	}
-	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", shortName(e.typ), e.bytes, e.max, shortName(e.typ))
+	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", ShortName(e.Typ), e.Bytes, e.Max, ShortName(e.Typ))
 }
 
-// fits returns a *tooLargeError if tgt, a target of type i, makes
+// fits returns a *TooLargeError if tgt, a target of type i, makes
 // a response that cannot be split under the budget.
-func (c *core) fits(i int, tgt *target) error {
-	if c.set.sendOversized || tgt == nil {
+func (c *Core) fits(i int, tgt *Target) error {
+	if c.Set.SendOversized || tgt == nil {
 		return nil
 	}
-	z, budget := tgt.set.Sizes(), c.budget(i)
-	t := c.set.typeURLs[i]
-	if !c.delta && c.set.fullState[i] && z.SotW > budget {
-		return &tooLargeError{typ: t, bytes: z.SotW + c.envelope(i), max: c.set.maxResponseBytes}
+	z, budget := tgt.Set.Sizes(), c.budget(i)
+	t := c.Set.TypeURLs[i]
+	if !c.Delta && c.Set.FullState[i] && z.SotW > budget {
+		return &TooLargeError{Typ: t, Bytes: z.SotW + c.Envelope(i), Max: c.Set.MaxResponseBytes}
 	}
 	if z.Largest > budget {
-		return &tooLargeError{typ: t, resource: z.LargestName, bytes: z.Largest + c.envelope(i), max: c.set.maxResponseBytes}
+		return &TooLargeError{Typ: t, Resource: z.LargestName, Bytes: z.Largest + c.Envelope(i), Max: c.Set.MaxResponseBytes}
 	}
 	return nil
 }
@@ -92,8 +92,8 @@ type part struct {
 // a SotW full-state response (checked by fits). SotW by-name responses
 // remove nothing: gone is the Server's record only, and goes with the last
 // part.
-func (c *core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) []part {
-	if c.set.sendOversized || !c.delta && c.set.fullState[i] {
+func (c *Core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) []part {
+	if c.Set.SendOversized || !c.Delta && c.Set.FullState[i] {
 		return nil
 	}
 	budget := c.budget(i)
@@ -101,7 +101,7 @@ func (c *core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) 
 	for _, r := range ups {
 		size += c.upSize(r)
 	}
-	if c.delta {
+	if c.Delta {
 		for _, n := range gone {
 			size += shared.FieldSize(len(n))
 		}
@@ -123,7 +123,7 @@ func (c *core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) 
 		cur.ups = append(cur.ups, r)
 	}
 	for _, n := range gone {
-		if c.delta {
+		if c.Delta {
 			cut(shared.FieldSize(len(n)))
 		}
 		cur.gone = append(cur.gone, n)
@@ -138,15 +138,15 @@ func (c *core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) 
 func errsSize(errs []namedErr) int {
 	n := 0
 	for _, e := range errs {
-		detail := 1 + protowire.SizeVarint(uint64(e.err.code)) + shared.FieldSize(len(e.err.msg))
+		detail := 1 + protowire.SizeVarint(uint64(e.err.Code)) + shared.FieldSize(len(e.err.Message))
 		n += shared.FieldSize(shared.FieldSize(shared.FieldSize(len(e.name))) + shared.FieldSize(detail))
 	}
 	return n
 }
 
 // upSize is what r adds to a response on this stream.
-func (c *core) upSize(r shared.Entry) int {
-	if c.delta {
+func (c *Core) upSize(r shared.Entry) int {
+	if c.Delta {
 		return shared.DeltaSize(r)
 	}
 	return shared.SotWSize(r.Enc)
@@ -159,20 +159,20 @@ func (c *core) upSize(r shared.Entry) int {
 // for that do not exist, which it does not hold). What the client holds
 // that changes without being carried (kept content that differs from
 // what it reported) changes with the first part.
-func (c *core) releaseParts(i int, tgt *target, d *diffResult, parts []part, removed []string, o relOpts) *outMsg {
-	ts := c.types[i]
-	var m *outMsg
+func (c *Core) releaseParts(i int, tgt *Target, d *diffResult, parts []part, removed []string, o relOpts) *OutMsg {
+	ts := c.Types[i]
+	var m *OutMsg
 	for k, p := range parts {
 		f := newFlight()
 		for _, r := range p.ups {
-			f.put(&ts.held, r.Name, r.Enc)
+			f.put(&ts.Held, r.Name, r.Enc)
 		}
 		if k == 0 && d != nil {
 			c.holdUncarried(ts, d, f)
 		}
 		for _, n := range p.gone {
 			if _, ok := slices.BinarySearch(removed, n); ok {
-				f.del(&ts.held, n)
+				f.del(&ts.Held, n)
 			}
 		}
 		m = c.partMsg(i, p, o)
@@ -185,29 +185,29 @@ func (c *core) releaseParts(i int, tgt *target, d *diffResult, parts []part, rem
 	if d != nil {
 		d.shareIfExact(ts, tgt)
 	}
-	ts.held.Compact()
+	ts.Held.Compact()
 	return m
 }
 
 // holdUncarried records in f what the client holds of d's kept content
 // that differs from what the Server took it to hold, without a response
 // carrying it (see hold).
-func (c *core) holdUncarried(ts *typeState, d *diffResult, f *flight) {
+func (c *Core) holdUncarried(ts *TypeState, d *diffResult, f *flight) {
 	u := 0
 	for _, r := range d.kept {
 		for u < len(d.ups) && d.ups[u].Name < r.Name {
 			u++
 		}
 		carried := u < len(d.ups) && d.ups[u].Name == r.Name
-		if !carried && !ts.held.Get(r.Name).Same(r.Enc) {
-			f.put(&ts.held, r.Name, r.Enc)
+		if !carried && !ts.Held.Get(r.Name).Same(r.Enc) {
+			f.put(&ts.Held, r.Name, r.Enc)
 		}
 	}
 }
 
 // partMsg makes the response of one part.
-func (c *core) partMsg(i int, p part, o relOpts) *outMsg {
-	if c.delta {
+func (c *Core) partMsg(i int, p part, o relOpts) *OutMsg {
+	if c.Delta {
 		return c.deltaMsg(i, p.ups, p.gone, o)
 	}
 	return c.entriesMsg(i, p.ups, o)

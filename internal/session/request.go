@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -14,95 +14,95 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
-// inbound is one client request: exactly one field is set, by protocol.
-type inbound struct {
-	sotw  *discoveryv3.DiscoveryRequest
-	delta *discoveryv3.DeltaDiscoveryRequest
+// Inbound is one client request: exactly one field is set, by protocol.
+type Inbound struct {
+	SotW  *discoveryv3.DiscoveryRequest
+	Delta *discoveryv3.DeltaDiscoveryRequest
 }
 
-func (in inbound) node() *corev3.Node {
-	if in.delta != nil {
-		return in.delta.GetNode()
+func (in Inbound) Node() *corev3.Node {
+	if in.Delta != nil {
+		return in.Delta.GetNode()
 	}
-	return in.sotw.GetNode()
+	return in.SotW.GetNode()
 }
 
-func (in inbound) typeURL() string {
-	if in.delta != nil {
-		return in.delta.GetTypeUrl()
+func (in Inbound) typeURL() string {
+	if in.Delta != nil {
+		return in.Delta.GetTypeUrl()
 	}
-	return in.sotw.GetTypeUrl()
+	return in.SotW.GetTypeUrl()
 }
 
 // names counts the resource names of the request (for Delta: subscribed
 // and unsubscribed together; initial versions are bounded apart).
-func (in inbound) names() int {
-	if d := in.delta; d != nil {
+func (in Inbound) names() int {
+	if d := in.Delta; d != nil {
 		return len(d.ResourceNamesSubscribe) + len(d.ResourceNamesUnsubscribe)
 	}
-	return len(in.sotw.ResourceNames)
+	return len(in.SotW.ResourceNames)
 }
 
-func (in inbound) size() int {
-	if in.delta != nil {
-		return proto.Size(in.delta)
+func (in Inbound) size() int {
+	if in.Delta != nil {
+		return proto.Size(in.Delta)
 	}
-	return proto.Size(in.sotw)
+	return proto.Size(in.SotW)
 }
 
 // checkBounds checks a request of type t (index i; -1 for a type without a
 // generator) against the bounds on requests: its names, and, but for a
 // request that opens a watched type on the stream (which gRPC bounds by
 // Config.MaxInitialRequestBytes), its size.
-func (c *core) checkBounds(in inbound, t string, i int) error {
-	if n := in.names(); n > c.set.maxResourceNames {
+func (c *Core) checkBounds(in Inbound, t string, i int) error {
+	if n := in.names(); n > c.Set.MaxResourceNames {
 		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
-			t, n, c.set.maxResourceNames)
+			t, n, c.Set.MaxResourceNames)
 	}
-	if d := in.delta; d != nil && len(d.InitialResourceVersions) > c.set.maxInitialVersions {
+	if d := in.Delta; d != nil && len(d.InitialResourceVersions) > c.Set.MaxInitialResourceVersions {
 		return status.Errorf(codes.InvalidArgument, "xds: request for %s reports %d initial resource versions; the limit is %d",
-			t, len(d.InitialResourceVersions), c.set.maxInitialVersions)
+			t, len(d.InitialResourceVersions), c.Set.MaxInitialResourceVersions)
 	}
-	opening := i >= 0 && c.types[i] == nil
-	if !opening && c.set.maxInitialRequestBytes > c.set.maxRequestBytes {
-		if n := in.size(); n > c.set.maxRequestBytes {
+	opening := i >= 0 && c.Types[i] == nil
+	if !opening && c.Set.MaxInitialRequestBytes > c.Set.MaxRequestBytes {
+		if n := in.size(); n > c.Set.MaxRequestBytes {
 			return status.Errorf(codes.ResourceExhausted, "xds: request for %s is %d bytes; the limit is %d (Config.MaxRequestBytes; %d for the request that opens a type)",
-				t, n, c.set.maxRequestBytes, c.set.maxInitialRequestBytes)
+				t, n, c.Set.MaxRequestBytes, c.Set.MaxInitialRequestBytes)
 		}
 	}
 	return nil
 }
 
-// request handles one client request of either protocol, then releases the
+// Request handles one client request of either protocol, then releases the
 // phases its ACK may have let through and the answers that waited for
 // them. The request's type URL and size are checked first, alike for both
 // protocols: an empty type URL and more than Config.MaxResourceNames names
 // end the stream with InvalidArgument, and a type without a generator is
 // ignored.
-func (c *core) request(now time.Time, in inbound) (need, error) {
+func (c *Core) Request(now time.Time, in Inbound) (Need, error) {
 	c.mustBeIdle()
-	c.step(now)
+	c.Step(now)
 	t := in.typeURL()
 	if t == "" {
-		return need{}, status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
+		return Need{}, status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
-	i := c.set.typeIndexOf(t)
+	i := c.Set.typeIndexOf(t)
 	if err := c.checkBounds(in, t, i); err != nil {
-		return need{}, err
+		return Need{}, err
 	}
 	if i < 0 {
-		c.emit(notice{kind: nUnknownType, url: truncate(t, c.set.maxNameLength)})
-		return need{}, nil
+		c.emit(Notice{Kind: NoticeUnknownType, URL: truncate(t, c.Set.MaxNameLength)})
+		return Need{}, nil
 	}
 	var a *answer
 	var err error
-	if in.delta != nil {
-		a, err = c.deltaRequest(i, in.delta)
+	if in.Delta != nil {
+		a, err = c.deltaRequest(i, in.Delta)
 	} else {
-		a, err = c.sotwRequest(i, in.sotw)
+		a, err = c.sotwRequest(i, in.SotW)
 	}
 	if err != nil {
-		return need{}, err
+		return Need{}, err
 	}
 	c.flow = flow{stage: flowHeldBack, i: i}
 	if a != nil && c.answer(i, a) {
@@ -114,8 +114,8 @@ func (c *core) request(now time.Time, in inbound) (need, error) {
 // sotwRequest applies the SotW request state machine, in istiod's order:
 // NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
 // subscription change, and answers when it should.
-func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, error) {
-	full, ts := c.set.fullState[i], c.types[i]
+func (c *Core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, error) {
+	full, ts := c.Set.FullState[i], c.Types[i]
 
 	// 1. NACK: record it. The rejected content is not sent again to this
 	// client (see typeRare.rejected). A NACK of the last response also
@@ -131,7 +131,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, e
 		if resend := c.nack(i, req.ResponseNonce, req.VersionInfo, req.ErrorDetail.GetMessage()); len(resend) > 0 {
 			again = c.resendAnswer(i, resend)
 		}
-		if ts == nil || ts.nonceSent == "" || req.ResponseNonce != ts.nonceSent {
+		if ts == nil || ts.NonceSent == "" || req.ResponseNonce != ts.NonceSent {
 			if again != nil {
 				return again, nil
 			}
@@ -157,7 +157,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, e
 	// even "*"); after that it unsubscribes from everything (the xDS
 	// protocol). A gRPC client whose routes name no cluster any more sends
 	// one, and holds no cluster after it.
-	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.sub.Wildcard && !ts.star))
+	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.Sub.Wildcard && !ts.Star))
 
 	// 3. Initial request (no watch on this stream, with or without a
 	// nonce: a reconnect to this server has one), or a request after
@@ -166,7 +166,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, e
 	// subscribes again keeps its last nonce): answer in full. An empty
 	// nonce once a response was sent is answered in full too, but as a
 	// change of the subscription (5).
-	if ts == nil || ts.nonceSent == "" {
+	if ts == nil || ts.NonceSent == "" {
 		return c.sotwInitial(i, names, star, wildcard, order, ts == nil && req.VersionInfo != "")
 	}
 
@@ -175,7 +175,7 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, e
 	// older response still counts: it accepted it; and so does what it
 	// says it dropped (see staleDropped).
 	renewed := req.ResponseNonce == ""
-	if !renewed && req.ResponseNonce != ts.nonceSent {
+	if !renewed && req.ResponseNonce != ts.NonceSent {
 		c.sotwStale(i, req.ResponseNonce, names, star, wildcard)
 		return nil, nil
 	}
@@ -193,8 +193,8 @@ func (c *core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, e
 // sotwStale records what a SotW request of type i with a stale nonce says
 // (step 4 of sotwRequest): the client accepted the response it names, and
 // subscribes to names (star, wildcard) now.
-func (c *core) sotwStale(i int, nonce string, names []string, star, wildcard bool) {
-	ts, ord := c.types[i], nonceOrdinal(nonce)
+func (c *Core) sotwStale(i int, nonce string, names []string, star, wildcard bool) {
+	ts, ord := c.Types[i], nonceOrdinal(nonce)
 	c.accepted(ts, nonce)
 	c.staleDropped(ts, names, star, ord)
 	covers := func(n string) bool {
@@ -203,48 +203,48 @@ func (c *core) sotwStale(i int, nonce string, names []string, star, wildcard boo
 	}
 	ts.keptRequested(covers, ord)
 	ts.unreadRequested(covers, ord)
-	c.emit(notice{kind: nStaleNonce, typ: i, nonce: nonce, sent: ts.nonceSent})
+	c.emit(Notice{Kind: NoticeStaleNonce, Type: i, Nonce: nonce, Sent: ts.NonceSent})
 }
 
 // unwatch ends the watch of by-name type i: the client unsubscribed from
 // every name. It is marked dropped (see core.dropped).
-func (c *core) unwatch(i int) {
-	c.emit(notice{kind: nUnsubscribed, typ: i})
-	c.subBytes -= c.types[i].subBytes
+func (c *Core) unwatch(i int) {
+	c.emit(Notice{Kind: NoticeUnsubscribed, Type: i})
+	c.subBytes -= c.Types[i].subBytes
 	c.setType(i, nil)
 	if c.dropped == nil {
-		c.dropped = make([]bool, len(c.types))
+		c.dropped = make([]bool, len(c.Types))
 	}
 	c.dropped[i] = true
 }
 
 // sotwInitial answers in full a SotW request of type i that starts its
 // watch, or comes when nothing was sent since (step 3 of sotwRequest). A
-// new typeState takes over what a push holds back for removal. With
+// new TypeState takes over what a push holds back for removal. With
 // before (the type is not watched yet, and the request carries a
 // version), the client holds a response of the type from an earlier
 // stream (see heldBefore).
-func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32, before bool) (*answer, error) {
-	ts := c.types[i]
+func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []uint32, before bool) (*answer, error) {
+	ts := c.Types[i]
 	if err := c.checkSubscription(i, names); err != nil {
 		return nil, err
 	}
-	sub, order := c.sotwSubscription(names, wildcard, order)
-	nts := newTypeState(i, sub)
+	sub, order := c.SotWSubscription(names, wildcard, order)
+	nts := NewTypeState(i, sub)
 	if ts != nil {
 		c.subBytes -= ts.subBytes
 	}
 	c.setSubBytes(nts, names)
-	nts.order, nts.star = order, star
+	nts.Order, nts.Star = order, star
 	if ts != nil {
 		nts.timeouts = ts.timeouts
-		if len(ts.removing()) > 0 {
+		if len(ts.Removing()) > 0 {
 			// A push is holding removals back: the client still holds
 			// them and the answer keeps them until the push removes them.
-			nts.held, nts.rareForWrite().removing = ts.held, ts.rare.removing
-			for n := range nts.removing() {
-				if nts.covers(n) && !ts.covers(n) {
-					delete(nts.removing(), n) // see resubscribed
+			nts.Held, nts.rareForWrite().removing = ts.Held, ts.Rare.removing
+			for n := range nts.Removing() {
+				if nts.Covers(n) && !ts.Covers(n) {
+					delete(nts.Removing(), n) // see resubscribed
 				}
 			}
 		}
@@ -252,7 +252,7 @@ func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 	switch {
 	case before:
 		c.heldBefore(nts, names)
-	case ts != nil && len(ts.removing()) == 0:
+	case ts != nil && len(ts.Removing()) == 0:
 		// Nothing was sent since the type was subscribed to: what the
 		// client held from an earlier stream, it still holds if it still
 		// subscribes to it.
@@ -275,29 +275,29 @@ func (c *core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 // which a listener the client keeps in service still names, stays with
 // the client until it unsubscribes from it (a SotW response of the type
 // cannot remove it).
-func (c *core) heldBefore(ts *typeState, names []string) {
+func (c *Core) heldBefore(ts *TypeState, names []string) {
 	i := ts.idx
-	if c.set.fullState[i] || !c.set.refers(i) || ts.sub.Wildcard {
+	if c.Set.FullState[i] || !c.Set.refers(i) || ts.Sub.Wildcard {
 		return
 	}
 	ents := make([]shared.Entry, 0, len(names))
 	for _, n := range names {
 		ents = append(ents, shared.Entry{Name: n, Enc: shared.Reported("")})
 	}
-	ts.held.Reset(shared.NewSet(ents))
+	ts.Held.Reset(shared.NewSet(ents))
 }
 
 // keepUnknown makes ts hold what was holds that the Server has not sent
 // (see heldBefore) and ts's subscription covers.
-func keepUnknown(ts, was *typeState) {
+func keepUnknown(ts, was *TypeState) {
 	var ents []shared.Entry
-	for _, r := range was.held.Entries() {
-		if r.Enc.Unknown() && ts.covers(r.Name) {
+	for _, r := range was.Held.Entries() {
+		if r.Enc.Unknown() && ts.Covers(r.Name) {
 			ents = append(ents, r)
 		}
 	}
 	if len(ents) > 0 {
-		ts.held.Reset(shared.NewSet(ents))
+		ts.Held.Reset(shared.NewSet(ents))
 	}
 }
 
@@ -316,14 +316,14 @@ type sotwNames struct {
 // of an ACK are most often those of the previous request, in the same
 // order: then they need no sorting (a SotW client repeats every name it
 // subscribes to in every ACK).
-func (c *core) sotwRequestNames(ts *typeState, req *discoveryv3.DiscoveryRequest) (sotwNames, error) {
-	if ts != nil && ts.sameNames(req.ResourceNames) {
-		return sotwNames{ts.sub.Names, ts.star, ts.order, true}, nil
+func (c *Core) sotwRequestNames(ts *TypeState, req *discoveryv3.DiscoveryRequest) (sotwNames, error) {
+	if ts != nil && ts.SameNames(req.ResourceNames) {
+		return sotwNames{ts.Sub.Names, ts.Star, ts.Order, true}, nil
 	}
 	if err := c.checkNames(req.TypeUrl, req.ResourceNames); err != nil {
 		return sotwNames{}, err
 	}
-	req.ResourceNames = canonicalNames(req.ResourceNames)
+	req.ResourceNames = CanonicalNames(req.ResourceNames)
 	names, star, order := shared.ParseNames(req.ResourceNames)
 	return sotwNames{names, star, order, false}, nil
 }
@@ -332,8 +332,8 @@ func (c *core) sotwRequestNames(ts *typeState, req *discoveryv3.DiscoveryRequest
 // with no nonce from a client that has read no response yet (renewed),
 // with the subscription it carries, and answers what changed (step 5 of
 // sotwRequest). again is the answer a NACK asked for, if any.
-func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, again *answer) (*answer, error) {
-	ts, full := c.types[i], c.set.fullState[i]
+func (c *Core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, again *answer) (*answer, error) {
+	ts, full := c.Types[i], c.Set.FullState[i]
 	names, star, order, same := req.names, req.star, req.order, req.same
 	if !same {
 		if err := c.checkSubscription(i, names); err != nil {
@@ -348,19 +348,19 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	}
 	var added, removed []string
 	if !same {
-		added, removed = shared.DiffNames(ts.sub.Names, names)
+		added, removed = shared.DiffNames(ts.Sub.Names, names)
 	}
-	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.sub.Wildcard
-	old := ts.sub
+	changed := len(added) > 0 || len(removed) > 0 || wildcard != ts.Sub.Wildcard
+	old := ts.Sub
 	if !same {
 		var sub *shared.Subscription
-		sub, order = c.sotwSubscription(names, wildcard, order)
-		ts.sub = sub
+		sub, order = c.SotWSubscription(names, wildcard, order)
+		ts.Sub = sub
 		c.setSubBytes(ts, names)
 	}
-	ts.order, ts.star = order, star
+	ts.Order, ts.Star = order, star
 	if renewed {
-		ts.unreadRequested(ts.covers, 0)
+		ts.unreadRequested(ts.Covers, 0)
 	}
 	c.unsubscribed(i, removed)
 	ts.resubscribed(added)
@@ -369,8 +369,8 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 		c.rewarm(i)
 		return &answer{all: true}, nil
 	}
-	if ts.alwaysRespond && !nacked {
-		ts.alwaysRespond = false
+	if ts.AlwaysRespond && !nacked {
+		ts.AlwaysRespond = false
 		return &answer{all: true}, nil
 	}
 	if !changed {
@@ -395,9 +395,9 @@ func (c *core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 // rewarm records a SotW request of type i answered in full: when it is
 // the clusters, the client re-warms them and waits for their endpoints, so
 // its next EDS request is answered even if unchanged.
-func (c *core) rewarm(i int) {
-	if i == c.set.cdsIdx && c.set.edsIdx >= 0 && c.types[c.set.edsIdx] != nil {
-		c.types[c.set.edsIdx].alwaysRespond = true
+func (c *Core) rewarm(i int) {
+	if i == c.Set.CDSIndex && c.Set.EDSIndex >= 0 && c.Types[c.Set.EDSIndex] != nil {
+		c.Types[c.Set.EDSIndex].AlwaysRespond = true
 	}
 }
 
@@ -408,9 +408,9 @@ func (c *core) rewarm(i int) {
 // request decides whether it goes. Until that answer is sent (it may wait
 // for a push's phases, or fail and be retried), a removal phase must not
 // take the mark for a removal the configuration made.
-func (ts *typeState) resubscribed(names []string) {
+func (ts *TypeState) resubscribed(names []string) {
 	for _, n := range names {
-		delete(ts.removing(), n)
+		delete(ts.Removing(), n)
 	}
 }
 
@@ -424,22 +424,22 @@ func (ts *typeState) resubscribed(names []string) {
 // marked for removal, so that the answer still carries them (a client
 // ignores what it does not subscribe to, and subscribes again once it
 // reads the route); the next full-state response drops them.
-func (c *core) unsubscribed(i int, removed []string) {
-	ts := c.types[i]
+func (c *Core) unsubscribed(i int, removed []string) {
+	ts := c.Types[i]
 	ts.unrejectUncovered()
 	var held []string
 	for _, n := range removed {
-		if ts.covers(n) {
+		if ts.Covers(n) {
 			continue // still covered by the wildcard: the client keeps it
 		}
-		delete(ts.removing(), n)
-		if ts.held.Get(n) != nil {
+		delete(ts.Removing(), n)
+		if ts.Held.Get(n) != nil {
 			held = append(held, n)
 		}
 	}
 	var kept []string
-	if c.set.fullState[i] && c.set.deferred[i] && len(held) > 0 {
-		held, kept, _ = c.removable(i, held, nil)
+	if c.Set.FullState[i] && c.Set.Deferred[i] && len(held) > 0 {
+		held, kept, _ = c.Removable(i, held, nil)
 	}
 	for _, n := range held {
 		// A request with no nonce (see sotwUpdate) comes from a client
@@ -468,16 +468,16 @@ func (c *core) unsubscribed(i int, removed []string) {
 // the client, which may have subscribed to it again since, may hold it
 // from them; the answer in full, which the configuration no longer gives
 // it to, would otherwise remove it from under what names it.
-func (c *core) staleDropped(ts *typeState, names []string, star bool, ord uint64) {
-	if ts.sub.Wildcard || star {
+func (c *Core) staleDropped(ts *TypeState, names []string, star bool, ord uint64) {
+	if ts.Sub.Wildcard || star {
 		return
 	}
 	var gone []string
-	ts.held.Each(func(n string, _ *shared.Encoded) {
-		if _, marked := ts.removing()[n]; marked {
+	ts.Held.Each(func(n string, _ *shared.Encoded) {
+		if _, marked := ts.Removing()[n]; marked {
 			return
 		}
-		if _, named := slices.BinarySearch(names, n); !named && ts.covers(n) {
+		if _, named := slices.BinarySearch(names, n); !named && ts.Covers(n) {
 			gone = append(gone, n)
 		}
 	})
@@ -486,54 +486,54 @@ func (c *core) staleDropped(ts *typeState, names []string, star bool, ord uint64
 		ts.forget(n)
 	}
 	if len(gone) > 0 {
-		ts.alwaysRespond = true
+		ts.AlwaysRespond = true
 	}
 }
 
 // resendAnswer is the answer that sends names of type i again: in full for
 // a SotW full-state type, those names otherwise.
-func (c *core) resendAnswer(i int, names []string) *answer {
-	if !c.delta && c.set.fullState[i] {
+func (c *Core) resendAnswer(i int, names []string) *answer {
+	if !c.Delta && c.Set.FullState[i] {
 		return &answer{all: true}
 	}
 	return &answer{delta: pushcontext.ResourceDelta{Subscribed: shared.NameSet(names)}}
 }
 
 // checkNames checks the length of every name of a request of type t.
-func (c *core) checkNames(t string, names []string) error {
+func (c *Core) checkNames(t string, names []string) error {
 	for _, n := range names {
-		if len(n) > c.set.maxNameLength {
+		if len(n) > c.Set.MaxNameLength {
 			return c.nameTooLong(t, n)
 		}
 	}
 	return nil
 }
 
-func (c *core) nameTooLong(t, n string) error {
+func (c *Core) nameTooLong(t, n string) error {
 	return status.Errorf(codes.InvalidArgument, "xds: request for %s names a resource of %d bytes; the limit is %d",
-		t, len(n), c.set.maxNameLength)
+		t, len(n), c.Set.MaxNameLength)
 }
 
 // checkSubscription checks that subscribing to names for type i keeps the
 // stream's subscriptions within Config.MaxSubscriptionBytes.
-func (c *core) checkSubscription(i int, names []string) error {
+func (c *Core) checkSubscription(i int, names []string) error {
 	n := 0
 	for _, name := range names {
 		n += len(name)
 	}
 	old := 0
-	if ts := c.types[i]; ts != nil {
+	if ts := c.Types[i]; ts != nil {
 		old = ts.subBytes
 	}
-	if total := c.subBytes - old + n; total > c.set.maxSubscriptionBytes {
+	if total := c.subBytes - old + n; total > c.Set.MaxSubscriptionBytes {
 		return status.Errorf(codes.InvalidArgument, "xds: the stream's subscriptions would hold %d bytes of names; the limit is %d",
-			total, c.set.maxSubscriptionBytes)
+			total, c.Set.MaxSubscriptionBytes)
 	}
 	return nil
 }
 
 // setSubBytes records the bytes of names, the subscription of ts.
-func (c *core) setSubBytes(ts *typeState, names []string) {
+func (c *Core) setSubBytes(ts *TypeState, names []string) {
 	n := 0
 	for _, name := range names {
 		n += len(name)

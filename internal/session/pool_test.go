@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"reflect"
@@ -13,7 +13,7 @@ import (
 // TestPlanReset checks that a plan given back to the pool keeps nothing
 // of its push but storage, and starts the next push as a new plan would.
 func TestPlanReset(t *testing.T) {
-	tgt := &target{}
+	tgt := &Target{}
 	req0 := &pushcontext.PushRequest{}
 	for _, tc := range []struct {
 		name string
@@ -21,9 +21,9 @@ func TestPlanReset(t *testing.T) {
 	}{
 		{"push", func(pl *plan) {
 			pl.seq = 7
-			pl.phases = append(pl.phases, phase{typeIdx: 0, tgt: tgt}, phase{typeIdx: 1, tgt: tgt}, phase{typeIdx: 0, removal: true})
-			pl.phaseBuf = pl.phases
-			pl.phases = pl.phases[1:]
+			pl.Phases = append(pl.Phases, phase{typeIdx: 0, tgt: tgt}, phase{typeIdx: 1, tgt: tgt}, phase{typeIdx: 0, removal: true})
+			pl.phaseBuf = pl.Phases
+			pl.Phases = pl.Phases[1:]
 			pl.t[1].need = append(pl.t[1].need, "a", "b")
 			pl.t[1].refs, pl.t[1].sent, pl.t[0].armed, pl.t[0].gaveUp = true, true, true, true
 			pl.t[0].excused = "v1/3"
@@ -35,26 +35,26 @@ func TestPlanReset(t *testing.T) {
 		{"reconnect", func(pl *plan) {
 			pl.reconnect = true
 			pl.anchors = append(pl.anchors, 0, 2)
-			pl.phases = slices.Insert(pl.phases, 0, phase{typeIdx: 2, removal: true})
+			pl.Phases = slices.Insert(pl.Phases, 0, phase{typeIdx: 2, removal: true})
 		}},
 		{"phases grew past their storage", func(pl *plan) {
-			pl.phases = append(pl.phases, phase{typeIdx: 0, tgt: tgt})
-			pl.phaseBuf = pl.phases
+			pl.Phases = append(pl.Phases, phase{typeIdx: 0, tgt: tgt})
+			pl.phaseBuf = pl.Phases
 			for range 9 {
-				pl.phases = append(pl.phases, phase{typeIdx: 1, tgt: tgt})
+				pl.Phases = append(pl.Phases, phase{typeIdx: 1, tgt: tgt})
 			}
 		}},
 		{"waiting for its generations", func(pl *plan) {
 			g := &pl.gen
-			g.item, g.dirty, g.filtered = &pushItem{}, true, req0
-			g.gens = append(g.genBuf[:0], genNeed{typ: 1, req: req0, push: true})
-			g.results = append(g.resBuf[:0], genResult{tgt: tgt, removed: []string{"x"}})
+			g.item, g.dirty, g.filtered = &PushItem{}, true, req0
+			g.gens = append(g.genBuf[:0], GenNeed{Type: 1, Req: req0, Push: true})
+			g.results = append(g.resBuf[:0], GenResult{Tgt: tgt, Removed: []string{"x"}})
 		}},
 		{"generations grew past their arrays", func(pl *plan) {
 			g := &pl.gen
 			for i := range 9 {
-				g.gens = append(g.gens, genNeed{typ: i, req: req0})
-				g.results = append(g.results, genResult{tgt: tgt})
+				g.gens = append(g.gens, GenNeed{Type: i, Req: req0})
+				g.results = append(g.results, GenResult{Tgt: tgt})
 			}
 		}},
 		{"warm set of every cluster", func(pl *plan) {
@@ -84,7 +84,7 @@ func TestPlanReset(t *testing.T) {
 					}
 				}
 			}
-			if pl.req != nil || pl.seq != 0 || pl.phases != nil || pl.warm != nil || pl.warmBuf.all || len(pl.warmBuf.names) != 0 ||
+			if pl.req != nil || pl.seq != 0 || pl.Phases != nil || pl.warm != nil || pl.warmBuf.all || len(pl.warmBuf.names) != 0 ||
 				pl.heldNeeds || !pl.waitSince.IsZero() || pl.reconnect || len(pl.anchors) != 0 || len(pl.t) != 0 {
 				t.Errorf("reset plan kept state: %+v", pl)
 			}
@@ -93,23 +93,23 @@ func TestPlanReset(t *testing.T) {
 				t.Errorf("reset plan kept its push: %+v", g)
 			}
 			for i, n := range g.gens[:cap(g.gens)] {
-				if n != (genNeed{}) {
+				if n != (GenNeed{}) {
 					t.Errorf("generation storage %d kept %+v", i, n)
 				}
 			}
 			for i, r := range g.results[:cap(g.results)] {
-				if r.tgt != nil || r.up != nil || r.removed != nil || r.err != nil || r.delta {
+				if r.Tgt != nil || r.Up != nil || r.Removed != nil || r.Err != nil || r.Delta {
 					t.Errorf("result storage %d kept %+v", i, r)
 				}
 			}
-			if g.genBuf != ([8]genNeed{}) {
+			if g.genBuf != ([8]GenNeed{}) {
 				t.Errorf("generation array kept %+v", g.genBuf)
 			}
 
 			next := &pushcontext.PushRequest{}
 			pl.start(next, 4)
-			if pl.req != next || len(pl.t) != 4 || len(pl.phases) != 0 {
-				t.Fatalf("started plan: req %p (want %p), %d types (want 4), %d phases", pl.req, next, len(pl.t), len(pl.phases))
+			if pl.req != next || len(pl.t) != 4 || len(pl.Phases) != 0 {
+				t.Fatalf("started plan: req %p (want %p), %d types (want 4), %d phases", pl.req, next, len(pl.t), len(pl.Phases))
 			}
 			for i, pt := range pl.t {
 				if pt.sent || pt.armed || pt.refs || len(pt.need) != 0 || len(pt.answered) != 0 {

@@ -1,4 +1,4 @@
-package xds
+package session
 
 import (
 	"slices"
@@ -21,10 +21,10 @@ import (
 // subscribes to them; the glob itself names no resource, and is never
 // reported missing. A SotW subscription takes a glob as a plain name.
 
-// canonicalNames returns names with its xdstp:// names in canonical form:
+// CanonicalNames returns names with its xdstp:// names in canonical form:
 // names itself when they are, a copy otherwise. A request's names are
 // never written to: CodecOption's decoding shares them between requests.
-func canonicalNames(names []string) []string {
+func CanonicalNames(names []string) []string {
 	out, copied := names, false
 	for k, n := range names {
 		if !xdstp.Is(n) {
@@ -81,32 +81,32 @@ func inForce(force map[string]struct{}, name string) bool {
 	return false
 }
 
-// sotwSubscription returns the interned subscription to names (wildcard
+// SotWSubscription returns the interned subscription to names (wildcard
 // as given) of a SotW request whose names came in order (see shared.ParseNames),
 // and that order, shared with the subscription when they are the same.
-func (c *core) sotwSubscription(names []string, wildcard bool, order []uint32) (*shared.Subscription, []uint32) {
+func (c *Core) SotWSubscription(names []string, wildcard bool, order []uint32) (*shared.Subscription, []uint32) {
 	s := shared.NewSubscription(names, wildcard)
 	if s.Names != nil {
 		s.Order = order
 	}
-	s = c.host.intern(s)
+	s = c.Host.Intern(s)
 	if order != nil && slices.Equal(s.Order, order) {
 		order = s.Order
 	}
 	return s, order
 }
 
-// sameNames reports whether raw is, name for name, the resource names of
+// SameNames reports whether raw is, name for name, the resource names of
 // the last SotW request of the type.
-func (ts *typeState) sameNames(raw []string) bool {
-	names := ts.sub.Names
-	if ts.order == nil {
-		return !ts.star && slices.Equal(raw, names)
+func (ts *TypeState) SameNames(raw []string) bool {
+	names := ts.Sub.Names
+	if ts.Order == nil {
+		return !ts.Star && slices.Equal(raw, names)
 	}
-	if len(raw) != len(ts.order) {
+	if len(raw) != len(ts.Order) {
 		return false
 	}
-	for k, i := range ts.order {
+	for k, i := range ts.Order {
 		if i == shared.StarIndex {
 			if raw[k] != "*" {
 				return false
