@@ -158,11 +158,12 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 
 // modelBudget returns the Config.MaxResponseBytes (0: the default) and
 // ResourceErrors of the run of seed. Half the Delta runs take a budget of
-// a few of the model's resources, so that responses are split (chunk.go);
-// a SotW run cannot, since its full-state responses would fail. Half the
-// runs send per-resource errors (reserrors.go). The regression seeds run
-// as they were found. The draws have a stream of their own, so that the
-// runs' events are those of the seed either way.
+// a few of the model's resources, so that responses are split (see
+// internal/session, chunk.go); a SotW run cannot, since its full-state
+// responses would fail. Half the runs send per-resource errors
+// (reserrors.go there). The regression seeds run as they were found. The
+// draws have a stream of their own, so that the runs' events are those of
+// the seed either way.
 func modelBudget(seed uint64, delta bool) (budget int, errs bool) {
 	if slices.Contains(modelRegressions, seed) {
 		return 0, false
@@ -176,8 +177,8 @@ func modelBudget(seed uint64, delta bool) (budget int, errs bool) {
 
 // modelTTL returns the TTLs of the run of seed's resources (see
 // fakeHost.ttl): half the runs give two clusters one, so that heartbeats
-// (heartbeat.go) go out among everything else; the regression seeds run
-// as they were found. The end takes them away (see end), so that the
+// (internal/session, heartbeat.go) go out among everything else; the
+// regression seeds run as they were found. The end takes them away (see end), so that the
 // beats stop and the run comes to rest.
 func modelTTL(seed uint64) map[string]time.Duration {
 	if slices.Contains(modelRegressions, seed) || rand.New(rand.NewPCG(seed, 34)).IntN(2) == 0 {

@@ -102,14 +102,14 @@
 //     client subscribes to by name and is not sent is reported in the
 //     response's resource_errors, NOT_FOUND if the configuration does not
 //     have it, UNAVAILABLE if the Server holds it back; once, until the
-//     resource is sent (reserrors.go).
+//     resource is sent.
 //   - TTL (Resource.TTL): a resource with one is refreshed by heartbeats at
-//     least every TTL/3 while the stream lasts (heartbeat.go).
+//     least every TTL/3 while the stream lasts.
 //   - xdstp:// names (xRFC TP1, gRFC A47): a request's are read in the
 //     canonical form of package xdstp, however the client spelled them;
 //     a Delta subscription to a glob collection (xdstp://auth/TYPE/path/*)
 //     covers its members, each sent and removed on its own; the glob is
-//     never reported missing (names.go).
+//     never reported missing.
 //   - Protocol state machines. Each request is handled as istiod handles it
 //     (NACK, unsubscribe, initial request or reconnect, stale nonce, ACK),
 //     but for that wildcard rule and three more. A SotW request with no
@@ -126,8 +126,8 @@
 //     from them: the Server settles which once the client has answered
 //     them (for Delta, whose subscription changes carry no nonce, it takes
 //     the client to have read what it has answered, as clients that answer
-//     each response as they read it have). request.go and deltarequest.go
-//     document each step next to its code.
+//     each response as they read it have). The connection's core (package
+//     internal/session) documents each step next to its code.
 //
 // # Failures
 //

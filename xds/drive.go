@@ -10,9 +10,9 @@ import (
 )
 
 // What a runner does with the core's steps: it makes the host calls a
-// step asks for (see flow.go) and hands their results to the steps that
-// go on, until the step is over. The stream's runner (steps.go) and the
-// tests that drive a core directly both go through here.
+// step asks for (a session.Need) and hands their results to the steps
+// that go on, until the step is over. The stream's runner (steps.go) and
+// the tests that drive a core directly both go through here.
 
 // genHost is what a runner calls on its core's behalf: the host's code,
 // behind the Server's guards, for the core's proxy. The stream's runner
@@ -64,7 +64,7 @@ func runRequest(ctx context.Context, h genHost, c *session.Core, now time.Time, 
 
 // runTick runs what is due at now in c. It reports whether a failed push
 // is due for a retry (the runner then queues it, so that it is generated
-// under a push slot; see core.takeFailed).
+// under a push slot; see session.Core.TakeFailed).
 func runTick(ctx context.Context, h genHost, c *session.Core, now time.Time) (retryPush bool, err error) {
 	n, err := c.Tick(now)
 	if err := drive(ctx, h, c, n, err); err != nil {

@@ -20,7 +20,7 @@ import (
 //   - A connection rests between two of its steps when nothing is under
 //     way on it: nothing queued or in its inbox, nothing being written, no
 //     push in its phases or waiting for a retry, nothing deferred, held
-//     back or awaited (core.idle), and it is synced to every push it has
+//     back or awaited (session.Core.Idle), and it is synced to every push it has
 //     applied (conn.rest, at the end of a step). Resting, it publishes a
 //     digest of what it watches (for each named type, a Bloom filter of
 //     the names it watches or holds; every bit for a wildcard or a glob)
@@ -29,7 +29,7 @@ import (
 //     whether it rests, its digest), in order: a resting one that
 //     watches none of the named resources is skipped, and nothing of it
 //     is read or written; one the digest cannot rule out is checked exactly
-//     (core.concerns) under its step lock, taken without waiting. Every
+//     (session.Core.Concerns) under its step lock, taken without waiting. Every
 //     other connection is queued the push (conn.queuedFor), which ends
 //     its rest: it stands in the tracker at the push before (it is synced
 //     to every push that skipped it) and keeps the newest push that

@@ -13,11 +13,11 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
-// Generation: a step of the core asks for the target of a type (genNeed,
-// see flow.go), for a push or an answer; its runner has the Server call
-// the Generator through its guard, check and encode what it returns, and
-// share the result between the proxies of a view (generateOne), and hands
-// the result back to the core (targetOf, targets.go).
+// Generation: a step of the core asks for the target of a type (a
+// session.GenNeed), for a push or an answer; its runner has the Server
+// call the Generator through its guard, check and encode what it returns,
+// and share the result between the proxies of a view (generateOne), and
+// hands the result back to the core (a session.GenResult).
 
 // genKey identifies a shared generation: one view, type, snapshot and
 // subscription.

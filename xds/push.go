@@ -17,7 +17,7 @@ import (
 // push: Build the next PushContext (every push, Full or not), publish it,
 // queue the request for every registered connection → the push queue's
 // Drain hands each connection its merged request under a push slot
-// (deliver) → the connection generates it (core.push).
+// (deliver) → the connection generates it (session.Core.Push).
 //
 // A failed Build keeps its request pending (s.pending), merged with the
 // requests that follow; the retry loop builds it again after a backoff,
@@ -208,7 +208,7 @@ func (s *Server) push(ctx context.Context, u *update) {
 	s.cache.rotate(func(i int) bool {
 		// A type is regenerated when an index of its kinds was rebuilt,
 		// by a Forced push, and by every push when it has no kinds (see
-		// core.affected); by every connection, unless the push may skip
+		// the core's affected); by every connection, unless the push may skip
 		// some (see encCache).
 		kinds := s.set.Kinds[i]
 		return nk == nil && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))

@@ -7,8 +7,8 @@ import (
 	"github.com/xdspush/xdspush/internal/session"
 )
 
-// The runner's side of notices (notices.go): it reports what a step
-// queued once the step is over.
+// The runner's side of the core's notices (session.Notice): it reports
+// what a step queued once the step is over.
 
 // maxPooledNotices bounds the buffers of notices kept for reuse: one that
 // grew past it (a step that NACKed or failed on many types at once) is left

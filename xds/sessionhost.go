@@ -7,7 +7,7 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
-// sessionHost is the Server as its connections' cores see it (coreHost):
+// sessionHost is the Server as its connections' cores see it (session.Host):
 // the caches the connections share, and the nonces and rebuilt indexes
 // of the Server's. It is a conversion of the Server, (*sessionHost)(s), so
 // that these methods are not the Server's.
@@ -37,7 +37,7 @@ func (s *sessionHost) Nonce(version string) string {
 }
 
 // rebuilt reports whether an index fed by type i's kinds was rebuilt
-// after the PushContext of Seq since and up to pc (see core.affected).
+// after the PushContext of Seq since and up to pc (see the core's affected).
 func (s *sessionHost) Rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool {
 	return rebuiltAfter(since, pc, s.set.Kinds[i])
 }

@@ -17,7 +17,7 @@ import (
 
 // settings is the validated, defaulted form of a Config. A field taken
 // from the Config keeps its name (phaseWait is !Phases.NoWait). What a
-// connection's core reads of them is coreSettings.
+// connection's core reads of them is session.Settings.
 type settings struct {
 	session.Settings
 	order                   []TypeURL // type index → type URL

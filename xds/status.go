@@ -126,7 +126,7 @@ func typeStatus(sn *session.TypeSnapshot, set *settings, t TypeURL, id, connID s
 }
 
 // connState is what a connection publishes for Status, Failures, Sync and
-// WaitForVersion: its core's snapshot (coreSnap), made by publishStatus
+// WaitForVersion: its core's snapshot (session.Snapshot), made by publishStatus
 // after each step, and the runner's own state, which the reads take under
 // the connection's status lock without ever touching the core's state,
 // which only the step that holds the step lock reads.

@@ -423,7 +423,7 @@ func (c *conn) onKick(ctx context.Context) ([]*session.OutMsg, error) {
 	return c.settle(true), err
 }
 
-// giveBack returns a push the core gave up on (see core.takeFailed) to the
+// giveBack returns a push the core gave up on (see session.Core.TakeFailed) to the
 // inbox, ahead of what arrived since, for the next kick to generate.
 func (c *conn) giveBack(item *session.PushItem) {
 	c.mu.Lock()

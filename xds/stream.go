@@ -22,8 +22,9 @@ import (
 // goroutine of its own opens it (see serve): it waits for admission
 // (admission.go),
 // takes the first request, registers the connection, initialises the
-// proxy and runs the first request. From then on the core (core.go) is
-// fed its steps by whichever goroutine has the step to take, under the
+// proxy and runs the first request. From then on the core (a
+// session.Core) is fed its steps by whichever goroutine has the step to
+// take, under the
 // connection's step lock (stepSem; steps.go): the
 // receive goroutine runs each request it reads, the push queue's drainer
 // runs the push it hands over (deliver) and writes its first batch
@@ -147,7 +148,7 @@ type conn struct {
 	// failed push given back for its retry) that the core has not been
 	// given yet, merged in one item. The core takes all of it at once,
 	// so pushes reach it in the order of their sequence numbers: what it
-	// has applied is every push up to one (see core.push).
+	// has applied is every push up to one (see session.Core.Push).
 	inbox *session.PushItem
 	// queued is the Seq of the newest push queued for the connection
 	// that has not reached its inbox yet, 0 if none (kept with
@@ -387,7 +388,7 @@ func (s *Server) initialise(ctx context.Context, c *conn) (registered bool, err 
 	// later change. Registered first, this connection either receives the
 	// PushContext from register (it was published before) or has the push
 	// queued (it was published after), or both, when it registers between
-	// a publication and its fan-out: core.push then skips the push it
+	// a publication and its fan-out: session.Core.Push then skips the push it
 	// stands on already. Pushes that arrive before initialisation ends are
 	// parked (busy) and re-queued by unpark.
 	pc, err := s.register(c)

@@ -82,8 +82,8 @@ func (c *ttlClient) holds(name string) bool { _, ok := c.expires[name]; return o
 // At the wire, over both protocols: a cluster with a TTL of 3s stays with
 // a client that honours TTLs for a minute while the Server's heartbeats
 // refresh it (Delta: without its content; SotW: the whole Cluster state,
-// see heartbeat.go), and is dropped 3s after the Server stops; a cluster
-// without a TTL stays.
+// see internal/session, heartbeat.go), and is dropped 3s after the Server
+// stops; a cluster without a TTL stays.
 func TestTTLAtTheWire(t *testing.T) {
 	for _, delta := range []bool{false, true} {
 		t.Run(protocols[delta], func(t *testing.T) {

@@ -99,7 +99,7 @@ func nonceOrdinal(nonce string) uint64 {
 }
 
 // VersionOf returns the version of the response with nonce, "" for none: a
-// nonce is the version, a slash and a number (see Server.nonce), and the
+// nonce is the version, a slash and a number (see Host.Nonce), and the
 // number has no slash.
 func VersionOf(nonce string) string {
 	if i := strings.LastIndexByte(nonce, '/'); i >= 0 {

@@ -65,7 +65,7 @@ func (c *Core) Push(now time.Time, item *PushItem) (Need, error) {
 	if item.Seq <= c.AppliedSeq {
 		// Pushes reach the core in the order of their sequence numbers,
 		// each once: the runner hands it everything it was given and has
-		// not applied, merged (see conn.inbox), and a failed push comes
+		// not applied, merged (see the runner's inbox), and a failed push comes
 		// back merged with what followed. So the one push not above
 		// AppliedSeq is that of the snapshot the connection stands on
 		// already: it registered between the snapshot's publication and

@@ -7,51 +7,45 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
-// Core is one connection's state machine: what the client subscribes to,
-// what it holds (as far as the Server can know), what it ACKed, the push
-// being released phase by phase, and what failed and when to retry it. It
-// decides what to send; it does no I/O and starts no goroutine. Time is an
-// argument of every step, so tests drive it step by step with any clock.
+// Core is one connection's state machine (see the package
+// documentation): what the client subscribes to, what it holds (as far as
+// the Server can know), what it ACKed, the push being released phase by
+// phase, and what failed and when to retry it.
 //
 // Its steps are
 //
-//   - request: a client request (subscription, ACK, NACK) — request.go
+//   - Request: a client request (subscription, ACK, NACK) — request.go
 //     (SotW) and deltarequest.go, answered in answer.go;
-//   - push: a push taken from the push queue — apply.go, released phase
+//   - Push: a push taken from the push queue — apply.go, released phase
 //     by phase in phases.go and fetch.go, each response made in diff.go;
-//   - tick: time has passed (phase deadlines, retries) — tick below;
+//   - Tick: time has passed (phase deadlines, retries) — tick below;
 //   - FlushDeferred: the runner asks for the answers that waited for a
 //     push's phases (flow.go);
-//   - the results of the host calls a step asked for: initialized,
-//     generated and AnswerGenerated (flow.go);
+//   - the results of the host calls a step asked for: Initialized,
+//     Generated and AnswerGenerated (flow.go);
 //
 // each of which may queue responses (take them with TakeOut) and notices
 // (what the host hears of: hooks and log records, which the runner
-// reports; see notice), and move the deadline at which tick wants to run
-// next (deadline). It logs nothing, calls no hook, calls none of the
-// host's code and takes no lock: what a step needs of InitProxy or a
-// Generator it returns (need), and the runner makes the call and hands
-// the result to the step that goes on (drive.go). What Status and the
-// other reads see, the runner copies after each step (see
-// conn.publishStatus). What it reads of its Server (c.host) are the caches
-// its connections share.
+// reports; see Notice), and move the deadline at which Tick wants to run
+// next (Deadline). What a step needs of InitProxy or a Generator it
+// returns (a Need), and the runner makes the call and hands the result to
+// the step that goes on. What Status and the other reads see, the runner
+// copies after each step (Snapshot). What it reads of its Server (Host)
+// are the caches its connections share.
 //
 // What it keeps per type is a TypeState (typestate.go).
 //
-// A core is not safe for concurrent use. Its runner (conn) calls it only
-// under the stream's step lock (lockStep, steps.go): its steps, and the
-// host calls a step asks for (drive), run one at a time, on whichever
-// goroutine holds the lock (the receive goroutine, a push queue's worker,
-// the timer's callback; see the package documentation, Concurrency), and a
-// step that begins while another waits for its host calls panics
-// (mustBeIdle).
+// A core is not safe for concurrent use: its runner calls it from one
+// goroutine at a time, its steps and the host calls a step asks for one
+// after the other, and a step that begins while another waits for its
+// host calls panics (mustBeIdle).
 type Core struct {
 	Set  *Settings
 	Host Host
 	seed uint64 // per-connection jitter seed (the connection number)
 	// At is where the proxy stands. The Proxy that the host's code reads
-	// is the runner's: it copies at into it before each host call and
-	// after each step (see conn.hostProxy).
+	// is the runner's: it copies At into it before each host call and
+	// after each step.
 	At proxyAt
 
 	Types    []*TypeState // by type index; nil when the type is not watched
@@ -87,7 +81,7 @@ type Core struct {
 	NoticeBuf *[]Notice
 	now       time.Time // the time of the current step
 
-	// Sync (convergence.go): the newest push applied (generated, or left
+	// Sync (see the xds package's convergence.go): the newest push applied (generated, or left
 	// out as not concerning the proxy), and the newest whose phases have
 	// all been released.
 	AppliedSeq   uint64

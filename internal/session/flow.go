@@ -11,7 +11,7 @@ import (
 // The core's steps do not call the host's code: what a step needs of it
 // (InitProxy, a generation) is what the step returns (need), and its
 // runner makes the call and hands the result to the step that goes on
-// (initialized, generated, AnswerGenerated; see drive). Between those, the
+// (Initialized, Generated, AnswerGenerated). Between those, the
 // core takes no other input.
 //
 // A push asks first, at most once each, for InitProxy and for the

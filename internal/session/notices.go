@@ -9,8 +9,7 @@ import (
 // A notice is something a step did that the host hears of. The core
 // queues it (core.emit) and neither logs nor calls a hook; the runner
 // reports the step's notices, as log records and hook calls, once the step
-// is over and before it publishes the connection's status (see
-// conn.report), so that a hook has run by the time Sync or WaitForVersion
+// is over and before it publishes the connection's status, so that a hook has run by the time Sync or WaitForVersion
 // can count what it reports.
 type Notice struct {
 	Kind noticeKind
@@ -31,8 +30,8 @@ type Notice struct {
 	Resp  responseEvent
 }
 
-// The runner makes the events its hooks receive of what a notice records
-// (see conn.report): the proxy and connection they name, and the type URL
+// The runner makes the events its hooks receive of what a notice records:
+// the proxy and connection they name, and the type URL
 // of a type index, are the runner's to add.
 
 // ackNote is an ACK of the response of version and nonce, took after it
@@ -98,8 +97,8 @@ type responseEvent struct {
 }
 
 // emit queues a notice for the runner to report after the step. The
-// queue's buffer comes from NoticeBufs and goes back there once reported
-// (see conn.report): a notice is large (it holds any of the events), and
+// queue's buffer comes from NoticeBufs and goes back there once reported:
+// a notice is large (it holds any of the events), and
 // an idle connection keeps none.
 func (c *Core) emit(ev Notice) {
 	if c.NoticeBuf == nil {

@@ -33,7 +33,7 @@ type phase struct {
 // plan is a push being released phase by phase.
 type plan struct {
 	req       *pushcontext.PushRequest // the request as filtered for this proxy
-	seq       uint64                   // the push's sequence number (see convergence.go)
+	seq       uint64                   // the push's sequence number (see the xds package's convergence.go)
 	Phases    []phase                  // not yet released, in order
 	phaseBuf  []phase                  // the storage phases began in (see reset)
 	t         []planType               // by type index

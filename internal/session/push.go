@@ -12,7 +12,7 @@ type NamedKeys []NamedType
 
 type NamedType struct {
 	Index  int
-	Slot   int // in a digest (settings.digestSlot)
+	Slot   int // in a digest (the Server's settings.digestSlot)
 	Names  []string
 	Set    map[string]struct{}
 	Hashes []uint64      // each name's hash (see digestBits)
@@ -45,7 +45,7 @@ func (p *PushItem) Merge(next *PushItem) *PushItem {
 }
 
 // Empty reports whether p carries no push: nil, or a connection's kick
-// (see conn.unpark).
+// (see the runner's unpark).
 func (p *PushItem) Empty() bool { return p == nil || p.Req == nil }
 
 // minTime returns the earlier of a and b, ignoring a zero time.

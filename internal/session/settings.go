@@ -6,7 +6,7 @@ import (
 	"github.com/xdspush/xdspush/pushcontext"
 )
 
-// Settings are the settings a connection's core reads (see core): the
+// Settings are the settings a connection's core reads (see Core): the
 // types and their roles, the bounds of a client's requests and of a
 // response, the phases, the retries' backoff. A core holds nothing else of
 // its Server's settings: no host code, clock, logger or hook.
@@ -108,7 +108,7 @@ func (s *Settings) BackoffFor(n int, seed uint64) time.Duration {
 // times as instants (a connection holds a dozen of them).
 //
 // The distance is monotonic when the Clock's times carry a monotonic
-// reading (real time): settings.time gives back a time whose wall clock
+// reading (real time): Settings.Time gives back a time whose wall clock
 // is the epoch's plus that distance, which differs from the original's
 // only if the system's wall clock was stepped since. A Clock's times
 // without one (fake clocks) come back exactly. Times further than 292

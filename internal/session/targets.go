@@ -8,7 +8,7 @@ import (
 )
 
 // What a generation made becomes a target of the core: the runner hands
-// the core a GenResult (see flow.go, drive.go) and targetOf turns it into
+// the core a GenResult (see flow.go) and targetOf turns it into
 // the target a step releases.
 
 // targetOf returns the target of type i that the generation r made: the

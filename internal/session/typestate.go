@@ -10,7 +10,7 @@ import (
 // TypeState is a connection's state for one type.
 //
 // Only the step that holds the connection's step lock reads or changes
-// it; Status and the other reads see what publishStatus copied of it.
+// it; Status and the other reads see what the runner copied of it (Snapshot).
 type TypeState struct {
 	idx      int
 	Sub      *shared.Subscription
