@@ -81,9 +81,10 @@ func inForce(force map[string]struct{}, name string) bool {
 	return false
 }
 
-// SotWSubscription returns the interned subscription to names (wildcard
-// as given) of a SotW request whose names came in order (see shared.ParseNames),
-// and that order, shared with the subscription when they are the same.
+// SotWSubscription returns the interned subscription to names (wildcard as
+// given) of a SotW request whose names came in order (see
+// shared.ParseNames), and that order, shared with the subscription when they
+// are the same.
 func (c *Core) SotWSubscription(names []string, wildcard bool, order []uint32) (*shared.Subscription, []uint32) {
 	s := shared.NewSubscription(names, wildcard)
 	if s.Names != nil {

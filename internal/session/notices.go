@@ -6,11 +6,11 @@ import (
 	"github.com/xdspush/xdspush/internal/recycle"
 )
 
-// A notice is something a step did that the host hears of. The core
-// queues it (core.emit) and neither logs nor calls a hook; the runner
-// reports the step's notices, as log records and hook calls, once the step
-// is over and before it publishes the connection's status, so that a hook has run by the time Sync or WaitForVersion
-// can count what it reports.
+// A notice is something a step did that the host hears of. The core queues
+// it (core.emit) and neither logs nor calls a hook; the runner reports the
+// step's notices, as log records and hook calls, once the step is over and
+// before it publishes the connection's status, so that a hook has run by the
+// time Sync or WaitForVersion can count what it reports.
 type Notice struct {
 	Kind noticeKind
 	// typ is the index of the type the notice is about, url the type as

@@ -7,10 +7,10 @@ import (
 	"github.com/xdspush/xdspush/internal/shared"
 )
 
-// The core's side of shared steps (see shared.TransitionCache): whether a step is the
-// same for every client in the same state (sameStep, shared.TransKey), taking a
-// step another client took (replay), and keeping one for the others
-// (record).
+// The core's side of shared steps (see shared.TransitionCache): whether a
+// step is the same for every client in the same state (sameStep,
+// shared.TransKey), taking a step another client took (replay), and keeping
+// one for the others (record).
 
 // sameStep reports whether releasing tgt to type i with o depends only on
 // what its shared.TransKey captures (see internal/shared, steps.go), so

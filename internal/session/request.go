@@ -414,16 +414,16 @@ func (ts *TypeState) resubscribed(names []string) {
 	}
 }
 
-// unsubscribed records that a SotW client no longer names removed, of
-// type i: it drops those its subscription no longer covers (a wildcard
-// still covers the others, and it keeps them). But a client that narrows a full-state
-// subscription (a gRPC client's clusters) decides from what it had read
-// when it sent the request, and a route the Server sent since may name
-// again what it drops: the answer, which the client reads after that
-// route, would remove it from under the route. Such names stay held,
-// marked for removal, so that the answer still carries them (a client
-// ignores what it does not subscribe to, and subscribes again once it
-// reads the route); the next full-state response drops them.
+// unsubscribed records that a SotW client no longer names removed, of type
+// i: it drops those its subscription no longer covers (a wildcard still
+// covers the others, and it keeps them). But a client that narrows a
+// full-state subscription (a gRPC client's clusters) decides from what it
+// had read when it sent the request, and a route the Server sent since may
+// name again what it drops: the answer, which the client reads after that
+// route, would remove it from under the route. Such names stay held, marked
+// for removal, so that the answer still carries them (a client ignores what
+// it does not subscribe to, and subscribes again once it reads the route);
+// the next full-state response drops them.
 func (c *Core) unsubscribed(i int, removed []string) {
 	ts := c.Types[i]
 	ts.unrejectUncovered()
