@@ -43,13 +43,9 @@ func clusters(names ...string) *shared.Set {
 	return shared.NewSet(ents)
 }
 
-// A runner in miniature: a SotW client subscribes to every cluster; the
-// step asks for the clusters, the runner generates them and hands them
-// back, and writes what the core queued. The client's ACK asks for
-// nothing.
-func Example() {
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	set := &session.Settings{
+// clusterSettings are the settings of a core that serves clusters alone.
+func clusterSettings(now time.Time) *session.Settings {
+	return &session.Settings{
 		TypeURLs: []string{clusterURL}, TypeIndex: map[string]int{clusterURL: 0},
 		DeltaGenerators: []bool{false}, FullState: []bool{true}, Kinds: [][]string{nil},
 		Leaf: []bool{false}, Deferred: []bool{false},
@@ -59,6 +55,15 @@ func Example() {
 		MaxResponseBytes: 4 << 20, PhaseWait: true, PhaseTimeout: 10 * time.Second,
 		BackoffInitial: 100 * time.Millisecond, BackoffMax: 30 * time.Second, Epoch: now,
 	}
+}
+
+// A runner in miniature: a SotW client subscribes to every cluster; the
+// step asks for the clusters, the runner generates them and hands them
+// back, and writes what the core queued. The client's ACK asks for
+// nothing.
+func Example() {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	set := clusterSettings(now)
 	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "v"})
 	if err != nil {
 		panic(err)
