@@ -271,9 +271,12 @@
 // a blocked write) runs what is due on the goroutine that time.AfterFunc
 // starts (with a Clock that cannot call back, the handler goroutine waits
 // for it; see AfterFuncClock). A stream's requests, pushes, timers and
-// phases run one at a time, under a lock of the stream's: pushes are
-// generated on the push queue's goroutines while a push slot
-// (Config.Concurrency) is held. Generators and InitProxy for one
+// phases run one at a time, under a lock of the stream's, as steps of the
+// stream's state machine (which itself does no I/O and takes no lock):
+// pushes are generated on the push queue's goroutines while a push slot
+// (Config.Concurrency) is held. Status, Dump, Failures, Sync, CSDS and the
+// debug pages take no stream's lock: they read what the stream published
+// after its last step. Generators and InitProxy for one
 // proxy are never called concurrently, for different proxies they are.
 // Hooks are called synchronously from these goroutines and must not block;
 // an observer adds its own to a running Server with Observe. When Run's
