@@ -14,7 +14,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -506,39 +505,6 @@ func TestWaitForVersionAfterOnSend(t *testing.T) {
 					t.Errorf("OnSend ran %d times for the push; want 1", got-before)
 				}
 			})
-		})
-	}
-}
-
-// Push items are not always merged in the order they were made: a push a
-// busy connection parked rejoins, in the push queue, a newer one already
-// waiting there. The merged item must be served from the later
-// PushContext, or the newer change is marked applied while the connection
-// generates from the older snapshot.
-func TestPushItemMergeOutOfOrder(t *testing.T) {
-	h := newFakeHost(t, nil)
-	older := h.build(nil)
-	newer := h.build(older)
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	itemOf := func(pc *pushcontext.PushContext, start time.Time) *session.PushItem {
-		return &session.PushItem{Req: &pushcontext.PushRequest{Full: true, Push: pc}, Seq: pc.Seq(), Start: start, Merged: 1}
-	}
-	tests := []struct {
-		name        string
-		first, then *session.PushItem
-	}{
-		{"in order", itemOf(older, t0), itemOf(newer, t0.Add(time.Second))},
-		{"parked older rejoins newer", itemOf(newer, t0.Add(time.Second)), itemOf(older, t0)},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := tt.first.Merge(tt.then)
-			if got.Req.Push != newer || got.Seq != newer.Seq() {
-				t.Errorf("merged item serves %s (seq %d); want %s (seq %d)", got.Req.Push.Version(), got.Seq, newer.Version(), newer.Seq())
-			}
-			if !got.Start.Equal(t0) || got.Merged != 2 {
-				t.Errorf("merged start %v, merged %d; want %v, 2", got.Start, got.Merged, t0)
-			}
 		})
 	}
 }
