@@ -457,7 +457,7 @@ func TestCoreSotWFirstAnswerBeforePush(t *testing.T) {
 	if r.c.Failed == nil {
 		t.Fatal("the push was dropped; want it kept for after the answer")
 	}
-	if !r.wait(r.c.Set.Time(cds.Rare.RetryAt).Sub(r.now)) {
+	if !r.wait(r.h.set.Time(cds.Rare.RetryAt).Sub(r.now)) {
 		t.Fatal("the push is not due once the answer is retried")
 	}
 	r.expect("the first answer, from the stream's snapshot", "CDS [c0]")
@@ -518,7 +518,7 @@ func TestCoreSotWFirstRouteAnswerBeforePush(t *testing.T) {
 	if r.c.Failed == nil {
 		t.Fatal("the push was dropped; want it kept for after the answer")
 	}
-	if !r.wait(r.c.Set.Time(rds.Rare.RetryAt).Sub(r.now)) {
+	if !r.wait(r.h.set.Time(rds.Rare.RetryAt).Sub(r.now)) {
 		t.Fatal("the push is not due once the answer is retried")
 	}
 	r.expect("the first answer, from the stream's snapshot", "RDS [r0]")

@@ -107,11 +107,11 @@ func generateOne(ctx context.Context, h genHost, n session.GenNeed) session.GenR
 				}
 			}
 			up, err := h.encode(n.Type, res)
-			return session.GenResult{Delta: true, Up: up, Removed: ch.Removed, Err: err}
+			return session.GenResult{Delta: true, Upserted: up, Removed: ch.Removed, Err: err}
 		}
 	}
 	tgt, err := h.generate(ctx, n.Type, n.Sub, n.Req, n.Push)
-	return session.GenResult{Tgt: tgt, Err: err, TimedOut: err == ErrGenerateTimeout}
+	return session.GenResult{Target: tgt, Err: err, TimedOut: err == ErrGenerateTimeout}
 }
 
 // The stream's runner is its core's genHost: it calls the host's code

@@ -109,7 +109,7 @@ func (c *conn) dump() *ConnDump {
 	return d
 }
 
-// dump returns the TypeDump sn records, of type t.
+// dumpType returns the TypeDump sn records, of type t.
 func dumpType(sn *session.TypeSnapshot, t TypeURL) TypeDump {
 	ents := sn.Held.Entries()
 	td := TypeDump{

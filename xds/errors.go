@@ -106,7 +106,7 @@ type ResponseTooLargeError struct {
 
 // Error describes the response.
 func (e *ResponseTooLargeError) Error() string {
-	return (&session.TooLargeError{Typ: string(e.Type), Resource: e.Resource, Bytes: e.Bytes, Max: e.Max}).Error()
+	return (&session.TooLargeError{Type: string(e.Type), Resource: e.Resource, Bytes: e.Bytes, Max: e.Max}).Error()
 }
 
 // publicErr returns err, a failure the core recorded, as the Server
@@ -118,12 +118,12 @@ func publicErr(err error) error {
 	case *session.RefError:
 		return publicRefError(e)
 	case *session.TooLargeError:
-		return &ResponseTooLargeError{Type: TypeURL(e.Typ), Resource: e.Resource, Bytes: e.Bytes, Max: e.Max}
+		return &ResponseTooLargeError{Type: TypeURL(e.Type), Resource: e.Resource, Bytes: e.Bytes, Max: e.Max}
 	}
 	return err
 }
 
-// public returns the *ReferenceError the Server reports of e.
+// publicRefError returns the *ReferenceError the Server reports of e.
 func publicRefError(e *session.RefError) *ReferenceError {
 	return &ReferenceError{FromType: TypeURL(e.FromType), From: e.From, ToType: TypeURL(e.ToType), To: e.To, Removal: e.Removal, Rejected: e.Rejected}
 }

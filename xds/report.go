@@ -112,7 +112,7 @@ func (set *settings) report(ctx context.Context, id, connID string, delta bool, 
 	}
 }
 
-// event returns the NACK n records, of type typ, by the proxy id on the
+// nackEvent returns the NACK n records, of type typ, by the proxy id on the
 // connection connID.
 func nackEvent(n *session.NACKRecord, id, connID string, typ TypeURL) NACK {
 	return NACK{ProxyID: id, ConnID: connID, Type: typ, Version: n.Version, Nonce: n.Nonce, Message: n.Message, At: n.At}

@@ -13,30 +13,30 @@ import (
 // that these methods are not the Server's.
 type sessionHost Server
 
-// intern returns the subscription equal to sub that connections share.
+// Intern returns the subscription equal to sub that connections share.
 func (s *sessionHost) Intern(sub *shared.Subscription) *shared.Subscription {
 	return s.subs.Intern(sub)
 }
 
-// transition returns the step another connection took from the same state.
+// Transition returns the step another connection took from the same state.
 func (s *sessionHost) Transition(k shared.TransKey) *shared.Transition { return s.trans.Get(k) }
 
-// share keeps a step for the connections in the same state.
+// Share keeps a step for the connections in the same state.
 func (s *sessionHost) Share(k shared.TransKey, tr *shared.Transition) { s.trans.Put(k, tr) }
 
-// wouldSend returns whether the step k would send, if known.
+// WouldSend returns whether the step k would send, if known.
 func (s *sessionHost) WouldSend(k shared.TransKey) (bool, bool) { return s.trans.WouldSend(k) }
 
-// knownSends records whether the step k would send.
+// KnownSends records whether the step k would send.
 func (s *sessionHost) KnownSends(k shared.TransKey, sends bool) { s.trans.KnownSends(k, sends) }
 
-// nonce returns a nonce unique within the Server, prefixed by version.
+// Nonce returns a nonce unique within the Server, prefixed by version.
 func (s *sessionHost) Nonce(version string) string {
 	var buf [20]byte // a string conversion in a concatenation does not allocate
 	return version + "/" + string(strconv.AppendUint(buf[:0], s.nonceSeq.Add(1), 10))
 }
 
-// rebuilt reports whether an index fed by type i's kinds was rebuilt
+// Rebuilt reports whether an index fed by type i's kinds was rebuilt
 // after the PushContext of Seq since and up to pc (see the core's affected).
 func (s *sessionHost) Rebuilt(i int, since uint64, pc *pushcontext.PushContext) bool {
 	return rebuiltAfter(since, pc, s.set.Kinds[i])

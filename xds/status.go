@@ -94,7 +94,7 @@ type ResourceErrorStatus struct {
 // the type (true also when nothing was sent).
 func (t TypeStatus) Synced() bool { return t.AckedNonce == t.SentNonce }
 
-// status returns the TypeStatus sn records, of type t, on the connection
+// typeStatus returns the TypeStatus sn records, of type t, on the connection
 // connID of proxy id.
 func typeStatus(sn *session.TypeSnapshot, set *settings, t TypeURL, id, connID string) TypeStatus {
 	st := TypeStatus{

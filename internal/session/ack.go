@@ -309,7 +309,7 @@ func (c *Core) acked(ts *TypeState, r response) {
 	if r.nonce == ts.NonceAcked {
 		return
 	}
-	ts.NonceAcked, ts.ackedAt = r.nonce, c.Set.Instant(c.now)
+	ts.NonceAcked, ts.ackedAt = r.nonce, c.set.Instant(c.now)
 	if len(ts.Rejected()) == 0 {
 		ts.NACK = nil
 	}
@@ -418,9 +418,9 @@ func (c *Core) ack(ts *TypeState) {
 	}
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
 	ev := Notice{Kind: NoticeACK, Type: ts.idx, ACK: ackNote{Version: VersionOf(ts.NonceSent), Nonce: ts.NonceSent,
-		Took: c.now.Sub(c.Set.Time(ts.sentAt))}}
+		Took: c.now.Sub(c.set.Time(ts.sentAt))}}
 	if ts.startSent != 0 {
-		ev.ACK.Converged, ev.ACK.ConvTook = true, c.now.Sub(c.Set.Time(ts.startSent))
+		ev.ACK.Converged, ev.ACK.ConvTook = true, c.now.Sub(c.set.Time(ts.startSent))
 	}
 	c.emit(ev)
 }

@@ -119,7 +119,7 @@ func (c *Core) answered(w answering, r GenResult) (bool, error) {
 		if r.TimedOut {
 			return false, ErrStreamGenerateTimeout
 		}
-		if c.Set.ResourceErrors {
+		if c.set.ResourceErrors {
 			c.answerFailed(i, a)
 		}
 		c.retryLater(ts, a)
@@ -127,7 +127,7 @@ func (c *Core) answered(w answering, r GenResult) (bool, error) {
 	}
 	c.typeOK(ts)
 	c.genFrom[i] = c.At.Push.Seq()
-	set := c.Set
+	set := c.set
 	o := relOpts{all: a.all, force: a.force, restrict: a.restrict, initial: a.initial, notFound: a.notFound, pc: c.At.Push}
 	// Delta clusters that are sent re-warm (see sendWarmed), if the client
 	// watches endpoints already (a client's first clusters are sent before
@@ -175,7 +175,7 @@ func (c *Core) answered(w answering, r GenResult) (bool, error) {
 // client waits for its endpoints (envoy#33607). It reports whether that
 // waits for their generation.
 func (c *Core) sendWarmed(warm *warmSet) bool {
-	e := c.Set.EDSIndex
+	e := c.set.EDSIndex
 	if e < 0 || warm.empty() || c.Types[e] == nil {
 		return false
 	}
@@ -218,7 +218,7 @@ func (c *Core) warmed(w answering, r GenResult) error {
 // until then it may reject those of the response in flight, which the
 // answers to its first requests would otherwise already name.
 func (c *Core) blocked(i int) bool {
-	set := c.Set
+	set := c.set
 	if set.PhaseWait && (i == set.RDSIndex || i == set.LDSIndex) && set.CDSIndex >= 0 {
 		if cts := c.Types[set.CDSIndex]; cts != nil && cts.resumed && cts.Sub.Wildcard && !cts.Synced() &&
 			(cts.NACK == nil || cts.NACK.Nonce != cts.NonceSent) {

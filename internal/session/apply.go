@@ -114,7 +114,7 @@ func (c *Core) pushFiltered(pl *plan) (Need, error) {
 		// The keys the scope dropped explain the rebuilds of the types
 		// only they name, as they do when they come alone (a skipped
 		// push applied with the next, pushes merged in the inbox).
-		c.rebuildsExplained(req, pc, func(i int) bool { return c.Set.names(i, filtered) })
+		c.rebuildsExplained(req, pc, func(i int) bool { return c.set.names(i, filtered) })
 	}
 	if !ok {
 		c.rebuildsExplained(req, pc, nil)
@@ -134,7 +134,7 @@ func (c *Core) pushFiltered(pl *plan) (Need, error) {
 		filtered = &cp
 	}
 	p.filtered = filtered
-	pl.start(filtered, len(c.Set.TypeURLs))
+	pl.start(filtered, len(c.set.TypeURLs))
 	if p.gens == nil {
 		p.gens, p.results = p.genBuf[:0], p.resBuf[:0]
 	}
@@ -192,7 +192,7 @@ func (c *Core) startPlan(pl *plan, removals bool) (Need, error) {
 		return Need{}, nil
 	}
 	if removals {
-		for _, i := range c.Set.RemovalOrder {
+		for _, i := range c.set.RemovalOrder {
 			if c.Types[i] != nil {
 				pl.Phases = append(pl.Phases, phase{typeIdx: i, removal: true})
 			}
@@ -215,7 +215,7 @@ func (c *Core) pushFailed(pl *plan, failed []bool, retry *PushItem) {
 	pl.Phases = c.independent(pl.Phases, failed)
 	c.Failed = retry
 	c.pushFails++
-	c.pushRetryAt = c.now.Add(c.Set.BackoffFor(c.pushFails, c.seed))
+	c.pushRetryAt = c.now.Add(c.set.BackoffFor(c.pushFails, c.seed))
 }
 
 // moveTo returns the snapshot the push req moves the proxy to (never an
@@ -240,7 +240,7 @@ func (c *Core) moveBack(before proxyAt) {
 // pushGenerations appends to gens the generations of every type the push
 // filtered affects.
 func (c *Core) pushGenerations(gens []GenNeed, filtered *pushcontext.PushRequest) []GenNeed {
-	set := c.Set
+	set := c.set
 	// A cluster that is sent re-warms on the client, which then waits for
 	// its endpoints: when CDS is generated, so is EDS.
 	cdsAffected := set.CDSIndex >= 0 && c.Types[set.CDSIndex] != nil && c.affected(set.CDSIndex, filtered)
@@ -282,7 +282,7 @@ func (c *Core) generatedPush(pl *plan, gens []GenNeed, results []GenResult) ([]b
 			if results[k].TimedOut {
 				return nil, ErrStreamGenerateTimeout
 			}
-			if c.Set.ResourceErrors {
+			if c.set.ResourceErrors {
 				c.pushFailedErrors(i)
 			}
 			if failed == nil {
@@ -328,7 +328,7 @@ func (c *Core) independent(phases []phase, failed []bool) []phase {
 		i := ph.typeIdx
 		waits := false
 		for f, ok := range failed {
-			if ok && c.Set.mayName(i, f) {
+			if ok && c.set.mayName(i, f) {
 				waits = true
 				break
 			}
@@ -372,10 +372,10 @@ func (c *Core) firstAnswerRetry() time.Time {
 	}
 	for i, ts := range c.Types {
 		if ts == nil || ts.NonceSent != "" || ts.Retry() == nil ||
-			!(c.Set.FullState[i] || c.Set.refers(i) && ts.Fault != nil && ts.Fault.Stage == "generate") {
+			!(c.set.FullState[i] || c.set.refers(i) && ts.Fault != nil && ts.Fault.Stage == "generate") {
 			continue
 		}
-		if r := c.Set.Time(ts.Rare.RetryAt); at.IsZero() || r.Before(at) {
+		if r := c.set.Time(ts.Rare.RetryAt); at.IsZero() || r.Before(at) {
 			at = r
 		}
 	}
@@ -404,7 +404,7 @@ func (c *Core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.P
 		if ts == nil || c.genFrom[i] == 0 || (skip != nil && skip(i)) {
 			continue
 		}
-		if c.Set.names(i, req) {
+		if c.set.names(i, req) {
 			c.genFrom[i] = pc.Seq()
 		}
 	}
@@ -416,7 +416,7 @@ func (c *Core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.P
 // rebuilt since the type was last generated for this proxy.
 func (c *Core) affected(i int, req *pushcontext.PushRequest) bool {
 	ts := c.Types[i]
-	if req.Forced || ts.Dirty || c.Set.Kinds[i] == nil || c.Set.names(i, req) {
+	if req.Forced || ts.Dirty || c.set.Kinds[i] == nil || c.set.names(i, req) {
 		return true
 	}
 	return c.Host.Rebuilt(i, c.genFrom[i], req.Push)

@@ -40,42 +40,43 @@ const envelopeSlack = 64
 // digits).
 func (c *Core) Envelope(i int) int {
 	v := len(c.At.Push.Version())
-	return shared.FieldSize(len(c.Set.TypeURLs[i])) + shared.FieldSize(v) + shared.FieldSize(v+21) + envelopeSlack
+	return shared.FieldSize(len(c.set.TypeURLs[i])) + shared.FieldSize(v) + shared.FieldSize(v+21) + envelopeSlack
 }
 
 // budget is what the resources of one response of type i may take.
-func (c *Core) budget(i int) int { return c.Set.MaxResponseBytes - c.Envelope(i) }
+func (c *Core) budget(i int) int { return c.set.MaxResponseBytes - c.Envelope(i) }
 
-// TooLargeError is a response of type typ that cannot be split under
-// Config.MaxResponseBytes (max): the whole SotW state, or the resource
-// named, is bytes encoded. The Server reports it as a
-// ResponseTooLargeError (see publicErr).
+// TooLargeError is a response of Type that cannot be split under
+// Config.MaxResponseBytes (Max): the whole SotW state, or the Resource
+// named, is Bytes encoded. The Server reports it as a
+// ResponseTooLargeError (see the xds package's publicErr).
 type TooLargeError struct {
-	Typ        string // type URL
+	Type       string // type URL
 	Resource   string
 	Bytes, Max int
 }
 
+// Error describes the response, as ResponseTooLargeError does.
 func (e *TooLargeError) Error() string {
 	if e.Resource != "" {
-		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", ShortName(e.Typ), e.Resource, e.Bytes, e.Max)
+		return fmt.Sprintf("xds: %s %q is %d bytes encoded, over Config.MaxResponseBytes (%d) on its own", ShortName(e.Type), e.Resource, e.Bytes, e.Max)
 	}
-	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", ShortName(e.Typ), e.Bytes, e.Max, ShortName(e.Typ))
+	return fmt.Sprintf("xds: the %s state is %d bytes encoded, over Config.MaxResponseBytes (%d), and a SotW %s response cannot be split", ShortName(e.Type), e.Bytes, e.Max, ShortName(e.Type))
 }
 
 // fits returns a *TooLargeError if tgt, a target of type i, makes
 // a response that cannot be split under the budget.
 func (c *Core) fits(i int, tgt *Target) error {
-	if c.Set.SendOversized || tgt == nil {
+	if c.set.SendOversized || tgt == nil {
 		return nil
 	}
 	z, budget := tgt.Set.Sizes(), c.budget(i)
-	t := c.Set.TypeURLs[i]
-	if !c.Delta && c.Set.FullState[i] && z.SotW > budget {
-		return &TooLargeError{Typ: t, Bytes: z.SotW + c.Envelope(i), Max: c.Set.MaxResponseBytes}
+	t := c.set.TypeURLs[i]
+	if !c.Delta && c.set.FullState[i] && z.SotW > budget {
+		return &TooLargeError{Type: t, Bytes: z.SotW + c.Envelope(i), Max: c.set.MaxResponseBytes}
 	}
 	if z.Largest > budget {
-		return &TooLargeError{Typ: t, Resource: z.LargestName, Bytes: z.Largest + c.Envelope(i), Max: c.Set.MaxResponseBytes}
+		return &TooLargeError{Type: t, Resource: z.LargestName, Bytes: z.Largest + c.Envelope(i), Max: c.set.MaxResponseBytes}
 	}
 	return nil
 }
@@ -93,7 +94,7 @@ type part struct {
 // remove nothing: gone is the Server's record only, and goes with the last
 // part.
 func (c *Core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) []part {
-	if c.Set.SendOversized || !c.Delta && c.Set.FullState[i] {
+	if c.set.SendOversized || !c.Delta && c.set.FullState[i] {
 		return nil
 	}
 	budget := c.budget(i)

@@ -40,7 +40,7 @@ import (
 // after the other, and a step that begins while another waits for its
 // host calls panics (mustBeIdle).
 type Core struct {
-	Set  *Settings
+	set  *Settings
 	Host Host
 	seed uint64 // per-connection jitter seed (the connection number)
 	// At is where the proxy stands. The Proxy that the host's code reads
@@ -182,10 +182,13 @@ func (c *Core) setType(i int, ts *TypeState) {
 	c.Types[i] = ts
 }
 
+// New returns the core of a stream (a Delta one if delta) of a Server
+// with settings set and caches host; seed jitters its retries (the
+// connection's number). Its first step is Init.
 func New(set *Settings, host Host, delta bool, seed uint64) *Core {
 	n := len(set.TypeURLs)
 	return &Core{
-		Set:     set,
+		set:     set,
 		Host:    host,
 		Delta:   delta,
 		seed:    seed,
@@ -234,7 +237,7 @@ type proxyAt struct {
 // push is Forced, it names one of the kinds InitProxy reads, or an index
 // of those kinds was rebuilt since the proxy was last initialised.
 func (c *Core) reinit(req *pushcontext.PushRequest, pc *pushcontext.PushContext) bool {
-	kinds := c.Set.ProxyKinds
+	kinds := c.set.ProxyKinds
 	if kinds == nil || req.Forced {
 		return true
 	}
@@ -291,7 +294,7 @@ func (c *Core) Deadline() time.Time {
 		}
 	}
 	if pl := c.Plan; pl != nil && !pl.waitSince.IsZero() {
-		earlier(pl.waitSince.Add(c.Set.PhaseTimeout))
+		earlier(pl.waitSince.Add(c.set.PhaseTimeout))
 	}
 	if c.Failed != nil {
 		earlier(c.pushRetryAt)
@@ -301,7 +304,7 @@ func (c *Core) Deadline() time.Time {
 		for _, ts := range c.Types {
 			if ts != nil && ts.Retry() != nil {
 				c.Retrying = true
-				earlier(c.Set.Time(ts.Rare.RetryAt))
+				earlier(c.set.Time(ts.Rare.RetryAt))
 			}
 		}
 	}
@@ -310,7 +313,7 @@ func (c *Core) Deadline() time.Time {
 		for _, ts := range c.Types {
 			if b := ts.beatDue(); ts != nil && b != 0 {
 				c.beating = true
-				earlier(c.Set.Time(b))
+				earlier(c.set.Time(b))
 			}
 		}
 	}
@@ -323,7 +326,7 @@ func (c *Core) Deadline() time.Time {
 func (c *Core) Tick(now time.Time) (Need, error) {
 	c.mustBeIdle()
 	c.Step(now)
-	if pl := c.Plan; pl != nil && !pl.waitSince.IsZero() && !now.Before(pl.waitSince.Add(c.Set.PhaseTimeout)) {
+	if pl := c.Plan; pl != nil && !pl.waitSince.IsZero() && !now.Before(pl.waitSince.Add(c.set.PhaseTimeout)) {
 		c.phaseTimedOut()
 	}
 	c.flow = flow{stage: flowRetries}
@@ -352,7 +355,7 @@ func (c *Core) typeFailed(ts *TypeState, stage string, err error, push, timedOut
 	ts.Dirty = true
 	var retryIn time.Duration
 	if !timedOut {
-		retryIn = c.Set.BackoffFor(ts.fails(), c.seed+uint64(ts.idx))
+		retryIn = c.set.BackoffFor(ts.fails(), c.seed+uint64(ts.idx))
 	}
 	c.emit(Notice{Kind: NoticeGenerateFailed, Type: ts.idx, Gen: genFailure{Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn}})
 }
@@ -371,7 +374,7 @@ func (c *Core) retryLater(ts *TypeState, a *answer) {
 	r := ts.rareForWrite()
 	r.retry = r.retry.merge(a)
 	c.Retrying = true
-	r.RetryAt = c.Set.Instant(c.now.Add(c.Set.BackoffFor(ts.fails(), c.seed+uint64(ts.idx))))
+	r.RetryAt = c.set.Instant(c.now.Add(c.set.BackoffFor(ts.fails(), c.seed+uint64(ts.idx))))
 }
 
 // retryType asks tick to regenerate type ts after a backoff, as an answer
@@ -383,7 +386,7 @@ func (c *Core) retryType(ts *TypeState) {
 	r := ts.rareForWrite()
 	r.retry = r.retry.merge(&answer{})
 	c.Retrying = true
-	r.RetryAt = c.Set.Instant(c.now.Add(c.Set.BackoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.idx))))
+	r.RetryAt = c.set.Instant(c.now.Add(c.set.BackoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.idx))))
 }
 
 // Concerns reports whether the connection watches, or holds, one of the

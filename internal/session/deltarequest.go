@@ -80,7 +80,7 @@ func (c *Core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 // total, over any number of requests: a request that would make it do so
 // ends the stream with InvalidArgument.
 func (c *Core) DeltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*answer, error) {
-	set := c.Set
+	set := c.set
 	full := set.FullState[i]
 	if err := c.checkDeltaNames(req); err != nil {
 		return nil, err
@@ -192,7 +192,7 @@ func (c *Core) checkDeltaNames(req *discoveryv3.DeltaDiscoveryRequest) error {
 		return err
 	}
 	for n := range req.InitialResourceVersions {
-		if len(n) > c.Set.MaxNameLength {
+		if len(n) > c.set.MaxNameLength {
 			return c.nameTooLong(req.TypeUrl, n)
 		}
 	}
@@ -267,7 +267,7 @@ func (c *Core) await(ts *TypeState, dropped []string) {
 // them, it holds a reference to what it lacks. A push's phases wait for
 // them on their own (see plan.need); an answer is not part of a push.
 func (c *Core) awaitNamed(i int, e *shared.Encoded) {
-	set := c.Set
+	set := c.set
 	await := func(j int, names []string) {
 		if j < 0 || c.Types[j] == nil || c.Types[j].Sub.Wildcard {
 			return

@@ -122,7 +122,7 @@ func (d *diffResult) sends(c *Core, i int, o relOpts) bool {
 		return true
 	case c.Delta:
 		return len(d.ups) > 0 || len(d.gone) > 0 || len(d.notFound) > 0 || o.initial
-	case c.Set.FullState[i]:
+	case c.set.FullState[i]:
 		return len(d.changed) > 0 || len(d.gone) > 0 || o.all
 	}
 	return len(d.ups) > 0
@@ -152,7 +152,7 @@ func (d *diffResult) done() {
 // diff compares tgt with what the client holds of type i. It changes
 // nothing. The caller calls done on the result once it has used it.
 func (c *Core) diff(i int, tgt *Target, o relOpts) diffResult {
-	set, ts, full := c.Set, c.Types[i], c.Set.FullState[i]
+	set, ts, full := c.set, c.Types[i], c.set.FullState[i]
 	removes := c.Delta || full
 	var answered map[string]struct{} // names an answer sent during the push
 	if o.push && c.Plan != nil {
@@ -235,7 +235,7 @@ func (c *Core) findMissing(d *diffResult, i int, tgt *Target, o relOpts) {
 	if c.Delta && o.notFound {
 		d.findNotFound(c.Types[i], o)
 	}
-	if c.Set.ResourceErrors {
+	if c.set.ResourceErrors {
 		c.findErrors(d, i, tgt, o)
 	}
 }
@@ -244,7 +244,7 @@ func (c *Core) findMissing(d *diffResult, i int, tgt *Target, o relOpts) {
 // clusters the client does not hold: a route or listener must not name
 // one, when the client holds every cluster it is sent (wildcard CDS).
 func (c *Core) checksClusters(i int) bool {
-	set := c.Set
+	set := c.set
 	return (i == set.RDSIndex || i == set.LDSIndex) && set.CDSIndex >= 0 &&
 		c.Types[set.CDSIndex] != nil && c.Types[set.CDSIndex].Sub.Wildcard
 }
@@ -255,8 +255,8 @@ func (c *Core) checksClusters(i int) bool {
 // response keeps.
 func (c *Core) removeOrDefer(d *diffResult, i int, tgt *Target, gone []string, removes bool, o relOpts) {
 	ts := c.Types[i]
-	if c.Set.Deferred[i] && removes && !o.restrict &&
-		(o.push || len(ts.Removing()) > 0 || (o.initial && c.Set.PhaseWait)) {
+	if c.set.Deferred[i] && removes && !o.restrict &&
+		(o.push || len(ts.Removing()) > 0 || (o.initial && c.set.PhaseWait)) {
 		// Make-before-break: hold the removals until the push's removal
 		// phase (answers keep holding what a push holds), or, for what a
 		// reconnecting Delta client reported holding, until its removal
@@ -370,6 +370,7 @@ func insertEntry(ents []shared.Entry, e shared.Entry) []shared.Entry {
 	return slices.Insert(ents, i, e)
 }
 
+// SortedKeys returns the keys of m, sorted.
 func SortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -400,7 +401,7 @@ func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
 	// The configuration's content of the names tgt was generated for,
 	// even if the client's subscription has moved since: what removable
 	// reads to tell a broken reference from a stale one.
-	ts.Generated(tgt, c.At.Push, c.Set.refers(i))
+	ts.Generated(tgt, c.At.Push, c.set.refers(i))
 	c.settleWithheld(ts, &d)
 	if !d.sends(c, i, o) {
 		c.settleErrors(ts, &d, nil)
@@ -487,7 +488,7 @@ func (d *diffResult) shareIfExact(ts *TypeState, tgt *Target) {
 // hold updates what the client holds of type i as if the response of the
 // diff d were delivered, and returns the flight that can undo it.
 func (c *Core) hold(i int, tgt *Target, d *diffResult) *flight {
-	ts, full := c.Types[i], c.Set.FullState[i]
+	ts, full := c.Types[i], c.set.FullState[i]
 	f := newFlight()
 	if full && !c.Delta {
 		before := ts.Held.Snapshot()
@@ -547,7 +548,7 @@ func (c *Core) response(i int, d *diffResult, o relOpts) *OutMsg {
 	switch {
 	case c.Delta:
 		return c.deltaMsg(i, d.ups, d.removals(true), o)
-	case c.Set.FullState[i]:
+	case c.set.FullState[i]:
 		return c.heldMsg(i, o)
 	}
 	return c.partMsg(i, part{ups: d.carried(false)}, o)

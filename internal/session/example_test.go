@@ -81,12 +81,12 @@ func Example() {
 		for err == nil && (n.Gen != nil || len(n.Gens) > 0) {
 			if n.Gen != nil {
 				tgt := &session.Target{Set: clusters("c0", "c1"), Sub: n.Gen.Sub}
-				n, err = c.AnswerGenerated(session.GenResult{Tgt: tgt})
+				n, err = c.AnswerGenerated(session.GenResult{Target: tgt})
 				continue
 			}
 			res := n.Results
 			for _, g := range n.Gens {
-				res = append(res, session.GenResult{Tgt: &session.Target{Set: clusters("c0", "c1"), Sub: g.Sub}})
+				res = append(res, session.GenResult{Target: &session.Target{Set: clusters("c0", "c1"), Sub: g.Sub}})
 			}
 			n, err = c.Generated(res)
 		}

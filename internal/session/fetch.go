@@ -9,7 +9,7 @@ import "slices"
 // During a push, a client without any subscription of the child type is not
 // waited for, unless unwatchedAwaited says it will subscribe.
 func (c *Core) needHeld(pl *plan) {
-	set := c.Set
+	set := c.set
 	for _, pc := range [][2]int{{set.CDSIndex, set.EDSIndex}, {set.LDSIndex, set.RDSIndex}} {
 		parent, child := pc[0], pc[1]
 		if parent < 0 || child < 0 || c.Types[parent] == nil || pl.t[child].gaveUp ||
@@ -43,14 +43,14 @@ func (c *Core) sentCluster(pl *plan, r shared.Entry) {
 // answeredCluster records a cluster sent during the push: the next phases,
 // and the push's end, wait for its endpoints.
 func (c *Core) answeredCluster(pl *plan, r shared.Entry) {
-	c.need(pl, c.Set.EDSIndex, c.Set.children(c.Set.CDSIndex, r.Enc))
+	c.need(pl, c.set.EDSIndex, c.set.children(c.set.CDSIndex, r.Enc))
 }
 
 // sentListener records a listener an LDS phase sent: the next phases wait
 // until the client subscribes to its routes (it stays warming, and the
 // version it replaces in service, until it holds them).
 func (c *Core) sentListener(pl *plan, r shared.Entry) {
-	c.need(pl, c.Set.RDSIndex, c.Set.children(c.Set.LDSIndex, r.Enc))
+	c.need(pl, c.set.RDSIndex, c.set.children(c.set.LDSIndex, r.Enc))
 }
 
 // sentRoute records a route an RDS phase sent, or an answer sent while the
@@ -65,11 +65,11 @@ func (c *Core) sentListener(pl *plan, r shared.Entry) {
 // reads it: the push waits for them too (resolved, see unwatchedAwaited),
 // as for the endpoints of such a client's first clusters.
 func (c *Core) sentRoute(pl *plan, r shared.Entry) {
-	cds := c.Set.CDSIndex
+	cds := c.set.CDSIndex
 	if cds < 0 {
 		return
 	}
-	clusters := c.Set.refsOf(c.Set.RDSIndex, r.Enc).Clusters
+	clusters := c.set.refsOf(c.set.RDSIndex, r.Enc).Clusters
 	switch ts := c.Types[cds]; {
 	case ts != nil && !ts.Sub.Wildcard:
 		c.need(pl, cds, clusters)
@@ -82,7 +82,7 @@ func (c *Core) sentRoute(pl *plan, r shared.Entry) {
 // listenersByName reports whether the client asks for listeners by name,
 // as a gRPC client does.
 func (c *Core) listenersByName() bool {
-	l := c.Set.LDSIndex
+	l := c.set.LDSIndex
 	return l >= 0 && c.Types[l] != nil && !c.Types[l].Sub.Wildcard
 }
 
@@ -93,7 +93,7 @@ func (c *Core) need(pl *plan, i int, names []string) {
 		return
 	}
 	pl.t[i].refs = true
-	if p := c.Set.parentOf(i); p >= 0 && c.Types[p] != nil && !c.Types[p].Sub.Wildcard {
+	if p := c.set.parentOf(i); p >= 0 && c.Types[p] != nil && !c.Types[p].Sub.Wildcard {
 		pl.t[i].resolved = true
 	}
 	pl.t[i].need = append(pl.t[i].need, names...)
@@ -134,11 +134,11 @@ func (c *Core) dropFetched(pl *plan, i int) bool {
 // phase waits for it, as for the push's own, since a route naming one of
 // those clusters must not reach a client that may yet reject it.
 func (c *Core) clustersInFlight(pl *plan, i int) bool {
-	if i != c.Set.CDSIndex || len(c.Types[i].Flights) == 0 || len(pl.Phases) == 0 || pl.Phases[0].removal {
+	if i != c.set.CDSIndex || len(c.Types[i].Flights) == 0 || len(pl.Phases) == 0 || pl.Phases[0].removal {
 		return false
 	}
 	j := pl.Phases[0].typeIdx
-	return j == c.Set.RDSIndex || j == c.Set.LDSIndex
+	return j == c.set.RDSIndex || j == c.set.LDSIndex
 }
 
 // fetched reports whether the client has fetched name, of type i (EDS,

@@ -34,12 +34,13 @@ type Need struct {
 	Gen     *GenNeed // an answer: this generation
 }
 
+// Done reports whether the step needs nothing more: it is over.
 func (n Need) Done() bool { return n.Init == nil && len(n.Gens) == 0 && n.Gen == nil }
 
-// GenNeed is a generation a step asks for: the target of type typ for
-// sub, from req.Push, for a push or an answer. If delta is set (a push of
-// a type whose Generator is a DeltaGenerator), GenerateDelta is asked
-// first.
+// GenNeed is a generation a step asks for: the target of type index Type
+// for Sub, from Req.Push, for a push (Push) or an answer. If Delta is set
+// (a push of a type whose Generator is a DeltaGenerator), GenerateDelta is
+// asked first.
 type GenNeed struct {
 	Type  int
 	Sub   *shared.Subscription
@@ -48,15 +49,15 @@ type GenNeed struct {
 	Delta bool
 }
 
-// GenResult is what the runner made of a GenNeed: a full target (tgt),
-// or, when the DeltaGenerator answered (delta), the upserts it returned
-// that sub covers, encoded (up), and the names it removed; or err, with
-// TimedOut set when the call overran Config.GenerateTimeout and was
+// GenResult is what the runner made of a GenNeed: a full Target, or, when
+// the DeltaGenerator answered (Delta), the upserts it returned that the
+// subscription covers, encoded (Upserted), and the names it Removed; or
+// Err, with TimedOut set when the call overran Config.GenerateTimeout and was
 // abandoned (the stream then ends: ErrStreamGenerateTimeout).
 type GenResult struct {
-	Tgt      *Target
+	Target   *Target
 	Delta    bool
-	Up       *shared.Set
+	Upserted *shared.Set
 	Removed  []string
 	Err      error
 	TimedOut bool
@@ -212,7 +213,7 @@ func (c *Core) answerRetries() bool {
 	for f.j < len(c.Types) {
 		ts := c.Types[f.j]
 		f.j++
-		if ts != nil && ts.Retry() != nil && !c.now.Before(c.Set.Time(ts.Rare.RetryAt)) {
+		if ts != nil && ts.Retry() != nil && !c.now.Before(c.set.Time(ts.Rare.RetryAt)) {
 			a := ts.Rare.retry
 			ts.Rare.retry = nil
 			if c.answer(ts.idx, a) {
@@ -230,7 +231,7 @@ func (c *Core) sendBeats() bool {
 	for f.j < len(c.Types) {
 		i, ts := f.j, c.Types[f.j]
 		f.j++
-		if b := ts.beatDue(); ts != nil && b != 0 && !c.now.Before(c.Set.Time(b)) {
+		if b := ts.beatDue(); ts != nil && b != 0 && !c.now.Before(c.set.Time(b)) {
 			if c.beat(i) {
 				return true
 			}

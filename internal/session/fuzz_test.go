@@ -48,7 +48,7 @@ func FuzzSotWRequests(f *testing.F) {
 					names = append(names, n)
 				}
 			}
-			return session.GenResult{Tgt: &session.Target{Set: clusters(names...), Sub: sub}}
+			return session.GenResult{Target: &session.Target{Set: clusters(names...), Sub: sub}}
 		}
 		var nonces []string // sent, in order
 		sent := map[string]bool{}

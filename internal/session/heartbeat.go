@@ -39,7 +39,7 @@ func (c *Core) noteTTL(ts *TypeState, d time.Duration) {
 	if r.ttl == 0 || d < r.ttl {
 		r.ttl = d
 	}
-	if at := c.Set.Instant(c.now.Add(r.ttl / 3)); r.beatAt == 0 || at < r.beatAt {
+	if at := c.set.Instant(c.now.Add(r.ttl / 3)); r.beatAt == 0 || at < r.beatAt {
 		r.beatAt = at
 	}
 	c.beating = true
@@ -80,7 +80,7 @@ func (c *Core) beat(i int) bool {
 	if len(beats) == 0 {
 		return false // nothing held has a TTL any longer: the beats stop
 	}
-	r.beatAt = c.Set.Instant(c.now.Add(r.ttl / 3))
+	r.beatAt = c.set.Instant(c.now.Add(r.ttl / 3))
 	c.beating = true
 	o := relOpts{pc: c.At.Push}
 	f := newFlight()
@@ -92,8 +92,8 @@ func (c *Core) beat(i int) bool {
 			res[k] = b.Enc.TTL.Beat
 		}
 		m = c.stamp(i, len(res), 0, 0, o)
-		m.DeltaResp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: c.Set.TypeURLs[i], Nonce: m.Nonce}
-	case c.Set.FullState[i]:
+		m.DeltaResp = &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: o.pc.Version(), Resources: res, TypeUrl: c.set.TypeURLs[i], Nonce: m.Nonce}
+	case c.set.FullState[i]:
 		f.free()
 		if c.answer(i, &answer{all: true}) {
 			c.answering.beat, c.answering.queued = true, len(c.Out)

@@ -13,9 +13,9 @@ import (
 // time Sync or WaitForVersion can count what it reports.
 type Notice struct {
 	Kind noticeKind
-	// typ is the index of the type the notice is about, url the type as
-	// the client named it (NoticeUnknownType, NoticeWildcardIgnored: a type the
-	// Server may not serve).
+	// Type is the index of the type the notice is about, URL the type as
+	// the client named it (NoticeUnknownType, NoticeWildcardIgnored: a
+	// type the Server may not serve).
 	Type  int
 	URL   string
 	Nonce string
@@ -44,7 +44,7 @@ type ackNote struct {
 	ConvTook       time.Duration
 }
 
-// NACKRecord is a NACK as the core keeps it (TypeState.nack), and a Status
+// NACKRecord is a NACK as the core keeps it (TypeState.NACK), and a Status
 // or an OnNACK hook reports it, as a NACK.
 type NACKRecord struct {
 	Version, Nonce, Message string

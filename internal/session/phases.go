@@ -151,7 +151,7 @@ func (pl *plan) newWarmSet() *warmSet {
 // phaseOpts returns how the phase ph of pl releases its type.
 func (c *Core) phaseOpts(pl *plan, ph phase) relOpts {
 	o := relOpts{push: true, start: pl.req.Start, pc: pl.req.Push}
-	if !ph.removal && ph.typeIdx == c.Set.EDSIndex {
+	if !ph.removal && ph.typeIdx == c.set.EDSIndex {
 		o.warm = pl.warm
 	}
 	return o
@@ -165,7 +165,7 @@ func (c *Core) advance(force bool) {
 	if pl == nil {
 		return
 	}
-	set := c.Set
+	set := c.set
 	for len(pl.Phases) > 0 {
 		ph := pl.Phases[0]
 		if ph.removal && !pl.t[ph.typeIdx].armed {
@@ -349,7 +349,7 @@ func (c *Core) excuseWaiting(pl *plan) []int {
 	var out []int
 	listed := make([]bool, len(c.Types))
 	if pl.reconnect {
-		for j, full := range c.Set.FullState {
+		for j, full := range c.set.FullState {
 			if !full || c.rootReady(pl, j) {
 				continue
 			}
@@ -433,7 +433,7 @@ func (c *Core) stopOnNACK(i int) {
 			if ts := c.Types[ph.typeIdx]; ts != nil {
 				ts.Dirty = true
 			}
-			dropped = append(dropped, c.Set.TypeURLs[ph.typeIdx])
+			dropped = append(dropped, c.set.TypeURLs[ph.typeIdx])
 		}
 	}
 	c.Plan = nil
@@ -460,7 +460,7 @@ func (c *Core) stopOnNACK(i int) {
 func (c *Core) planRemoval(i int) {
 	pl := c.Plan
 	if pl == nil {
-		pl = newPlan(&pushcontext.PushRequest{Push: c.At.Push}, len(c.Set.TypeURLs))
+		pl = newPlan(&pushcontext.PushRequest{Push: c.At.Push}, len(c.set.TypeURLs))
 		pl.reconnect = true
 		c.Plan = pl
 	}
@@ -472,7 +472,7 @@ func (c *Core) planRemoval(i int) {
 	// of type i on the stream. Insert one in removal order, before the
 	// first later removal phase.
 	pl.t[i].armed = true
-	order := c.Set.RemovalOrder
+	order := c.set.RemovalOrder
 	rank := slices.Index(order, i)
 	at := len(pl.Phases)
 	for k, ph := range pl.Phases {
@@ -489,7 +489,7 @@ func (c *Core) planRemoval(i int) {
 // or it had not subscribed to the type when it ACKed the plan's anchors
 // (see planRemoval), or a phase timeout gave up waiting for the type.
 func (c *Core) rootsReady(pl *plan) bool {
-	for j, full := range c.Set.FullState {
+	for j, full := range c.set.FullState {
 		if full && !c.rootReady(pl, j) {
 			return false
 		}
@@ -553,7 +553,7 @@ func (c *Core) releaseRemovals(i int, o relOpts) *OutMsg {
 		return c.releaseParts(i, nil, nil, parts, gone, o)
 	}
 	f := newFlight()
-	if c.Set.FullState[i] && !c.Delta {
+	if c.set.FullState[i] && !c.Delta {
 		// A SotW full-state response replaces what the client holds: a
 		// snapshot, as hold makes, so that the rejection of an earlier
 		// response does not bring back, when this one is redone, what this
@@ -575,7 +575,7 @@ func (c *Core) releaseRemovals(i int, o relOpts) *OutMsg {
 	switch {
 	case c.Delta:
 		m = c.deltaMsg(i, nil, gone, o)
-	case c.Set.FullState[i]:
+	case c.set.FullState[i]:
 		m = c.heldMsg(i, o)
 	default:
 		return nil // SotW by-name: the client drops them with their parents

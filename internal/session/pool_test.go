@@ -48,13 +48,13 @@ func TestPlanReset(t *testing.T) {
 			g := &pl.gen
 			g.item, g.dirty, g.filtered = &PushItem{}, true, req0
 			g.gens = append(g.genBuf[:0], GenNeed{Type: 1, Req: req0, Push: true})
-			g.results = append(g.resBuf[:0], GenResult{Tgt: tgt, Removed: []string{"x"}})
+			g.results = append(g.resBuf[:0], GenResult{Target: tgt, Removed: []string{"x"}})
 		}},
 		{"generations grew past their arrays", func(pl *plan) {
 			g := &pl.gen
 			for i := range 9 {
 				g.gens = append(g.gens, GenNeed{Type: i, Req: req0})
-				g.results = append(g.results, GenResult{Tgt: tgt})
+				g.results = append(g.results, GenResult{Target: tgt})
 			}
 		}},
 		{"warm set of every cluster", func(pl *plan) {
@@ -98,7 +98,7 @@ func TestPlanReset(t *testing.T) {
 				}
 			}
 			for i, r := range g.results[:cap(g.results)] {
-				if r.Tgt != nil || r.Up != nil || r.Removed != nil || r.Err != nil || r.Delta {
+				if r.Target != nil || r.Upserted != nil || r.Removed != nil || r.Err != nil || r.Delta {
 					t.Errorf("result storage %d kept %+v", i, r)
 				}
 			}

@@ -10,6 +10,9 @@ import (
 // NamedKeys are the resources a push names, by type.
 type NamedKeys []NamedType
 
+// NamedType is what a push names of one type: its names as a list, a set
+// and their hashes, and the filter of a digest they set (see the xds
+// package's fanout.go).
 type NamedType struct {
 	Index  int
 	Slot   int // in a digest (the Server's settings.digestSlot)

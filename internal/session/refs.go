@@ -63,9 +63,9 @@ func (s *Settings) parentOf(i int) int {
 
 // RefError is a reference the core held back (the Server reports it as
 // a ReferenceError, whose fields say what each of these means; see
-// publicErr): an update of from, of type FromType, that names to, of type
-// ToType, which the client does not hold; or the removal of to, which from
-// still names (from is empty when the client still subscribes to to by
+// publicErr): an update of From, of type FromType, that names To, of type
+// ToType, which the client does not hold; or the removal of To, which From
+// still names (From is empty when the client still subscribes to To by
 // name).
 type RefError struct {
 	FromType, ToType  string // type URLs
@@ -73,6 +73,7 @@ type RefError struct {
 	Removal, Rejected bool
 }
 
+// Error describes the reference, as ReferenceError does.
 func (e *RefError) Error() string {
 	why := "which the configuration does not have"
 	if e.Rejected {
@@ -94,8 +95,8 @@ func (e *RefError) Error() string {
 // first. Answers pass settled (see diff); a push's phases need not, as
 // their gate waits for those answers.
 func (c *Core) danglingCluster(i int, r shared.Entry, settled bool) *RefError {
-	cds := c.Types[c.Set.CDSIndex]
-	for _, name := range c.Set.refsOf(i, r.Enc).Clusters {
+	cds := c.Types[c.set.CDSIndex]
+	for _, name := range c.set.refsOf(i, r.Enc).Clusters {
 		held := cds.Held.Get(name) != nil
 		if held && (!settled || cds.holdsEitherWay(name)) {
 			continue
@@ -107,8 +108,8 @@ func (c *Core) danglingCluster(i int, r shared.Entry, settled bool) *RefError {
 		// the configuration's fault. Otherwise the configuration names a
 		// cluster it does not have.
 		_, rejected := cds.Rejected()[name]
-		transient := held || rejected || !c.current(c.Set.CDSIndex) || !cds.lastKnows(name) || cds.LastGet(name) != nil
-		return &RefError{FromType: c.Set.TypeURLs[i], From: r.Name, ToType: c.Set.TypeURLs[c.Set.CDSIndex], To: name, Rejected: transient}
+		transient := held || rejected || !c.current(c.set.CDSIndex) || !cds.lastKnows(name) || cds.LastGet(name) != nil
+		return &RefError{FromType: c.set.TypeURLs[i], From: r.Name, ToType: c.set.TypeURLs[c.set.CDSIndex], To: name, Rejected: transient}
 	}
 	return nil
 }
@@ -164,7 +165,7 @@ func namedOf(r *shared.Refs, kind int) []string {
 // endpoint set named by a cluster), whose removal is held back; errs gets
 // one error per name held back.
 func (c *Core) Removable(i int, names []string, errs []*RefError) (ok, kept []string, _ []*RefError) {
-	set := c.Set
+	set := c.set
 	from, kind := set.referrers(i)
 	if from == nil {
 		return names, nil, errs
@@ -233,7 +234,7 @@ func (s *Settings) referrers(i int) (from []int, kind int) {
 // heldNames reports whether a resource the client holds names n, of type
 // i.
 func (c *Core) heldNames(i int, n string) bool {
-	from, kind := c.Set.referrers(i)
+	from, kind := c.set.referrers(i)
 	for _, j := range from {
 		if j >= 0 && c.Types[j] != nil && c.namedBy(j, n, kind) != "" {
 			return true
@@ -256,7 +257,7 @@ func (c *Core) namedBy(j int, name string, kind int) string {
 	if !ts.Held.Differs() {
 		// Most clients hold a shared set: its references are computed
 		// once, and a miss costs a binary search.
-		r := ts.Held.Set.RefsAs(c.Set.refKind(j))
+		r := ts.Held.Set.RefsAs(c.set.refKind(j))
 		if _, ok := slices.BinarySearch(namedOf(&r.Refs, kind), name); !ok && !r.Unknown {
 			return ""
 		}
@@ -276,7 +277,7 @@ func (c *Core) namedBy(j int, name string, kind int) string {
 				}
 				e = te
 			}
-			if _, ok := slices.BinarySearch(namedOf(c.Set.refsOf(j, e), kind), name); ok {
+			if _, ok := slices.BinarySearch(namedOf(c.set.refsOf(j, e), kind), name); ok {
 				by = n
 			}
 		}
@@ -291,10 +292,10 @@ func (c *Core) referencesHeld(ts *TypeState, errs []*RefError) {
 	heldBack, failed := false, false
 	for _, e := range errs {
 		c.emit(Notice{Kind: NoticeReferenceError, Ref: e})
-		if e.Rejected || !c.Set.SendMissingReferences {
+		if e.Rejected || !c.set.SendMissingReferences {
 			heldBack = true
 		}
-		if !e.Rejected && !c.Set.SendMissingReferences && !failed {
+		if !e.Rejected && !c.set.SendMissingReferences && !failed {
 			failed = true
 			f := ts.Fault
 			c.fail(ts, e, "reference", f == nil || f.Stage != "reference" || f.Err.Error() != e.Error())

@@ -26,7 +26,7 @@ func (c *Core) sameStep(i int, tgt *Target, o relOpts) bool {
 	if c.Plan != nil && len(c.Plan.t[i].answered) > 0 {
 		return false
 	}
-	for _, t := range []int{c.Set.CDSIndex, c.Set.RDSIndex, c.Set.LDSIndex} {
+	for _, t := range []int{c.set.CDSIndex, c.set.RDSIndex, c.set.LDSIndex} {
 		if t >= 0 && c.Types[t] != nil && c.Types[t].Held.Differs() {
 			return false
 		}
@@ -49,7 +49,7 @@ func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
 	default:
 		k.Warm = strings.Join(SortedKeys(o.warm.names), "\x00")
 	}
-	for j, t := range []int{c.Set.CDSIndex, c.Set.RDSIndex, c.Set.LDSIndex} {
+	for j, t := range []int{c.set.CDSIndex, c.set.RDSIndex, c.set.LDSIndex} {
 		if t >= 0 && c.Types[t] != nil {
 			k.Refs[j] = c.Types[t].Held.Set
 		}
@@ -60,7 +60,7 @@ func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
 // replay takes a shared step: the same response, the same holding after.
 func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *OutMsg {
 	ts := c.Types[i]
-	ts.Generated(tgt, c.At.Push, c.Set.refers(i))
+	ts.Generated(tgt, c.At.Push, c.set.refers(i))
 	ts.markRemoving(tr.DeferGone) // it held none back (see sameStep)
 	for _, r := range tr.Changed {
 		if o.changed != nil {

@@ -20,6 +20,7 @@ type Inbound struct {
 	Delta *discoveryv3.DeltaDiscoveryRequest
 }
 
+// Node returns the request's node, nil if it has none.
 func (in Inbound) Node() *corev3.Node {
 	if in.Delta != nil {
 		return in.Delta.GetNode()
@@ -55,19 +56,19 @@ func (in Inbound) size() int {
 // request that opens a watched type on the stream (which gRPC bounds by
 // Config.MaxInitialRequestBytes), its size.
 func (c *Core) checkBounds(in Inbound, t string, i int) error {
-	if n := in.names(); n > c.Set.MaxResourceNames {
+	if n := in.names(); n > c.set.MaxResourceNames {
 		return status.Errorf(codes.InvalidArgument, "xds: request for %s has %d resource names; the limit is %d",
-			t, n, c.Set.MaxResourceNames)
+			t, n, c.set.MaxResourceNames)
 	}
-	if d := in.Delta; d != nil && len(d.InitialResourceVersions) > c.Set.MaxInitialResourceVersions {
+	if d := in.Delta; d != nil && len(d.InitialResourceVersions) > c.set.MaxInitialResourceVersions {
 		return status.Errorf(codes.InvalidArgument, "xds: request for %s reports %d initial resource versions; the limit is %d",
-			t, len(d.InitialResourceVersions), c.Set.MaxInitialResourceVersions)
+			t, len(d.InitialResourceVersions), c.set.MaxInitialResourceVersions)
 	}
 	opening := i >= 0 && c.Types[i] == nil
-	if !opening && c.Set.MaxInitialRequestBytes > c.Set.MaxRequestBytes {
-		if n := in.size(); n > c.Set.MaxRequestBytes {
+	if !opening && c.set.MaxInitialRequestBytes > c.set.MaxRequestBytes {
+		if n := in.size(); n > c.set.MaxRequestBytes {
 			return status.Errorf(codes.ResourceExhausted, "xds: request for %s is %d bytes; the limit is %d (Config.MaxRequestBytes; %d for the request that opens a type)",
-				t, n, c.Set.MaxRequestBytes, c.Set.MaxInitialRequestBytes)
+				t, n, c.set.MaxRequestBytes, c.set.MaxInitialRequestBytes)
 		}
 	}
 	return nil
@@ -86,12 +87,12 @@ func (c *Core) Request(now time.Time, in Inbound) (Need, error) {
 	if t == "" {
 		return Need{}, status.Error(codes.InvalidArgument, "xds: request has an empty type_url")
 	}
-	i := c.Set.typeIndexOf(t)
+	i := c.set.typeIndexOf(t)
 	if err := c.checkBounds(in, t, i); err != nil {
 		return Need{}, err
 	}
 	if i < 0 {
-		c.emit(Notice{Kind: NoticeUnknownType, URL: truncate(t, c.Set.MaxNameLength)})
+		c.emit(Notice{Kind: NoticeUnknownType, URL: truncate(t, c.set.MaxNameLength)})
 		return Need{}, nil
 	}
 	var a *answer
@@ -115,7 +116,7 @@ func (c *Core) Request(now time.Time, in Inbound) (Need, error) {
 // NACK, unsubscribe, initial request or reconnect, stale nonce, then ACK or
 // subscription change, and answers when it should.
 func (c *Core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, error) {
-	full, ts := c.Set.FullState[i], c.Types[i]
+	full, ts := c.set.FullState[i], c.Types[i]
 
 	// 1. NACK: record it. The rejected content is not sent again to this
 	// client (see typeRare.rejected). A NACK of the last response also
@@ -277,7 +278,7 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 // cannot remove it).
 func (c *Core) heldBefore(ts *TypeState, names []string) {
 	i := ts.idx
-	if c.Set.FullState[i] || !c.Set.refers(i) || ts.Sub.Wildcard {
+	if c.set.FullState[i] || !c.set.refers(i) || ts.Sub.Wildcard {
 		return
 	}
 	ents := make([]shared.Entry, 0, len(names))
@@ -333,7 +334,7 @@ func (c *Core) sotwRequestNames(ts *TypeState, req *discoveryv3.DiscoveryRequest
 // with the subscription it carries, and answers what changed (step 5 of
 // sotwRequest). again is the answer a NACK asked for, if any.
 func (c *Core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, again *answer) (*answer, error) {
-	ts, full := c.Types[i], c.Set.FullState[i]
+	ts, full := c.Types[i], c.set.FullState[i]
 	names, star, order, same := req.names, req.star, req.order, req.same
 	if !same {
 		if err := c.checkSubscription(i, names); err != nil {
@@ -396,8 +397,8 @@ func (c *Core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 // the clusters, the client re-warms them and waits for their endpoints, so
 // its next EDS request is answered even if unchanged.
 func (c *Core) rewarm(i int) {
-	if i == c.Set.CDSIndex && c.Set.EDSIndex >= 0 && c.Types[c.Set.EDSIndex] != nil {
-		c.Types[c.Set.EDSIndex].AlwaysRespond = true
+	if i == c.set.CDSIndex && c.set.EDSIndex >= 0 && c.Types[c.set.EDSIndex] != nil {
+		c.Types[c.set.EDSIndex].AlwaysRespond = true
 	}
 }
 
@@ -438,7 +439,7 @@ func (c *Core) unsubscribed(i int, removed []string) {
 		}
 	}
 	var kept []string
-	if c.Set.FullState[i] && c.Set.Deferred[i] && len(held) > 0 {
+	if c.set.FullState[i] && c.set.Deferred[i] && len(held) > 0 {
 		held, kept, _ = c.Removable(i, held, nil)
 	}
 	for _, n := range held {
@@ -493,7 +494,7 @@ func (c *Core) staleDropped(ts *TypeState, names []string, star bool, ord uint64
 // resendAnswer is the answer that sends names of type i again: in full for
 // a SotW full-state type, those names otherwise.
 func (c *Core) resendAnswer(i int, names []string) *answer {
-	if !c.Delta && c.Set.FullState[i] {
+	if !c.Delta && c.set.FullState[i] {
 		return &answer{all: true}
 	}
 	return &answer{delta: pushcontext.ResourceDelta{Subscribed: shared.NameSet(names)}}
@@ -502,7 +503,7 @@ func (c *Core) resendAnswer(i int, names []string) *answer {
 // checkNames checks the length of every name of a request of type t.
 func (c *Core) checkNames(t string, names []string) error {
 	for _, n := range names {
-		if len(n) > c.Set.MaxNameLength {
+		if len(n) > c.set.MaxNameLength {
 			return c.nameTooLong(t, n)
 		}
 	}
@@ -511,7 +512,7 @@ func (c *Core) checkNames(t string, names []string) error {
 
 func (c *Core) nameTooLong(t, n string) error {
 	return status.Errorf(codes.InvalidArgument, "xds: request for %s names a resource of %d bytes; the limit is %d",
-		t, len(n), c.Set.MaxNameLength)
+		t, len(n), c.set.MaxNameLength)
 }
 
 // checkSubscription checks that subscribing to names for type i keeps the
@@ -525,9 +526,9 @@ func (c *Core) checkSubscription(i int, names []string) error {
 	if ts := c.Types[i]; ts != nil {
 		old = ts.subBytes
 	}
-	if total := c.subBytes - old + n; total > c.Set.MaxSubscriptionBytes {
+	if total := c.subBytes - old + n; total > c.set.MaxSubscriptionBytes {
 		return status.Errorf(codes.InvalidArgument, "xds: the stream's subscriptions would hold %d bytes of names; the limit is %d",
-			total, c.Set.MaxSubscriptionBytes)
+			total, c.set.MaxSubscriptionBytes)
 	}
 	return nil
 }

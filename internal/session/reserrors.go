@@ -58,7 +58,7 @@ func (ts *TypeState) errs() map[string]resErr {
 // look at (a partial target's, or outside what an answer restricted to
 // some names looked at) stands as it was.
 func (c *Core) findErrors(d *diffResult, i int, tgt *Target, o relOpts) {
-	ts, t := c.Types[i], c.Set.TypeURLs[i]
+	ts, t := c.Types[i], c.set.TypeURLs[i]
 	looked := func(n string) bool {
 		if o.restrict && !inForce(o.force, n) {
 			return false
@@ -98,7 +98,7 @@ func (c *Core) findErrors(d *diffResult, i int, tgt *Target, o relOpts) {
 		}
 	}
 	slices.Sort(d.cleared)
-	full := c.Set.FullState[i] && !c.Delta
+	full := c.set.FullState[i] && !c.Delta
 	for _, n := range d.cleared {
 		k, ok := slices.BinarySearchFunc(d.kept, n, func(e shared.Entry, n string) int { return strings.Compare(e.Name, n) })
 		switch {
@@ -191,7 +191,7 @@ func (c *Core) pushFailedErrors(i int) {
 // client that reconnected what it kept from its last stream.
 func (c *Core) sendErrors(i int, names []string) {
 	ts := c.Types[i]
-	if !c.Delta && c.Set.FullState[i] {
+	if !c.Delta && c.set.FullState[i] {
 		return
 	}
 	var errs []namedErr

@@ -11,7 +11,8 @@ import (
 	"github.com/xdspush/xdspush/internal/shared"
 )
 
-// OutMsg is a response waiting to be written: resp (SotW) or dresp (Delta).
+// OutMsg is a response waiting to be written: Resp (SotW) or DeltaResp
+// (Delta).
 type OutMsg struct {
 	Resp      *discoveryv3.DiscoveryResponse
 	DeltaResp *discoveryv3.DeltaDiscoveryResponse
@@ -44,11 +45,11 @@ func (c *Core) stamp(i int, resources, removed, size int, o relOpts) *OutMsg {
 // stampNonce is stamp with the nonce given.
 func (c *Core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *OutMsg {
 	ts := c.Types[i]
-	ts.NonceSent, ts.sentAt = nonce, c.Set.Instant(c.now)
+	ts.NonceSent, ts.sentAt = nonce, c.set.Instant(c.now)
 	if len(ts.kept()) > 0 {
 		ts.keptSent(nonceOrdinal(nonce))
 	}
-	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.AppliedSeq, c.Set.Instant(o.start)
+	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.AppliedSeq, c.set.Instant(o.start)
 	if c.Debug {
 		c.emit(Notice{Kind: NoticeResponse, Type: i, Resp: responseEvent{Version: o.pc.Version(), Nonce: nonce,
 			Resources: resources, Removed: removed, Bytes: size, Push: o.push}})
@@ -76,7 +77,7 @@ func (c *Core) sotwMsgIn(resp *discoveryv3.DiscoveryResponse, i int, anys []*any
 	m := c.stamp(i, len(anys), 0, size, o)
 	resp.VersionInfo = o.pc.Version()
 	resp.Resources = anys
-	resp.TypeUrl = c.Set.TypeURLs[i]
+	resp.TypeUrl = c.set.TypeURLs[i]
 	resp.Nonce = m.Nonce
 	m.Resp = resp
 	return m
@@ -162,7 +163,7 @@ func (c *Core) deltaMsg(i int, ups []shared.Entry, gone []string, o relOpts) *Ou
 	m := c.stamp(i, len(res), len(gone), size, o)
 	resp.SystemVersionInfo = o.pc.Version()
 	resp.Resources = res
-	resp.TypeUrl = c.Set.TypeURLs[i]
+	resp.TypeUrl = c.set.TypeURLs[i]
 	resp.RemovedResources = gone
 	resp.Nonce = m.Nonce
 	m.DeltaResp = resp

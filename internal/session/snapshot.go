@@ -6,7 +6,7 @@ import "maps"
 
 // What a core publishes of its state after each step, for Status,
 // Failures, Dump, CSDS, Sync and WaitForVersion: the runner has the core
-// copy it (snapshot) into the connection's published state, under the
+// copy it (Snapshot) into the connection's published state, under the
 // lock the reads take, and derives the public
 // statuses from that copy, never from the core's state.
 

@@ -22,15 +22,15 @@ func (c *Core) targetOf(i int, r GenResult) (*Target, error) {
 	if r.Err != nil {
 		return nil, r.Err
 	}
-	tgt := r.Tgt
+	tgt := r.Target
 	if r.Delta {
-		if c.Delta || !c.Set.FullState[i] {
+		if c.Delta || !c.set.FullState[i] {
 			// Delta, and SotW by-name types (which send only what
 			// changed and never remove), need nothing else: the work is
 			// proportional to the change.
-			tgt = c.partialTarget(i, r.Up, r.Removed)
+			tgt = c.partialTarget(i, r.Upserted, r.Removed)
 		} else {
-			tgt = c.applyChanges(i, r.Up, r.Removed)
+			tgt = c.applyChanges(i, r.Upserted, r.Removed)
 		}
 	}
 	if err := c.fits(i, tgt); err != nil {

@@ -164,6 +164,7 @@ func (r *typeRare) empty() bool {
 		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0
 }
 
+// Rejected returns the content the client rejected, by name.
 func (ts *TypeState) Rejected() map[string]*shared.Encoded {
 	if ts.Rare == nil {
 		return nil
@@ -178,6 +179,7 @@ func (ts *TypeState) lastChanges() map[string]*shared.Encoded {
 	return ts.Rare.lastChanges
 }
 
+// Removing returns the names whose removal is held back.
 func (ts *TypeState) Removing() map[string]struct{} {
 	if ts.Rare == nil {
 		return nil
@@ -185,6 +187,7 @@ func (ts *TypeState) Removing() map[string]struct{} {
 	return ts.Rare.removing
 }
 
+// Deferred returns the answer that waits for the push's phases, if any.
 func (ts *TypeState) Deferred() *answer {
 	if ts.Rare == nil {
 		return nil
@@ -192,6 +195,7 @@ func (ts *TypeState) Deferred() *answer {
 	return ts.Rare.deferred
 }
 
+// Retry returns the answer to retry, if any.
 func (ts *TypeState) Retry() *answer {
 	if ts.Rare == nil {
 		return nil
@@ -275,6 +279,8 @@ func (ts *TypeState) fails() int {
 	return ts.Fault.Fails
 }
 
+// NewTypeState returns the state of type index i, subscribed to with sub,
+// holding nothing.
 func NewTypeState(i int, sub *shared.Subscription) *TypeState {
 	return &TypeState{idx: i, Sub: sub, Held: shared.NewHolding()}
 }

@@ -17,6 +17,7 @@ func DigestBits(h uint64) [2]uint {
 // of its bits (digestBits).
 type Filter [DigestWords]uint64
 
+// Add sets the bits of name, hashed with seed.
 func (f *Filter) Add(seed maphash.Seed, name string) {
 	for _, b := range DigestBits(maphash.String(seed, name)) {
 		f[b/64] |= 1 << (b % 64)

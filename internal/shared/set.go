@@ -39,6 +39,7 @@ func NewSet(ents []Entry) *Set {
 	return &Set{Entries: ents}
 }
 
+// Len returns the number of resources in s.
 func (s *Set) Len() int { return len(s.Entries) }
 
 // Find returns the index of name, or -1.
@@ -50,6 +51,7 @@ func (s *Set) Find(name string) int {
 	return i
 }
 
+// Get returns the encoding of name in s, nil if s has none.
 func (s *Set) Get(name string) *Encoded {
 	if i := s.Find(name); i >= 0 {
 		return s.Entries[i].Enc
@@ -57,6 +59,8 @@ func (s *Set) Get(name string) *Encoded {
 	return nil
 }
 
+// EntriesSorted reports whether ents are sorted by name and unique, as
+// NewSet requires.
 func EntriesSorted(ents []Entry) bool {
 	for i := 1; i < len(ents); i++ {
 		if ents[i-1].Name >= ents[i].Name {
@@ -78,10 +82,13 @@ type Holding struct {
 	shared bool
 }
 
+// NewHolding returns a Holding of nothing.
 func NewHolding() Holding { return Holding{Set: EmptySet} }
 
+// Len returns the number of resources held.
 func (h *Holding) Len() int { return int(h.n) }
 
+// Get returns what the client holds under name, nil if nothing.
 func (h *Holding) Get(name string) *Encoded {
 	if e, ok := h.over[name]; ok {
 		return e

@@ -67,6 +67,8 @@ type TransitionCache struct {
 	sends map[TransKey]bool // whether a step would send, asked before anyone took it (wouldSend)
 }
 
+// Get returns the step k of the current or the previous PushContext, nil
+// if none is kept.
 func (tc *TransitionCache) Get(k TransKey) *Transition {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
@@ -76,6 +78,8 @@ func (tc *TransitionCache) Get(k TransKey) *Transition {
 	return tc.prev[k]
 }
 
+// Put keeps t as the step k, unless k is of a PushContext older than the
+// current one or the current one keeps maxTransitions already.
 func (tc *TransitionCache) Put(k TransKey, t *Transition) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()

@@ -64,6 +64,9 @@ var (
 	wildcardSubscription = &Subscription{Wildcard: true}
 )
 
+// NewSubscription returns the subscription to names (sorted, unique,
+// without "*"), and to every name if wildcard: the shared empty or
+// wildcard one when names is empty.
 func NewSubscription(names []string, wildcard bool) *Subscription {
 	switch {
 	case len(names) > 0:
@@ -295,6 +298,7 @@ func (s *Subscription) IsGlob(name string) bool {
 	return s.Globs != nil && SortedHas(s.Globs, name)
 }
 
+// NameSet returns names as a set.
 func NameSet(names []string) map[string]struct{} {
 	m := make(map[string]struct{}, len(names))
 	for _, n := range names {
@@ -303,6 +307,7 @@ func NameSet(names []string) map[string]struct{} {
 	return m
 }
 
+// SortedHas reports whether s, sorted, has n.
 func SortedHas(s []string, n string) bool {
 	_, ok := slices.BinarySearch(s, n)
 	return ok
