@@ -27,29 +27,8 @@ func FuzzSotWRequests(f *testing.F) {
 	f.Add([]byte{0, 0, 0x10, 0x03, 0x20, 0x0f, 0x31, 0x00})
 	f.Add([]byte{0x05, 0x01, 0x15, 0x01, 0x41, 0x02, 0x25, 0x00, 0x50, 0x0a})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		world := []string{"c0", "c1", "c2", "c3"}
-		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "v"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc, err := b.Build(nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := session.New(clusterSettings(now), &host{}, false, 1)
-		if err := c.Init(now, pc, pc.Seq(), session.ProxyInit{}, nil); err != nil {
-			t.Fatal(err)
-		}
-		target := func(sub *shared.Subscription) session.GenResult {
-			var names []string
-			for _, n := range world {
-				if sub.Covers(n) {
-					names = append(names, n)
-				}
-			}
-			return session.GenResult{Target: &session.Target{Set: clusters(names...), Sub: sub}}
-		}
+		r := newFuzzRun(t, false)
+		c, world := r.c, r.world
 		var nonces []string // sent, in order
 		sent := map[string]bool{}
 		names := map[string][]string{} // nonce → the clusters its response carried
@@ -58,10 +37,10 @@ func FuzzSotWRequests(f *testing.F) {
 		wildcard := false
 		for k := 0; k+1 < len(data) && len(nonces) < 200; k += 2 {
 			op, arg := data[k], data[k+1]
-			now = now.Add(time.Duration(op>>4) * time.Second)
 			var n session.Need
-			if op&0x0f == 0x0a {
-				n, err = c.Tick(now)
+			var err error
+			if r.advance(op) {
+				n, err = c.Tick(r.now)
 			} else {
 				req := &discoveryv3.DiscoveryRequest{TypeUrl: clusterURL}
 				for i, name := range world {
@@ -72,17 +51,8 @@ func FuzzSotWRequests(f *testing.F) {
 				if arg&0x10 != 0 {
 					req.ResourceNames = append(req.ResourceNames, "*")
 				}
-				switch op & 0x03 {
-				case 1: // the last response
-					if len(nonces) > 0 {
-						req.ResponseNonce, req.VersionInfo = nonces[len(nonces)-1], pc.Version()
-					}
-				case 2: // an earlier one
-					if len(nonces) > 1 {
-						req.ResponseNonce, req.VersionInfo = nonces[0], pc.Version()
-					}
-				case 3: // one never sent
-					req.ResponseNonce = "v/999"
+				if req.ResponseNonce = nonce(op, nonces); req.ResponseNonce != "" {
+					req.VersionInfo = r.pc.Version()
 				}
 				if op&0x04 != 0 && req.ResponseNonce != "" {
 					req.ErrorDetail = &status.Status{Code: 3, Message: "rejected"}
@@ -90,23 +60,9 @@ func FuzzSotWRequests(f *testing.F) {
 						rejected[n] = true
 					}
 				}
-				n, err = c.Request(now, session.Inbound{SotW: req})
+				n, err = c.Request(r.now, session.Inbound{SotW: req})
 			}
-			for calls := 0; err == nil && !n.Done(); calls++ {
-				if calls == 100 {
-					t.Fatalf("step %d: still asking for generations after %d", k/2, calls)
-				}
-				if n.Gen != nil {
-					n, err = c.AnswerGenerated(target(n.Gen.Sub))
-					continue
-				}
-				res := n.Results
-				for _, g := range n.Gens {
-					res = append(res, target(g.Sub))
-				}
-				n, err = c.Generated(res)
-			}
-			if err != nil {
+			if err := r.meet(k/2, n, err); err != nil {
 				return // a protocol error ends the stream
 			}
 			if ts := c.Types[0]; ts != nil && ts.Sub != nil {
@@ -120,17 +76,109 @@ func FuzzSotWRequests(f *testing.F) {
 					names[m.Nonce] = append(names[m.Nonce], nameOf(t, r.Value))
 				}
 			}
-			var sn session.Snapshot
-			c.Snapshot(&sn)
-			for _, ty := range sn.Types {
-				for _, name := range ty.Held.Names() {
-					if !sent[name] {
-						t.Fatalf("step %d: the client holds %q, never sent", k/2, name)
-					}
-				}
-			}
+			r.checkHeld(k/2, sent)
 		}
 	})
+}
+
+// fuzzRun is a core of a client of clusters alone, driven by a fuzz
+// target, its generations met from a world of four clusters.
+type fuzzRun struct {
+	t     *testing.T
+	c     *session.Core
+	pc    *pushcontext.PushContext
+	now   time.Time
+	world []string
+}
+
+func newFuzzRun(t *testing.T, delta bool) *fuzzRun {
+	t.Helper()
+	r := &fuzzRun{t: t, now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), world: []string{"c0", "c1", "c2", "c3"}}
+	b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.pc, err = b.Build(nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	r.c = session.New(clusterSettings(r.now), &host{}, delta, 1)
+	if err := r.c.Init(r.now, r.pc, r.pc.Seq(), session.ProxyInit{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// advance moves the time on by op's high bits, in seconds, and reports
+// whether op is a tick.
+func (r *fuzzRun) advance(op byte) bool {
+	r.now = r.now.Add(time.Duration(op>>4) * time.Second)
+	return op&0x0f == 0x0a
+}
+
+// checkHeld fails the run, at step k, if the core's snapshot says the
+// client holds a name that held lacks.
+func (r *fuzzRun) checkHeld(k int, held map[string]bool) {
+	r.t.Helper()
+	var sn session.Snapshot
+	r.c.Snapshot(&sn)
+	for _, ty := range sn.Types {
+		for _, name := range ty.Held.Names() {
+			if !held[name] {
+				r.t.Fatalf("step %d: the client holds %q, never sent (or reported held)", k, name)
+			}
+		}
+	}
+}
+
+// target is the generation of the clusters of the world that sub covers.
+func (r *fuzzRun) target(sub *shared.Subscription) session.GenResult {
+	var names []string
+	for _, n := range r.world {
+		if sub.Covers(n) {
+			names = append(names, n)
+		}
+	}
+	return session.GenResult{Target: &session.Target{Set: clusters(names...), Sub: sub}}
+}
+
+// meet meets what step k, which returned n and err, needs, and returns
+// the error that ends the stream, if any. A step that keeps asking for
+// generations fails the run.
+func (r *fuzzRun) meet(k int, n session.Need, err error) error {
+	for calls := 0; err == nil && !n.Done(); calls++ {
+		if calls == 100 {
+			r.t.Fatalf("step %d: still asking for generations after %d", k, calls)
+		}
+		if n.Gen != nil {
+			n, err = r.c.AnswerGenerated(r.target(n.Gen.Sub))
+			continue
+		}
+		res := n.Results
+		for _, g := range n.Gens {
+			res = append(res, r.target(g.Sub))
+		}
+		n, err = r.c.Generated(res)
+	}
+	return err
+}
+
+// nonce returns the nonce a request answers, chosen by how (0: none, 1:
+// the last response's, 2: the first's, 3: one never sent), of the
+// responses of nonces.
+func nonce(how byte, nonces []string) string {
+	switch how & 0x03 {
+	case 1:
+		if len(nonces) > 0 {
+			return nonces[len(nonces)-1]
+		}
+	case 2:
+		if len(nonces) > 1 {
+			return nonces[0]
+		}
+	case 3:
+		return "v/999"
+	}
+	return ""
 }
 
 // checkResponse checks a response to a client that asked for names, or

@@ -3,14 +3,12 @@ package session_test
 import (
 	"slices"
 	"testing"
-	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
-	"github.com/xdspush/xdspush/pushcontext"
 )
 
 // FuzzDeltaRequests is FuzzSotWRequests over Delta: the requests that data
@@ -25,38 +23,17 @@ func FuzzDeltaRequests(f *testing.F) {
 	f.Add([]byte{0x00, 0x13, 0x11, 0x01, 0x02, 0x04, 0x21, 0x08, 0x35, 0x03})
 	f.Add([]byte{0x40, 0x00, 0x11, 0x10, 0x06, 0x02, 0x1a, 0x00, 0x13, 0x05})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		world := []string{"c0", "c1", "c2", "c3"}
+		r := newFuzzRun(t, true)
+		c, world := r.c, r.world
 		all := append(slices.Clone(world), "gone")
-		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-		b, err := pushcontext.NewBuilder(pushcontext.BuilderConfig{Epoch: "v"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc, err := b.Build(nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := session.New(clusterSettings(now), &host{}, true, 1)
-		if err := c.Init(now, pc, pc.Seq(), session.ProxyInit{}, nil); err != nil {
-			t.Fatal(err)
-		}
-		target := func(sub *shared.Subscription) session.GenResult {
-			var names []string
-			for _, n := range world {
-				if sub.Covers(n) {
-					names = append(names, n)
-				}
-			}
-			return session.GenResult{Target: &session.Target{Set: clusters(names...), Sub: sub}}
-		}
 		var nonces []string
 		held := map[string]bool{} // sent, or reported held
 		for k := 0; k+1 < len(data) && len(nonces) < 200; k += 2 {
 			op, arg := data[k], data[k+1]
-			now = now.Add(time.Duration(op>>4) * time.Second)
 			var n session.Need
-			if op&0x0f == 0x0a {
-				n, err = c.Tick(now)
+			var err error
+			if r.advance(op) {
+				n, err = c.Tick(r.now)
 			} else {
 				req := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: clusterURL}
 				for i, name := range all {
@@ -78,38 +55,13 @@ func FuzzDeltaRequests(f *testing.F) {
 					req.InitialResourceVersions = map[string]string{"c0": "c0-1", "c1": "old"}
 					held["c0"], held["c1"] = true, true
 				}
-				switch op & 0x03 {
-				case 1:
-					if len(nonces) > 0 {
-						req.ResponseNonce = nonces[len(nonces)-1]
-					}
-				case 2:
-					if len(nonces) > 1 {
-						req.ResponseNonce = nonces[0]
-					}
-				case 3:
-					req.ResponseNonce = "v/999"
-				}
+				req.ResponseNonce = nonce(op, nonces)
 				if op&0x04 != 0 && req.ResponseNonce != "" {
 					req.ErrorDetail = &status.Status{Code: 3, Message: "rejected"}
 				}
-				n, err = c.Request(now, session.Inbound{Delta: req})
+				n, err = c.Request(r.now, session.Inbound{Delta: req})
 			}
-			for calls := 0; err == nil && !n.Done(); calls++ {
-				if calls == 100 {
-					t.Fatalf("step %d: still asking for generations after %d", k/2, calls)
-				}
-				if n.Gen != nil {
-					n, err = c.AnswerGenerated(target(n.Gen.Sub))
-					continue
-				}
-				res := n.Results
-				for _, g := range n.Gens {
-					res = append(res, target(g.Sub))
-				}
-				n, err = c.Generated(res)
-			}
-			if err != nil {
+			if err := r.meet(k/2, n, err); err != nil {
 				return // a protocol error ends the stream
 			}
 			var sub *shared.Subscription
@@ -146,15 +98,7 @@ func FuzzDeltaRequests(f *testing.F) {
 					}
 				}
 			}
-			var sn session.Snapshot
-			c.Snapshot(&sn)
-			for _, ty := range sn.Types {
-				for _, name := range ty.Held.Names() {
-					if !held[name] {
-						t.Fatalf("step %d: the client holds %q, never sent nor reported", k/2, name)
-					}
-				}
-			}
+			r.checkHeld(k/2, held)
 		}
 	})
 }
