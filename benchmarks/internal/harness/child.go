@@ -81,8 +81,14 @@ type usage struct {
 	// RSS is its resident set after a garbage collection that returned
 	// free memory to the system, in bytes.
 	RSS int64 `json:"rss"`
-	// Heap is the bytes of live heap objects after that collection.
-	Heap int64 `json:"heap"`
+	// Heap is the bytes of live heap objects after that collection;
+	// HeapInuse the bytes of the heap's spans in use, which hold those
+	// objects and the free space between them; Stacks the bytes of
+	// goroutine stacks (runtime.MemStats' HeapAlloc, HeapInuse and
+	// StackInuse).
+	Heap      int64 `json:"heap"`
+	HeapInuse int64 `json:"heap_inuse"`
+	Stacks    int64 `json:"stacks"`
 	// Goroutines is the number of the process's goroutines.
 	Goroutines int `json:"goroutines"`
 }
@@ -531,7 +537,7 @@ func readUsageOf(pid int, hp servers.HeapProfiler, rss bool) (usage, error) {
 	if err := hp.WriteHeap(&b, 1); err != nil {
 		return u, err
 	}
-	ms, err := memStatsOf(b.String(), "HeapIdle", "HeapReleased", "HeapAlloc")
+	ms, err := memStatsOf(b.String(), "HeapIdle", "HeapReleased", "HeapAlloc", "HeapInuse", "Stack")
 	if err != nil {
 		return u, err
 	}
@@ -539,12 +545,13 @@ func readUsageOf(pid int, hp servers.HeapProfiler, rss bool) (usage, error) {
 		return u, err
 	}
 	u.RSS -= ms["HeapIdle"] - ms["HeapReleased"]
-	u.Heap = ms["HeapAlloc"]
+	u.Heap, u.HeapInuse, u.Stacks = ms["HeapAlloc"], ms["HeapInuse"], ms["Stack"]
 	return u, nil
 }
 
 // memStatsOf reads the named runtime.MemStats fields from a heap
-// profile written with debug 1 ("# Name = value" lines).
+// profile written with debug 1 ("# Name = value" lines; of "# Stack =
+// inuse / sys", the first).
 func memStatsOf(profile string, names ...string) (map[string]int64, error) {
 	out := make(map[string]int64, len(names))
 	for _, line := range strings.Split(profile, "\n") {
@@ -552,6 +559,7 @@ func memStatsOf(profile string, names ...string) (map[string]int64, error) {
 		if !ok || !slices.Contains(names, name) {
 			continue
 		}
+		value, _, _ = strings.Cut(value, " / ")
 		v, err := strconv.ParseInt(value, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("heap profile: %s: %w", name, err)
@@ -580,7 +588,8 @@ func readOwnUsage(rss bool) (usage, error) {
 	debug.FreeOSMemory()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return usage{CPU: cpu, RSS: residentNow(), Heap: int64(ms.HeapAlloc), Goroutines: runtime.NumGoroutine()}, nil
+	return usage{CPU: cpu, RSS: residentNow(), Heap: int64(ms.HeapAlloc), HeapInuse: int64(ms.HeapInuse),
+		Stacks: int64(ms.StackInuse), Goroutines: runtime.NumGoroutine()}, nil
 }
 
 // clockTicks is the unit of the CPU times of /proc/PID/stat: USER_HZ,

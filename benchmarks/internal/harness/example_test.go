@@ -11,7 +11,8 @@ import (
 // for a change, the median of its rounds' ratios to the floor's made
 // beside them. xdspush's endpoint change was slow in one round: the
 // ratios of the rounds' max are 1.5×, 3× and 1.1×, and Report gives their
-// median, 1.5×, where the ratio of the pooled max would say 3×.
+// median, 1.5×, where the ratio of the pooled max would say 3×. A second
+// table splits each server's resident set per client.
 func ExampleReport() {
 	// A change of rounds whose clients' latencies reach at most maxes.
 	change := func(cpu time.Duration, maxes ...time.Duration) harness.ChangeResult {
@@ -35,12 +36,14 @@ func ExampleReport() {
 	harness.Report(os.Stdout, []harness.Result{
 		{Server: "xdspush", Protocol: "delta", Clients: 100, Services: 100, Rounds: 3,
 			Init: harness.Latency{Max: time.Second}, RSSPerClient: 60 << 10,
+			Memory: harness.Memory{Heap: 24 << 10, HeapFree: 6 << 10, Stacks: 20 << 10, Goroutines: 5},
 			Changes: map[string]harness.ChangeResult{
 				"endpoint": beside("endpoint", change(150*time.Microsecond, 30*ms, 90*ms, 33*ms)),
 				"cluster":  beside("cluster", change(300*time.Microsecond, 60*ms, 60*ms, 60*ms)),
 			}},
 		{Server: "floor", Protocol: "delta", Clients: 100, Services: 100, Rounds: 3,
 			Init: harness.Latency{Max: time.Second}, RSSPerClient: 30 << 10,
+			Memory:  harness.Memory{Heap: 12 << 10, HeapFree: 3 << 10, Stacks: 12 << 10, Goroutines: 4},
 			Changes: floor},
 	})
 	// Output:
@@ -50,6 +53,13 @@ func ExampleReport() {
 	// |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|
 	// | xdspush | delta | 1.00s | 60.0 KiB | 15.0ms / 90.0ms / 90.0ms | 1.50× | 1.00 | 270 B | 150µs | 1.50× | 30.0ms / 60.0ms / 60.0ms | 3.00× | 1.00 | 270 B | 300µs | 3.00× | – | – | – | – | 0 |
 	// | floor | delta | 1.00s | 30.0 KiB | 10.0ms / 30.0ms / 30.0ms | 1.00× | 1.00 | 270 B | 100µs | 1.00× | 10.0ms / 20.0ms / 20.0ms | 1.00× | 1.00 | 270 B | 100µs | 1.00× | – | – | – | – | 0 |
+	//
+	// Memory per client once converged, less before the clients connected: the resident set; the live heap; the free space in the heap's spans in use; the goroutines' stacks; the goroutines (– for another process). ×floor: ratio to the floor's, same protocol.
+	//
+	// | server | proto | RSS | ×floor | live heap | ×floor | free in spans | stacks | goroutines |
+	// |---|---|---|---|---|---|---|---|---|
+	// | xdspush | delta | 60.0 KiB | 2.00× | 24.0 KiB | 2.00× | 6.00 KiB | 20.0 KiB | 5.00 |
+	// | floor | delta | 30.0 KiB | 1.00× | 12.0 KiB | 1.00× | 3.00 KiB | 12.0 KiB | 4.00 |
 }
 
 // ReportBurst prints a row per run, then one per server and protocol.

@@ -141,6 +141,9 @@ func TestUsageOfAnotherProcessHeap(t *testing.T) {
 	if u.Heap <= 0 || u.Heap > garbage/4 {
 		t.Errorf("live heap %d; want some, and not the garbage", u.Heap)
 	}
+	if u.HeapInuse < u.Heap || u.Stacks <= 0 {
+		t.Errorf("heap in use %d, stacks %d; want at least the live heap %d, and some", u.HeapInuse, u.Stacks, u.Heap)
+	}
 	if taken := plain.RSS - u.RSS; taken < garbage/4 {
 		t.Errorf("resident set %d, as is %d; want most of the %d bytes of free heap taken off", u.RSS, plain.RSS, garbage)
 	}
@@ -157,14 +160,15 @@ func TestMemStatsOf(t *testing.T) {
 		want    map[string]int64
 		wantErr bool
 	}{
-		{"fields", "heap profile: 1: 2 [3: 4] @ heap/1024\n# runtime.MemStats\n# HeapIdle = 300\n# HeapReleased = 100\n# HeapAlloc = 42\n# NumGC = 7\n",
-			map[string]int64{"HeapIdle": 300, "HeapReleased": 100, "HeapAlloc": 42}, false},
-		{"missing", "# HeapIdle = 300\n# HeapAlloc = 42\n", nil, true},
-		{"not a number", "# HeapIdle = x\n# HeapReleased = 1\n# HeapAlloc = 2\n", nil, true},
+		{"fields", "heap profile: 1: 2 [3: 4] @ heap/1024\n# runtime.MemStats\n# HeapIdle = 300\n# HeapReleased = 100\n# HeapAlloc = 42\n# NumGC = 7\n# Stack = 64 / 96\n",
+			map[string]int64{"HeapIdle": 300, "HeapReleased": 100, "HeapAlloc": 42, "Stack": 64}, false},
+		{"missing", "# HeapIdle = 300\n# HeapAlloc = 42\n# Stack = 1 / 2\n", nil, true},
+		{"not a number", "# HeapIdle = x\n# HeapReleased = 1\n# HeapAlloc = 2\n# Stack = 1 / 2\n", nil, true},
+		{"stack not a number", "# HeapIdle = 3\n# HeapReleased = 1\n# HeapAlloc = 2\n# Stack = a / 2\n", nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := memStatsOf(tt.profile, "HeapIdle", "HeapReleased", "HeapAlloc")
+			got, err := memStatsOf(tt.profile, "HeapIdle", "HeapReleased", "HeapAlloc", "Stack")
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err = %v; want error %v", err, tt.wantErr)
 			}

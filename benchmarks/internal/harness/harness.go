@@ -123,8 +123,10 @@ type Result struct {
 	// until they converged; InitLargest the largest response (bytes).
 	InitResponses, InitBytes, InitLargest int64
 	// RSSPerClient is the server's resident set after the clients
-	// converged minus before they connected, per client (bytes).
+	// converged minus before they connected, per client (bytes); Memory
+	// splits it.
 	RSSPerClient float64
+	Memory       Memory
 	// Changes by kind (mesh.EndpointChange, mesh.ClusterChange).
 	Changes map[string]ChangeResult
 	// Storm is the reconnect storm, if run.
@@ -134,6 +136,27 @@ type Result struct {
 	// Errors describes what went wrong (stream errors, clients that did
 	// not converge or ACK in time).
 	Errors []string
+}
+
+// Memory is what the server holds per client once they converged, less
+// what it held before they connected, from the runtime's statistics
+// (see usage): the live heap, the free space in the heap's spans in use
+// (HeapInuse less the live heap), the goroutine stacks, in bytes; and the
+// goroutines (0 when unknown: another process's).
+type Memory struct {
+	Heap, HeapFree, Stacks, Goroutines float64
+}
+
+// memoryPerClient returns the Memory of the usages before and after n
+// clients converged.
+func memoryPerClient(before, after usage, n int) Memory {
+	per := func(b, a int64) float64 { return float64(a-b) / float64(n) }
+	return Memory{
+		Heap:       per(before.Heap, after.Heap),
+		HeapFree:   per(before.HeapInuse-before.Heap, after.HeapInuse-after.Heap),
+		Stacks:     per(before.Stacks, after.Stacks),
+		Goroutines: per(int64(before.Goroutines), int64(after.Goroutines)),
+	}
 }
 
 // Latency summarises per-client times.
@@ -470,6 +493,7 @@ func openSession(cfg Config, name, protocol string) (*session, error) {
 		return s, err
 	}
 	res.RSSPerClient = float64(after.RSS-base.RSS) / float64(cfg.Clients)
+	res.Memory = memoryPerClient(base, after, cfg.Clients)
 	fmt.Fprintf(cfg.Progress, "%s %s: %d clients converged in %v\n", name, protocol, cfg.Clients, res.Init.Max.Round(time.Millisecond))
 	return s, nil
 }

@@ -94,6 +94,9 @@ func TestRun(t *testing.T) {
 		if r.Storm == nil || r.Storm.Latency.Missing != 0 {
 			t.Errorf("%s: storm %+v; want every client converged", name, r.Storm)
 		}
+		if m := r.Memory; m.Heap <= 0 || m.Stacks <= 0 || m.Goroutines < 1 {
+			t.Errorf("%s: memory per client %+v; want a live heap, stacks and at least a goroutine", name, m)
+		}
 		if r.Server == "xdspush" || r.Server == "floor" {
 			if r.Violations != 0 {
 				t.Errorf("%s: %d dangling references; want 0", name, r.Violations)
@@ -109,7 +112,7 @@ func TestRun(t *testing.T) {
 	}
 	var b strings.Builder
 	Report(&b, rs)
-	for _, want := range []string{"| xdspush | sotw |", "| floor | delta |", "| gcp-pertype | delta |", "xdspush ÷ go-control-plane"} {
+	for _, want := range []string{"| xdspush | sotw |", "| floor | delta |", "| gcp-pertype | delta |", "xdspush ÷ go-control-plane", "Memory per client"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("Report lacks %q:\n%s", want, b.String())
 		}

@@ -175,6 +175,9 @@ func Report(w io.Writer, rs []Result) {
 	if slices.ContainsFunc(rs, func(r Result) bool { return len(r.Changes) > 0 }) {
 		reportChanges(w, rs)
 	}
+	if slices.ContainsFunc(rs, func(r Result) bool { return r.RSSPerClient > 0 }) {
+		reportMemory(w, rs)
+	}
 	if slices.ContainsFunc(rs, func(r Result) bool { return r.Storm != nil }) {
 		reportStorms(w, rs)
 	}
@@ -251,6 +254,30 @@ func reportChanges(w io.Writer, rs []Result) {
 		hdr := []string{"proto", "vs", "endpoint p99", "endpoint CPU", "endpoint bytes",
 			"cluster p99", "cluster CPU", "cluster bytes", "storm", "storm CPU", "RSS/client"}
 		fmt.Fprintf(w, "| %s |\n|%s\n%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)), strings.Join(lines, "\n"))
+	}
+}
+
+// reportMemory writes a table of what each server holds per client once
+// they converged, its resident set split by the runtime's statistics
+// (see Memory).
+func reportMemory(w io.Writer, rs []Result) {
+	fmt.Fprintf(w, "\nMemory per client once converged, less before the clients connected: the resident set; "+
+		"the live heap; the free space in the heap's spans in use; the goroutines' stacks; the goroutines "+
+		"(– for another process). ×floor: ratio to the floor's, same protocol.\n\n")
+	hdr := []string{"server", "proto", "RSS", "×floor", "live heap", "×floor", "free in spans", "stacks", "goroutines"}
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
+	for _, r := range rs {
+		m := r.Memory
+		fr, fh := "–", "–"
+		if f := find(rs, "floor", r.Protocol); f != nil {
+			fr, fh = ratio(r.RSSPerClient, f.RSSPerClient), ratio(m.Heap, f.Memory.Heap)
+		}
+		g := "–"
+		if m.Goroutines != 0 {
+			g = fmt.Sprintf("%.2f", m.Goroutines)
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join([]string{r.Server, r.Protocol, size(r.RSSPerClient), fr,
+			size(m.Heap), fh, size(m.HeapFree), size(m.Stacks), g}, " | "))
 	}
 }
 
