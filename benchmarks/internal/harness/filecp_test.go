@@ -115,8 +115,9 @@ func (selfHeap) WriteHeap(w io.Writer, debug int) error {
 }
 
 // TestUsageOfAnotherProcessHeap reads this process's usage as another's
-// that can profile its heap: the resident set less the free heap not
-// returned to the system, and the live heap, from the profile.
+// that can profile its heap: its resident set is then the runtime's count
+// of the memory it uses, without the free heap, and its live heap is read
+// from the profile.
 func TestUsageOfAnotherProcessHeap(t *testing.T) {
 	// 128 MiB of garbage, collected: free heap the runtime returns to the
 	// system only little by little.
@@ -141,11 +142,11 @@ func TestUsageOfAnotherProcessHeap(t *testing.T) {
 	if u.Heap <= 0 || u.Heap > garbage/4 {
 		t.Errorf("live heap %d; want some, and not the garbage", u.Heap)
 	}
-	if u.HeapInuse < u.Heap || u.Stacks <= 0 {
-		t.Errorf("heap in use %d, stacks %d; want at least the live heap %d, and some", u.HeapInuse, u.Stacks, u.Heap)
+	if u.HeapInuse < u.Heap || u.Stacks <= 0 || u.RSS < u.HeapInuse+u.Stacks {
+		t.Errorf("usage %+v; want the heap in use at least the live heap, some stacks, and a resident set of both at least", u)
 	}
 	if taken := plain.RSS - u.RSS; taken < garbage/4 {
-		t.Errorf("resident set %d, as is %d; want most of the %d bytes of free heap taken off", u.RSS, plain.RSS, garbage)
+		t.Errorf("resident set %d, as the kernel counts it %d; want most of the %d bytes of free heap left out", u.RSS, plain.RSS, garbage)
 	}
 	// Without a resident set asked for, nothing is taken off.
 	if u, err := readUsageOf(os.Getpid(), selfHeap{}, false); err != nil || u.Heap != 0 {
