@@ -79,7 +79,8 @@ type usage struct {
 	// CPU is user plus system time of the process so far, in ns.
 	CPU int64 `json:"cpu_ns"`
 	// RSS is its resident set after a garbage collection that returned
-	// free memory to the system, in bytes.
+	// free memory to the system, in bytes (of another process, the
+	// runtime's count of the memory it uses: see readUsageOf).
 	RSS int64 `json:"rss"`
 	// Heap is the bytes of live heap objects after that collection;
 	// HeapInuse the bytes of the heap's spans in use, which hold those
