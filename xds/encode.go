@@ -37,6 +37,10 @@ type encKey struct {
 // (Config.NamedKinds) does not rotate what it regenerates: the
 // connections it skips did not use their encodings, which they need at
 // their next generation; the growth rule alone bounds those types. A
+// push with named keys that skips no connection rotates as any push does:
+// without that, a resource every client watches and every push changes
+// (a route configuration, say) would keep each version's message and
+// encoding until the growth rule's bound, a thousand versions and more. A
 // resource that several
 // connections need at once (the subsets of on-demand clients that share
 // it) is marshalled by the first of them; the others wait for its

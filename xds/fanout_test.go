@@ -107,6 +107,59 @@ func TestNamedPushSkipsWhoWatchesNoneOfIt(t *testing.T) {
 	})
 }
 
+// A named push that skips no connection rotates the encodings of what it
+// regenerates, as a push without named keys does: a resource every client
+// watches, changed by push after push, keeps the encodings of its last
+// two generations, not of every version (each version's message and its
+// encoding, until the growth rule's bound). A named push that skips a
+// connection keeps them, for the connection it skipped.
+func TestNamedPushRotatesEncodingsWhenItSkipsNoOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, _, skipped := startNamed(t)
+		cs := connectSubsets(f, []string{"c0", "c1"}, []string{"c1", "c2"})
+		eds := f.srv.set.typeIndex(EndpointType)
+		versionsOf := func(name string) int {
+			c := f.srv.cache
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			n := 0
+			for _, gen := range []map[encKey]*encEntry{c.gens[eds].cur, c.gens[eds].prev} {
+				for k := range gen {
+					if k.name == name {
+						n++
+					}
+				}
+			}
+			return n
+		}
+		change := func(name string, k int) {
+			f.update(false, func(s *store) { s.endpoints[name] = xdsfixture.CLA(name, fmt.Sprintf("10.9.9.%d:80", k)) }, key(kindEndpoint, name))
+			settle()
+			for _, c := range cs {
+				c.ackUntilQuiet()
+			}
+		}
+		for k := range 10 { // both clients watch c1: no push skips one
+			change("c1", k)
+		}
+		if got := skipped.Load(); got != 0 {
+			t.Fatalf("the pushes of c1 skipped %d connections; want 0", got)
+		}
+		if got := versionsOf("c1"); got > 2 {
+			t.Errorf("%d encodings of c1 kept after ten pushes that skipped no one; want at most 2", got)
+		}
+		for k := range 10 { // only client 0 watches c0: each push skips client 1
+			change("c0", k)
+		}
+		if got := skipped.Load(); got != 10 {
+			t.Fatalf("the pushes of c0 skipped %d connections; want 10", got)
+		}
+		if got := versionsOf("c0"); got < 10 {
+			t.Errorf("%d encodings of c0 kept after ten pushes that skipped a connection; want every version's (no rotation)", got)
+		}
+	})
+}
+
 // Pushes that cannot skip anyone: Forced, a key of a kind that is not
 // named, more keys than a connection's check may look up.
 func TestNamedPushesThatSkipNoOne(t *testing.T) {

@@ -205,20 +205,22 @@ func (s *Server) push(ctx context.Context, u *update) {
 	if prev != nil {
 		nk = s.set.namedKeys(req)
 	}
-	s.cache.rotate(func(i int) bool {
-		// A type is regenerated when an index of its kinds was rebuilt,
-		// by a Forced push, and by every push when it has no kinds (see
-		// the core's affected); by every connection, unless the push may skip
-		// some (see encCache).
-		kinds := s.set.Kinds[i]
-		return nk == nil && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))
-	})
 	item := &session.PushItem{Req: &out, Seq: next.Seq(), Start: s.set.clock.Now(), Merged: 1}
 	var before uint64
 	if prev != nil {
 		before = prev.Seq()
 	}
 	n, skipped := s.fanOut(item, nk, before)
+	s.cache.rotate(func(i int) bool {
+		// A type is regenerated when an index of its kinds was rebuilt,
+		// by a Forced push, and by every push when it has no kinds (see
+		// the core's affected); by every connection, unless the push
+		// skipped some (see encCache). The generations the push queued
+		// may have begun: what they encoded before the rotation is in the
+		// previous generation, and moves back at its next use.
+		kinds := s.set.Kinds[i]
+		return skipped == 0 && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))
+	})
 	s.track.pushed(u.gens, next.Seq())
 
 	ev := PushEvent{Version: next.Version(), Full: req.Full, Build: took, Attempts: attempts, Connections: n, Skipped: skipped, Reason: req.Reason}
