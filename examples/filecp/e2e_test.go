@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	adminv3 "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -68,6 +69,26 @@ func adminGet(t *testing.T, addr, path string) string {
 		t.Fatalf("GET %s = %d %s", path, resp.StatusCode, b)
 	}
 	return string(b)
+}
+
+// awaitSyncz waits, polling /debug/syncz for at most defaultTestTimeout,
+// for want types synced over every proxy.
+func awaitSyncz(t *testing.T, admin string, want int) {
+	t.Helper()
+	deadline := time.After(defaultTestTimeout)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		syncz := adminGet(t, admin, "/debug/syncz")
+		if strings.Count(syncz, `"status": "SYNCED"`) == want {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("/debug/syncz = %s; want %d types synced", syncz, want)
+		}
+	}
 }
 
 // TestEndToEnd runs the program on a temporary directory, connects an edge
@@ -144,9 +165,10 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("config_dump %s = %v; want %v", typ.Short(), got, names)
 		}
 	}
-	if syncz := adminGet(t, admin, "/debug/syncz"); strings.Count(syncz, `"status": "SYNCED"`) != 8 {
-		t.Errorf("/debug/syncz = %s; want 4 types synced for each of 2 proxies", syncz)
-	}
+	// The clients hold their configuration once they have read it; the
+	// Server counts a type synced once it has read the client's ACK, a
+	// moment later.
+	awaitSyncz(t, admin, 8)
 
 	// CSDS, on the ADS port: the same, per resource.
 	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
