@@ -60,6 +60,30 @@ func TestSoak(t *testing.T) {
 	}
 }
 
+func TestParseMeasure(t *testing.T) {
+	for _, tt := range []struct {
+		in     string
+		figure string
+		bound  float64
+		err    bool
+	}{
+		{in: "heap", figure: "heap", bound: SoakGrowthBound},
+		{in: "heap:0.25", figure: "heap", bound: 0.25},
+		{in: "goroutines:1", figure: "goroutines", bound: 1},
+		{in: "stacks", err: true},
+		{in: "heap:", err: true},
+		{in: "heap:-0.1", err: true},
+		{in: "heap:0", err: true},
+		{in: "heap:Inf", err: true},
+		{in: "heap:NaN", err: true},
+	} {
+		figure, bound, err := ParseMeasure(tt.in)
+		if (err != nil) != tt.err || figure != tt.figure || bound != tt.bound {
+			t.Errorf("ParseMeasure(%q) = %q, %v, %v; want %q, %v, error %v", tt.in, figure, bound, err, tt.figure, tt.bound, tt.err)
+		}
+	}
+}
+
 // TestSoakGrowth checks how a soak's growth is measured: the median of the
 // samples of its last third over that of its second sixth, and which
 // figures Flat judges.
@@ -81,6 +105,12 @@ func TestSoakGrowth(t *testing.T) {
 			want: Growth{RSS: 1.15, Heap: 1, Goroutines: 1}, measures: []string{"heap", "goroutines"}, flat: true, clean: true},
 		{name: "a leak", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(110, 60, 10), win(120, 70, 10)},
 			want: Growth{RSS: 1.15, Heap: 1.3, Goroutines: 1}, measures: []string{"heap"}, clean: true},
+		{name: "a leak, within a looser bound than its growth", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(110, 60, 10), win(120, 70, 10)},
+			want: Growth{RSS: 1.15, Heap: 1.3, Goroutines: 1}, measures: []string{"heap:0.5", "goroutines"}, flat: true, clean: true},
+		{name: "a leak, past a looser bound", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(110, 60, 10), win(120, 70, 10)},
+			want: Growth{RSS: 1.15, Heap: 1.3, Goroutines: 1}, measures: []string{"heap:0.25", "goroutines"}, clean: true},
+		{name: "a bound that is not a number", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10)},
+			want: Growth{RSS: 1, Heap: 1, Goroutines: 1}, measures: []string{"heap:x"}, clean: true},
 		{name: "goroutines leak", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 12), win(100, 50, 12)},
 			want: Growth{RSS: 1, Heap: 1, Goroutines: 1.2}, clean: true},
 		{name: "a sample taken while a push passed through", windows: []SoakWindow{win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10), win(100, 50, 10),
