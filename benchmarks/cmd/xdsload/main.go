@@ -105,7 +105,7 @@ func run() error {
 	window := flag.Duration("window", 10*time.Second, "soak: time between two checks of convergence and samples of the server")
 	subset := flag.Int("subset", harness.DefaultSubset, "ondemand: clusters each client subscribes to by name (drawn from -seed)")
 	samples := flag.Int("samples", harness.DefaultSamples, "ondemand: clients, spread over the fleet, that each subscribe to one more cluster at the end")
-	flat := flag.String("flat", strings.Join(harness.Measures, ","), "soak: the server's figures that must stay flat, some of "+strings.Join(harness.Measures, ", ")+" (a short soak: heap,goroutines; the resident set grows for minutes as the heap's spans fragment), each ±5 % or with its own bound: heap:0.25 for ±25 %")
+	flat := flag.String("flat", strings.Join(harness.Measures, ","), "soak: the server's figures that must stay flat, some of "+strings.Join(harness.Measures, ", ")+", each ±5 % or with its own bound, heap:0.25 for ±25 % (a short soak: goroutines,heap:0.25; its live heap moves by up to 12 %, and the resident set grows for minutes as the heap's spans fragment)")
 	backoffBase := flag.Duration("backoff-base", fleet.DefaultBackoffBase, "bound of the wait before a client's first retry of a failed stream (doubling with each retry in a row)")
 	recvLimit := flag.Int("recv-limit", 0, "largest response a client accepts, in bytes (0: 64 MiB; gRPC's default is 4 MiB, 4194304)")
 	backoffMax := flag.Duration("backoff-max", fleet.DefaultBackoffMax, "cap of the bound of a client's retry wait")
