@@ -259,8 +259,9 @@
 //
 // Server is safe for concurrent use. Each stream is served by gRPC's handler
 // goroutine, which waits for the stream's end, plus a receive goroutine,
-// which runs each request as it reads it, plus a writer goroutine only
-// while responses to requests, or more than a push's first batch, are
+// which runs each request as it reads it and then writes the answers
+// (reading goes on on a new receive goroutine meanwhile), plus a writer
+// goroutine only while more than a step's first batch of responses is
 // being written (a push's own responses are written by the push queue's
 // goroutine that made them, which gives its push slot to another
 // goroutine if the write takes 20 ms: a client that does not read holds

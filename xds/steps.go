@@ -77,11 +77,12 @@ func (c *conn) postEvent(ev event) bool {
 // setPaused). first is set for the stream's first receive goroutine, which
 // hands its first request to the stream's opening to run.
 //
-// After each step it hands reading on to a new receive goroutine and
-// ends. A step grows a stack well past the 2 KiB or so that waiting in
-// grpc-go's Recv takes (making responses to 8 KiB and more; even one that
-// only records an ACK, to 4 KiB and more), and the runtime halves a stack
-// only while less than a quarter of it is in use: a receive goroutine
+// After each step it hands reading on to a new receive goroutine, writes
+// the step's answers if the step started a write, and ends. A step grows
+// a stack well past the 2 KiB or so that waiting in grpc-go's Recv takes
+// (making responses to 8 KiB and more; even one that only records an ACK,
+// to 4 KiB and more), and the runtime halves a stack only while less
+// than a quarter of it is in use: a receive goroutine
 // that lived on would keep that stack for as long as the stream idles,
 // where a new one starts small (BenchmarkIdleConnection reports the stack
 // an idle client keeps).
@@ -113,9 +114,24 @@ func (c *conn) receive(first bool) {
 		if !c.lockStep() {
 			return
 		}
-		err = c.handle(c.ctx, in)
+		batch, err := c.handle(c.ctx, in)
 		if !c.unlockStep(err) {
+			if batch != nil {
+				c.write(batch) // what the step queued before it failed
+			}
 			return
+		}
+		if batch != nil && !c.recvPaused.Load() {
+			// This goroutine is the writer: reading goes on on a new
+			// one, and the write costs no goroutine of its own, which
+			// would wait its turn to run and grow a new stack inside
+			// Send.
+			c.s.goStream(func() { c.receive(false) })
+			c.write(batch)
+			return
+		}
+		if batch != nil {
+			c.s.goStream(func() { c.write(batch) })
 		}
 		if c.recvPaused.Load() {
 			select {
@@ -176,15 +192,16 @@ func (s *Server) ctxStatus(ctx context.Context) error {
 	return status.FromContextError(ctx.Err()).Err()
 }
 
-// handle runs one client request through the core.
-func (c *conn) handle(ctx context.Context, in session.Inbound) error {
+// handle runs one client request through the core. It returns the batch
+// a writer is to start on, if any (see settle): the caller writes it once
+// the step is over, or hands it to a writer goroutine.
+func (c *conn) handle(ctx context.Context, in session.Inbound) ([]*session.OutMsg, error) {
 	now := c.s.set.clock.Now()
 	err := c.catchUp(ctx, now)
 	if err == nil {
 		err = runRequest(ctx, c, c.core, now, in)
 	}
-	c.afterStep()
-	return err
+	return c.settle(true), err
 }
 
 // loop is the handler goroutine's part once the stream is served: it

@@ -41,13 +41,15 @@ import (
 // stays as small as the stream's opening left it. No write is made under
 // the step lock, so that a blocked write never blocks a step: a push's
 // first batch is written by the drainer once its step is over (and its
-// push slot given up if the write blocks, see inline.go), any other batch
-// by a writer goroutine (write.go), which runs only while responses are being
-// written.
+// push slot given up if the write blocks, see inline.go), a request's
+// answers by the goroutine that read the request, once it has handed
+// reading on (see receive), any other batch by a writer goroutine
+// (write.go), which runs only while responses are being written.
 //
-// So a push, the write of its responses and the client's ACK cost no
-// hand-over between goroutines: at 10,000 streams each hand-over is a
-// goroutine that waits its turn behind thousands of runnable ones.
+// So a push, the write of its responses and the client's ACK, or a
+// request and the write of its answers, cost no hand-over between
+// goroutines: at 10,000 streams each hand-over is a goroutine that waits
+// its turn behind thousands of runnable ones.
 
 // sotwStream is the part of the generated SotW stream a conn uses.
 type sotwStream interface {
@@ -370,7 +372,13 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	// to post (the receive goroutine may have filled the mailbox): loop
 	// finds the stream stopped as it starts.
 	c.timer = c.newTimer()
-	if err := c.handle(ctx, first); err != nil {
+	batch, err := c.handle(ctx, first)
+	if batch != nil {
+		// Written by a goroutine of its own: this one holds the step lock
+		// for the handler goroutine, and a write ends with a step.
+		s.goStream(func() { c.write(batch) })
+	}
+	if err != nil {
 		c.stopped = true
 		c.failErr = err
 	}
