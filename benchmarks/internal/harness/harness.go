@@ -122,6 +122,10 @@ type Result struct {
 	// InitResponses and InitBytes are what the clients received in all
 	// until they converged; InitLargest the largest response (bytes).
 	InitResponses, InitBytes, InitLargest int64
+	// InitBeside counts the other sessions (a server child and its
+	// clients child, idle) that were up while the clients converged at
+	// first: Run measures every initial convergence with none (see Run).
+	InitBeside int
 	// RSSPerClient is the server's resident set after the clients
 	// converged minus before they connected, per client (bytes); Memory
 	// splits it.
@@ -228,12 +232,16 @@ func (s StormResult) Utilisation() float64 {
 
 // Run runs every (server, protocol) of cfg. Over each protocol, each
 // server runs side by side with a floor of its own, if the floor is among
-// cfg's servers, one pair at a time: the floor's clients converge, then
-// the server's; then each round of each kind of change is made to the
+// cfg's servers, one pair at a time: the server's clients converge, then
+// the floor's; then each round of each kind of change is made to the
 // server and to the floor in turn, so that the two are seconds apart, not
 // minutes (see ChangeResult.FloorRounds); then the server's storm and, the
 // first time, the floor's. While one works, the other and its clients sit
-// idle, connected. The floor's own figures are those of its first pairing.
+// idle, connected. The floor's own figures are those of its first pairing,
+// and its initial convergence and memory those of a session of its own
+// before it: each initial convergence is measured with no other session
+// up, as clients that converge beside another session's idle ones took
+// up to 1.47× as long (benchmarks/README.md, "A 1,000-service mesh").
 // go-control-plane's servers run alone (see Solo); so do all without the
 // floor. Results come by server, then protocol, in cfg's order.
 func Run(cfg Config) ([]Result, error) {
@@ -292,8 +300,10 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 	}
 	defer func() { closeAll(open...) }()
 	start := func(name string) (*session, error) {
+		beside := len(open)
 		s, err := openSession(cfg, name, protocol)
 		if s != nil {
+			s.res.InitBeside = beside
 			open = append(open, s)
 		}
 		if err != nil {
@@ -304,16 +314,27 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 	// run runs name's session, beside a floor's if withFloor, then its
 	// storm, and the floor's if keep (its result is then out's).
 	run := func(name string, withFloor, keep bool) error {
-		var floor *session
-		if withFloor {
-			var err error
-			if floor, err = start("floor"); err != nil {
+		var alone *Result // the floor's figures measured alone
+		if withFloor && keep {
+			f, err := start("floor")
+			if err != nil {
 				return err
 			}
+			alone = &f.res
+			closeAll(f)
 		}
 		s, err := start(name)
 		if err != nil {
 			return err
+		}
+		var floor *session
+		if withFloor {
+			if floor, err = start("floor"); err != nil {
+				return err
+			}
+			if alone != nil {
+				floor.res.initFrom(*alone)
+			}
 		}
 		if err := runChanges(cfg, s, floor); err != nil {
 			return err
@@ -353,6 +374,17 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 		}
 	}
 	return out, err
+}
+
+// initFrom takes the figures of the initial convergence and the memory
+// from a, a session of the same server alone before this one, whose
+// convergence beside another session's clients is not comparable.
+func (r *Result) initFrom(a Result) {
+	r.Init, r.InitStreams, r.InitBeside = a.Init, a.InitStreams, a.InitBeside
+	r.InitResponses, r.InitBytes, r.InitLargest = a.InitResponses, a.InitBytes, a.InitLargest
+	r.RSSPerClient, r.Memory = a.RSSPerClient, a.Memory
+	r.Errors = slices.Concat(a.Errors, r.Errors)
+	r.Violations += a.Violations
 }
 
 // runChanges makes cfg.Rounds changes of each kind to s and, round by

@@ -375,6 +375,9 @@ func TestRunPairs(t *testing.T) {
 				if r.Server != tt.servers[i] {
 					t.Errorf("result %d is %s; want %s", i, r.Server, tt.servers[i])
 				}
+				if r.InitBeside != 0 {
+					t.Errorf("%s: initial convergence measured beside %d other sessions; want none", r.Server, r.InitBeside)
+				}
 				for _, k := range Kinds {
 					c := r.Changes[k]
 					if len(c.Rounds) != 1 {
