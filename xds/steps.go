@@ -82,10 +82,9 @@ func (c *conn) postEvent(ev event) bool {
 // a stack well past the 2 KiB or so that waiting in grpc-go's Recv takes
 // (making responses to 8 KiB and more; even one that only records an ACK,
 // to 4 KiB and more), and the runtime halves a stack only while less
-// than a quarter of it is in use: a receive goroutine
-// that lived on would keep that stack for as long as the stream idles,
-// where a new one starts small (BenchmarkIdleConnection reports the stack
-// an idle client keeps).
+// than a quarter of it is in use: a receive goroutine that lived on would
+// keep that stack for as long as the stream idles, where a new one starts
+// small (BenchmarkIdleConnection reports the stack an idle client keeps).
 func (c *conn) receive(first bool) {
 	for {
 		var in session.Inbound

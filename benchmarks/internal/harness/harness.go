@@ -332,7 +332,9 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 			if floor, err = start("floor"); err != nil {
 				return err
 			}
-			if alone != nil {
+			// A floor that did not converge this time keeps its own
+			// figures, which say so.
+			if alone != nil && floor.converged() {
 				floor.res.initFrom(*alone)
 			}
 		}
