@@ -41,10 +41,9 @@ type encKey struct {
 // without that, a resource every client watches and every push changes
 // (a route configuration, say) would keep each version's message and
 // encoding until the growth rule's bound, a thousand versions and more. A
-// resource that several
-// connections need at once (the subsets of on-demand clients that share
-// it) is marshalled by the first of them; the others wait for its
-// encoding.
+// resource that several connections need at once (the subsets of
+// on-demand clients that share it) is marshalled by the first of them;
+// the others wait for its encoding.
 type encCache struct {
 	mu   sync.Mutex // protects gens
 	gens []encGens  // by type index

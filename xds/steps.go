@@ -115,31 +115,28 @@ func (c *conn) receive(first bool) {
 		}
 		batch, err := c.handle(c.ctx, in)
 		if !c.unlockStep(err) {
-			if batch != nil {
-				c.write(batch) // what the step queued before it failed
-			}
+			c.write(batch) // what the step queued before it failed, if anything
 			return
-		}
-		if batch != nil && !c.recvPaused.Load() {
-			// This goroutine is the writer: reading goes on on a new
-			// one, and the write costs no goroutine of its own, which
-			// would wait its turn to run and grow a new stack inside
-			// Send.
-			c.s.goStream(func() { c.receive(false) })
-			c.write(batch)
-			return
-		}
-		if batch != nil {
-			c.s.goStream(func() { c.write(batch) })
 		}
 		if c.recvPaused.Load() {
+			if batch != nil {
+				// The write is what lets reading resume: it cannot wait
+				// behind the pause on this goroutine.
+				c.s.goStream(func() { c.write(batch) })
+				batch = nil
+			}
 			select {
 			case <-c.resume:
 			case <-c.done:
 				return
 			}
 		}
+		// This goroutine is the writer of the step's answers: reading goes
+		// on on a new one, and the write costs no goroutine of its own,
+		// which would wait its turn to run and grow a new stack inside
+		// Send.
 		c.s.goStream(func() { c.receive(false) })
+		c.write(batch)
 		return
 	}
 }
