@@ -417,12 +417,11 @@ func (c *Core) ack(ts *TypeState) {
 		return
 	}
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	ev := Notice{Kind: NoticeACK, Type: ts.idx, ACK: ackNote{Version: VersionOf(ts.NonceSent), Nonce: ts.NonceSent,
-		Took: c.now.Sub(c.set.Time(ts.sentAt))}}
+	a := &c.note(NoticeACK, ts.idx).ACK
+	a.Version, a.Nonce, a.Took = VersionOf(ts.NonceSent), ts.NonceSent, c.now.Sub(c.set.Time(ts.sentAt))
 	if ts.startSent != 0 {
-		ev.ACK.Converged, ev.ACK.ConvTook = true, c.now.Sub(c.set.Time(ts.startSent))
+		a.Converged, a.ConvTook = true, c.now.Sub(c.set.Time(ts.startSent))
 	}
-	c.emit(ev)
 }
 
 // nack records a NACK of the response with nonce (version is the client's
@@ -443,7 +442,7 @@ func (c *Core) nack(i int, nonce, version, msg string) (resend []string) {
 		resend = c.reject(ts, nonce)
 		ts.NACK = &n
 	}
-	c.emit(Notice{Kind: NoticeNACK, Type: i, NACK: n})
+	c.note(NoticeNACK, i).NACK = n
 	if matched {
 		c.stopOnNACK(i)
 	}

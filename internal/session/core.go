@@ -357,7 +357,7 @@ func (c *Core) typeFailed(ts *TypeState, stage string, err error, push, timedOut
 	if !timedOut {
 		retryIn = c.set.BackoffFor(ts.fails(), c.seed+uint64(ts.idx))
 	}
-	c.emit(Notice{Kind: NoticeGenerateFailed, Type: ts.idx, Gen: genFailure{Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn}})
+	c.note(NoticeGenerateFailed, ts.idx).Gen = genFailure{Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn}
 }
 
 // typeOK records a successful generation of type ts, clearing its

@@ -42,7 +42,7 @@ func (c *Core) deltaNonce(i int, req *discoveryv3.DeltaDiscoveryRequest) (resend
 		return nil
 	case req.ResponseNonce != ts.NonceSent:
 		c.accepted(ts, req.ResponseNonce)
-		c.emit(Notice{Kind: NoticeStaleNonceApplied, Type: i, Nonce: req.ResponseNonce})
+		c.note(NoticeStaleNonceApplied, i).Nonce = req.ResponseNonce
 	default:
 		c.ack(ts)
 	}
@@ -97,7 +97,7 @@ func (c *Core) DeltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 	sub, subStar := shared.NormalizeNames(req.ResourceNamesSubscribe)
 	unsub, unsubStar := shared.NormalizeNames(req.ResourceNamesUnsubscribe)
 	if (subStar || unsubStar) && !full {
-		c.emit(Notice{Kind: NoticeWildcardIgnored, URL: req.TypeUrl})
+		c.note(NoticeWildcardIgnored, 0).URL = req.TypeUrl
 		subStar, unsubStar = false, false
 	}
 	wasWildcard := ts.Sub.Wildcard

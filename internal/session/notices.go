@@ -1,6 +1,7 @@
 package session
 
 import (
+	"slices"
 	"time"
 
 	"github.com/xdspush/xdspush/internal/recycle"
@@ -96,16 +97,24 @@ type responseEvent struct {
 	Push                      bool
 }
 
-// emit queues a notice for the runner to report after the step. The
+// note queues a notice of kind about type index typ for the runner to
+// report after the step, and returns it for the caller to fill in. The
 // queue's buffer comes from NoticeBufs and goes back there once reported:
-// a notice is large (it holds any of the events), and
-// an idle connection keeps none.
-func (c *Core) emit(ev Notice) {
+// an idle connection keeps none. A notice is large (it holds any of the
+// events, 392 bytes), so it is written where it is queued: one passed by
+// value took its size in the frame of every function that queued one, on
+// the stack of a step's goroutine, which starts small.
+func (c *Core) note(kind noticeKind, typ int) *Notice {
 	if c.NoticeBuf == nil {
 		c.NoticeBuf = NoticeBufs.Get()
 		c.Notices = (*c.NoticeBuf)[:0]
 	}
-	c.Notices = append(c.Notices, ev)
+	n := len(c.Notices)
+	c.Notices = slices.Grow(c.Notices, 1)[:n+1]
+	ev := &c.Notices[n]
+	clear(c.Notices[n:])
+	ev.Kind, ev.Type = kind, typ
+	return ev
 }
 
 // NoticeBufs recycles the buffers of notices between steps, of any

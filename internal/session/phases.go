@@ -402,11 +402,11 @@ func (c *Core) phaseTimedOut() {
 		return
 	}
 	waited := c.now.Sub(pl.waitSince)
-	ev := phaseTimeout{Version: pl.req.Push.Version(), Waiting: c.excuseWaiting(pl), Next: -1, Waited: waited}
+	ev := &c.note(NoticePhaseTimeout, 0).Phase
+	*ev = phaseTimeout{Version: pl.req.Push.Version(), Waiting: c.excuseWaiting(pl), Next: -1, Waited: waited}
 	if len(pl.Phases) > 0 {
 		ev.Next, ev.Removal = pl.Phases[0].typeIdx, pl.Phases[0].removal
 	}
-	c.emit(Notice{Kind: NoticePhaseTimeout, Phase: ev})
 	c.advance(true)
 }
 
@@ -439,7 +439,7 @@ func (c *Core) stopOnNACK(i int) {
 	c.Plan = nil
 	c.CompletedSeq = max(c.CompletedSeq, pl.seq) // the push is over; its NACK stands
 	pl.free()
-	c.emit(Notice{Kind: NoticeNACKStopsPush, Type: i, Names: dropped})
+	c.note(NoticeNACKStopsPush, i).Names = dropped
 }
 
 // planRemoval gives the removals that the first answer of deferred type i

@@ -291,7 +291,7 @@ func (c *Core) namedBy(j int, name string, kind int) string {
 func (c *Core) referencesHeld(ts *TypeState, errs []*RefError) {
 	heldBack, failed := false, false
 	for _, e := range errs {
-		c.emit(Notice{Kind: NoticeReferenceError, Ref: e})
+		c.note(NoticeReferenceError, 0).Ref = e
 		if e.Rejected || !c.set.SendMissingReferences {
 			heldBack = true
 		}

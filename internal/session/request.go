@@ -92,7 +92,7 @@ func (c *Core) Request(now time.Time, in Inbound) (Need, error) {
 		return Need{}, err
 	}
 	if i < 0 {
-		c.emit(Notice{Kind: NoticeUnknownType, URL: truncate(t, c.set.MaxNameLength)})
+		c.note(NoticeUnknownType, 0).URL = truncate(t, c.set.MaxNameLength)
 		return Need{}, nil
 	}
 	var a *answer
@@ -204,13 +204,14 @@ func (c *Core) sotwStale(i int, nonce string, names []string, star, wildcard boo
 	}
 	ts.keptRequested(covers, ord)
 	ts.unreadRequested(covers, ord)
-	c.emit(Notice{Kind: NoticeStaleNonce, Type: i, Nonce: nonce, Sent: ts.NonceSent})
+	ev := c.note(NoticeStaleNonce, i)
+	ev.Nonce, ev.Sent = nonce, ts.NonceSent
 }
 
 // unwatch ends the watch of by-name type i: the client unsubscribed from
 // every name. It is marked dropped (see core.dropped).
 func (c *Core) unwatch(i int) {
-	c.emit(Notice{Kind: NoticeUnsubscribed, Type: i})
+	c.note(NoticeUnsubscribed, i)
 	c.subBytes -= c.Types[i].subBytes
 	c.setType(i, nil)
 	if c.dropped == nil {

@@ -51,8 +51,8 @@ func (c *Core) stampNonce(i int, nonce string, resources, removed, size int, o r
 	}
 	ts.seqSent, ts.appliedSent, ts.startSent = o.pc.Seq(), c.AppliedSeq, c.set.Instant(o.start)
 	if c.Debug {
-		c.emit(Notice{Kind: NoticeResponse, Type: i, Resp: responseEvent{Version: o.pc.Version(), Nonce: nonce,
-			Resources: resources, Removed: removed, Bytes: size, Push: o.push}})
+		c.note(NoticeResponse, i).Resp = responseEvent{Version: o.pc.Version(), Nonce: nonce,
+			Resources: resources, Removed: removed, Bytes: size, Push: o.push}
 	}
 	m := outPool.Get()
 	*m = OutMsg{TypeIndex: i, Nonce: nonce, Bytes: size, Push: o.push, Applied: c.AppliedSeq, Seq: o.pc.Seq(), Made: c.now}
