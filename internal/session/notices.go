@@ -98,7 +98,8 @@ type responseEvent struct {
 }
 
 // note queues a notice of kind about type index typ for the runner to
-// report after the step, and returns it for the caller to fill in. The
+// report after the step, and returns it for the caller to fill in before
+// anything else queues one (the queue may move as it grows). The
 // queue's buffer comes from NoticeBufs and goes back there once reported:
 // an idle connection keeps none. A notice is large (it holds any of the
 // events, 392 bytes), so it is written where it is queued: one passed by

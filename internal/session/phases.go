@@ -402,8 +402,9 @@ func (c *Core) phaseTimedOut() {
 		return
 	}
 	waited := c.now.Sub(pl.waitSince)
+	waiting := c.excuseWaiting(pl) // before the notice: it may queue others
 	ev := &c.note(NoticePhaseTimeout, 0).Phase
-	*ev = phaseTimeout{Version: pl.req.Push.Version(), Waiting: c.excuseWaiting(pl), Next: -1, Waited: waited}
+	*ev = phaseTimeout{Version: pl.req.Push.Version(), Waiting: waiting, Next: -1, Waited: waited}
 	if len(pl.Phases) > 0 {
 		ev.Next, ev.Removal = pl.Phases[0].typeIdx, pl.Phases[0].removal
 	}
