@@ -153,8 +153,13 @@ func (c *Core) DeltaSubscribe(i int, req *discoveryv3.DeltaDiscoveryRequest) (*a
 // request hands over, become the subscription's, and all of them are
 // added.
 func deltaNames(cur, want, unsub []string) (names, added, removed []string) {
-	if len(cur) == 0 && len(unsub) == 0 {
+	switch {
+	case len(cur) == 0 && len(unsub) == 0:
 		return want, want, nil
+	case len(want) == 0 && len(unsub) == 0:
+		// No change (every ACK): no walk of the names, a thousand at
+		// a thousand services.
+		return cur, nil, nil
 	}
 	names = want
 	if len(cur) > 0 {
