@@ -3,6 +3,7 @@ package xds
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,14 +80,50 @@ func newEncCache(types int) *encCache {
 // to more than twice the previous one and a margin: its generator makes
 // new messages for each call (each connection's, each answer's) rather
 // than share them, and their encodings would pile up until the type is
-// regenerated. The Server calls it once per push.
-func (c *encCache) rotate(regenerated func(i int) bool) {
+// regenerated. The Server calls it once per push, before the push's
+// generations: what they use then moves to the new generation, and
+// survives the next push's rotation. (Rotated after them, what a
+// generation that ran first used stayed in the generation rotated out,
+// which the next rotation drops unless a generation of the next push
+// runs before it: a rare race with few connections, and then every
+// resource of the type was marshalled again.)
+//
+// It returns the rotations that regenerated(i) alone made, with what each
+// dropped, for unrotate.
+func (c *encCache) rotate(regenerated func(i int) bool) []rotation {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var undo []rotation
 	for i := range c.gens {
-		if g := &c.gens[i]; regenerated(i) || len(g.cur) > 2*len(g.prev)+rotateMargin {
+		g := &c.gens[i]
+		grown := len(g.cur) > 2*len(g.prev)+rotateMargin
+		if grown || regenerated(i) {
+			if !grown {
+				undo = append(undo, rotation{i, g.prev})
+			}
 			g.prev, g.cur = g.cur, make(map[encKey]*encEntry, len(g.cur))
 		}
+	}
+	return undo
+}
+
+// rotation is a type's rotation by a push, and the generation it dropped.
+type rotation struct {
+	typeIdx int
+	dropped map[encKey]*encEntry
+}
+
+// unrotate undoes rs, rotations of the last push, which turned out to
+// skip connections (see encCache): each type's generation before the
+// push is current again, with what the push's generations have used
+// since, and the generation the rotation dropped is the previous again.
+func (c *encCache) unrotate(rs []rotation) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, r := range rs {
+		g := &c.gens[r.typeIdx]
+		maps.Copy(g.prev, g.cur)
+		g.cur, g.prev = g.prev, r.dropped
 	}
 }
 

@@ -88,6 +88,60 @@ func TestEncCache(t *testing.T) {
 	}
 }
 
+// A push that turns out to skip connections undoes its rotation: the
+// generation it rotated out is current again, with what the push's
+// generations used meanwhile, and what the rotation dropped is kept.
+func TestEncCacheUnrotate(t *testing.T) {
+	const cds = 0
+	cluster := func(n string) Resource { return Resource{Name: n, Message: xdsfixture.Cluster(n)} }
+	c0, c1, c2 := cluster("c0"), cluster("c1"), cluster("c2")
+	c := newEncCache(1)
+	encode := func(res ...Resource) {
+		t.Helper()
+		if _, err := c.encodeAll(cds, ClusterType, res); err != nil {
+			t.Fatal(err)
+		}
+	}
+	marshals := func(what string, want int64) {
+		t.Helper()
+		if got := c.marshals.Swap(0); got != want {
+			t.Fatalf("%s: %d marshals; want %d", what, got, want)
+		}
+	}
+	all := func(int) bool { return true }
+	encode(c0, c1)
+	c.rotate(all)
+	encode(c0) // c1 is only in the previous generation now
+	marshals("before", 2)
+	undo := c.rotate(all) // would drop c1
+	if len(undo) != 1 {
+		t.Fatalf("rotate returned %d rotations to undo; want 1", len(undo))
+	}
+	encode(c2) // a generation of the push, before its fan-out ends
+	marshals("during the push", 1)
+	c.unrotate(undo)
+	c.mu.Lock()
+	cur, prev := len(c.gens[cds].cur), len(c.gens[cds].prev)
+	c.mu.Unlock()
+	if cur != 2 || prev != 2 {
+		t.Fatalf("after unrotate: %d current and %d previous encodings; want 2 (c0, c2) and 2 (c0, c1)", cur, prev)
+	}
+	encode(c0, c1, c2)
+	marshals("after the push", 0)
+	c.rotate(all) // c1 unused since: dropped by the next rotation
+	c.rotate(all)
+	encode(c1)
+	marshals("c1 after two rotations without it", 1)
+
+	// The growth rule's rotation is not undone.
+	for k := range 2*rotateMargin + 10 {
+		encode(cluster(fmt.Sprint("fresh", k)))
+	}
+	if undo := c.rotate(func(int) bool { return false }); len(undo) != 0 {
+		t.Fatalf("a rotation by the growth rule returned %d to undo; want 0", len(undo))
+	}
+}
+
 // Connections that need the same resource at once marshal it once.
 func TestEncCacheConcurrent(t *testing.T) {
 	c := newEncCache(1)

@@ -210,17 +210,19 @@ func (s *Server) push(ctx context.Context, u *update) {
 	if prev != nil {
 		before = prev.Seq()
 	}
-	n, skipped := s.fanOut(item, nk, before)
-	s.cache.rotate(func(i int) bool {
+	rotated := s.cache.rotate(func(i int) bool {
 		// A type is regenerated when an index of its kinds was rebuilt,
 		// by a Forced push, and by every push when it has no kinds (see
 		// the core's affected); by every connection, unless the push
-		// skipped some (see encCache). The generations the push queued
-		// may have begun: what they encoded before the rotation is in the
-		// previous generation, and moves back at its next use.
+		// skips some (see encCache), which only the fan-out knows: the
+		// rotation is undone then.
 		kinds := s.set.Kinds[i]
-		return skipped == 0 && (prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...))
+		return prev == nil || req.Forced || len(kinds) == 0 || next.RebuiltAfter(prev.Seq(), kinds...)
 	})
+	n, skipped := s.fanOut(item, nk, before)
+	if skipped > 0 {
+		s.cache.unrotate(rotated)
+	}
 	s.track.pushed(u.gens, next.Seq())
 
 	ev := PushEvent{Version: next.Version(), Full: req.Full, Build: took, Attempts: attempts, Connections: n, Skipped: skipped, Reason: req.Reason}
