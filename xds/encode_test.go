@@ -11,21 +11,20 @@ import (
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
-// The encoding cache: a resource is marshalled once while its message is
-// returned, across connections and pushes; a rotation drops only the
-// types it regenerates, and only what their last two generations did not
-// use; a type whose generator makes new messages for every call is
-// rotated anyway once it grows; a failed marshal is not kept.
-func TestEncCache(t *testing.T) {
-	const cds, eds = 0, 1
-	cluster := func(n string) Resource { return Resource{Name: n, Message: xdsfixture.Cluster(n)} }
-	c0, c1 := cluster("c0"), cluster("c1")
-	e0 := Resource{Name: "c0", Message: xdsfixture.CLA("c0", "10.0.0.1:80")}
-	c := newEncCache(2)
-	encode := func(i int, res ...Resource) []*shared.Encoded {
+// The type indexes of the encoding cache's tests.
+const encCDS, encEDS = 0, 1
+
+// encCluster returns a cluster resource named n, with a message of its own.
+func encCluster(n string) Resource { return Resource{Name: n, Message: xdsfixture.Cluster(n)} }
+
+// encTools returns, for a test of c, a function that encodes res as type
+// i (encCDS or encEDS), failing the test on an error, and one that checks
+// how many resources were marshalled since it last did.
+func encTools(t *testing.T, c *encCache) (encode func(i int, res ...Resource) []*shared.Encoded, marshals func(what string, want int64)) {
+	encode = func(i int, res ...Resource) []*shared.Encoded {
 		t.Helper()
 		typ := ClusterType
-		if i == eds {
+		if i == encEDS {
 			typ = EndpointType
 		}
 		out, err := c.encodeAll(i, typ, res)
@@ -34,12 +33,26 @@ func TestEncCache(t *testing.T) {
 		}
 		return out
 	}
-	marshals := func(what string, want int64) {
+	marshals = func(what string, want int64) {
 		t.Helper()
 		if got := c.marshals.Swap(0); got != want {
 			t.Fatalf("%s: %d marshals; want %d", what, got, want)
 		}
 	}
+	return encode, marshals
+}
+
+// The encoding cache: a resource is marshalled once while its message is
+// returned, across connections and pushes; a rotation drops only the
+// types it regenerates, and only what their last two generations did not
+// use; a type whose generator makes new messages for every call is
+// rotated anyway once it grows; a failed marshal is not kept.
+func TestEncCache(t *testing.T) {
+	const cds, eds = encCDS, encEDS
+	c0, c1 := encCluster("c0"), encCluster("c1")
+	e0 := Resource{Name: "c0", Message: xdsfixture.CLA("c0", "10.0.0.1:80")}
+	c := newEncCache(2)
+	encode, marshals := encTools(t, c)
 	first := encode(cds, c0, c1)
 	encode(eds, e0)
 	marshals("first", 3)
@@ -63,7 +76,7 @@ func TestEncCache(t *testing.T) {
 
 	// A generator that makes new messages for every call.
 	for k := range 2*rotateMargin + 10 {
-		encode(cds, cluster(fmt.Sprint("fresh", k)))
+		encode(cds, encCluster(fmt.Sprint("fresh", k)))
 	}
 	c.rotate(onlyEDS)
 	c.mu.Lock()
@@ -92,22 +105,11 @@ func TestEncCache(t *testing.T) {
 // generation it rotated out is current again, with what the push's
 // generations used meanwhile, and what the rotation dropped is kept.
 func TestEncCacheUnrotate(t *testing.T) {
-	const cds = 0
-	cluster := func(n string) Resource { return Resource{Name: n, Message: xdsfixture.Cluster(n)} }
-	c0, c1, c2 := cluster("c0"), cluster("c1"), cluster("c2")
+	const cds = encCDS
+	c0, c1, c2 := encCluster("c0"), encCluster("c1"), encCluster("c2")
 	c := newEncCache(1)
-	encode := func(res ...Resource) {
-		t.Helper()
-		if _, err := c.encodeAll(cds, ClusterType, res); err != nil {
-			t.Fatal(err)
-		}
-	}
-	marshals := func(what string, want int64) {
-		t.Helper()
-		if got := c.marshals.Swap(0); got != want {
-			t.Fatalf("%s: %d marshals; want %d", what, got, want)
-		}
-	}
+	encodeType, marshals := encTools(t, c)
+	encode := func(res ...Resource) { t.Helper(); encodeType(cds, res...) }
 	all := func(int) bool { return true }
 	encode(c0, c1)
 	c.rotate(all)
@@ -135,7 +137,7 @@ func TestEncCacheUnrotate(t *testing.T) {
 
 	// The growth rule's rotation is not undone.
 	for k := range 2*rotateMargin + 10 {
-		encode(cluster(fmt.Sprint("fresh", k)))
+		encode(encCluster(fmt.Sprint("fresh", k)))
 	}
 	if undo := c.rotate(func(int) bool { return false }); len(undo) != 0 {
 		t.Fatalf("a rotation by the growth rule returned %d to undo; want 0", len(undo))
