@@ -72,6 +72,7 @@ func (set *settings) report(ctx context.Context, id, connID string, delta bool, 
 	}
 }
 
+// reportNACK logs a NACK and calls OnNACK.
 func (set *settings) reportNACK(ctx context.Context, hooks *Hooks, id, connID string, typ TypeURL, ev *session.Notice) {
 	n := nackEvent(&ev.NACK, id, connID, typ)
 	set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: NACK",
@@ -80,6 +81,8 @@ func (set *settings) reportNACK(ctx context.Context, hooks *Hooks, id, connID st
 	callHook(set, hooks.OnNACK, n)
 }
 
+// reportGenerateFailed logs a failed generation (and the panic, if the
+// host's code panicked) and calls OnGenerateError.
 func (set *settings) reportGenerateFailed(ctx context.Context, hooks *Hooks, id, connID string, typ TypeURL, ev *session.Notice) {
 	g := GenerateErrorEvent{ProxyID: id, ConnID: connID, Type: typ, Push: ev.Gen.Push, Err: publicErr(ev.Gen.Err), Attempt: ev.Gen.Attempt, RetryIn: ev.Gen.RetryIn}
 	set.logger.LogAttrs(ctx, slog.LevelWarn, "xds: generate failed",
@@ -93,6 +96,8 @@ func (set *settings) reportGenerateFailed(ctx context.Context, hooks *Hooks, id,
 	callHook(set, hooks.OnGenerateError, g)
 }
 
+// reportPhaseTimeout logs a phase released without the ACKs it waited
+// for and calls OnPhaseTimeout.
 func (set *settings) reportPhaseTimeout(ctx context.Context, hooks *Hooks, id, connID string, ev *session.Notice) {
 	ph := PhaseTimeoutEvent{ProxyID: id, ConnID: connID, Version: ev.Phase.Version, Removal: ev.Phase.Removal, Waited: ev.Phase.Waited}
 	for _, j := range ev.Phase.Waiting {
