@@ -119,10 +119,10 @@ func (c *conn) receive(first bool) {
 			return
 		}
 		if c.recvPaused.Load() {
-			if batch != nil {
+			if b := batch; b != nil {
 				// The write is what lets reading resume: it cannot wait
 				// behind the pause on this goroutine.
-				c.s.goStream(func() { c.write(batch) })
+				c.s.goStream(func() { c.write(b) })
 				batch = nil
 			}
 			select {
@@ -135,7 +135,8 @@ func (c *conn) receive(first bool) {
 		// on on a new one, and the write costs no goroutine of its own,
 		// which would wait its turn to run and grow a new stack inside
 		// Send.
-		c.s.goStream(func() { c.receive(false) })
+		c.s.streams.Add(1) // as goStream does
+		go c.readOn()
 		c.write(batch)
 		return
 	}

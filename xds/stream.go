@@ -128,8 +128,12 @@ type conn struct {
 	// stream is admitted and then by loop: the first request, and what
 	// ends the stream (the end of the receive goroutine, a failed step or
 	// write, the Server's shutdown).
-	events     chan event
-	resume     chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
+	events chan event
+	resume chan struct{} // wakes a paused receive goroutine (cap 1; made by the first pause)
+	// readOn is the body of the receive goroutine that reads on after a
+	// step (see receive), made once, so that handing reading on after
+	// every step allocates nothing.
+	readOn     func()
 	done       chan struct{} // closed when the stream ends
 	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
 
@@ -168,9 +172,9 @@ type conn struct {
 	// Protected by Server.track.mu: the push this connection is synced
 	// to, and whether it is registered with the tracker. syncedSeq is
 	// atomic so that the fan-out can read it without the lock (see
-	// conn.queuedFor).
-	syncedSeq atomic.Uint64
+	// conn.queuedFor). tracked shares the word of the flags above.
 	tracked   bool
+	syncedSeq atomic.Uint64
 
 	statusMu sync.Mutex // protects st
 	st       connState
@@ -293,7 +297,7 @@ func (s *Server) newConn(stream sotwStream, dstream deltaStream) *conn {
 	if s.set.hooks.Load().OnSend != nil {
 		hookSem = make(chan struct{}, 1)
 	}
-	return &conn{
+	c := &conn{
 		s:       s,
 		stream:  stream,
 		dstream: dstream,
@@ -307,6 +311,11 @@ func (s *Server) newConn(stream sotwStream, dstream deltaStream) *conn {
 		busy:    true,
 		plain:   plainStream(sctx),
 	}
+	c.readOn = func() {
+		defer s.streams.Done()
+		c.receive(false)
+	}
+	return c
 }
 
 // open takes a new stream from admission to its first step: the rate
