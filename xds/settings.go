@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xdspush/xdspush/internal/session"
+	"github.com/xdspush/xdspush/pushcontext"
 	"github.com/xdspush/xdspush/pushqueue"
 )
 
@@ -161,6 +162,7 @@ func (cfg *Config) withDefaults(order []TypeURL) *settings {
 			PhaseTimeout:               cmpOr(cfg.Phases.Timeout, DefaultPhaseTimeout),
 			SendMissingReferences:      cfg.Phases.SendMissingReferences,
 			Deferred:                   make([]bool, len(order)),
+			AnswerReason:               pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
 		},
 		order:                   order,
 		index:                   make(map[TypeURL]int, len(order)),

@@ -100,7 +100,7 @@ func (c *Core) answer(i int, a *answer) bool {
 	}
 	c.wait(answering{i: i, a: a, gen: GenNeed{Type: i, Sub: ts.Sub, Req: &pushcontext.PushRequest{
 		Forced: true,
-		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
+		Reason: c.set.answerReason(),
 		Push:   c.At.Push,
 		Delta:  a.delta,
 	}}})
@@ -185,7 +185,7 @@ func (c *Core) sendWarmed(warm *warmSet) bool {
 	}
 	c.wait(answering{i: e, a: a, warm: warm, gen: GenNeed{Type: e, Sub: c.Types[e].Sub, Req: &pushcontext.PushRequest{
 		Forced: true,
-		Reason: pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest),
+		Reason: c.set.answerReason(),
 		Push:   c.At.Push,
 	}}})
 	return true

@@ -39,6 +39,19 @@ type Settings struct {
 	Deferred                   []bool    // by type index: removals wait for the end of the push
 	RemovalOrder               []int     // deferred type indexes, in the order of their removal phases
 	Epoch                      time.Time // the clock's time at New; see instant
+	// AnswerReason is the Reason of every answer's PushRequest, one map
+	// for all of them: a handed-over PushRequest's maps are read only (see
+	// pushcontext), and an answer per type and client would otherwise make
+	// one at every subscription. Nil: each answer makes its own.
+	AnswerReason pushcontext.ReasonStats
+}
+
+// answerReason returns the Reason of an answer's PushRequest.
+func (s *Settings) answerReason() pushcontext.ReasonStats {
+	if s.AnswerReason != nil {
+		return s.AnswerReason
+	}
+	return pushcontext.NewReasonStats(pushcontext.ReasonProxyRequest)
 }
 
 // names reports whether req names a kind of type i (a key of it).
