@@ -106,12 +106,12 @@ func (c *internCodec) Unmarshal(data mem.BufferSlice, v any) error {
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		defer buf.Free()
 		return c.decode(buf.ReadOnlyData(), m, [2]protowire.Number{fieldResourceNames, noField},
-			func(names *[2][]string) { m.ResourceNames = names[0] })
+			func(names [2][]string) { m.ResourceNames = names[0] })
 	case *discoveryv3.DeltaDiscoveryRequest:
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		defer buf.Free()
 		return c.decode(buf.ReadOnlyData(), m, [2]protowire.Number{fieldNamesSubscribe, fieldNamesUnsubscribe},
-			func(names *[2][]string) {
+			func(names [2][]string) {
 				m.ResourceNamesSubscribe, m.ResourceNamesUnsubscribe = names[0], names[1]
 			})
 	}
@@ -125,7 +125,7 @@ func (c *internCodec) Unmarshal(data mem.BufferSlice, v any) error {
 // encodings merges them). Whatever the scan does not recognise as
 // well-formed is left to proto.Unmarshal of all of b, so that the result
 // and its error-ness are always those of proto.Unmarshal(b, m).
-func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Number, set func(*[2][]string)) error {
+func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Number, set func([2][]string)) error {
 	proto.Reset(m)
 	merge := proto.UnmarshalOptions{Merge: true}
 	var counts [2]int
@@ -177,7 +177,7 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 	if !split && counts[0]+counts[1] >= recallMinNames {
 		whole = b[lo:hi]
 		if names, ok := c.names.recall(whole, fields); ok {
-			set(&names) // valid UTF-8: they were when remembered
+			set(names) // valid UTF-8: they were when remembered
 			return nil
 		}
 	}
@@ -196,7 +196,7 @@ func (c *internCodec) decode(b []byte, m proto.Message, fields [2]protowire.Numb
 	if whole != nil {
 		c.names.remember(whole, names)
 	}
-	set(&names)
+	set(names)
 	return nil
 }
 
