@@ -303,7 +303,11 @@ func (c *conn) settle(stepped bool) []*session.OutMsg {
 	if stepped {
 		c.core.DropRare()
 	}
-	c.outbox = append(c.outbox, out...)
+	if len(c.outbox) == 0 {
+		c.outbox = out // the core's own slice: it queues into a new one
+	} else {
+		c.outbox = append(c.outbox, out...)
+	}
 	c.resetTimer()
 	if c.writing || len(c.outbox) > 0 || c.core.Busy() {
 		c.setBusy()
