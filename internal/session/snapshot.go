@@ -45,6 +45,12 @@ func (c *Core) Snapshot(sn *Snapshot) (failing bool) {
 	if c.Plan != nil {
 		sn.Pending = len(c.Plan.Phases)
 	}
+	if cap(sn.Types) == 0 {
+		// Room for the four types of an Envoy's ADS from the start: grown
+		// as the client subscribes to one type after another, the copies
+		// left behind would be garbage among a connection's lasting state.
+		sn.Types = make([]TypeSnapshot, 0, min(len(c.Types), 4))
+	}
 	sn.Types, sn.Standing = sn.Types[:0], sn.Standing[:0]
 	for _, ts := range c.Types {
 		if ts == nil {
