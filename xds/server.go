@@ -153,10 +153,17 @@ func New(cfg Config) (*Server, error) {
 // ServerOptions returns the gRPC server options the Server is meant to be
 // served with: its codec (see CodecOption), the largest request it accepts
 // (the larger of Config.MaxRequestBytes and MaxInitialRequestBytes, as
-// grpc.MaxRecvMsgSize) and the streams one
+// grpc.MaxRecvMsgSize), the streams one
 // connection may open at once (Config.MaxStreamsPerConnection, as
-// grpc.MaxConcurrentStreams). Pass them to grpc.NewServer, with any of the
-// host's own:
+// grpc.MaxConcurrentStreams), and no dynamic table for the request
+// headers the connection receives (grpc.HeaderTableSize(0), which tells
+// clients in HTTP/2's SETTINGS_HEADER_TABLE_SIZE). That table only
+// shortens the headers of a connection's later streams, and an xDS client
+// opens one stream per connection and keeps it: what the client's HPACK
+// encoder would index there is held by the server for the connection's
+// life, about 0.3 KiB per client. A client that ignores the setting costs
+// what it did before. Pass them to grpc.NewServer, with any of the host's
+// own:
 //
 //	gs := grpc.NewServer(append(srv.ServerOptions(), grpc.Creds(creds))...)
 //	srv.Register(gs)
@@ -165,6 +172,7 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 		s.CodecOption(),
 		grpc.MaxRecvMsgSize(max(s.set.MaxRequestBytes, s.set.MaxInitialRequestBytes)),
 		grpc.MaxConcurrentStreams(uint32(s.set.maxStreamsPerConnection)),
+		grpc.HeaderTableSize(0),
 	}
 }
 

@@ -123,7 +123,13 @@ func newFloor(cfg Config) *floorServer {
 		conns: make(map[*floorStream]struct{}),
 	}
 	f.state.Store(f.build())
-	f.gs = grpc.NewServer(grpc.ForceServerCodecV2(floorCodec{std: encoding.GetCodecV2(grpcproto.Name)}))
+	// No dynamic table for the clients' request headers, as the library's
+	// ServerOptions: a floor that a transport setting could lower would
+	// not be the floor.
+	f.gs = grpc.NewServer(
+		grpc.ForceServerCodecV2(floorCodec{std: encoding.GetCodecV2(grpcproto.Name)}),
+		grpc.HeaderTableSize(0),
+	)
 	f.gs.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "envoy.service.discovery.v3.AggregatedDiscoveryService",
 		HandlerType: (*any)(nil),
