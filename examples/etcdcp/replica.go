@@ -203,7 +203,7 @@ func (r *Replica) Serve(ctx context.Context, ads, admin net.Listener) error {
 		cancel()
 	}
 
-	opts := r.srv.ServerOptions() // codec, request size, streams per connection
+	opts := r.srv.ServerOptions() // codec, request size, streams and header table per connection
 	if r.maxAge > 0 {
 		// ADS streams last as long as their connection: without an age
 		// limit, a replica started later never gets clients. gRPC sends

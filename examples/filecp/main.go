@@ -163,7 +163,7 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 	}()
 
 	// The Server's codec interns the resource names every SotW ACK repeats.
-	opts := cp.Server().ServerOptions() // codec, request size, streams per connection
+	opts := cp.Server().ServerOptions() // codec, request size, streams and header table per connection
 	if *maxAge > 0 {
 		// ADS streams last as long as their connection: without an age
 		// limit, a replica started later never gets clients. gRPC sends
