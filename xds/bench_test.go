@@ -522,7 +522,9 @@ func benchIdleConnection(b *testing.B, view string) {
 // process) open against a handler that only receives, then closes them.
 func bareStreams(b *testing.B, n int, heap func() uint64) (uint64, int) {
 	b.Helper()
-	gs := grpc.NewServer()
+	// The transport as ServerOptions sets it (no header table), so that
+	// the difference is the Server's own.
+	gs := grpc.NewServer(grpc.HeaderTableSize(0))
 	var open atomic.Int64
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, bareADS{open: &open})
 	l, err := netListen()
