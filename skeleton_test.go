@@ -94,7 +94,7 @@ func runSkeleton(ctx context.Context, t *testing.T, store *skeletonStore, lis ne
 	if err != nil {
 		return err
 	}
-	gs := grpc.NewServer(srv.ServerOptions()...) // codec, request and stream limits
+	gs := grpc.NewServer(srv.ServerOptions()...) // codec, request and stream limits, no header table
 	srv.Register(gs)                             // ADS, SotW and Delta
 	go gs.Serve(lis)
 	go srv.Run(ctx) // debounce, push queue, sender; returns when ctx ends
