@@ -96,8 +96,9 @@ func (h *Holding) Get(name string) *Encoded {
 	return h.Set.Get(name)
 }
 
-// Cursor looks up names in h in ascending order, walking h's sorted set
-// alongside rather than searching it for each name.
+// Cursor looks up names in h in ascending order, moving through h's
+// sorted set from where the last name was found rather than searching
+// all of it for each name.
 type Cursor struct {
 	h *Holding
 	j int
@@ -108,16 +109,30 @@ func (h *Holding) Cursor() Cursor { return Cursor{h: h} }
 
 // Get returns what h holds under name; name must not sort before the
 // name of the previous call.
+//
+// It gallops: it steps 1, 2, 4, ... entries ahead until it passes name,
+// then searches the last step by halves, so that a name next to the
+// previous one costs a comparison or two, and one far ahead (a diff of
+// one resource among thousands) the logarithm of the distance.
 func (c *Cursor) Get(name string) *Encoded {
 	if e, ok := c.h.over[name]; ok {
 		return e
 	}
 	ents := c.h.Set.Entries
-	for c.j < len(ents) && ents[c.j].Name < name {
-		c.j++
+	lo, step := c.j, 1
+	for lo < len(ents) && ents[lo].Name < name {
+		hi := min(lo+step, len(ents))
+		if hi == len(ents) || ents[hi].Name >= name {
+			// The first name not before name is in (lo, hi].
+			k, _ := slices.BinarySearchFunc(ents[lo+1:hi], name, func(e Entry, n string) int { return strings.Compare(e.Name, n) })
+			lo += 1 + k
+			break
+		}
+		lo, step = hi, step*2
 	}
-	if c.j < len(ents) && ents[c.j].Name == name {
-		return ents[c.j].Enc
+	c.j = lo
+	if lo < len(ents) && ents[lo].Name == name {
+		return ents[lo].Enc
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package shared
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -307,5 +308,31 @@ func TestEncodedSame(t *testing.T) {
 				t.Errorf("a reported version is not Unknown")
 			}
 		})
+	}
+}
+
+// A Cursor finds, for names asked in ascending order, what a lookup of
+// each finds: next to each other, far apart, absent, past the end.
+func TestCursor(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 5, 33, 100} {
+		ents := make([]Entry, n)
+		for i := range ents {
+			ents[i] = Entry{Name: fmt.Sprintf("n%05d", 1000+2*i), Enc: Reported(strconv.Itoa(i))}
+		}
+		h := NewHolding()
+		h.Reset(NewSet(ents))
+		for _, stride := range []int{1, 2, 3, 7, 50, 1000} {
+			t.Run(strconv.Itoa(n)+"/"+strconv.Itoa(stride), func(t *testing.T) {
+				c := h.Cursor()
+				// Every stride-th name, present (even) or absent (odd),
+				// and one past the last.
+				for v := 999; v <= 1000+2*n+1; v += stride {
+					name := fmt.Sprintf("n%05d", v)
+					if got, want := c.Get(name), h.Get(name); got != want {
+						t.Fatalf("Get(%q) = %v; want %v", name, got, want)
+					}
+				}
+			})
+		}
 	}
 }
