@@ -46,6 +46,9 @@ type fakeHost struct {
 	ttl    map[string]time.Duration
 	nonces int
 	inits  int // InitProxy calls
+	// holdings folds what the cores of the host's connections hold, as a
+	// Server's do.
+	holdings *shared.HoldingCache
 }
 
 var (
@@ -92,9 +95,10 @@ func newFakeHost(t testing.TB, tweak func(*Config)) *fakeHost {
 	}
 	return &fakeHost{
 		t: t, set: set, b: b, cache: newEncCache(len(set.order)),
-		world:   cfgWorld{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}},
-		fail:    map[TypeURL]error{},
-		changes: map[TypeURL]*Changes{},
+		world:    cfgWorld{ClusterType: {}, EndpointType: {}, ListenerType: {}, RouteType: {}},
+		fail:     map[TypeURL]error{},
+		changes:  map[TypeURL]*Changes{},
+		holdings: shared.NewHoldingCache(),
 	}
 }
 
@@ -172,6 +176,7 @@ func (h *fakeHost) Transition(shared.TransKey) *shared.Transition { return nil }
 func (h *fakeHost) Share(shared.TransKey, *shared.Transition)     {}
 func (h *fakeHost) WouldSend(shared.TransKey) (bool, bool)        { return false, false }
 func (h *fakeHost) KnownSends(shared.TransKey, bool)              {}
+func (h *fakeHost) Fold(held *shared.Holding)                     { h.holdings.Fold(held) }
 
 func (h *fakeHost) initProxy(context.Context, *pushcontext.PushContext) (ProxyState, error) {
 	h.inits++

@@ -192,7 +192,9 @@ func (s *Server) generateEvent(p *Proxy, i int, req *pushcontext.PushRequest, pu
 
 // encode checks and encodes res, resources of type i, into a set: every
 // resource must have a name, a message of the type whose own name is that
-// name, and appear once.
+// name, and appear once. The set is interned: proxies generated for one
+// by one whose resources come out the same (the same messages, so the
+// same encodings) share it.
 func (s *Server) encode(i int, res []Resource) (*shared.Set, error) {
 	encs, err := s.cache.encodeAll(i, s.set.order[i], res)
 	if err != nil {
@@ -211,7 +213,7 @@ func (s *Server) encode(i int, res []Resource) (*shared.Set, error) {
 			}
 		}
 	}
-	return shared.NewSet(ents), nil
+	return s.sets.Intern(shared.NewSet(ents)), nil
 }
 
 // twice says how often the name at j appears (ents sorted).

@@ -234,7 +234,8 @@ type ProxyState struct {
 	// derived from anything the client can claim unless the host
 	// authenticates it (Proxy.Identity). Typically: a fleet, a namespace,
 	// a gateway class. Proxies without a view are generated for one by
-	// one.
+	// one; what comes out the same for several of them (the same messages,
+	// so the same encodings) is still held once.
 	View string
 }
 

@@ -42,16 +42,18 @@ const (
 //
 // A Server is safe for concurrent use.
 type Server struct {
-	set     *settings
-	deb     *debounce.Debouncer[*update]
-	queue   *pushqueue.Queue[*conn, *session.PushItem]
-	cache   *encCache
-	views   viewCache
-	subs    shared.SubTable
-	trans   shared.TransitionCache
-	codec   *internCodec  // of CodecOption
-	stale   staleScopes   // indexes InitProxy reads that ProxyKinds does not list
-	limiter *rate.Limiter // nil: no rate limit on new streams
+	set      *settings
+	deb      *debounce.Debouncer[*update]
+	queue    *pushqueue.Queue[*conn, *session.PushItem]
+	cache    *encCache
+	views    viewCache
+	subs     shared.SubTable
+	trans    shared.TransitionCache
+	sets     *shared.SetTable     // the targets generated, interned (see encode)
+	holdings *shared.HoldingCache // what clients hold, folded (see session.Host)
+	codec    *internCodec         // of CodecOption
+	stale    staleScopes          // indexes InitProxy reads that ProxyKinds does not list
+	limiter  *rate.Limiter        // nil: no rate limit on new streams
 	// openings holds a token for each stream opening (see
 	// Config.MaxOpeningStreams); nil when there is no bound.
 	openings chan struct{}
@@ -108,6 +110,8 @@ func New(cfg Config) (*Server, error) {
 		queue:      pushqueue.New[*conn, *session.PushItem](),
 		cache:      newEncCache(len(set.order)),
 		codec:      newInternCodec(),
+		sets:       shared.NewSetTable(),
+		holdings:   shared.NewHoldingCache(),
 		conns:      make(map[*conn]struct{}),
 		board:      newBoard(set),
 		live:       make(map[*conn]struct{}),

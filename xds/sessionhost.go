@@ -30,6 +30,10 @@ func (s *sessionHost) WouldSend(k shared.TransKey) (bool, bool) { return s.trans
 // KnownSends records whether the step k would send.
 func (s *sessionHost) KnownSends(k shared.TransKey, sends bool) { s.trans.KnownSends(k, sends) }
 
+// Fold shares what a client holds with the connections that came to hold
+// the same the same way.
+func (s *sessionHost) Fold(h *shared.Holding) { s.holdings.Fold(h) }
+
 // Nonce returns a nonce unique within the Server, prefixed by version.
 func (s *sessionHost) Nonce(version string) string {
 	var buf [20]byte // a string conversion in a concatenation does not allocate

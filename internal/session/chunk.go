@@ -186,7 +186,7 @@ func (c *Core) releaseParts(i int, tgt *Target, d *diffResult, parts []part, rem
 	if d != nil {
 		d.shareIfExact(ts, tgt)
 	}
-	ts.Held.Compact()
+	c.foldHeld(ts)
 	return m
 }
 

@@ -127,6 +127,10 @@ type Host interface {
 	// phase gates of clients in the same state.
 	WouldSend(k shared.TransKey) (sends, known bool)
 	KnownSends(k shared.TransKey, sends bool)
+	// Fold makes h, what a client holds of a type, a set shared with the
+	// clients that came to hold the same the same way, when it differs
+	// from its set (see shared.HoldingCache).
+	Fold(h *shared.Holding)
 	// Nonce returns a new nonce for a response of version: the version,
 	// '/', and a number greater than that of every nonce before it (see
 	// nonceOrdinal).

@@ -538,9 +538,17 @@ func (c *Core) hold(i int, tgt *Target, d *diffResult) *flight {
 			f.del(&ts.Held, n)
 		}
 		d.shareIfExact(ts, tgt)
-		ts.Held.Compact()
+		c.foldHeld(ts)
 	}
 	return f
+}
+
+// foldHeld makes what the client holds of ts's type, if it differs from
+// its set, a set shared with the clients that came to hold the same the
+// same way (see shared.HoldingCache), and compacts what stays its own.
+func (c *Core) foldHeld(ts *TypeState) {
+	c.Host.Fold(&ts.Held)
+	ts.Held.Compact()
 }
 
 // response makes the response of type i that the diff d sends.

@@ -3,6 +3,7 @@ package shared
 import (
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -284,6 +285,63 @@ func TestSubTableIntern(t *testing.T) {
 	if s := NewSubscription(nil, true); tab.Intern(s) != s || !s.Shared() {
 		t.Error("the wildcard subscription is not returned as is, or not Shared")
 	}
+}
+
+func TestSetTableIntern(t *testing.T) {
+	tab := NewSetTable()
+	a, b, a2 := &Encoded{Hash: 1}, &Encoded{Hash: 2}, &Encoded{Hash: 1} // a2: a's content, its own encoding
+	first := NewSet([]Entry{{"a", a}, {"b", b}})
+	if got := tab.Intern(first); got != first {
+		t.Fatalf("first Intern = %p; want %p", got, first)
+	}
+	tests := []struct {
+		name string
+		ents []Entry
+		same bool
+	}{
+		{"same entries", []Entry{{"a", a}, {"b", b}}, true},
+		{"another encoding of the same content", []Entry{{"a", a2}, {"b", b}}, false},
+		{"fewer entries", []Entry{{"a", a}}, false},
+		{"another name", []Entry{{"a", a}, {"c", b}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewSet(tt.ents)
+			got := tab.Intern(s)
+			if (got == first) != tt.same || (!tt.same && got != s) {
+				t.Errorf("Intern = %p; first %p, own %p, want the first: %v", got, first, s, tt.same)
+			}
+		})
+	}
+	if got := tab.Intern(&Set{}); got != EmptySet {
+		t.Errorf("Intern(an empty set) = %p; want EmptySet", got)
+	}
+}
+
+// A set interned is held weakly: once nothing else holds it, it is
+// collected and its entry dropped.
+func TestSetTableWeak(t *testing.T) {
+	tab := NewSetTable()
+	enc := &Encoded{Hash: 1}
+	tab.Intern(NewSet([]Entry{{"a", enc}}))
+	// A cleanup runs on the runtime's own goroutine after the collection
+	// that finds its set unreachable.
+	for range 1000 {
+		runtime.GC()
+		runtime.Gosched()
+		tab.mu.Lock()
+		n := len(tab.m)
+		tab.mu.Unlock()
+		if n == 0 {
+			break
+		}
+	}
+	tab.mu.Lock()
+	defer tab.mu.Unlock()
+	if len(tab.m) != 0 {
+		t.Errorf("the table keeps %d buckets once their sets are collected; want 0", len(tab.m))
+	}
+	runtime.KeepAlive(enc)
 }
 
 func TestEncodedSame(t *testing.T) {
