@@ -68,18 +68,8 @@ func FuzzHoldingCacheFold(f *testing.F) {
 			hs[i].Reset(NewSet(base))
 			models[i] = map[string]*Encoded{"a": base[0].Enc, "c": base[1].Enc}
 		}
-		type snap struct {
-			h    Holding
-			want map[string]*Encoded
-		}
-		var snaps []snap
-		encs := map[string]*Encoded{}
-		enc := func(v string) *Encoded {
-			if encs[v] == nil {
-				encs[v] = Reported(v)
-			}
-			return encs[v]
-		}
+		var snaps []heldSnap
+		enc := encodings()
 		for k := 0; k+1 < len(b) && k < 400; k += 2 {
 			op, arg := b[k]%6, b[k+1]
 			name := string('a' + rune(arg%4))
@@ -101,7 +91,7 @@ func FuzzHoldingCacheFold(f *testing.F) {
 			case 3:
 				hc.Fold(&hs[i])
 			case 4:
-				snaps = append(snaps, snap{hs[i].Snapshot(), maps.Clone(models[i])})
+				snaps = append(snaps, heldSnap{hs[i].Snapshot(), maps.Clone(models[i])})
 			case 5:
 				hs[i].Compact()
 			}

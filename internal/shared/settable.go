@@ -2,10 +2,7 @@ package shared
 
 import (
 	"hash/maphash"
-	"runtime"
 	"slices"
-	"sync"
-	"weak"
 )
 
 // SetTable interns sets, so that connections whose targets are generated
@@ -20,8 +17,7 @@ import (
 // SetTable is safe for concurrent use; make one with NewSetTable.
 type SetTable struct {
 	seed maphash.Seed
-	mu   sync.Mutex
-	m    map[uint64][]weak.Pointer[Set]
+	t    weakTable[Set]
 }
 
 // NewSetTable returns an empty SetTable.
@@ -35,32 +31,7 @@ func (t *SetTable) Intern(s *Set) *Set {
 	if len(s.Entries) == 0 {
 		return EmptySet
 	}
-	h := t.hash(s)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, wp := range t.m[h] {
-		if p := wp.Value(); p != nil && slices.Equal(p.Entries, s.Entries) {
-			return p
-		}
-	}
-	if t.m == nil {
-		t.m = make(map[uint64][]weak.Pointer[Set])
-	}
-	t.m[h] = append(t.m[h], weak.Make(s))
-	runtime.AddCleanup(s, t.prune, h)
-	return s
-}
-
-// prune drops the collected entries of bucket h.
-func (t *SetTable) prune(h uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := slices.DeleteFunc(t.m[h], func(wp weak.Pointer[Set]) bool { return wp.Value() == nil })
-	if len(b) == 0 {
-		delete(t.m, h)
-	} else {
-		t.m[h] = b
-	}
+	return t.t.intern(s, t.hash(s), func(p *Set) bool { return slices.Equal(p.Entries, s.Entries) })
 }
 
 // hash returns a hash of s's entries: of their encodings' pointers and

@@ -149,18 +149,8 @@ func runHolding(t *testing.T, base []Entry, ops []holdingOp) {
 	for _, e := range base {
 		model[e.Name] = e.Enc
 	}
-	type snap struct {
-		h    Holding
-		want map[string]*Encoded
-	}
-	var snaps []snap
-	encs := map[string]*Encoded{}
-	enc := func(v string) *Encoded {
-		if encs[v] == nil {
-			encs[v] = Reported(v)
-		}
-		return encs[v]
-	}
+	var snaps []heldSnap
+	enc := encodings()
 	for k, o := range ops {
 		switch o.op {
 		case 'p':
@@ -182,13 +172,39 @@ func runHolding(t *testing.T, base []Entry, ops []holdingOp) {
 		case 'c':
 			h.Compact()
 		case 's':
-			snaps = append(snaps, snap{h.Snapshot(), maps.Clone(model)})
+			snaps = append(snaps, heldSnap{h.Snapshot(), maps.Clone(model)})
 		}
 		checkHolds(t, k, &h, model)
 		for _, s := range snaps {
 			checkHolds(t, k, &s.h, s.want)
 		}
 	}
+}
+
+// heldSnap is a Holding's snapshot and what the Holding held when it was
+// taken.
+type heldSnap struct {
+	h    Holding
+	want map[string]*Encoded
+}
+
+// encodings returns a function that gives an encoding per value, the same
+// one for the same value.
+func encodings() func(v string) *Encoded {
+	encs := map[string]*Encoded{}
+	return func(v string) *Encoded {
+		if encs[v] == nil {
+			encs[v] = Reported(v)
+		}
+		return encs[v]
+	}
+}
+
+// size returns the number of the table's buckets.
+func (t *weakTable[T]) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.m)
 }
 
 func checkHolds(t *testing.T, k int, h *Holding, want map[string]*Encoded) {
@@ -329,17 +345,12 @@ func TestSetTableWeak(t *testing.T) {
 	for range 1000 {
 		runtime.GC()
 		runtime.Gosched()
-		tab.mu.Lock()
-		n := len(tab.m)
-		tab.mu.Unlock()
-		if n == 0 {
+		if tab.t.size() == 0 {
 			break
 		}
 	}
-	tab.mu.Lock()
-	defer tab.mu.Unlock()
-	if len(tab.m) != 0 {
-		t.Errorf("the table keeps %d buckets once their sets are collected; want 0", len(tab.m))
+	if n := tab.t.size(); n != 0 {
+		t.Errorf("the table keeps %d buckets once their sets are collected; want 0", n)
 	}
 	runtime.KeepAlive(enc)
 }

@@ -1,12 +1,9 @@
 package shared
 
 import (
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"weak"
 
 	"github.com/xdspush/xdspush/internal/sortedset"
 	"github.com/xdspush/xdspush/xds/xdstp"
@@ -179,8 +176,7 @@ func DiffNames(prev, next []string) (added, removed []string) {
 // view's generation is keyed by pointer). Entries are weak: a subscription
 // no connection uses any more is collected, and its Entry removed.
 type SubTable struct {
-	mu sync.Mutex
-	m  map[uint64][]weak.Pointer[Subscription]
+	t weakTable[Subscription]
 }
 
 // Intern returns the subscription equal to s that the table holds, or
@@ -189,35 +185,11 @@ func (t *SubTable) Intern(s *Subscription) *Subscription {
 	if len(s.Names) == 0 {
 		return s // the shared empty and wildcard subscriptions
 	}
-	h := s.hash()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, wp := range t.m[h] {
-		if p := wp.Value(); p != nil && p.Equal(s) {
-			if p != s {
-				p.multi.Store(true)
-			}
-			return p
-		}
+	p := t.t.intern(s, s.hash(), s.Equal)
+	if p != s {
+		p.multi.Store(true)
 	}
-	if t.m == nil {
-		t.m = make(map[uint64][]weak.Pointer[Subscription])
-	}
-	t.m[h] = append(t.m[h], weak.Make(s))
-	runtime.AddCleanup(s, t.prune, h)
-	return s
-}
-
-// prune drops the collected entries of bucket h.
-func (t *SubTable) prune(h uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b := slices.DeleteFunc(t.m[h], func(wp weak.Pointer[Subscription]) bool { return wp.Value() == nil })
-	if len(b) == 0 {
-		delete(t.m, h)
-	} else {
-		t.m[h] = b
-	}
+	return p
 }
 
 // hash returns an FNV-1a hash of the subscription.
