@@ -294,6 +294,26 @@ func benchWorld(st *store, n int) [][]string {
 	return pods
 }
 
+// movePod gives one pod of endpoint set i (of benchWorld's pods) a new
+// address, the round's, and announces the change.
+func movePod(f *fixture, pods [][]string, i, round int) {
+	name := fmt.Sprintf("c%d", i)
+	f.update(false, func(s *store) {
+		pods[i][round%benchPods] = podIP(i, round%benchPods, round)
+		s.endpoints[name] = benchCLA(name, pods[i])
+	}, key(kindEndpoint, name))
+}
+
+// liveHeap returns the live heap after two collections (the second frees
+// what finalizers and pools kept through the first).
+func liveHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
 func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
@@ -453,12 +473,7 @@ func BenchmarkPush1000(b *testing.B) {
 				})
 				return
 			}
-			measure(b, f, fl, benchClients, func(round int) {
-				f.update(false, func(s *store) {
-					pods[7][round%benchPods] = podIP(7, round%benchPods, round)
-					s.endpoints["c7"] = benchCLA("c7", pods[7])
-				}, key(kindEndpoint, "c7"))
-			})
+			measure(b, f, fl, benchClients, func(round int) { movePod(f, pods, 7, round) })
 			b.ReportMetric(float64(proto.Size(st.endpoints["c7"])), "CLA-bytes")
 		})
 	}
@@ -502,28 +517,16 @@ func benchEndpointChurn(b *testing.B, view string, sets int, mode string) {
 	}, benchClients, func(addr string) {
 		startFleet(b, fleetSpec{Addr: addr, Clients: benchClients, Mode: mode, Sets: sets})
 	}, true)
-	heap := func() int64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return int64(ms.HeapAlloc)
-	}
-	before := heap()
+	before := liveHeap()
 	round := 0
 	for b.Loop() {
 		round++
-		i := round % sets
-		name := fmt.Sprintf("c%d", i)
-		f.update(false, func(s *store) {
-			pods[i][round%benchPods] = podIP(i, round%benchPods, round)
-			s.endpoints[name] = benchCLA(name, pods[i])
-		}, key(kindEndpoint, name))
+		movePod(f, pods, round%sets, round)
 		if nacks, err := f.srv.Sync(context.Background()); err != nil || len(nacks) > 0 {
 			b.Fatalf("Sync() = %v, %v; want no NACK, nil", nacks, err)
 		}
 	}
-	b.ReportMetric(float64(heap()-before)/benchClients/1024, "KiB-growth/client")
+	b.ReportMetric((float64(liveHeap())-float64(before))/benchClients/1024, "KiB-growth/client")
 }
 
 // BenchmarkIdleConnection reports the live heap and goroutines that one
@@ -539,13 +542,6 @@ func BenchmarkIdleConnection(b *testing.B) {
 
 func benchIdleConnection(b *testing.B, view string) {
 	const n = benchClients
-	heap := func() uint64 {
-		runtime.GC()
-		runtime.GC()
-		var ms runtime.MemStats
-		runtime.ReadMemStats(&ms)
-		return ms.HeapAlloc
-	}
 	stacks := func() uint64 {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
@@ -553,7 +549,7 @@ func benchIdleConnection(b *testing.B, view string) {
 	}
 	var baseStacks uint64
 	baseHeap, baseG := bareStreams(b, n, func() uint64 {
-		h := heap()
+		h := liveHeap()
 		baseStacks = stacks()
 		return h
 	})
@@ -570,7 +566,7 @@ func benchIdleConnection(b *testing.B, view string) {
 	f := benchServer(b, st, tweak, n, func(addr string) {
 		startFleet(b, fleetSpec{Addr: addr, Clients: n, Mode: fleetEnvoy, Sets: 100})
 	})
-	ourHeap, ourG, ourStacks := heap(), runtime.NumGoroutine(), stacks()
+	ourHeap, ourG, ourStacks := liveHeap(), runtime.NumGoroutine(), stacks()
 	b.ReportAllocs()
 	for b.Loop() {
 		_ = f.srv.Status()
