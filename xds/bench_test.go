@@ -304,14 +304,10 @@ func movePod(f *fixture, pods [][]string, i, round int) {
 	}, key(kindEndpoint, name))
 }
 
-// liveHeap returns the live heap after two collections (the second frees
-// what finalizers and pools kept through the first).
+// liveHeap returns the live heap after a full GC (see afterGC).
 func liveHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
+	m := afterGC()
+	return m.HeapAlloc
 }
 
 func cpuTime() time.Duration {

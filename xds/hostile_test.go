@@ -23,12 +23,19 @@ import (
 // These tests play hostile or broken clients and hosts, and check the bound
 // the Server keeps on each: what it holds, how many goroutines, how long.
 
-// heapInUse returns the live heap after a full GC.
-func heapInUse() uint64 {
+// afterGC returns the memory statistics after two full collections (the
+// second frees what sync.Pools kept through the first).
+func afterGC() runtime.MemStats {
 	runtime.GC()
 	runtime.GC()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
+	return m
+}
+
+// heapInUse returns the heap's spans in use after a full GC.
+func heapInUse() uint64 {
+	m := afterGC()
 	return m.HeapInuse
 }
 
