@@ -388,10 +388,13 @@ func (c *conn) arm() {
 		return
 	}
 	c.armedAt = at
-	c.timer.Stop()
-	if at != 0 {
-		c.timer.Reset(max(c.s.set.Time(at).Sub(c.s.set.clock.Now()), 0))
+	if at == 0 {
+		c.timer.Stop()
+		return
 	}
+	// Reset alone moves an armed timer: a Stop first would take the
+	// runtime's timer lock twice, at every step of every connection.
+	c.timer.Reset(max(c.s.set.Time(at).Sub(c.s.set.clock.Now()), 0))
 }
 
 // post hands a push to the connection, adding it to the inbox. It reports
