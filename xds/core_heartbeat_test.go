@@ -16,7 +16,7 @@ import (
 // beatSummary describes a response as heartbeats show: each resource
 // "name" if carried whole, "name♥" if as a heartbeat (its name and TTL
 // without its content), "name@ttl" whole with a TTL.
-func beatSummary(t *testing.T, m *session.OutMsg) string {
+func beatSummary(t testing.TB, m *session.OutMsg) string {
 	t.Helper()
 	var out []string
 	add := func(r *discoveryv3.Resource) {

@@ -289,6 +289,7 @@ func (s *settings) configKinds(cfg *Config) error {
 		}
 	}
 	s.ProxyKinds = slices.Clone(cfg.ProxyKinds)
+	s.IndexKinds()
 	return s.namedKinds(cfg)
 }
 

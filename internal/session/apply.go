@@ -24,6 +24,7 @@ type pushing struct {
 	// The push filtered by the proxy's scope, and what it generates (see
 	// generated), with the storage of their results.
 	filtered *pushcontext.PushRequest
+	named    kindSet // the types the push as fanned out names a kind of
 	gens     []GenNeed
 	results  []GenResult
 	// genBuf and resBuf are where gens and results begin: a push of up to
@@ -109,15 +110,18 @@ func (c *Core) pushFiltered(pl *plan) (Need, error) {
 	p := &pl.gen
 	req, pc := p.item.Req, p.pc
 	c.At.Push = pc
+	named := c.set.named(req)
+	fnamed := named // of filtered
 	filtered, ok := pushcontext.NeedsPush(c.At.Scope, c.At.prevScope, req)
 	if ok && filtered != req {
 		// The keys the scope dropped explain the rebuilds of the types
 		// only they name, as they do when they come alone (a skipped
 		// push applied with the next, pushes merged in the inbox).
-		c.rebuildsExplained(req, pc, func(i int) bool { return c.set.names(i, filtered) })
+		fnamed = c.set.named(filtered)
+		c.rebuildsExplained(named, pc, fnamed.has)
 	}
 	if !ok {
-		c.rebuildsExplained(req, pc, nil)
+		c.rebuildsExplained(named, pc, nil)
 		if !p.dirty {
 			c.applied(p.item.Seq, true)
 			pl.free()
@@ -127,18 +131,19 @@ func (c *Core) pushFiltered(pl *plan) (Need, error) {
 		// types to regenerate: do them now rather than wait for a push
 		// that concerns the proxy.
 		filtered = &pushcontext.PushRequest{Push: pc, Reason: req.Reason, Start: req.Start}
+		fnamed = c.set.named(filtered)
 	}
 	if filtered.Push != pc {
 		cp := *filtered
 		cp.Push = pc
 		filtered = &cp
 	}
-	p.filtered = filtered
+	p.filtered, p.named = filtered, named
 	pl.start(filtered, len(c.set.TypeURLs))
 	if p.gens == nil {
 		p.gens, p.results = p.genBuf[:0], p.resBuf[:0]
 	}
-	p.gens = c.pushGenerations(p.gens, filtered)
+	p.gens = c.pushGenerations(p.gens, filtered, fnamed)
 	c.pushing = pl
 	if len(p.gens) == 0 {
 		return c.Generated(nil)
@@ -155,7 +160,7 @@ func (c *Core) Generated(results []GenResult) (Need, error) {
 	p := &pl.gen
 	failed, err := c.generatedPush(pl, p.gens, results)
 	p.results = results[:0]
-	item, filtered, pc, before := p.item, p.filtered, p.pc, p.before
+	item, filtered, named, pc, before := p.item, p.filtered, p.named, p.pc, p.before
 	p.reset()
 	if err != nil {
 		pl.free()
@@ -175,7 +180,7 @@ func (c *Core) Generated(results []GenResult) (Need, error) {
 	} else {
 		c.pushFails = 0
 	}
-	c.generatedFrom(pl, pc, item.Req)
+	c.generatedFrom(pl, pc, named)
 	if failed == nil {
 		c.applied(item.Seq, false)
 	}
@@ -238,18 +243,18 @@ func (c *Core) moveBack(before proxyAt) {
 }
 
 // pushGenerations appends to gens the generations of every type the push
-// filtered affects.
-func (c *Core) pushGenerations(gens []GenNeed, filtered *pushcontext.PushRequest) []GenNeed {
+// filtered, which names a kind of the types named, affects.
+func (c *Core) pushGenerations(gens []GenNeed, filtered *pushcontext.PushRequest, named kindSet) []GenNeed {
 	set := c.set
 	// A cluster that is sent re-warms on the client, which then waits for
 	// its endpoints: when CDS is generated, so is EDS.
-	cdsAffected := set.CDSIndex >= 0 && c.Types[set.CDSIndex] != nil && c.affected(set.CDSIndex, filtered)
+	cdsAffected := set.CDSIndex >= 0 && c.Types[set.CDSIndex] != nil && c.affected(set.CDSIndex, filtered, named)
 	for i, ts := range c.Types {
 		if ts == nil {
 			continue
 		}
 		eds := i == set.EDSIndex && cdsAffected
-		if !c.affected(i, filtered) && !eds {
+		if !c.affected(i, filtered, named) && !eds {
 			continue
 		}
 		n := GenNeed{Type: i, Sub: ts.Sub, Req: filtered, Push: true}
@@ -297,8 +302,8 @@ func (c *Core) generatedPush(pl *plan, gens []GenNeed, results []GenResult) ([]b
 }
 
 // generatedFrom records that the types of pl's phases were generated from
-// pc for the push req, and succeeded.
-func (c *Core) generatedFrom(pl *plan, pc *pushcontext.PushContext, req *pushcontext.PushRequest) {
+// pc for a push, which names a kind of the types named, and succeeded.
+func (c *Core) generatedFrom(pl *plan, pc *pushcontext.PushContext, named kindSet) {
 	var genBuf [8]bool
 	var generated []bool
 	if n := len(c.Types); n <= len(genBuf) {
@@ -313,7 +318,7 @@ func (c *Core) generatedFrom(pl *plan, pc *pushcontext.PushContext, req *pushcon
 		generated[ph.typeIdx] = true
 		c.typeOK(ts)
 	}
-	c.rebuildsExplained(req, pc, func(i int) bool { return generated[i] })
+	c.rebuildsExplained(named, pc, func(i int) bool { return generated[i] })
 }
 
 // independent returns, of the phases of a push in which the types marked
@@ -393,30 +398,31 @@ func (c *Core) applied(seq uint64, done bool) {
 
 // rebuildsExplained records, for every type skip does not report (nil:
 // none; the types a push generated, those its scope kept keys of), that
-// the rebuilds of its kinds' indexes up to pc are explained by req's keys
-// (the request as fanned out, before the proxy's scope filtered it) when
-// req names one of its kinds: what changed there is what req says, and
+// the rebuilds of its kinds' indexes up to pc are explained by the keys of
+// the push's request (as fanned out, before the proxy's scope filtered
+// it) when it names one of its kinds (named): what changed there is what req says, and
 // the scope decided whether it concerns the proxy. Only rebuilds nothing
 // announced (an index reading a rebuilt one, an index of several kinds)
 // make a type affected on their own.
-func (c *Core) rebuildsExplained(req *pushcontext.PushRequest, pc *pushcontext.PushContext, skip func(i int) bool) {
+func (c *Core) rebuildsExplained(named kindSet, pc *pushcontext.PushContext, skip func(i int) bool) {
 	for i, ts := range c.Types {
 		if ts == nil || c.genFrom[i] == 0 || (skip != nil && skip(i)) {
 			continue
 		}
-		if c.set.names(i, req) {
+		if named.has(i) {
 			c.genFrom[i] = pc.Seq()
 		}
 	}
 }
 
 // affected reports whether type i must be regenerated for req (already
-// filtered by the proxy's scope): the request is Forced, the type is
-// dirty, the request names one of its kinds, or an index of its kinds was
-// rebuilt since the type was last generated for this proxy.
-func (c *Core) affected(i int, req *pushcontext.PushRequest) bool {
+// filtered by the proxy's scope; it names a kind of the types named): the
+// request is Forced, the type is dirty, the request names one of its
+// kinds, or an index of its kinds was rebuilt since the type was last
+// generated for this proxy.
+func (c *Core) affected(i int, req *pushcontext.PushRequest, named kindSet) bool {
 	ts := c.Types[i]
-	if req.Forced || ts.Dirty || c.set.Kinds[i] == nil || c.set.names(i, req) {
+	if req.Forced || ts.Dirty || c.set.Kinds[i] == nil || named.has(i) {
 		return true
 	}
 	return c.Host.Rebuilt(i, c.genFrom[i], req.Push)

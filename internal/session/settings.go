@@ -44,6 +44,57 @@ type Settings struct {
 	// pushcontext), and an answer per type and client would otherwise make
 	// one at every subscription. Nil: each answer makes its own.
 	AnswerReason pushcontext.ReasonStats
+
+	// kindTypes maps each kind of Kinds to the types it feeds, a bit per
+	// type index (see IndexKinds); nil when not indexed.
+	kindTypes map[string]uint64
+}
+
+// IndexKinds indexes Kinds for the pushes' checks of which types a
+// request names (see named). Call it once Kinds is set; without it, or
+// with more than 64 types, each check reads Kinds one type at a time.
+func (s *Settings) IndexKinds() {
+	s.kindTypes = nil
+	if len(s.Kinds) > 64 {
+		return
+	}
+	m := make(map[string]uint64)
+	for i, kinds := range s.Kinds {
+		for _, k := range kinds {
+			m[k] |= 1 << i
+		}
+	}
+	s.kindTypes = m
+}
+
+// kindSet is the set of types a request names a kind of (see named).
+type kindSet struct {
+	bits uint64 // bit i: type i, when the kinds are indexed
+	// Otherwise s.names tells, for req.
+	s   *Settings
+	req *pushcontext.PushRequest
+}
+
+// named returns the types req names a kind of (a key of): one pass over
+// its keys, where names takes one per kind of each type, and a push asks
+// of every type two or three times.
+func (s *Settings) named(req *pushcontext.PushRequest) kindSet {
+	if s.kindTypes == nil {
+		return kindSet{s: s, req: req}
+	}
+	var bits uint64
+	for k := range req.ConfigsUpdated {
+		bits |= s.kindTypes[k.Kind]
+	}
+	return kindSet{bits: bits}
+}
+
+// has reports whether the request names a kind of type i.
+func (n kindSet) has(i int) bool {
+	if n.s != nil {
+		return n.s.names(i, n.req)
+	}
+	return n.bits&(1<<i) != 0
 }
 
 // answerReason returns the Reason of an answer's PushRequest.

@@ -1,8 +1,12 @@
 package session
 
 import (
+	"slices"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/xdspush/xdspush/pushcontext"
 )
 
 // TestInstant checks that an instant gives back the time it was made
@@ -98,5 +102,61 @@ func TestShortName(t *testing.T) {
 		if got := ShortName(tt.url); got != tt.want {
 			t.Errorf("ShortName(%q) = %q; want %q", tt.url, got, tt.want)
 		}
+	}
+}
+
+// TestNamed checks that the types a request names a kind of, read from
+// the index of kinds (IndexKinds), are those names finds one type at a
+// time, and so without the index, with more types than the index holds.
+func TestNamed(t *testing.T) {
+	kinds := [][]string{{"Cluster", "Service"}, {"Endpoint", "Service"}, nil, {}, {"Route"}}
+	many := make([][]string, 70)
+	var manyK3 []int // the types of many that kind k3 feeds
+	for i := range many {
+		many[i] = []string{"k" + strconv.Itoa(i%7), "Service"}
+		if i%7 == 3 {
+			manyK3 = append(manyK3, i)
+		}
+	}
+	key := func(kind string) pushcontext.ConfigKey { return pushcontext.ConfigKey{Kind: kind, Name: "n"} }
+	for _, tt := range []struct {
+		name  string
+		kinds [][]string
+		keys  []pushcontext.ConfigKey
+		want  []int // the types named
+	}{
+		{"no keys", kinds, nil, nil},
+		{"one kind", kinds, []pushcontext.ConfigKey{key("Endpoint")}, []int{1}},
+		{"a kind of two types", kinds, []pushcontext.ConfigKey{key("Service")}, []int{0, 1}},
+		{"kinds of three", kinds, []pushcontext.ConfigKey{key("Route"), key("Cluster"), key("Endpoint")}, []int{0, 1, 4}},
+		{"a kind no type has", kinds, []pushcontext.ConfigKey{key("Secret")}, nil},
+		{"more types than the index holds", many, []pushcontext.ConfigKey{key("k3")}, manyK3},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			req := &pushcontext.PushRequest{}
+			if tt.keys != nil {
+				req.ConfigsUpdated = pushcontext.NewConfigSet(tt.keys...)
+			}
+			s := &Settings{Kinds: tt.kinds}
+			slow := s.named(req)
+			s.IndexKinds()
+			indexed := s.named(req)
+			if len(tt.kinds) <= 64 && s.kindTypes == nil {
+				t.Fatal("IndexKinds left no index")
+			}
+			var got []int
+			for i := range tt.kinds {
+				want := s.names(i, req)
+				if slow.has(i) != want || indexed.has(i) != want {
+					t.Errorf("type %d: named before and after IndexKinds: %v, %v; names: %v", i, slow.has(i), indexed.has(i), want)
+				}
+				if want {
+					got = append(got, i)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("types named = %v; want %v", got, tt.want)
+			}
+		})
 	}
 }
