@@ -113,12 +113,14 @@ func digestOf(ts *session.TypeState, seed maphash.Seed) (f shared.Filter) {
 }
 
 // rest makes the connection rest if nothing is under way on it (see the
-// top of this file). It runs at the end of a step, under the step lock.
-func (c *conn) rest() {
+// top of this file). It runs at the end of a step, under the step lock;
+// synced is how far the connection is synced, as the step just published
+// (see settle).
+func (c *conn) rest(synced uint64) {
 	if c.dig == nil || c.stopped || c.writing || len(c.outbox) > 0 || c.dig[restWord].Load() != 0 || !c.core.Idle() {
 		return
 	}
-	if at := c.syncedTo(); at == 0 || at < c.core.AppliedSeq {
+	if synced == 0 || synced < c.core.AppliedSeq {
 		return // initialising, or not synced to what it applied
 	}
 	set := c.s.set
@@ -130,7 +132,12 @@ func (c *conn) rest() {
 		ts := c.core.Types[i]
 		f := digestOf(ts, set.digestSeed)
 		for w := range f {
-			c.dig[filterWord+slot*shared.DigestWords+w].Store(f[w])
+			// Most rests find the words as the last one left them: an
+			// atomic store would take the board's cache line for
+			// nothing, at every step of every connection.
+			if d := &c.dig[filterWord+slot*shared.DigestWords+w]; d.Load() != f[w] {
+				d.Store(f[w])
+			}
 		}
 		if ts != nil && ts.Sub.Wildcard {
 			wild |= 1 << slot

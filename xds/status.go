@@ -141,23 +141,28 @@ type connState struct {
 
 // publishStatus has the core copy its state where Status, Failures and
 // the convergence tracker read it, and tells the tracker how far the
-// connection is synced. It runs under the step lock, after each step.
-func (c *conn) publishStatus(initialised bool) {
+// connection is synced, which it returns. It runs under the step lock,
+// after each step.
+func (c *conn) publishStatus(initialised bool) (synced uint64) {
 	c.statusMu.Lock()
 	if initialised {
 		c.st.initialised = true
 	}
 	failing := c.core.Snapshot(&c.st.Snapshot)
 	c.statusMu.Unlock()
-	c.s.track.set(c, c.syncedTo(), failing)
+	synced = c.syncedTo()
+	c.s.track.set(c, synced, failing)
+	return synced
 }
 
 // publishSynced tells the tracker how far the connection is synced, after
 // a change of the connection's writes alone (see onWritten): the core's
 // state, which publishStatus copies, and so whether a type is failing, is
-// as last published.
-func (c *conn) publishSynced() {
-	c.s.track.setSynced(c, c.syncedTo())
+// as last published. It returns how far the connection is synced.
+func (c *conn) publishSynced() (synced uint64) {
+	synced = c.syncedTo()
+	c.s.track.setSynced(c, synced)
+	return synced
 }
 
 // syncedTo computes the highest push the connection is synced to (see

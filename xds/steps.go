@@ -314,15 +314,16 @@ func (c *conn) settle(stepped bool) []*session.OutMsg {
 	} else {
 		c.unpark()
 	}
+	var synced uint64
 	if stepped {
-		c.publishStatus(false)
+		synced = c.publishStatus(false)
 	} else {
-		c.publishSynced()
+		synced = c.publishSynced()
 	}
 	batch := c.nextBatch()
 	c.pauseIfBacklogged()
 	if batch == nil {
-		c.rest()
+		c.rest(synced)
 	}
 	return batch
 }
