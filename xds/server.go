@@ -184,6 +184,12 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // example a *grpc.Server): both the state-of-the-world stream
 // (StreamAggregatedResources) and the incremental one
 // (DeltaAggregatedResources).
+//
+// A stream's requests after its first are received into one message, each
+// read by the Server before the next is received: a stream interceptor or
+// stats handler of r that keeps a request past the RecvMsg that received
+// it must copy it, as grpc-go's stats package asks of a stats handler
+// (stats.InPayload).
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r, &adsService{s: s})
 }
@@ -197,12 +203,12 @@ type adsService struct {
 
 // StreamAggregatedResources serves one SotW ADS stream.
 func (a *adsService) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	return a.s.serve(stream, nil)
+	return a.s.serve(stream, false)
 }
 
 // DeltaAggregatedResources serves one Delta (incremental) ADS stream.
 func (a *adsService) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	return a.s.serve(nil, stream)
+	return a.s.serve(stream, true)
 }
 
 // Loaded tells the Server that the host's configuration is loaded: the

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/internal/session"
@@ -87,13 +88,7 @@ func (c *conn) postEvent(ev event) bool {
 // small (BenchmarkIdleConnection reports the stack an idle client keeps).
 func (c *conn) receive(first bool) {
 	for {
-		var in session.Inbound
-		var err error
-		if c.delta {
-			in.Delta, err = c.dstream.Recv()
-		} else {
-			in.SotW, err = c.stream.Recv()
-		}
+		in, err := c.recv(first)
 		if err != nil {
 			c.cancel() // the stream is over, and so are its host calls (see newConn)
 			c.postEvent(event{kind: evRecvErr, err: err})
@@ -114,6 +109,7 @@ func (c *conn) receive(first bool) {
 			return
 		}
 		batch, err := c.handle(c.ctx, in)
+		in.Reset() // read: what it held is not kept while the next is awaited
 		if !c.unlockStep(err) {
 			c.write(batch) // what the step queued before it failed, if anything
 			return
@@ -140,6 +136,38 @@ func (c *conn) receive(first bool) {
 		c.write(batch)
 		return
 	}
+}
+
+// recv receives the stream's next request. The first is received into a
+// message of its own, which the stream's opening reads while the receive
+// goroutine receives on; every later one into the stream's one message
+// (sreq or dreq), which its step has read when reading is handed on. A
+// message per request would be garbage at every step, in the size classes
+// where the connection's lasting state sits (see benchmarks/README.md,
+// "Memory: garbage among a connection's lasting state"). So a stream
+// interceptor or stats handler that keeps a request past RecvMsg must copy
+// it (as grpc-go's stats package already asks of a stats handler).
+func (c *conn) recv(first bool) (in session.Inbound, err error) {
+	if c.delta {
+		m := c.dreq
+		if first {
+			m = new(discoveryv3.DeltaDiscoveryRequest)
+		} else if m == nil {
+			m = new(discoveryv3.DeltaDiscoveryRequest)
+			c.dreq = m
+		}
+		in.Delta = m
+		return in, c.stream.RecvMsg(m)
+	}
+	m := c.sreq
+	if first {
+		m = new(discoveryv3.DiscoveryRequest)
+	} else if m == nil {
+		m = new(discoveryv3.DiscoveryRequest)
+		c.sreq = m
+	}
+	in.SotW = m
+	return in, c.stream.RecvMsg(m)
 }
 
 // setPaused asks the receive goroutine to stop reading requests, or to

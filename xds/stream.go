@@ -51,20 +51,6 @@ import (
 // goroutines: at 10,000 streams each hand-over is a goroutine that waits
 // its turn behind thousands of runnable ones.
 
-// sotwStream is the part of the generated SotW stream a conn uses.
-type sotwStream interface {
-	grpc.ServerStream
-	Send(*discoveryv3.DiscoveryResponse) error
-	Recv() (*discoveryv3.DiscoveryRequest, error)
-}
-
-// deltaStream is the part of the generated Delta stream a conn uses.
-type deltaStream interface {
-	grpc.ServerStream
-	Send(*discoveryv3.DeltaDiscoveryResponse) error
-	Recv() (*discoveryv3.DeltaDiscoveryRequest, error)
-}
-
 // errShuttingDown ends or refuses a stream once Run's ctx has ended.
 var errShuttingDown = status.Error(codes.Unavailable, "xds: server is shutting down")
 
@@ -75,10 +61,14 @@ const maxQueuedAnswers = 32
 // conn is one ADS stream. (Its fields are grouped so that the small ones
 // share words.)
 type conn struct {
-	s       *Server
-	stream  sotwStream  // nil on a Delta stream
-	dstream deltaStream // nil on a SotW stream
-	seq     uint64      // per-Server connection number
+	s *Server
+	// stream is the ADS stream, SotW or Delta (see delta). Its requests
+	// after the first are received into sreq or dreq, one message for the
+	// stream's life (see recv); the other is nil.
+	stream grpc.ServerStream
+	sreq   *discoveryv3.DiscoveryRequest
+	dreq   *discoveryv3.DeltaDiscoveryRequest
+	seq    uint64 // per-Server connection number
 	// proxy is the Proxy as the stream opened. Its ID, ConnID, Node, Peer
 	// and Identity never change, and are what the reads use. hostP is the
 	// Proxy the host's code reads, with the current Data, Scope, View and
@@ -180,8 +170,7 @@ type conn struct {
 	st       connState
 }
 
-// serve runs one stream, SotW (stream set) or Delta (dstream set), from
-// admission to its end.
+// serve runs one stream, SotW or Delta, from admission to its end.
 //
 // The handler goroutine spends the stream's life parked in loop, and the
 // stream's opening runs on a goroutine of its own (opening): it makes the
@@ -194,7 +183,7 @@ type conn struct {
 // reports the stack an idle client keeps). Even the connection is made
 // there: made on the handler goroutine, near the top of its 4 KiB, it
 // would grow that stack to 8 KiB for some streams.
-func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
+func (s *Server) serve(stream grpc.ServerStream, delta bool) (err error) {
 	if err := s.admit(); err != nil {
 		return err
 	}
@@ -204,7 +193,7 @@ func (s *Server) serve(stream sotwStream, dstream deltaStream) (err error) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		res = s.opening(stream, dstream)
+		res = s.opening(stream, delta)
 	}()
 	<-done
 	// Copied out, so that what the opening goroutine shared is garbage
@@ -245,8 +234,8 @@ type opened struct {
 
 // opening makes a new stream's connection, takes its step lock for the
 // handler goroutine, and opens it.
-func (s *Server) opening(stream sotwStream, dstream deltaStream) opened {
-	c := s.newConn(stream, dstream)
+func (s *Server) opening(stream grpc.ServerStream, delta bool) opened {
+	c := s.newConn(stream, delta)
 	c.stepSem <- struct{}{}
 	// The Server's shutdown cancels the stream's host calls and wakes its
 	// loop. The client's end of the stream reaches the loop as the receive
@@ -261,14 +250,6 @@ func (s *Server) opening(stream sotwStream, dstream deltaStream) opened {
 	return opened{c: c, enlisted: true, registered: registered, err: err}
 }
 
-// streamContext returns the context of the stream, SotW or Delta.
-func streamContext(stream sotwStream, dstream deltaStream) context.Context {
-	if dstream != nil {
-		return dstream.Context()
-	}
-	return stream.Context()
-}
-
 // peerAddr returns the address of the client of the stream with context
 // sctx, or nil.
 func peerAddr(sctx context.Context) net.Addr {
@@ -279,8 +260,8 @@ func peerAddr(sctx context.Context) net.Addr {
 }
 
 // newConn returns the connection of a new stream.
-func (s *Server) newConn(stream sotwStream, dstream deltaStream) *conn {
-	sctx := streamContext(stream, dstream)
+func (s *Server) newConn(stream grpc.ServerStream, delta bool) *conn {
+	sctx := stream.Context()
 	// The stream's context has gRPC's values (peer, metadata) but not its
 	// cancellation: derived from gRPC's, it would add itself to a map of
 	// that context's children, 0.25 KiB for the stream's life. The
@@ -300,8 +281,7 @@ func (s *Server) newConn(stream sotwStream, dstream deltaStream) *conn {
 	c := &conn{
 		s:       s,
 		stream:  stream,
-		dstream: dstream,
-		delta:   dstream != nil,
+		delta:   delta,
 		ctx:     ctx,
 		cancel:  cancel,
 		events:  make(chan event, eventsCap),
@@ -332,7 +312,7 @@ func (s *Server) open(c *conn) (registered bool, err error) {
 	ctx := c.ctx
 	// Until the receive goroutine runs, the client's end of the stream is
 	// gRPC's context's end (see newConn).
-	gone := streamContext(c.stream, c.dstream).Done()
+	gone := c.stream.Context().Done()
 	peerAddr := peerAddr(ctx)
 	if err := s.admitRate(ctx, gone); err != nil {
 		return false, s.refused(ctx, peerAddr, nil, err, err)

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -109,12 +108,12 @@ func (c *conn) send(batch []*session.OutMsg) error {
 		c.sendType.Store(int32(m.TypeIndex))
 		c.sendStart.Store(start.UnixNano())
 		switch {
-		case m.Shared != nil && c.plain && m.Shared.Prepare(c.serverStream()) != nil:
-			err = c.serverStream().SendMsg(m.Shared.Prepared)
+		case m.Shared != nil && c.plain && m.Shared.Prepare(c.stream) != nil:
+			err = c.stream.SendMsg(m.Shared.Prepared)
 		case m.DeltaResp != nil:
-			err = c.dstream.Send(m.DeltaResp)
+			err = c.stream.SendMsg(m.DeltaResp)
 		default:
-			err = c.stream.Send(m.Resp)
+			err = c.stream.SendMsg(m.Resp)
 		}
 		c.sendStart.Store(0)
 		if err != nil {
@@ -147,14 +146,6 @@ func (c *conn) send(batch []*session.OutMsg) error {
 		m.Free()
 	}
 	return err
-}
-
-// serverStream returns the stream, SotW or Delta.
-func (c *conn) serverStream() grpc.ServerStream {
-	if c.delta {
-		return c.dstream
-	}
-	return c.stream
 }
 
 // plainStream reports whether a stream's responses are sent uncompressed:

@@ -20,6 +20,16 @@ type Inbound struct {
 	Delta *discoveryv3.DeltaDiscoveryRequest
 }
 
+// Reset empties the request, so that the message can receive the next.
+func (in Inbound) Reset() {
+	if in.Delta != nil {
+		in.Delta.Reset()
+	}
+	if in.SotW != nil {
+		in.SotW.Reset()
+	}
+}
+
 // Node returns the request's node, nil if it has none.
 func (in Inbound) Node() *corev3.Node {
 	if in.Delta != nil {
