@@ -6,7 +6,6 @@ import (
 	"io"
 	"time"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/internal/session"
@@ -149,25 +148,24 @@ func (c *conn) receive(first bool) {
 // it (as grpc-go's stats package already asks of a stats handler).
 func (c *conn) recv(first bool) (in session.Inbound, err error) {
 	if c.delta {
-		m := c.dreq
-		if first {
-			m = new(discoveryv3.DeltaDiscoveryRequest)
-		} else if m == nil {
-			m = new(discoveryv3.DeltaDiscoveryRequest)
-			c.dreq = m
+		in.Delta, err = recvInto(c, &c.dreq, first)
+	} else {
+		in.SotW, err = recvInto(c, &c.sreq, first)
+	}
+	return in, err
+}
+
+// recvInto receives the stream's next request into *own, made on the
+// stream's second request, or, for its first, into a new message.
+func recvInto[T any](c *conn, own **T, first bool) (*T, error) {
+	m := *own
+	if first || m == nil {
+		m = new(T)
+		if !first {
+			*own = m
 		}
-		in.Delta = m
-		return in, c.stream.RecvMsg(m)
 	}
-	m := c.sreq
-	if first {
-		m = new(discoveryv3.DiscoveryRequest)
-	} else if m == nil {
-		m = new(discoveryv3.DiscoveryRequest)
-		c.sreq = m
-	}
-	in.SotW = m
-	return in, c.stream.RecvMsg(m)
+	return m, c.stream.RecvMsg(m)
 }
 
 // setPaused asks the receive goroutine to stop reading requests, or to
