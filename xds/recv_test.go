@@ -37,8 +37,8 @@ func (h *requestCounter) HandleRPC(_ context.Context, s stats.RPCStats) {
 // stream's opening, which goes on receiving meanwhile. Here the proxy's
 // initialisation waits until the server has received the client's second
 // request, so that a first request received into the same message would
-// be the second by the time the opening answers it: the client would get
-// two answers of the second type and none of the first.
+// be the second by the time the opening reads it (no node: the stream is
+// refused) or answers it (the second's type twice, the first's never).
 func TestFirstRequestKeptWhileOthersArrive(t *testing.T) {
 	for _, delta := range []bool{false, true} {
 		t.Run(protocols[delta], func(t *testing.T) {

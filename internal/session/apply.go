@@ -400,8 +400,8 @@ func (c *Core) applied(seq uint64, done bool) {
 // none; the types a push generated, those its scope kept keys of), that
 // the rebuilds of its kinds' indexes up to pc are explained by the keys of
 // the push's request (as fanned out, before the proxy's scope filtered
-// it) when it names one of its kinds (named): what changed there is what req says, and
-// the scope decided whether it concerns the proxy. Only rebuilds nothing
+// it) when it names one of its kinds (named): what changed there is what
+// the request says, and the scope decided whether it concerns the proxy. Only rebuilds nothing
 // announced (an index reading a rebuilt one, an index of several kinds)
 // make a type affected on their own.
 func (c *Core) rebuildsExplained(named kindSet, pc *pushcontext.PushContext, skip func(i int) bool) {
