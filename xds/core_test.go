@@ -177,6 +177,9 @@ func (h *fakeHost) Share(shared.TransKey, *shared.Transition)     {}
 func (h *fakeHost) WouldSend(shared.TransKey) (bool, bool)        { return false, false }
 func (h *fakeHost) KnownSends(shared.TransKey, bool)              {}
 func (h *fakeHost) Fold(held *shared.Holding)                     { h.holdings.Fold(held) }
+func (h *fakeHost) Take(held *shared.Holding, chs []shared.Change) bool {
+	return h.holdings.Take(held, chs)
+}
 
 func (h *fakeHost) initProxy(context.Context, *pushcontext.PushContext) (ProxyState, error) {
 	h.inits++

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/xdspush/xdspush/internal/shared"
 	"github.com/xdspush/xdspush/internal/xdsfixture"
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -930,4 +931,84 @@ func heldBefore(t testing.TB, st *store, n int) map[string]string {
 		held[name] = mustVersion(t, c)
 	}
 	return held
+}
+
+// Proxies generated for one by one (no view) that a DeltaGenerator sends the
+// same change come to hold one set: the first to fold the change keeps it
+// as its own overlay, the second builds the set and the others take it
+// (shared.HoldingCache.Take), in whatever order their pushes run. Each
+// records what it held before the change, whichever way it came to hold
+// the change, so that a client that rejects the response goes back to it.
+func TestDeltaGeneratorChangeFolded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 3)
+		g := &deltaEDS{st: st}
+		f := start(t, st, func(cfg *Config) {
+			g.Generator = cfg.Generators[EndpointType]
+			cfg.Generators[EndpointType] = g
+		}, false)
+		const n = 6
+		clients, subs := f.connectAll(n, 3)
+		settle()
+		// held returns what each connection holds of EDS, by proxy.
+		held := func() map[string]shared.Holding {
+			out := map[string]shared.Holding{}
+			for _, c := range f.srv.connections() {
+				if !c.lockStep() {
+					t.Fatalf("%s: the stream ended", c.proxy.ConnID)
+				}
+				out[c.proxy.ID] = c.core.Types[f.srv.set.EDSIndex].Held.Snapshot()
+				c.unlockStep(nil)
+			}
+			return out
+		}
+		a := held()["a"]
+		old := a.Get("c1")
+		if old == nil {
+			t.Fatal("a holds no c1 before the change")
+		}
+
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.1.1.9:80") }, key(kindEndpoint, "c1"))
+		settle()
+		rejecter := clients[n-1]
+		for i, c := range clients {
+			rs := c.pending()
+			if len(rs) != 1 || TypeURL(rs[0].TypeUrl) != EndpointType || !slices.Equal(names(rs[0]), []string{"c1"}) {
+				t.Fatalf("client %d received %v; want one EDS response of c1", i, typesOf(rs))
+			}
+			if c == rejecter {
+				c.send(&discoveryv3.DiscoveryRequest{TypeUrl: rs[0].TypeUrl, ResponseNonce: rs[0].Nonce,
+					ResourceNames: subs[i][EndpointType], ErrorDetail: errDetail("rejected")})
+				continue
+			}
+			c.ack(rs[0], subs[i][EndpointType]...)
+		}
+		settle()
+
+		after := held()
+		overlays, sets := 0, map[*shared.Set]bool{}
+		var cur *shared.Encoded
+		for id, h := range after {
+			e := h.Get("c1")
+			if id == rejecter.node.Id {
+				if e != old {
+					t.Errorf("%s rejected the change: holds c1 %p; want what it held before, %p", id, e, old)
+				}
+				continue
+			}
+			if e == nil || e == old || cur != nil && e != cur {
+				t.Errorf("%s accepted the change: holds c1 %p; want the new content, one for all (old %p, another's %p)", id, e, old, cur)
+			}
+			cur = e
+			if h.Differs() {
+				overlays++
+			} else {
+				sets[h.Set] = true
+			}
+		}
+		if overlays > 1 || len(sets) != 1 {
+			t.Errorf("EDS holdings of the %d proxies that accepted: %d with an overlay, %d distinct sets; want at most one overlay (the first to fold) and one set for the others", n-1, overlays, len(sets))
+		}
+	})
 }

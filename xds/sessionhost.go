@@ -34,6 +34,11 @@ func (s *sessionHost) KnownSends(k shared.TransKey, sends bool) { s.trans.KnownS
 // the same the same way.
 func (s *sessionHost) Fold(h *shared.Holding) { s.holdings.Fold(h) }
 
+// Take moves what a client holds onto a fold other connections made.
+func (s *sessionHost) Take(h *shared.Holding, chs []shared.Change) bool {
+	return s.holdings.Take(h, chs)
+}
+
 // Nonce returns a nonce unique within the Server, prefixed by version.
 func (s *sessionHost) Nonce(version string) string {
 	var buf [20]byte // a string conversion in a concatenation does not allocate

@@ -108,23 +108,19 @@ func VersionOf(nonce string) string {
 	return ""
 }
 
-// change is one name a response changed: what the client held before
-// (prev, nil for nothing) and holds after (next, nil for nothing).
-type change struct {
-	name       string
-	prev, next *shared.Encoded
-}
+// change is one name a response changed (see shared.Change).
+type change = shared.Change
 
 // put records, in f, that the client holds e under name.
 func (f *flight) put(h *shared.Holding, name string, e *shared.Encoded) {
 	prev := h.Put(name, e)
-	f.changes = append(f.changes, change{name, prev, e})
+	f.changes = append(f.changes, change{Name: name, Prev: prev, Next: e})
 }
 
 // del records, in f, that the client no longer holds name.
 func (f *flight) del(h *shared.Holding, name string) {
 	prev := h.Delete(name)
-	f.changes = append(f.changes, change{name, prev, nil})
+	f.changes = append(f.changes, change{Name: name, Prev: prev})
 }
 
 // undo takes f back out of h: h is what the client held before f.
@@ -135,10 +131,10 @@ func (f *flight) undo(h *shared.Holding) {
 	}
 	for k := len(f.changes) - 1; k >= 0; k-- {
 		ch := f.changes[k]
-		if ch.prev == nil {
-			h.Delete(ch.name)
+		if ch.Prev == nil {
+			h.Delete(ch.Name)
 		} else {
-			h.Put(ch.name, ch.prev)
+			h.Put(ch.Name, ch.Prev)
 		}
 	}
 }
@@ -156,10 +152,10 @@ func (f *flight) redo(h *shared.Holding) {
 	}
 	for k := range f.changes {
 		ch := &f.changes[k]
-		if ch.next == nil {
-			ch.prev = h.Delete(ch.name)
+		if ch.Next == nil {
+			ch.Prev = h.Delete(ch.Name)
 		} else {
-			ch.prev = h.Put(ch.name, ch.next)
+			ch.Prev = h.Put(ch.Name, ch.Next)
 		}
 	}
 }
@@ -184,8 +180,8 @@ func (f *flight) forget(name string) {
 		return
 	}
 	for k := range f.changes {
-		if ch := &f.changes[k]; ch.name == name {
-			ch.prev, ch.next = nil, nil
+		if ch := &f.changes[k]; ch.Name == name {
+			ch.Prev, ch.Next = nil, nil
 		}
 	}
 }
@@ -195,8 +191,8 @@ func (f *flight) upserts() []shared.Entry {
 	if f.after == nil {
 		var out []shared.Entry
 		for _, ch := range f.changes {
-			if ch.next != nil && !ch.prev.Same(ch.next) {
-				out = append(out, shared.Entry{Name: ch.name, Enc: ch.next})
+			if ch.Next != nil && !ch.Prev.Same(ch.Next) {
+				out = append(out, shared.Entry{Name: ch.Name, Enc: ch.Next})
 			}
 		}
 		return out
@@ -221,7 +217,7 @@ func (f *flight) removedKept(h *shared.Holding) bool {
 		return kept
 	}
 	for _, ch := range f.changes {
-		if ch.next == nil && ch.prev != nil && h.Get(ch.name) != nil {
+		if ch.Next == nil && ch.Prev != nil && h.Get(ch.Name) != nil {
 			return true
 		}
 	}
@@ -240,7 +236,7 @@ func (ts *TypeState) holdsEitherWay(name string) bool {
 			continue
 		}
 		for _, ch := range f.changes {
-			if ch.name == name && (ch.prev == nil || ch.next == nil) {
+			if ch.Name == name && (ch.Prev == nil || ch.Next == nil) {
 				return false
 			}
 		}

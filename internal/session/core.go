@@ -131,6 +131,11 @@ type Host interface {
 	// clients that came to hold the same the same way, when it differs
 	// from its set (see shared.HoldingCache).
 	Fold(h *shared.Holding)
+	// Take makes h, which holds exactly its set, hold the set that other
+	// clients folded from it with the changes chs, if one did, and
+	// reports whether it did (see shared.HoldingCache.Take): a fold
+	// without writing the changes first.
+	Take(h *shared.Holding, chs []shared.Change) bool
 	// Nonce returns a new nonce for a response of version: the version,
 	// '/', and a number greater than that of every nonce before it (see
 	// nonceOrdinal).

@@ -523,22 +523,39 @@ func (c *Core) hold(i int, tgt *Target, d *diffResult) *flight {
 		// What the response carries is recorded even if the client holds
 		// it already (a resend): were an earlier response that carried it
 		// rejected, redoing this one must give it back. ups is in kept's
-		// order.
+		// order. kept and gone do not share a name, so each change's
+		// prev is what the client holds before the response.
+		n := len(f.changes)
 		u := 0
 		for _, r := range d.kept {
 			for u < len(d.ups) && d.ups[u].Name < r.Name {
 				u++
 			}
 			carried := u < len(d.ups) && d.ups[u].Name == r.Name
-			if carried || !ts.Held.Get(r.Name).Same(r.Enc) {
-				f.put(&ts.Held, r.Name, r.Enc)
+			if prev := ts.Held.Get(r.Name); carried || !prev.Same(r.Enc) {
+				f.changes = append(f.changes, change{Name: r.Name, Prev: prev, Next: r.Enc})
 			}
 		}
-		for _, n := range d.gone {
-			f.del(&ts.Held, n)
+		for _, name := range d.gone {
+			f.changes = append(f.changes, change{Name: name, Prev: ts.Held.Get(name)})
 		}
-		d.shareIfExact(ts, tgt)
-		c.foldHeld(ts)
+		// A partial target (a DeltaGenerator's, generated for the proxy
+		// alone) makes the same changes to every client that held the
+		// same set: all but the first two to make them take the fold
+		// those two made, rather than write the changes and fold them. (A
+		// full target's response may leave the client holding the target
+		// itself, which shareIfExact takes instead.)
+		if !tgt.Partial || !c.Host.Take(&ts.Held, f.changes[n:]) {
+			for _, ch := range f.changes[n:] {
+				if ch.Next != nil {
+					ts.Held.Put(ch.Name, ch.Next)
+				} else {
+					ts.Held.Delete(ch.Name)
+				}
+			}
+			d.shareIfExact(ts, tgt)
+			c.foldHeld(ts)
+		}
 	}
 	return f
 }

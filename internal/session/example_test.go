@@ -25,6 +25,7 @@ func (*host) Share(shared.TransKey, *shared.Transition)            {}
 func (*host) WouldSend(shared.TransKey) (bool, bool)               { return false, false }
 func (*host) KnownSends(shared.TransKey, bool)                     {}
 func (*host) Fold(*shared.Holding)                                 {}
+func (*host) Take(*shared.Holding, []shared.Change) bool           { return false }
 func (*host) Rebuilt(int, uint64, *pushcontext.PushContext) bool   { return true }
 func (h *host) Nonce(version string) string {
 	h.n++

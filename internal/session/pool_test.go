@@ -133,11 +133,11 @@ func TestFlightReset(t *testing.T) {
 		inline bool // changes is the flight's own storage after the reset
 	}{
 		{"one change", func(f *flight) {
-			f.changes = append(f.changes, change{"a", nil, e})
+			f.changes = append(f.changes, change{Name: "a", Next: e})
 		}, true},
 		{"changes past the inline storage", func(f *flight) {
 			for _, n := range []string{"a", "b", "c", "d", "e"} {
-				f.changes = append(f.changes, change{n, e, e})
+				f.changes = append(f.changes, change{Name: n, Prev: e, Next: e})
 			}
 		}, false},
 		{"holdings", func(f *flight) {

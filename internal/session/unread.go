@@ -55,8 +55,8 @@ func (f *flight) touches(name string) (e *shared.Encoded, touched bool) {
 		return f.after.Get(name), true
 	}
 	for k := len(f.changes) - 1; k >= 0; k-- {
-		if ch := f.changes[k]; ch.name == name {
-			return ch.next, true
+		if ch := f.changes[k]; ch.Name == name {
+			return ch.Next, true
 		}
 	}
 	return nil, false

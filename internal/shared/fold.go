@@ -92,6 +92,49 @@ func (hc *HoldingCache) Fold(h *Holding) {
 	}
 }
 
+// maxTake bounds the differences Take looks up: they are sorted on the
+// stack.
+const maxTake = 8
+
+// Take makes h, which holds exactly its set, hold its set with the
+// changes chs (each name once; Prev is not read) by taking the set that
+// another holding folded from that set with the same differences, if one
+// did: the common case of Fold (every holding but the first two to make
+// those changes), without the overlay that Fold reads the differences
+// from and that each holding would make only to drop it. It reports
+// whether h holds its set with the changes; if not (h has an overlay of
+// its own, the changes are many, or no holding built that fold yet), h is
+// as it was, and the caller makes the changes and folds.
+func (hc *HoldingCache) Take(h *Holding, chs []Change) bool {
+	if len(h.over) > 0 || len(chs) > maxTake {
+		return false
+	}
+	var buf [maxTake]Entry
+	over := buf[:0]
+	for _, ch := range chs {
+		if ch.Next != h.Set.Get(ch.Name) { // as Put and Delete write the overlay
+			over = append(over, Entry{Name: ch.Name, Enc: ch.Next})
+		}
+	}
+	if len(over) == 0 {
+		return true
+	}
+	slices.SortFunc(over, func(a, b Entry) int { return strings.Compare(a.Name, b.Name) })
+	base := weak.Make(h.Set)
+	sum := hc.sum(over)
+	var s *Set
+	hc.mu.Lock()
+	if f := hc.find(base, sum, over); f != nil {
+		s = f.set.Value()
+	}
+	hc.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	h.Reset(s)
+	return true
+}
+
 // find returns the fold from base with the differences over, nil if none
 // is kept.
 func (hc *HoldingCache) find(base weak.Pointer[Set], sum uint64, over []Entry) *fold {

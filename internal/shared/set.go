@@ -20,6 +20,13 @@ type Entry struct {
 	Enc  *Encoded
 }
 
+// Change is one name a response changed: what the client held before
+// (Prev, nil for nothing) and holds after (Next, nil for nothing).
+type Change struct {
+	Name       string
+	Prev, Next *Encoded
+}
+
 // Set is an immutable set of resources sorted by name, without
 // duplicates. Nothing modifies one after it is built.
 type Set struct {
