@@ -872,3 +872,85 @@ func TestCorePushWaitsForTheFirstClustersOfAByNameClient(t *testing.T) {
 		})
 	}
 }
+
+// A Delta client on a new stream that reports holding a route at a version
+// the Server cannot read, and rejects the configuration's route when it is
+// sent, keeps a route whose content the Server does not know: it may name
+// any cluster, and for removals the Server takes it to (see namedBy). A
+// cluster the configuration's route names, which the client does not
+// subscribe to or drops, was awaited for good: Sync waited for a
+// subscription the client would never make (TestStressReads, one run in
+// some forty on a loaded machine). The client keeps content of its own
+// there, and its NACK is what Sync reports. Content the Server knows still
+// keeps the cluster awaited until the client subscribes to it.
+func TestCoreDeltaRejectedUnknownRouteAwaitsNothing(t *testing.T) {
+	tests := []struct {
+		name   string
+		reply  string // to the configuration's route: "nack" or "ack"
+		drop   bool   // the client subscribed to c0 and drops it after the reply
+		synced bool   // after the reply (and the drop)
+	}{
+		{name: "route rejected, c0 never subscribed to", reply: "nack", synced: true},
+		{name: "route rejected, c0 dropped", reply: "nack", drop: true, synced: true},
+		{name: "route accepted, c0 never subscribed to", reply: "ack"},
+		{name: "route accepted, c0 dropped", reply: "ack", drop: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newCoreRun(t, true, nil)
+			h := r.h
+			keys := []pushcontext.ConfigKey{ckey(kindListener, "l0"), ckey(kindRoute, "r0")}
+			for _, c := range []string{"c0", "c1"} {
+				h.put(ClusterType, xdsfixture.Cluster(c))
+				h.put(EndpointType, xdsfixture.CLA(c, "10.0.0.1:80"))
+				keys = append(keys, ckey(kindCluster, c), ckey(kindEndpoint, c))
+			}
+			h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
+			h.put(RouteType, xdsfixture.Route("r0", "c0"))
+			r.change(true, func() {}, keys...)
+			synced := func(what string, want bool) {
+				t.Helper()
+				if got := r.c.SyncedTo() >= r.pc.Seq(); got != want {
+					t.Fatalf("%s: synced = %v (syncedTo %d, push %d); want %v", what, got, r.c.SyncedTo(), r.pc.Seq(), want)
+				}
+			}
+			// The client's own route named c1 (and c0, if it drops it
+			// later): it subscribes to them, then reports the route.
+			clusters := []string{"c1"}
+			if tt.drop {
+				clusters = []string{"c0", "c1"}
+			}
+			r.subscribeAndAck(ListenerType, "l0")
+			r.subscribeAndAck(ClusterType, clusters...)
+			r.subscribeAndAck(EndpointType, clusters...)
+			r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(RouteType),
+				ResourceNamesSubscribe: []string{"r0"}, InitialResourceVersions: map[string]string{"r0": "kept-from-before"}}})
+			r.expect("the configuration's r0, for the version the Server cannot read", "RDS [r0] -[]")
+			if tt.reply == "nack" {
+				r.nack(RouteType, "r0 is invalid")
+			} else {
+				r.ack(RouteType)
+			}
+			if tt.drop {
+				r.unsubscribe(ClusterType, "c0")
+				r.unsubscribe(EndpointType, "c0")
+				r.expect("an unsubscribe is not answered")
+			}
+			synced("after the reply", tt.synced)
+			if rds := r.typeState(RouteType); (tt.reply == "nack") != rds.NACKStands() {
+				t.Fatalf("RDS NACK stands: %v; want it to (what Sync reports) only if the client rejected r0", rds.NACKStands())
+			}
+			if tt.reply == "ack" {
+				// The client holds r0 → c0: once it subscribes to c0 and
+				// holds it, it is in step.
+				r.resubscribe(ClusterType, "c0")
+				r.expect("c0", "CDS [c0] -[]")
+				r.ack(ClusterType)
+				r.resubscribe(EndpointType, "c0")
+				r.expect("c0's endpoints", "EDS [c0] -[]")
+				r.ack(EndpointType)
+				synced("c0 held", true)
+			}
+		})
+	}
+}
