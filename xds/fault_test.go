@@ -84,18 +84,22 @@ var (
 // changes, not 1,000 (see raceSized). The long run takes about 4 minutes
 // of CPU (2 of wall time) and 2 GiB of memory.
 //
-// It runs twice: plain, each change carrying a key the Builder reads its
-// generation from, and named, the generation in the keys' namespace and
+// It runs three times: plain, each change carrying a key the Builder reads
+// its generation from; named, the generation in the keys' namespace and
 // every key of a named kind (Config.NamedKinds), so that pushes skip the
-// gRPC-like clients that watch none of what they change.
+// gRPC-like clients that watch none of what they change; and partial,
+// named with an EDS generator that is also a DeltaGenerator, failing as
+// the others do, so that an endpoints-only push sends each proxy the sets
+// its keys name (as istiod's incremental EDS does) and clients come to
+// hold what they hold by partial responses, folded.
 func TestFault(t *testing.T) {
 	p := faultParams{changes: raceSized(1000, 400), clients: 50, seed: *faultSeed, churn: 20}
 	if *faultLong {
 		p.changes, p.clients, p.churn = 10_000, 200, 200
 	}
-	for _, named := range []bool{false, true} {
-		p.named = named
-		t.Run(map[bool]string{false: "plain", true: "named"}[named], func(t *testing.T) { runFault(t, p) })
+	for _, v := range []string{"plain", "named", "partial"} {
+		p.named, p.partial = v != "plain", v == "partial"
+		t.Run(v, func(t *testing.T) { runFault(t, p) })
 	}
 }
 
@@ -155,6 +159,8 @@ type faultParams struct {
 	churn int
 	// named: the mesh's kinds are named kinds (see TestFault).
 	named bool
+	// partial: with named, the EDS generator is a DeltaGenerator.
+	partial bool
 }
 
 // ---- the mesh ----------------------------------------------------------------
@@ -422,6 +428,8 @@ type faultMesh struct {
 	injected  map[genKey]bool    // every generator ever made to fail
 	nacking   atomic.Bool        // the NACKing clients reject content
 	named     bool               // see faultParams.named
+	partial   bool               // see faultParams.partial
+	deltas    atomic.Int64       // GenerateDelta calls that returned changes
 	unqueued  atomic.Int64       // connections a push was not queued for (PushEvent.Skipped)
 
 	replicas []*faultReplica
@@ -533,23 +541,14 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 	routes := index(kRoute, func(w *world) any { return w.routes })
 	gen := func(typ xds.TypeURL, pickFrom func(pc *pushcontext.PushContext, w xds.Watch) []xds.Resource) xds.Generator {
 		return xds.GeneratorFunc(func(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) ([]xds.Resource, error) {
-			out := pickFrom(req.Push, w)
-			switch r.m.genFault(typ, p.ID) {
-			case genError:
-				return nil, &injectedError{fmt.Sprintf("Generate %s for %s fails", typ.Short(), p.ID)}
-			case genPanic:
-				panic(&injectedError{fmt.Sprintf("Generate %s for %s panics", typ.Short(), p.ID)})
-			case genDuplicate:
-				if len(out) > 0 {
-					out = append(out, out[0])
-				}
-			case genMisnamed:
-				if len(out) > 1 {
-					out[0].Message = out[1].Message
-				}
-			}
-			return out, nil
+			return r.m.faulted(typ, p, "Generate", pickFrom(req.Push, w))
 		})
+	}
+	eds := gen(xds.EndpointType, func(pc *pushcontext.PushContext, w xds.Watch) []xds.Resource {
+		return pick(endpoints.Get(pc).(map[string]*endpointv3.ClusterLoadAssignment), w)
+	})
+	if r.m.partial {
+		eds = &faultDeltaEDS{Generator: eds, m: r.m, endpoints: endpoints}
 	}
 	var named map[string]xds.TypeURL
 	if r.m.named {
@@ -562,9 +561,7 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			xds.ClusterType: gen(xds.ClusterType, func(pc *pushcontext.PushContext, w xds.Watch) []xds.Resource {
 				return pick(clusters.Get(pc).(map[string]*clusterv3.Cluster), w)
 			}),
-			xds.EndpointType: gen(xds.EndpointType, func(pc *pushcontext.PushContext, w xds.Watch) []xds.Resource {
-				return pick(endpoints.Get(pc).(map[string]*endpointv3.ClusterLoadAssignment), w)
-			}),
+			xds.EndpointType: eds,
 			xds.ListenerType: gen(xds.ListenerType, func(pc *pushcontext.PushContext, w xds.Watch) []xds.Resource {
 				return pick(listeners.Get(pc).(map[string]*listenerv3.Listener), w)
 			}),
@@ -592,6 +589,61 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			},
 		},
 	}
+}
+
+// faulted returns out, what the generator of typ (call names it) made for
+// p, as the generator fails now: an error, a panic, a resource twice, or
+// one under another's name.
+func (m *faultMesh) faulted(typ xds.TypeURL, p *xds.Proxy, call string, out []xds.Resource) ([]xds.Resource, error) {
+	switch m.genFault(typ, p.ID) {
+	case genError:
+		return nil, &injectedError{fmt.Sprintf("%s %s for %s fails", call, typ.Short(), p.ID)}
+	case genPanic:
+		panic(&injectedError{fmt.Sprintf("%s %s for %s panics", call, typ.Short(), p.ID)})
+	case genDuplicate:
+		if len(out) > 0 {
+			out = append(out, out[0])
+		}
+	case genMisnamed:
+		if len(out) > 1 {
+			out[0].Message = out[1].Message
+		}
+	}
+	return out, nil
+}
+
+// faultDeltaEDS is the EDS generator of the partial mesh: for a push of
+// endpoint keys alone, it returns the endpoint sets they name that the
+// watch covers, read from the push's index, and fails as Generate does.
+type faultDeltaEDS struct {
+	xds.Generator
+	m         *faultMesh
+	endpoints pushcontext.Index[any]
+}
+
+func (g *faultDeltaEDS) GenerateDelta(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
+	eps := g.endpoints.Get(req.Push).(map[string]*endpointv3.ClusterLoadAssignment)
+	var ch xds.Changes
+	for k := range req.ConfigsUpdated {
+		if k.Kind != kEndpoint {
+			return xds.Changes{}, false, nil // Generate, then
+		}
+		if _, ok := slices.BinarySearch(w.Names, k.Name); !ok && !w.Wildcard {
+			continue
+		}
+		if cla, ok := eps[k.Name]; ok {
+			ch.Upserted = append(ch.Upserted, xds.Resource{Name: k.Name, Message: cla})
+		} else {
+			ch.Removed = append(ch.Removed, k.Name)
+		}
+	}
+	up, err := g.m.faulted(xds.EndpointType, p, "GenerateDelta", ch.Upserted)
+	if err != nil {
+		return xds.Changes{}, false, err
+	}
+	ch.Upserted = up
+	g.m.deltas.Add(1)
+	return ch, true, nil
 }
 
 // update records w as generation gen and tells every replica.
@@ -780,7 +832,7 @@ type pause struct {
 func runFault(t *testing.T, p faultParams) {
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(p.seed, 0xfa017))
-		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}, named: p.named}
+		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}, named: p.named, partial: p.partial}
 		m.worlds = []*world{faultWorld(rnd)}
 		for _, name := range []string{"a", "b"} {
 			r := &faultReplica{m: m, name: name, versions: map[string]int{}}
@@ -862,12 +914,15 @@ func runFault(t *testing.T, p faultParams) {
 		for _, c := range run.clients {
 			xdstest.AssertNoDangling(t, c.Client)
 		}
+		if p.partial && m.deltas.Load() == 0 {
+			t.Errorf("partial: no push took its endpoints from GenerateDelta")
+		}
 		if p.named && m.unqueued.Load() == 0 {
 			t.Errorf("named kinds: no push skipped a connection")
 		}
-		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections not queued for a push %d",
+		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections not queued for a push %d, partial generations %d",
 			p.seed, p.changes, len(run.clients), m.replicas[0].srv.Version(), run.stats, run.syncs,
-			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load(), m.unqueued.Load())
+			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load(), m.unqueued.Load(), m.deltas.Load())
 	})
 }
 
