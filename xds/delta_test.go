@@ -780,19 +780,26 @@ func (g *deltaEDS) GenerateDelta(_ context.Context, _ *Proxy, w Watch, req *push
 	return ch, true, nil
 }
 
+// startDeltaEDS starts a fixture on a world of n clusters whose EDS
+// generator is a deltaEDS.
+func startDeltaEDS(t *testing.T, n int) (*fixture, *deltaEDS) {
+	st := newStore()
+	world(st, n)
+	g := &deltaEDS{st: st}
+	f := start(t, st, func(cfg *Config) {
+		g.Generator = cfg.Generators[EndpointType]
+		cfg.Generators[EndpointType] = g
+	}, false)
+	return f, g
+}
+
 // A DeltaGenerator of a by-name type serves SotW pushes with what changed
 // only: the response carries the changed endpoint set, a removed one is not
 // announced (SotW by-name types have no removals, so the client keeps it),
 // and a later change of another set sends that set alone.
 func TestDeltaGeneratorSotWByName(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 3)
-		g := &deltaEDS{st: st}
-		f := start(t, st, func(cfg *Config) {
-			g.Generator = cfg.Generators[EndpointType]
-			cfg.Generators[EndpointType] = g
-		}, false)
+		f, g := startDeltaEDS(t, 3)
 		c := f.connect("n", nil, true)
 		subs := c.subscribeAll(3)
 		if g.deltas.Load() != 0 {
@@ -941,13 +948,7 @@ func heldBefore(t testing.TB, st *store, n int) map[string]string {
 // the change, so that a client that rejects the response goes back to it.
 func TestDeltaGeneratorChangeFolded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		st := newStore()
-		world(st, 3)
-		g := &deltaEDS{st: st}
-		f := start(t, st, func(cfg *Config) {
-			g.Generator = cfg.Generators[EndpointType]
-			cfg.Generators[EndpointType] = g
-		}, false)
+		f, _ := startDeltaEDS(t, 3)
 		const n = 6
 		clients, subs := f.connectAll(n, 3)
 		settle()
