@@ -624,13 +624,15 @@ type faultDeltaEDS struct {
 func (g *faultDeltaEDS) GenerateDelta(_ context.Context, p *xds.Proxy, w xds.Watch, req *pushcontext.PushRequest) (xds.Changes, bool, error) {
 	eps := g.endpoints.Get(req.Push).(map[string]*endpointv3.ClusterLoadAssignment)
 	var ch xds.Changes
+	seen := map[string]bool{} // merged pushes name a set once per generation (the key's namespace)
 	for k := range req.ConfigsUpdated {
 		if k.Kind != kEndpoint {
 			return xds.Changes{}, false, nil // Generate, then
 		}
-		if _, ok := slices.BinarySearch(w.Names, k.Name); !ok && !w.Wildcard {
+		if _, ok := slices.BinarySearch(w.Names, k.Name); !ok && !w.Wildcard || seen[k.Name] {
 			continue
 		}
+		seen[k.Name] = true
 		if cla, ok := eps[k.Name]; ok {
 			ch.Upserted = append(ch.Upserted, xds.Resource{Name: k.Name, Message: cla})
 		} else {
