@@ -15,6 +15,7 @@ import (
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 
 	"github.com/xdspush/xdspush/pushcontext"
+	"github.com/xdspush/xdspush/xds"
 	"github.com/xdspush/xdspush/xds/xdsdebug"
 	"github.com/xdspush/xdspush/xds/xdstest"
 )
@@ -169,6 +170,7 @@ func TestStressReads(t *testing.T) {
 	scancel()
 	if err != nil {
 		t.Errorf("Sync() after the changes = %v; want nil", err)
+		logUnsynced(t, ctx, h.srv)
 	}
 	for _, n := range nacks {
 		if !stressRejects(n.ProxyID) {
@@ -214,4 +216,27 @@ func stressRejects(id string) bool {
 		return false
 	}
 	return slot%3 == 0
+}
+
+// logUnsynced logs, for a Sync that did not return, the first connections
+// that are not synced (each given a second to be) and the state of their
+// types, so that the failure names where to look.
+func logUnsynced(t *testing.T, ctx context.Context, srv *xds.Server) {
+	t.Helper()
+	n := 0
+	for _, cs := range srv.Status() {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := srv.SyncProxies(pctx, func(p *xds.Proxy) bool { return p.ConnID == cs.ConnID })
+		cancel()
+		if err == nil {
+			continue
+		}
+		t.Logf("not synced: %s (Delta %v), version %s, %d phases pending", cs.ConnID, cs.Delta, cs.Version, cs.PendingPhases)
+		for _, ts := range cs.Types {
+			t.Logf("  %s: %d names (wildcard %v), sent %s, acked %s, NACK %v, error %v", ts.Type.Short(), ts.Names, ts.Wildcard, ts.SentNonce, ts.AckedNonce, ts.NACK != nil, ts.Error)
+		}
+		if n++; n == 5 {
+			return
+		}
+	}
 }
