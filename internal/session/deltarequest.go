@@ -297,7 +297,9 @@ func (c *Core) awaitNamed(i int, e *shared.Encoded) {
 
 // awaiting returns the lowest AppliedSeq of the names of ts still awaited
 // (see typeRare.awaited): not subscribed to again, and named by a resource
-// the client holds; 0 if none is. With prune, it forgets the others.
+// the client holds other than through content it keeps over the
+// configuration's (see namedOnlyByKept); 0 if none is. With prune, it
+// forgets those no resource the client holds names.
 func (c *Core) awaiting(ts *TypeState, prune bool) uint64 {
 	var low uint64
 	for n, seq := range ts.awaited() {
@@ -307,56 +309,14 @@ func (c *Core) awaiting(ts *TypeState, prune bool) uint64 {
 			}
 			continue
 		}
+		if c.namedOnlyByKept(ts.idx, n) {
+			continue
+		}
 		if low == 0 || seq < low {
 			low = seq
 		}
 	}
 	return low
-}
-
-// awaitsOnlyRejected reports whether every name ts awaits (see awaiting)
-// is named, of what the client holds, only by content the Server cannot
-// read that the client keeps over the configuration's: a resource it
-// reported holding at a version the Server does not know, whose content
-// in the configuration it was sent and rejected. It may keep that content
-// for good, and so never subscribe to a name it may or may not name: its
-// NACK is what Sync reports then (see NACKStands), rather than wait.
-// Removals still take such content to name anything (see namedBy).
-func (c *Core) awaitsOnlyRejected(ts *TypeState) bool {
-	from, kind := c.set.referrers(ts.idx)
-	for n := range ts.awaited() {
-		if ts.Covers(n) {
-			continue
-		}
-		for _, j := range from {
-			if j < 0 || c.Types[j] == nil {
-				continue
-			}
-			rt := c.Types[j]
-			only := true
-			rt.Held.Each(func(m string, e *shared.Encoded) {
-				if !only {
-					return
-				}
-				if e.Unknown() {
-					te := rt.LastGet(m)
-					if te == nil || !e.Same(te) {
-						_, rejected := rt.Rejected()[m]
-						only = rejected
-						return
-					}
-					e = te // read as the configuration's (see namedBy)
-				}
-				if _, ok := slices.BinarySearch(namedOf(c.set.refsOf(j, e), kind), n); ok {
-					only = false
-				}
-			})
-			if !only {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // answered returns the names of sub (sorted) not in unsub (sorted), and

@@ -265,24 +265,62 @@ func (c *Core) namedBy(j int, name string, kind int) string {
 	by := ""
 	ts.Held.Each(func(n string, e *shared.Encoded) {
 		if by == "" || n < by {
-			// What a client reported holding, the Server reads as the
-			// configuration's resource of the same version; other
-			// content it cannot read: it may name name until the client
-			// is sent its content.
-			if e.Unknown() {
-				te := ts.LastGet(n)
-				if te == nil || !e.Same(te) {
-					by = n
-					return
-				}
-				e = te
-			}
-			if _, ok := slices.BinarySearch(namedOf(c.set.refsOf(j, e), kind), name); ok {
+			if names, _ := c.resNames(j, n, e, name, kind); names {
 				by = n
 			}
 		}
 	})
 	return by
+}
+
+// resNames reports whether m, a resource of type j the client holds as e,
+// names name (as kind). What a client reported holding, the Server reads
+// as the configuration's resource of the same version; other content it
+// cannot read (unread): it may name name until the client is sent its
+// content.
+func (c *Core) resNames(j int, m string, e *shared.Encoded, name string, kind int) (names, unread bool) {
+	if e.Unknown() {
+		te := c.Types[j].LastGet(m)
+		if te == nil || !e.Same(te) {
+			return true, true
+		}
+		e = te
+	}
+	_, names = slices.BinarySearch(namedOf(c.set.refsOf(j, e), kind), name)
+	return names, false
+}
+
+// namedOnlyByKept reports whether what the client holds names n, of type
+// i, only through content it keeps over the configuration's: resources it
+// reported holding at a version the Server cannot read, whose content in
+// the configuration it was sent and rejected. It may keep that content
+// for good, and so never subscribe to a name it may or may not name: its
+// NACK is what Sync reports then (see NACKStands), rather than wait for
+// the name (see awaiting). Removals still take such content to name
+// anything (see namedBy).
+func (c *Core) namedOnlyByKept(i int, n string) bool {
+	from, kind := c.set.referrers(i)
+	for _, j := range from {
+		if j < 0 || c.Types[j] == nil {
+			continue
+		}
+		rt := c.Types[j]
+		only := true
+		rt.Held.Each(func(m string, e *shared.Encoded) {
+			if !only {
+				return
+			}
+			if names, unread := c.resNames(j, m, e, n, kind); unread {
+				_, only = rt.Rejected()[m]
+			} else if names {
+				only = false
+			}
+		})
+		if !only {
+			return false
+		}
+	}
+	return true
 }
 
 // referencesHeld records references held back for type ts: the type is

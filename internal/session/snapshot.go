@@ -132,7 +132,7 @@ func (c *Core) SyncedTo() uint64 {
 		if ts == nil {
 			continue
 		}
-		if seq := c.awaiting(ts, false); seq > 0 && !c.awaitsOnlyRejected(ts) {
+		if seq := c.awaiting(ts, false); seq > 0 {
 			// The client holds a reference to what it dropped: not
 			// synced until it subscribes to it again.
 			x = min(x, seq-1)
