@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/maphash"
@@ -239,6 +240,48 @@ func TestNamedPushDoesNotSkipAStandingNACK(t *testing.T) {
 			t.Errorf("the push skipped %d connections; want 1 (not the one whose NACK stands)", got)
 		}
 	})
+}
+
+// The proxies of a view come to rest once they hold their configuration,
+// even those whose route was held back until they held its cluster, and
+// whose route then came by a step another proxy of the view took first
+// (replayed, not diffed): a push of a route none of them watches skips
+// them all, and none keeps a type's rare state.
+func TestNamedPushSkipsAViewAfterAHeldBackRoute(t *testing.T) {
+	for _, view := range []string{"", "mesh"} {
+		t.Run("view="+cmp.Or(view, "none"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 3)
+				skipped := new(atomic.Int64)
+				f := start(t, st, func(cfg *Config) {
+					namedKinds(skipped)(cfg)
+					cfg.InitProxy = func(context.Context, *Proxy, *pushcontext.PushContext) (ProxyState, error) {
+						return ProxyState{View: view}, nil
+					}
+				}, false)
+				const n = 4
+				f.connectAll(n, 3) // each one's route waits for its cluster
+				settle()
+				for _, c := range f.srv.connections() {
+					if !c.lockStep() {
+						t.Fatalf("%s: the stream ended", c.proxy.ConnID)
+					}
+					for i, ts := range c.core.Types {
+						if ts != nil && ts.Rare != nil {
+							t.Errorf("%s: %s keeps its rare state at rest", c.proxy.ConnID, f.srv.set.order[i].Short())
+						}
+					}
+					c.unlockStep(nil)
+				}
+				f.update(false, func(s *store) { s.routes["r9"] = xdsfixture.Route("r9", "c1") }, key(kindRoute, "r9"))
+				settle()
+				if got := skipped.Load(); got != n {
+					t.Errorf("the push of a route no one watches skipped %d connections; want %d", got, n)
+				}
+			})
+		})
+	}
 }
 
 // The fan-out's verdict on a connection from its words on the board: a

@@ -80,7 +80,7 @@ func (c *Core) Push(now time.Time, item *PushItem) (Need, error) {
 	pl := planPool.Get()
 	p := &pl.gen
 	p.item = item
-	p.dirty = slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.Dirty })
+	p.dirty = slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.Regen() })
 	p.pc, p.before = c.moveTo(item.Req)
 	if item.Req.Full && p.pc.Seq() > c.At.initSeq {
 		if c.reinit(item.Req, p.pc) {
@@ -263,7 +263,7 @@ func (c *Core) pushGenerations(gens []GenNeed, filtered *pushcontext.PushRequest
 		// is a type the client holds nothing of, or one left dirty. So is
 		// a Forced push, and a proxy with a view (its generation is
 		// shared).
-		full := ts.Dirty || eds || ts.Held.Len() == 0 && ts.NonceSent == ""
+		full := ts.Regen() || eds || ts.Held.Len() == 0 && ts.NonceSent == ""
 		n.Delta = set.DeltaGenerators[i] && !full && !filtered.Forced && c.At.View == ""
 		gens = append(gens, n)
 	}
@@ -422,7 +422,7 @@ func (c *Core) rebuildsExplained(named kindSet, pc *pushcontext.PushContext, ski
 // generated for this proxy.
 func (c *Core) affected(i int, req *pushcontext.PushRequest, named kindSet) bool {
 	ts := c.Types[i]
-	if req.Forced || ts.Dirty || c.set.Kinds[i] == nil || named.has(i) {
+	if req.Forced || ts.Regen() || c.set.Kinds[i] == nil || named.has(i) {
 		return true
 	}
 	return c.Host.Rebuilt(i, c.genFrom[i], req.Push)

@@ -453,11 +453,11 @@ func (c *Core) Idle() bool {
 		// A NACK that stands, or content withheld because the client
 		// rejected it, is settled by the next generation of the type,
 		// whatever the push changed.
-		if ts.Dirty || len(ts.Flights) > 0 || ts.NACKStands() {
+		if ts.Regen() || len(ts.Flights) > 0 || ts.NACKStands() {
 			return false
 		}
 		if r := ts.Rare; r != nil && (r.deferred != nil || r.retry != nil || len(r.removing) > 0 || len(r.rejected) > 0 ||
-			len(r.awaited) > 0 || len(r.kept) > 0 || len(r.unread) > 0 || r.holds > 0) {
+			len(r.awaited) > 0 || len(r.kept) > 0 || len(r.unread) > 0) {
 			return false
 		}
 	}

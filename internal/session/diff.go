@@ -402,7 +402,7 @@ func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
 	// even if the client's subscription has moved since: what removable
 	// reads to tell a broken reference from a stale one.
 	ts.Generated(tgt, c.At.Push, c.set.refers(i))
-	c.settleWithheld(ts, &d)
+	c.settleWithheld(ts, &d, !tgt.Partial && !o.restrict)
 	if !d.sends(c, i, o) {
 		c.settleErrors(ts, &d, nil)
 		d.shareIfExact(ts, tgt)
@@ -451,8 +451,9 @@ func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
 // settleWithheld applies what the diff d of ts's type found: references
 // held back, rejected content the configuration no longer has, a NACK
 // that no longer stands, and removals held back for the removal phase.
-func (c *Core) settleWithheld(ts *TypeState, d *diffResult) {
-	c.referencesHeld(ts, d.refErrs)
+// whole reports a diff of the type's whole target (see referencesHeld).
+func (c *Core) settleWithheld(ts *TypeState, d *diffResult, whole bool) {
+	c.referencesHeld(ts, d.refErrs, whole, false)
 	for _, n := range d.unrejected {
 		delete(ts.Rejected(), n)
 	}

@@ -546,7 +546,7 @@ func (c *Core) releaseRemovals(i int, o relOpts) *OutMsg {
 	slices.Sort(gone)
 	var errs []*RefError
 	gone, _, errs = c.Removable(i, gone, nil)
-	c.referencesHeld(ts, errs)
+	c.referencesHeld(ts, errs, false, true)
 	if len(gone) == 0 {
 		return nil
 	}

@@ -61,6 +61,10 @@ func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
 func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *OutMsg {
 	ts := c.Types[i]
 	ts.Generated(tgt, c.At.Push, c.set.refers(i))
+	// A step is kept only if it held no reference back (see record), and
+	// only to a whole target (see sameStep): as the diff would, it ends
+	// the responses that held one back.
+	c.referencesHeld(ts, nil, true, false)
 	ts.markRemoving(tr.DeferGone) // it held none back (see sameStep)
 	for _, r := range tr.Changed {
 		if o.changed != nil {

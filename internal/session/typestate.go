@@ -56,7 +56,9 @@ type TypeState struct {
 	// endpoints. resumed marks a Delta subscription whose first request
 	// reported what the client holds (a client reconnecting with its
 	// state). dirty asks the next push to regenerate the type in full (a
-	// NACK stopped its phase, a push failed, something was held back).
+	// NACK stopped its phase, a push failed, the removal phase held a
+	// removal back; what a release of upserts held back asks the same
+	// while it stands: see Regen).
 	// timeouts counts the phases sent after a timeout without this type's
 	// ACK.
 	Star, AlwaysRespond, resumed, Dirty bool
@@ -112,8 +114,11 @@ type typeRare struct {
 	deferred *answer
 	retry    *answer
 	RetryAt  Instant // while retry is set
-	// holds counts the responses in a row that held something back for a
-	// reference the client is on its way to resolve (see retryType).
+	// holds counts the responses that held something back for a
+	// reference the client is on its way to resolve since a response to
+	// the type's whole target last held nothing back (see retryType and
+	// referencesHeld): while it is not 0, the type is regenerated in full
+	// by the next push (see Regen).
 	holds int
 	// awaited maps names the client is expected to subscribe to, of a
 	// type it subscribes to by name, to the connection's AppliedSeq when
@@ -244,6 +249,13 @@ func (ts *TypeState) forgetChanges() {
 	if ts.Rare != nil {
 		ts.Rare.lastChanges = nil
 	}
+}
+
+// Regen reports whether the next push regenerates the type in full,
+// whatever it changed: the type is dirty, or a response held back a
+// reference that no response to its whole target has released since.
+func (ts *TypeState) Regen() bool {
+	return ts.Dirty || ts.Rare != nil && ts.Rare.holds > 0
 }
 
 // rareForWrite returns the rare part of ts's state to change, made if ts has none.
