@@ -49,6 +49,31 @@ type fakeHost struct {
 	// holdings folds what the cores of the host's connections hold, as a
 	// Server's do.
 	holdings *shared.HoldingCache
+	// view, if set, makes every core of the host a proxy of one view (see
+	// viewShare).
+	view *viewShare
+}
+
+// viewShare is what the proxies of one view share, as a Server's do: the
+// subscriptions (interned), the targets (shared, and one set for the same
+// content), and the steps one took for the others in the same state.
+type viewShare struct {
+	subs  shared.SubTable
+	sets  map[string]*shared.Set // by type index and content
+	steps shared.TransitionCache
+}
+
+// share returns the one set of type i with set's content.
+func (v *viewShare) share(i int, set *shared.Set) *shared.Set {
+	k := fmt.Sprint(i)
+	for _, e := range set.Entries {
+		k += fmt.Sprintf(" %s@%p", e.Name, e.Enc)
+	}
+	if s, ok := v.sets[k]; ok {
+		return s
+	}
+	v.sets[k] = set
+	return set
 }
 
 var (
@@ -138,6 +163,9 @@ func (h *fakeHost) generate(_ context.Context, i int, sub *shared.Subscription, 
 	if err != nil {
 		return nil, err
 	}
+	if h.view != nil {
+		return &session.Target{Set: h.view.share(i, set), Sub: sub, Shared: true}, nil
+	}
 	return &session.Target{Set: set, Sub: sub}, nil
 }
 
@@ -170,13 +198,39 @@ func (h *fakeHost) encode(i int, res []Resource) (*shared.Set, error) {
 	return shared.NewSet(ents), nil
 }
 
-func (h *fakeHost) Intern(sub *shared.Subscription) *shared.Subscription { return sub }
+func (h *fakeHost) Intern(sub *shared.Subscription) *shared.Subscription {
+	if h.view != nil {
+		return h.view.subs.Intern(sub)
+	}
+	return sub
+}
 
-func (h *fakeHost) Transition(shared.TransKey) *shared.Transition { return nil }
-func (h *fakeHost) Share(shared.TransKey, *shared.Transition)     {}
-func (h *fakeHost) WouldSend(shared.TransKey) (bool, bool)        { return false, false }
-func (h *fakeHost) KnownSends(shared.TransKey, bool)              {}
-func (h *fakeHost) Fold(held *shared.Holding)                     { h.holdings.Fold(held) }
+func (h *fakeHost) Transition(k shared.TransKey) *shared.Transition {
+	if h.view != nil {
+		return h.view.steps.Get(k)
+	}
+	return nil
+}
+
+func (h *fakeHost) Share(k shared.TransKey, tr *shared.Transition) {
+	if h.view != nil {
+		h.view.steps.Put(k, tr)
+	}
+}
+
+func (h *fakeHost) WouldSend(k shared.TransKey) (bool, bool) {
+	if h.view != nil {
+		return h.view.steps.WouldSend(k)
+	}
+	return false, false
+}
+
+func (h *fakeHost) KnownSends(k shared.TransKey, sends bool) {
+	if h.view != nil {
+		h.view.steps.KnownSends(k, sends)
+	}
+}
+func (h *fakeHost) Fold(held *shared.Holding) { h.holdings.Fold(held) }
 func (h *fakeHost) Take(held *shared.Holding, chs []shared.Change) bool {
 	return h.holdings.Take(held, chs)
 }
@@ -1496,4 +1550,62 @@ func BenchmarkCoreEndpointChange(b *testing.B) {
 			}
 		})
 	}
+}
+
+// twin returns a run of another core of r's host (a proxy of the same
+// view, if the host has one), on r's PushContext.
+func (r *coreRun) twin(delta bool) *coreRun {
+	r.t.Helper()
+	h := r.h
+	c := session.New(&h.set.Settings, h, delta, 2)
+	st, err := h.initProxy(context.Background(), r.pc)
+	if err := c.Init(r.now, r.pc, r.pc.Seq(), session.ProxyInit(st), err); err != nil {
+		r.t.Fatal(err)
+	}
+	return &coreRun{t: r.t, h: h, c: c, now: r.now, pc: r.pc, last: map[TypeURL]*session.OutMsg{}}
+}
+
+// Two proxies of a view in the same state take the same step only if it
+// is each one's own: a route naming a cluster neither holds yet is sent to
+// a client that asks for clusters by name (it asks for the cluster once it
+// reads the route), and held back from one that holds every cluster (the
+// route would name a cluster it lacks), even when both hold the same
+// clusters, routes and listeners, so that one could take the other's step.
+func TestCoreViewStepsAreEachProxysOwn(t *testing.T) {
+	e := newCoreRun(t, true, nil) // Envoy-like: every cluster and listener
+	h := e.h
+	h.view = &viewShare{sets: map[string]*shared.Set{}}
+	e.mesh()
+	g := e.twin(true) // gRPC-like: everything by name, from its listener
+	for _, st := range []struct {
+		typ  TypeURL
+		name string
+	}{{ListenerType, "l0"}, {RouteType, "r0"}, {ClusterType, "c0"}, {EndpointType, "c0"}} {
+		g.subscribe(st.typ, st.name)
+		g.expect("g subscribes", st.typ.Short()+" ["+st.name+"]"+g.none())
+		g.ack(st.typ)
+	}
+	for _, typ := range []TypeURL{ClusterType, RouteType, ListenerType} {
+		i := h.set.typeIndex(typ)
+		eh, gh := e.c.Types[i].Held, g.c.Types[i].Held
+		if eh.Differs() || gh.Differs() || eh.Set != gh.Set {
+			t.Fatalf("%s: the proxies do not hold one set", typ.Short())
+		}
+	}
+
+	// r0 moves to a new cluster, whose endpoints fail to generate: the
+	// clusters wait for them, the route does not.
+	h.put(ClusterType, xdsfixture.Cluster("c1"))
+	h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
+	h.put(RouteType, xdsfixture.Route("r0", "c1"))
+	h.fail[EndpointType] = errors.New("endpoints fail")
+	item := h.next(e.pc, e.now, true, ckey(kindCluster, "c1"), ckey(kindEndpoint, "c1"), ckey(kindRoute, "r0"))
+	for _, r := range []*coreRun{g, e} {
+		r.pc = item.Req.Push
+		if err := runPush(r.ctx(), h, r.c, r.now, item); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.expect("g, at the push", "RDS [r0]"+g.none())
+	e.expect("e, at the push")
 }

@@ -84,21 +84,25 @@ var (
 // changes, not 1,000 (see raceSized). The long run takes about 4 minutes
 // of CPU (2 of wall time) and 2 GiB of memory.
 //
-// It runs three times: plain, each change carrying a key the Builder reads
+// It runs four times: plain, each change carrying a key the Builder reads
 // its generation from; named, the generation in the keys' namespace and
 // every key of a named kind (Config.NamedKinds), so that pushes skip the
-// gRPC-like clients that watch none of what they change; and partial,
-// named with an EDS generator that is also a DeltaGenerator, failing as
-// the others do, so that an endpoints-only push sends each proxy the sets
-// its keys name (as istiod's incremental EDS does) and clients come to
-// hold what they hold by partial responses, folded.
+// gRPC-like clients that watch none of what they change; partial, named
+// with an EDS generator that is also a DeltaGenerator, failing as the
+// others do, so that an endpoints-only push sends each proxy the sets its
+// keys name (as istiod's incremental EDS does) and clients come to hold
+// what they hold by partial responses, folded; and views, named with the
+// proxies in three views (ProxyState.View), a generator failing for every
+// proxy of a view at once (as a view's generation is shared), so that
+// proxies in the same state take the steps another took first (replayed,
+// not diffed).
 func TestFault(t *testing.T) {
 	p := faultParams{changes: raceSized(1000, 400), clients: 50, seed: *faultSeed, churn: 20}
 	if *faultLong {
 		p.changes, p.clients, p.churn = 10_000, 200, 200
 	}
-	for _, v := range []string{"plain", "named", "partial"} {
-		p.named, p.partial = v != "plain", v == "partial"
+	for _, v := range []string{"plain", "named", "partial", "views"} {
+		p.named, p.partial, p.views = v != "plain", v == "partial", v == "views"
 		t.Run(v, func(t *testing.T) { runFault(t, p) })
 	}
 }
@@ -117,6 +121,15 @@ var faultSeeds = []uint64{1, 3, 6, 23, 153, 239, 585, 5139, 20015, 22012, 24041,
 // which was then dropped (see conn.queuedFor).
 var namedFaultSeeds = []uint64{70292, 84011, 84031}
 
+// viewsFaultSeeds are the seeds with which TestFault/views once failed,
+// kept as faultSeeds are: 190049 and 190113, a step taken again from
+// another proxy's while a response of the type was unanswered, whose
+// flight, redone after the client rejected that response, brought back
+// what it rejected; 190296, a route a gRPC-like proxy was sent, naming a
+// cluster it then asks for, sent as well to an Envoy-like proxy of the
+// view that lacked the cluster (see core.sameStep and shared.TransKey).
+var viewsFaultSeeds = []uint64{190049, 190113, 190296}
+
 // raceFaultSeeds is how many of faultSeeds, the last ones, TestFaultSeeds
 // runs under the race detector: a seed's run takes about 20 seconds there,
 // and the package's tests must stay within go test's default timeout.
@@ -126,7 +139,8 @@ const raceFaultSeeds = 3
 
 // TestFaultSeeds runs TestFault with every seed of faultSeeds, or, under
 // the race detector, with the last raceFaultSeeds of them; and, without
-// the race detector, TestFault/named with every seed of namedFaultSeeds.
+// the race detector, TestFault/named with every seed of namedFaultSeeds
+// and TestFault/views with every seed of viewsFaultSeeds.
 func TestFaultSeeds(t *testing.T) {
 	seeds := faultSeeds
 	if raceEnabled {
@@ -146,6 +160,11 @@ func TestFaultSeeds(t *testing.T) {
 			runFault(t, faultParams{changes: 1000, clients: 50, seed: seed, churn: 20, named: true})
 		})
 	}
+	for _, seed := range viewsFaultSeeds {
+		t.Run(strconv.FormatUint(seed, 10)+"/views", func(t *testing.T) {
+			runFault(t, faultParams{changes: 1000, clients: 50, seed: seed, churn: 20, named: true, views: true})
+		})
+	}
 }
 
 // faultParams sizes a fault run.
@@ -161,6 +180,9 @@ type faultParams struct {
 	named bool
 	// partial: with named, the EDS generator is a DeltaGenerator.
 	partial bool
+	// views: the proxies are in views, whose generators fail together
+	// (see faultView).
+	views bool
 }
 
 // ---- the mesh ----------------------------------------------------------------
@@ -413,10 +435,27 @@ const (
 
 func (m buildMode) String() string { return [...]string{"", "error", "panic", "nil"}[m] }
 
-// genKey names the generator of one type for one proxy.
+// genKey names the generator of one type for one proxy, or, in a run
+// with views, for every proxy of one view (see faultView).
 type genKey struct {
 	typ   xds.TypeURL
 	proxy string
+}
+
+// genKeyOf returns the key of the generator of t for the proxy id.
+func (m *faultMesh) genKeyOf(t xds.TypeURL, id string) genKey {
+	if m.views {
+		return genKey{t, faultView(id)}
+	}
+	return genKey{t, id}
+}
+
+// faultView returns the view of the proxy id in a run with views: one of
+// three, by the client's place in the run, so that a client that takes
+// another's place takes its view too.
+func faultView(id string) string {
+	n, _ := strconv.Atoi(strings.TrimPrefix(strings.SplitN(id, ".", 2)[0], "proxy-"))
+	return "view-" + strconv.Itoa(n%3)
 }
 
 // faultMesh is the host: the mesh at every generation (one per change),
@@ -429,8 +468,17 @@ type faultMesh struct {
 	nacking   atomic.Bool        // the NACKing clients reject content
 	named     bool               // see faultParams.named
 	partial   bool               // see faultParams.partial
+	views     bool               // see faultParams.views
 	deltas    atomic.Int64       // GenerateDelta calls that returned changes
 	unqueued  atomic.Int64       // connections a push was not queued for (PushEvent.Skipped)
+	// With views: the connection each nonce was first sent on, and the
+	// responses sent with a nonce another connection was sent first: a
+	// step replayed, its response shared.
+	nonceConn map[string]string
+	replayed  atomic.Int64
+	// With views: how the steps taken again differed from the steps the
+	// connections' own diffs would take (see xds.CheckReplays).
+	replayDiffs []string
 
 	replicas []*faultReplica
 
@@ -514,7 +562,7 @@ func (r *faultReplica) Kinds() []string { return r.inner.Kinds() }
 func (m *faultMesh) genFault(t xds.TypeURL, proxy string) genMode {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.genFaults[genKey{t, proxy}]
+	return m.genFaults[m.genKeyOf(t, proxy)]
 }
 
 // config returns the Config of replica r: an index per kind, each
@@ -554,9 +602,21 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 	if r.m.named {
 		named = map[string]xds.TypeURL{kCluster: xds.ClusterType, kEndpoint: xds.EndpointType, kListener: xds.ListenerType, kRoute: xds.RouteType}
 	}
+	var initProxy xds.InitProxyFunc
+	var proxyKinds []string
+	var onSend func(xds.SendEvent)
+	if r.m.views {
+		onSend = r.m.sent
+		proxyKinds = []string{} // it reads no index
+		initProxy = func(_ context.Context, p *xds.Proxy, _ *pushcontext.PushContext) (xds.ProxyState, error) {
+			return xds.ProxyState{View: faultView(p.ID)}, nil
+		}
+	}
 	return xds.Config{
 		Builder:    r,
 		NamedKinds: named,
+		InitProxy:  initProxy,
+		ProxyKinds: proxyKinds,
 		Generators: map[xds.TypeURL]xds.Generator{
 			xds.ClusterType: gen(xds.ClusterType, func(pc *pushcontext.PushContext, w xds.Watch) []xds.Resource {
 				return pick(clusters.Get(pc).(map[string]*clusterv3.Cluster), w)
@@ -582,12 +642,26 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 			OnNACK:           func(xds.NACK) { r.m.nacks.Add(1) },
 			OnPhaseTimeout:   func(xds.PhaseTimeoutEvent) { r.m.phaseTimeouts.Add(1) },
 			OnPush:           func(ev xds.PushEvent) { r.m.unqueued.Add(int64(ev.Skipped)) },
+			OnSend:           onSend,
 			OnQueue: func(ev xds.QueueEvent) {
 				if ev.Merged > 1 {
 					r.m.merged.Add(1)
 				}
 			},
 		},
+	}
+}
+
+// sent counts, in a run with views, the responses whose nonce another
+// connection was sent first.
+func (m *faultMesh) sent(ev xds.SendEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch first, ok := m.nonceConn[ev.Nonce]; {
+	case !ok:
+		m.nonceConn[ev.Nonce] = ev.ConnID
+	case first != ev.ConnID:
+		m.replayed.Add(1)
 	}
 }
 
@@ -708,7 +782,7 @@ func (m *faultMesh) checkFailure(f xds.Failure) error {
 		}
 	case "generate":
 		m.mu.Lock()
-		ours := m.injected[genKey{f.Type, f.ProxyID}]
+		ours := m.injected[m.genKeyOf(f.Type, f.ProxyID)]
 		m.mu.Unlock()
 		if ours && (errors.As(f.Err, &inj) || errors.As(f.Err, &re)) {
 			return nil
@@ -834,7 +908,7 @@ type pause struct {
 func runFault(t *testing.T, p faultParams) {
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(p.seed, 0xfa017))
-		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}, named: p.named, partial: p.partial}
+		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}, named: p.named, partial: p.partial, views: p.views, nonceConn: map[string]string{}}
 		m.worlds = []*world{faultWorld(rnd)}
 		for _, name := range []string{"a", "b"} {
 			r := &faultReplica{m: m, name: name, versions: map[string]int{}}
@@ -843,6 +917,13 @@ func runFault(t *testing.T, p faultParams) {
 				t.Fatal(err)
 			}
 			r.srv = srv
+			if p.views {
+				xds.CheckReplays(srv, func(msg string) {
+					m.mu.Lock()
+					defer m.mu.Unlock()
+					m.replayDiffs = append(m.replayDiffs, msg)
+				})
+			}
 			srv.Loaded()
 			r.ts = xdstest.NewServerFor(t, srv)
 			m.replicas = append(m.replicas, r)
@@ -922,9 +1003,17 @@ func runFault(t *testing.T, p faultParams) {
 		if p.named && m.unqueued.Load() == 0 {
 			t.Errorf("named kinds: no push skipped a connection")
 		}
-		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections not queued for a push %d, partial generations %d",
+		if p.views && m.replayed.Load() == 0 {
+			t.Errorf("views: no connection was sent a response another was sent first")
+		}
+		m.mu.Lock()
+		if n := len(m.replayDiffs); n > 0 {
+			t.Errorf("views: %d steps taken again were not the connection's own, the first: %s", n, strings.Join(m.replayDiffs[:min(n, 5)], "\n"))
+		}
+		m.mu.Unlock()
+		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections not queued for a push %d, partial generations %d, shared responses %d",
 			p.seed, p.changes, len(run.clients), m.replicas[0].srv.Version(), run.stats, run.syncs,
-			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load(), m.unqueued.Load(), m.deltas.Load())
+			m.buildErrors.Load(), m.genErrors.Load(), m.refErrors.Load(), m.nacks.Load(), m.phaseTimeouts.Load(), m.merged.Load(), m.unqueued.Load(), m.deltas.Load(), m.replayed.Load())
 	})
 }
 
@@ -1019,7 +1108,7 @@ func (run *faultRun) inject(rev int) {
 		typ := xds.DefaultOrder()[rnd.IntN(4)]
 		mode := genMode(1 + rnd.IntN(4))
 		d := time.Duration(50+rnd.IntN(1500)) * time.Millisecond
-		k := genKey{typ, c.ID()}
+		k := m.genKeyOf(typ, c.ID())
 		m.mu.Lock()
 		m.genFaults[k], m.injected[k] = mode, true
 		run.genUntil[k] = now.Add(d)

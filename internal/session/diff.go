@@ -393,6 +393,9 @@ func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
 	if same && tgt.Shared {
 		k = c.transKey(i, tgt, o)
 		if tr := c.Host.Transition(k); tr != nil {
+			if c.set.ReplayCheck != nil {
+				c.checkReplay(i, tgt, tr, o)
+			}
 			return c.replay(i, tgt, tr, o)
 		}
 	}

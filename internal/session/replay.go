@@ -26,10 +26,24 @@ func (c *Core) sameStep(i int, tgt *Target, o relOpts) bool {
 	if c.Plan != nil && len(c.Plan.t[i].answered) > 0 {
 		return false
 	}
+	// A step taken again makes a flight of the holdings before and after
+	// it (see replay). Redone after an earlier response is rejected, such
+	// a flight would bring back what the client rejected, unless the type's
+	// every response replaces what the client holds (SotW full state): so,
+	// as hold does, not while a response of the type is unanswered.
+	if len(ts.Flights) > 0 && !(c.set.FullState[i] && !c.Delta) {
+		return false
+	}
 	for _, t := range []int{c.set.CDSIndex, c.set.RDSIndex, c.set.LDSIndex} {
 		if t >= 0 && c.Types[t] != nil && c.Types[t].Held.Differs() {
 			return false
 		}
+	}
+	// An answer's check of the clusters it names reads whether the client
+	// holds each whatever it answers to the cluster responses on their way
+	// (see danglingCluster), which its holdings alone do not tell.
+	if !o.push && c.set.PhaseWait && c.checksClusters(i) && len(c.Types[c.set.CDSIndex].Flights) > 0 {
+		return false
 	}
 	return true
 }
@@ -41,6 +55,7 @@ func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
 	k := shared.TransKey{
 		Type: i, Delta: c.Delta, Held: ts.Held.Set, Target: tgt.Set, Sub: ts.Sub, PC: o.pc,
 		Push: o.push, All: o.all, Initial: o.initial, NotFound: o.notFound,
+		Checks: c.checksClusters(i),
 	}
 	switch {
 	case o.warm == nil || o.warm.empty():

@@ -44,6 +44,10 @@ type Settings struct {
 	// pushcontext), and an answer per type and client would otherwise make
 	// one at every subscription. Nil: each answer makes its own.
 	AnswerReason pushcontext.ReasonStats
+	// ReplayCheck, for tests, checks every step a connection takes again
+	// from another's against the step its own diff would take, and is
+	// called with what differs (see checkReplay). Nil: no check.
+	ReplayCheck func(msg string)
 
 	// kindTypes maps each kind of Kinds to the types it feeds, a bit per
 	// type index (see IndexKinds); nil when not indexed.

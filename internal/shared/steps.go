@@ -33,6 +33,11 @@ type TransKey struct {
 	NotFound     bool
 	Warm         string  // the warm set's names, joined ("*": all)
 	Refs         [3]*Set // CDS, RDS, LDS holdings: what reference checks read
+	// Checks reports that the step holds back what names a cluster the
+	// client lacks (a route or listener, to a client of every cluster):
+	// a client that subscribes to clusters by name is sent what names
+	// one, and then asks for it.
+	Checks bool
 }
 
 // Transition is a step's result.
