@@ -156,6 +156,94 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 	return true
 }
 
+// TestCoreModelViews is TestCoreModel with two clients of one view on one
+// host (see viewShare), each of a kind drawn as TestCoreModel draws its
+// one: every push goes to both, every other event to one of them, so that
+// a core takes again the steps the other took first from the same state.
+// Besides TestCoreModel's checks, of each client, each step taken again is
+// checked against the step the core's own diff would take
+// (Settings.ReplayCheck). A failure prints the seed; -xds.model.seed
+// replays it alone (with -run 'TestCoreModelViews$').
+func TestCoreModelViews(t *testing.T) {
+	if *modelSeed != 0 {
+		runModelViews(t, *modelSeed, *modelSteps, true)
+		return
+	}
+	const perRun = 400
+	runs := *modelSteps / perRun / 2
+	if testing.Short() {
+		runs /= 10
+	}
+	for k := range runs {
+		seed := uint64(k + 1)
+		if !runModelViews(t, seed, perRun, false) {
+			t.Fatalf("seed %d failed; replay it with -run 'TestCoreModelViews$' -xds.model.seed=%d -xds.model.steps=%d -v", seed, seed, perRun)
+		}
+	}
+}
+
+// runModelViews runs steps random events from seed with two clients of one
+// view, then the end; it reports whether every check held.
+func runModelViews(t *testing.T, seed uint64, steps int, verbose bool) bool {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 31))
+	kind := func() (delta, grpc, ackFirst, star bool) {
+		delta, grpc, ackFirst = rng.IntN(2) == 1, rng.IntN(2) == 1, rng.IntN(2) == 1
+		return delta, grpc, ackFirst, !grpc && rng.IntN(2) == 1
+	}
+	delta, grpc, ackFirst, star := kind()
+	r := newModelRun(t, delta, grpc, ackFirst, func(*Config) {})
+	r.h.view = &viewShare{sets: map[string]*shared.Set{}}
+	r.h.set.ReplayCheck = func(msg string) { r.acting.fail("%s", msg) }
+	r.client.star, r.rng, r.verbose, r.name = star, rng, verbose, "a"
+	delta, grpc, ackFirst, star = kind()
+	p := r.peer(delta, grpc, ackFirst)
+	p.client.star, p.name = star, "b"
+	runs := r.all()
+	r.logf("seed %d: %s", seed, r.client)
+	p.logf("%s", p.client)
+	failed := func() *modelRun {
+		for _, x := range runs {
+			if x.failed != "" {
+				return x
+			}
+		}
+		return nil
+	}
+	r.start()
+	for range steps {
+		if failed() != nil {
+			break
+		}
+		runs[rng.IntN(len(runs))].random()
+		for _, x := range runs {
+			x.check()
+		}
+	}
+	if failed() == nil {
+		r.end()
+	}
+	if x := failed(); x != nil {
+		t.Errorf("seed %d (client %s: %s): %s\nlast events:\n%s", seed, x.name, x.client, x.failed, strings.Join(r.tail(), "\n"))
+		return false
+	}
+	return true
+}
+
+// peer returns a run of another client, of the kind given, on r's host:
+// another proxy of its view (see runModelViews), on r's PushContext.
+func (r *modelRun) peer(delta, grpc, ackFirst bool) *modelRun {
+	p := &modelRun{t: r.t, rng: r.rng, h: r.h, now: r.now, pc: r.pc, primary: r, early: map[*session.OutMsg]bool{},
+		client: newModelClient(delta, grpc, ackFirst)}
+	p.c = session.New(&r.h.set.Settings, r.h, delta, 2)
+	st, err := r.h.initProxy(context.Background(), r.pc)
+	if err := p.c.Init(r.now, r.pc, r.pc.Seq(), session.ProxyInit(st), err); err != nil {
+		r.t.Fatal(err)
+	}
+	r.peers = append(r.peers, p)
+	return p
+}
+
 // modelBudget returns the Config.MaxResponseBytes (0: the default) and
 // ResourceErrors of the run of seed. Half the Delta runs take a budget of
 // a few of the model's resources, so that responses are split (see
@@ -228,7 +316,9 @@ type modelClient struct {
 	// it waited for (by design, and reported): a removal may come before
 	// the client has replaced what names the removed resource.
 	lenient bool
-	nonces  map[string]bool
+	// nonces are the nonces read on the current stream: each is new there
+	// (another stream's, or another client's, may be the same).
+	nonces map[string]bool
 }
 
 type typeNonce struct {
@@ -305,7 +395,7 @@ func (m *modelClient) pin(name string) session.Inbound {
 // reconnect returns the first requests of a Delta client on a new stream:
 // every subscription it has, with the versions of what it holds.
 func (m *modelClient) reconnect() []session.Inbound {
-	m.read, m.nonce = nil, map[TypeURL]string{}
+	m.read, m.nonce, m.nonces = nil, map[TypeURL]string{}, map[string]bool{}
 	var out []session.Inbound
 	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
 		if m.byName(typ) && len(m.subs[typ]) == 0 {
@@ -543,6 +633,18 @@ func (m *modelClient) expected(w cfgWorld) map[TypeURL]map[string]proto.Message 
 	return want
 }
 
+// newModelClient returns a client of the kind given that holds nothing.
+func newModelClient(delta, grpc, ackFirst bool) *modelClient {
+	c := &modelClient{delta: delta, grpc: grpc, ackFirst: ackFirst,
+		held: map[TypeURL]map[string]proto.Message{}, subs: map[TypeURL][]string{}, nonce: map[TypeURL]string{},
+		version: map[TypeURL]string{}, nonces: map[string]bool{}, versions: map[TypeURL]map[string]string{}}
+	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
+		c.held[typ] = map[string]proto.Message{}
+		c.versions[typ] = map[string]string{}
+	}
+	return c
+}
+
 // modelRun drives a core as its runner does (pushes that arrive while the
 // core is busy wait, merged, until it is free; a push that failed is given
 // back ahead of them) against a modelClient.
@@ -573,21 +675,41 @@ type modelRun struct {
 	streams    int // ended
 	resumeLeft int
 	early      map[*session.OutMsg]bool // sent while resumeLeft > 0
+	// With two clients of one view (see runModelViews): peers are the
+	// other runs on the primary run's host, and primary the primary run
+	// (nil on itself); acting is the run whose core's notices the host
+	// reports (its phase timeouts), name a run's name in the events.
+	peers   []*modelRun
+	primary *modelRun
+	acting  *modelRun
+	name    string
+}
+
+// root returns the run whose host r's core is on.
+func (r *modelRun) root() *modelRun {
+	if r.primary != nil {
+		return r.primary
+	}
+	return r
+}
+
+// all returns the runs on r's host, the primary first.
+func (r *modelRun) all() []*modelRun {
+	rt := r.root()
+	return append([]*modelRun{rt}, rt.peers...)
 }
 
 func newModelRun(t *testing.T, delta, grpc, ackFirst bool, tweak func(*Config)) *modelRun {
-	r := &modelRun{t: t, now: epoch, client: &modelClient{delta: delta, grpc: grpc, ackFirst: ackFirst,
-		held: map[TypeURL]map[string]proto.Message{}, subs: map[TypeURL][]string{}, nonce: map[TypeURL]string{},
-		version: map[TypeURL]string{}, nonces: map[string]bool{}, versions: map[TypeURL]map[string]string{}}}
-	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
-		r.client.held[typ] = map[string]proto.Message{}
-		r.client.versions[typ] = map[string]string{}
-	}
+	r := &modelRun{t: t, now: epoch, client: newModelClient(delta, grpc, ackFirst)}
 	r.h = newFakeHost(t, func(cfg *Config) {
 		tweak(cfg)
 		cfg.Hooks.OnPhaseTimeout = func(PhaseTimeoutEvent) {
-			r.timedOut = true
-			r.logf("    phase timeout")
+			a := r
+			if r.acting != nil {
+				a = r.acting
+			}
+			a.timedOut = true
+			a.logf("    phase timeout")
 		}
 	})
 	r.h.snapshots = map[*pushcontext.PushContext]cfgWorld{}
@@ -598,6 +720,12 @@ func newModelRun(t *testing.T, delta, grpc, ackFirst bool, tweak func(*Config)) 
 }
 
 func (r *modelRun) logf(format string, args ...any) {
+	if r.primary != nil || len(r.peers) > 0 {
+		// One log for the runs of a host, each event under its run's name.
+		rt := r.root()
+		format, args = "%s: "+format, append([]any{r.name}, args...)
+		r = rt
+	}
 	r.events = append(r.events, fmt.Sprintf(format, args...))
 	if r.verbose {
 		r.t.Logf(format, args...)
@@ -670,7 +798,9 @@ func (r *modelRun) start() {
 		}
 		return keys
 	})
-	r.outbox = append(r.outbox, r.client.first()...)
+	for _, x := range r.all() {
+		x.outbox = append(x.outbox, x.client.first()...)
+	}
 }
 
 // modelCluster returns cluster name at revision rev, bad or not.
@@ -751,10 +881,13 @@ func (r *modelRun) change(w cfgWorld) []pushcontext.ConfigKey {
 // arrive applies a change to the configuration and hands its push to the
 // connection: pushed at once if the core is free, parked otherwise.
 func (r *modelRun) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
-	item := r.h.next(r.pc, r.now, true, change(r.h.world)...)
-	r.pc = item.Req.Push
-	r.parked = r.parked.Merge(item)
-	r.settle()
+	rt := r.root()
+	item := r.h.next(rt.pc, rt.now, true, change(r.h.world)...)
+	for _, x := range r.all() {
+		x.pc = item.Req.Push
+		x.parked = x.parked.Merge(item)
+		x.settle()
+	}
 }
 
 // settle takes what the core queued, checking it, and pushes what is
@@ -762,6 +895,7 @@ func (r *modelRun) arrive(change func(w cfgWorld) []pushcontext.ConfigKey) {
 func (r *modelRun) settle() {
 	for {
 		r.c.DropRare()
+		r.root().acting = r
 		for _, m := range r.h.takeOut(r.c) {
 			r.sent(m)
 			r.inbox = append(r.inbox, m)
@@ -857,7 +991,7 @@ func (r *modelRun) random() {
 		do     func()
 	}
 	events := []event{
-		{15, true, func() { r.arrive(r.change) }},
+		{15, true, func() { r.arrive(r.root().change) }},
 		{30, len(r.inbox) > 0, r.readResponse},
 		{30, len(r.outbox) > 0, r.readRequest},
 		{5, !r.c.Deadline().IsZero(), r.tick},
@@ -906,6 +1040,7 @@ func (r *modelRun) readRequest() {
 	in := r.outbox[0]
 	r.outbox = r.outbox[1:]
 	r.logf("server reads %s%s", describe(in), nackOf(in))
+	r.root().acting = r
 	if in.Delta != nil && in.Delta.InitialResourceVersions != nil && r.resumeLeft > 0 {
 		r.resumeLeft--
 	}
@@ -926,6 +1061,7 @@ func nackOf(in session.Inbound) string {
 func (r *modelRun) tick() {
 	r.now = r.c.Deadline()
 	r.logf("tick")
+	r.root().acting = r
 	retry, err := runTick(context.Background(), r.h, r.c, r.now)
 	if err != nil {
 		r.t.Fatal(err)
@@ -1105,11 +1241,16 @@ func differing(got, want map[string]proto.Message) string {
 func (r *modelRun) end() {
 	clear(r.h.fail)
 	r.h.ttl = nil // every cluster changes, and goes without its TTL
-	for round := 0; round < 3 && r.failed == ""; round++ {
+	runs := r.all()
+	failed := func() bool { return slices.ContainsFunc(runs, func(x *modelRun) bool { return x.failed != "" }) }
+	nackStands := func(x *modelRun) bool {
+		return slices.ContainsFunc(x.c.Types, func(ts *session.TypeState) bool { return ts != nil && ts.NACKStands() })
+	}
+	for round := 0; round < 3 && !failed(); round++ {
 		// A removal held back may send again, in the response that carries
 		// the valid clusters, content the client rejected; it rejects them
 		// all then, and they are withheld until they change again.
-		if round > 0 && !slices.ContainsFunc(r.c.Types, func(ts *session.TypeState) bool { return ts != nil && ts.NACKStands() }) {
+		if round > 0 && !slices.ContainsFunc(runs, nackStands) {
 			break
 		}
 		r.logf("-- end: faults stop, every cluster changes")
@@ -1122,12 +1263,19 @@ func (r *modelRun) end() {
 			}
 			return keys
 		})
-		r.drain()
+		// The runs of a view drain in turn until none has anything left:
+		// what one does concerns the others only through the pushes,
+		// which arrive gives them all.
+		for _, x := range runs {
+			x.drain()
+		}
 	}
-	if r.failed != "" {
+	if failed() {
 		return
 	}
-	r.atRest()
+	for _, x := range runs {
+		x.atRest()
+	}
 }
 
 // idleTicks is how many ticks in a row that put nothing on the wire drain

@@ -392,7 +392,7 @@ func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
 	var k shared.TransKey
 	if same && tgt.Shared {
 		k = c.transKey(i, tgt, o)
-		if tr := c.Host.Transition(k); tr != nil {
+		if tr := c.Host.Transition(k); tr != nil && c.replayable(i, tr) {
 			if c.set.ReplayCheck != nil {
 				c.checkReplay(i, tgt, tr, o)
 			}

@@ -72,6 +72,16 @@ func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
 	return k
 }
 
+// replayable reports whether the connection may take tr, a step another
+// took from the same state, with its response and nonce: the nonce must be
+// newer than that of the type's last response on this stream, as every
+// response's is (their ordinals order a stream's responses of a type: see
+// nonceOrdinal), which the nonce of a step the connection took itself, or
+// of one taken before its last response, is not.
+func (c *Core) replayable(i int, tr *shared.Transition) bool {
+	return tr.Msg == nil || nonceOrdinal(tr.Msg.Nonce) > nonceOrdinal(c.Types[i].NonceSent)
+}
+
 // replay takes a shared step: the same response, the same holding after.
 func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *OutMsg {
 	ts := c.Types[i]
