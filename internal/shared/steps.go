@@ -11,14 +11,16 @@ import (
 
 // Clients in the same state take the same step. When a client holds
 // exactly a shared set, has nothing of its own pending (no removal held
-// back, no rejected content, no answer sent during the push) and is sent a
+// back, no rejected content, no answer sent during the push, no response
+// of the type unanswered but for a SotW full-state type) and is sent a
 // shared target, what it is sent and what it then holds depend on nothing
-// but those pointers and the step's options: the first such client's
-// response is kept (TransitionCache) and every other client in that state
-// is sent the same message, with the same nonce (nonces need only be
-// unique per stream), and moves to the same set. Its own work is then to
-// look the step up, record the flight and write the bytes, encoded once
-// (Msg).
+// but those pointers and the step's options (TransKey): the first such
+// client's response is kept (TransitionCache) and every other client in
+// that state is sent the same message, with the same nonce (nonces need
+// only be unique per stream, and newer than the stream's last of the type:
+// a step whose nonce is not is taken afresh), and moves to the same set.
+// Its own work is then to look the step up, record the flight and write
+// the bytes, encoded once (Msg).
 
 // TransKey identifies a step.
 type TransKey struct {
