@@ -192,15 +192,19 @@ func runModelViews(t *testing.T, seed uint64, steps int, verbose bool) bool {
 		return delta, grpc, ackFirst, !grpc && rng.IntN(2) == 1
 	}
 	delta, grpc, ackFirst, star := kind()
-	r := newModelRun(t, delta, grpc, ackFirst, func(*Config) {})
+	delta2, grpc2, ackFirst2, star2 := kind()
+	// The host's settings, as TestCoreModel's: split responses only if
+	// both clients are Delta.
+	budget, errs := modelBudget(seed, delta && delta2)
+	r := newModelRun(t, delta, grpc, ackFirst, func(cfg *Config) { cfg.MaxResponseBytes, cfg.ResourceErrors = budget, errs })
+	r.h.ttl = modelTTL(seed)
 	r.h.view = &viewShare{sets: map[string]*shared.Set{}}
-	r.h.set.ReplayCheck = func(msg string) { r.acting.fail("%s", msg) }
+	r.h.set.ReplayCheck = func(msg string) { r.acting.fail("%s", msg) } // settle sets acting before any step
 	r.client.star, r.rng, r.verbose, r.name = star, rng, verbose, "a"
-	delta, grpc, ackFirst, star = kind()
-	p := r.peer(delta, grpc, ackFirst)
-	p.client.star, p.name = star, "b"
+	p := r.peer(delta2, grpc2, ackFirst2)
+	p.client.star, p.name = star2, "b"
 	runs := r.all()
-	r.logf("seed %d: %s", seed, r.client)
+	r.logf("seed %d: MaxResponseBytes %d, ResourceErrors %v, TTLs %v; %s", seed, budget, errs, r.h.ttl, r.client)
 	p.logf("%s", p.client)
 	failed := func() *modelRun {
 		for _, x := range runs {
