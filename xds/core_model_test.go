@@ -54,20 +54,26 @@ import (
 //
 // A failure prints the seed; -xds.model.seed replays it alone, with every
 // event logged.
-func TestCoreModel(t *testing.T) {
+func TestCoreModel(t *testing.T) { runModelSeeds(t, "TestCoreModel", 1, runModel) }
+
+// runModelSeeds runs seeds 1, 2, … through run, each for 400 events, a
+// 1/share of -xds.model.steps in all (a tenth of that with -short); with
+// -xds.model.seed, that seed alone for -xds.model.steps events, logging
+// them. name is the test's, for the command that replays a failed seed.
+func runModelSeeds(t *testing.T, name string, share int, run func(t *testing.T, seed uint64, steps int, verbose bool) bool) {
 	if *modelSeed != 0 {
-		runModel(t, *modelSeed, *modelSteps, true)
+		run(t, *modelSeed, *modelSteps, true)
 		return
 	}
 	const perRun = 400
-	runs := *modelSteps / perRun
+	runs := *modelSteps / perRun / share
 	if testing.Short() {
 		runs /= 10
 	}
 	for k := range runs {
 		seed := uint64(k + 1)
-		if !runModel(t, seed, perRun, false) {
-			t.Fatalf("seed %d failed; replay it with -run 'TestCoreModel$' -xds.model.seed=%d -xds.model.steps=%d -v", seed, seed, perRun)
+		if !run(t, seed, perRun, false) {
+			t.Fatalf("seed %d failed; replay it with -run '%s$' -xds.model.seed=%d -xds.model.steps=%d -v", seed, name, seed, perRun)
 		}
 	}
 }
@@ -164,23 +170,7 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 // checked against the step the core's own diff would take
 // (Settings.ReplayCheck). A failure prints the seed; -xds.model.seed
 // replays it alone (with -run 'TestCoreModelViews$').
-func TestCoreModelViews(t *testing.T) {
-	if *modelSeed != 0 {
-		runModelViews(t, *modelSeed, *modelSteps, true)
-		return
-	}
-	const perRun = 400
-	runs := *modelSteps / perRun / 2
-	if testing.Short() {
-		runs /= 10
-	}
-	for k := range runs {
-		seed := uint64(k + 1)
-		if !runModelViews(t, seed, perRun, false) {
-			t.Fatalf("seed %d failed; replay it with -run 'TestCoreModelViews$' -xds.model.seed=%d -xds.model.steps=%d -v", seed, seed, perRun)
-		}
-	}
-}
+func TestCoreModelViews(t *testing.T) { runModelSeeds(t, "TestCoreModelViews", 2, runModelViews) }
 
 // runModelViews runs steps random events from seed with two clients of one
 // view, then the end; it reports whether every check held.
