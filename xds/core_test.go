@@ -1609,3 +1609,42 @@ func TestCoreViewStepsAreEachProxysOwn(t *testing.T) {
 	g.expect("g, at the push", "RDS [r0]"+g.none())
 	e.expect("e, at the push")
 }
+
+// An answer checks that a route it sends names only clusters the client
+// holds whatever it answers to the cluster responses on their way: a
+// proxy of a view whose clusters response is unanswered does not take the
+// step of one that had answered it from the same holdings, which sent the
+// route.
+func TestCoreViewAnswerWaitsForClustersOnTheirWay(t *testing.T) {
+	first := newCoreRun(t, false, nil)
+	h := first.h
+	h.view = &viewShare{sets: map[string]*shared.Set{}}
+	h.put(RouteType, xdsfixture.Route("r1", "c1")) // c1 comes later
+	first.mesh()
+	second := first.twin(false)
+	for _, sub := range []struct {
+		typ   TypeURL
+		names []string
+	}{{ClusterType, nil}, {EndpointType, []string{"c0"}}, {ListenerType, nil}, {RouteType, []string{"r0"}}} {
+		second.subscribe(sub.typ, sub.names...)
+		second.take()
+		second.ack(sub.typ)
+	}
+	// c1 arrives; each client asks for the clusters anew and is sent it.
+	h.put(ClusterType, xdsfixture.Cluster("c1"))
+	for _, r := range []*coreRun{first, second} {
+		r.subscribe(ClusterType)
+		r.expect("clusters asked for anew", "CDS [c0 c1]")
+	}
+	// The first ACKs them and asks for r1; the second asks for r1 first.
+	first.ack(ClusterType)
+	first.resubscribe(RouteType, "r0", "r1")
+	first.expect("r1, with c1 held", "RDS [r1]")
+	second.resubscribe(RouteType, "r0", "r1")
+	second.expect("r1, with the clusters unanswered")
+	// Were the second to reject the clusters, it would hold no c1.
+	second.nack(ClusterType, "c1 rejected")
+	if slices.Contains(second.held(RouteType), "r1") {
+		t.Errorf("the second holds r1, which names c1; it holds clusters %v", second.held(ClusterType))
+	}
+}
