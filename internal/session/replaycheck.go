@@ -29,7 +29,7 @@ func (c *Core) checkReplay(i int, tgt *Target, tr *shared.Transition, o relOpts)
 		add("the diff sends %t, the step %t", sends, tr.Msg != nil)
 	}
 	if !slices.EqualFunc(d.changed, tr.Changed, sameEntry) {
-		add("the diff changes %v, the step %v", entryNames(d.changed), entryNames(tr.Changed))
+		add("the diff changes %v, the step %v", entryVersions(d.changed), entryVersions(tr.Changed))
 	}
 	var deferGone []string
 	if d.deferring {
@@ -65,7 +65,8 @@ func (c *Core) checkReplay(i int, tgt *Target, tr *shared.Transition, o relOpts)
 		after = append(after, shared.Entry{Name: n, Enc: held[n]})
 	}
 	if !slices.EqualFunc(after, tr.After.Entries, sameEntry) {
-		add("the diff leaves the client holding %v, the step %v", entryNames(after), entryNames(tr.After.Entries))
+		add("the diff leaves the client holding %v, the step %v (held %v, target %v, flights %d)", entryVersions(after), entryVersions(tr.After.Entries),
+			entryVersions(ts.Held.Entries()), entryVersions(tgt.Set.Entries), len(ts.Flights))
 	}
 	if m := tr.Msg; m != nil {
 		resources, removed := len(d.carried(c.Delta)), 0
@@ -84,12 +85,25 @@ func (c *Core) checkReplay(i int, tgt *Target, tr *shared.Transition, o relOpts)
 	}
 }
 
-func sameEntry(a, b shared.Entry) bool { return a.Name == b.Name && a.Enc.Same(b.Enc) }
+// sameEntry reports whether a and b are the same name held as the same:
+// the same content, or the same encoding (a version a client reported that
+// the Server cannot read is the same as nothing else).
+func sameEntry(a, b shared.Entry) bool {
+	return a.Name == b.Name && (a.Enc == b.Enc || a.Enc.Same(b.Enc))
+}
 
-func entryNames(es []shared.Entry) []string {
+// entryVersions returns the names and content hashes of es, "name@hash".
+func entryVersions(es []shared.Entry) []string {
 	out := make([]string, len(es))
 	for k, e := range es {
-		out[k] = e.Name
+		switch {
+		case e.Enc == nil:
+			out[k] = e.Name + "@nil"
+		case e.Enc.Foreign:
+			out[k] = e.Name + "@foreign:" + e.Enc.Version
+		default:
+			out[k] = fmt.Sprintf("%s@%x", e.Name, e.Enc.Hash)
+		}
 	}
 	return out
 }
