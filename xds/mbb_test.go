@@ -896,13 +896,26 @@ func testMakeBeforeBreakRandom(t *testing.T, views bool) {
 	changes := raceSized(1000, 300)
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, 1))
-		h := startHost(t, baseWorld(3), func(cfg *xds.Config) {
+		h := newHost(t, baseWorld(3), func(cfg *xds.Config) {
 			if views {
 				cfg.InitProxy = func(context.Context, *xds.Proxy, *pushcontext.PushContext) (xds.ProxyState, error) {
 					return xds.ProxyState{View: "mesh"}, nil
 				}
 			}
 		})
+		// With a view, every step a connection takes again from another's
+		// must be the step its own diff would take.
+		var replayMu sync.Mutex
+		var replayDiffs []string
+		if views {
+			xds.CheckReplays(h.srv, func(msg string) {
+				replayMu.Lock()
+				defer replayMu.Unlock()
+				replayDiffs = append(replayDiffs, msg)
+			})
+		}
+		h.srv.Loaded()
+		h.ts = xdstest.NewServerFor(t, h.srv)
 		var clients []*envoy
 		var cc *grpc.ClientConn
 		for i := range 2 * perKind {
@@ -942,6 +955,11 @@ func testMakeBeforeBreakRandom(t *testing.T, views bool) {
 		if n := h.timeouts.Load(); n != 0 {
 			t.Errorf("%d phase timeouts; want none (the clients ACK)", n)
 		}
+		replayMu.Lock()
+		if n := len(replayDiffs); n > 0 {
+			t.Errorf("%d steps taken again were not the connection's own, the first: %s", n, strings.Join(replayDiffs[:min(n, 5)], "\n"))
+		}
+		replayMu.Unlock()
 		if t.Failed() {
 			t.Logf("changes (seed %d): %v", seed, log)
 		}
