@@ -8,6 +8,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -311,8 +312,11 @@ type modelClient struct {
 	// the client has replaced what names the removed resource.
 	lenient bool
 	// nonces are the nonces read on the current stream: each is new there
-	// (another stream's, or another client's, may be the same).
-	nonces map[string]bool
+	// (another stream's, or another client's, may be the same). lastOrd is
+	// the number of the last of each type (a nonce is the version, '/' and
+	// a number): they grow on a stream.
+	nonces  map[string]bool
+	lastOrd map[TypeURL]uint64
 }
 
 type typeNonce struct {
@@ -389,7 +393,7 @@ func (m *modelClient) pin(name string) session.Inbound {
 // reconnect returns the first requests of a Delta client on a new stream:
 // every subscription it has, with the versions of what it holds.
 func (m *modelClient) reconnect() []session.Inbound {
-	m.read, m.nonce, m.nonces = nil, map[TypeURL]string{}, map[string]bool{}
+	m.read, m.nonce, m.nonces, m.lastOrd = nil, map[TypeURL]string{}, map[string]bool{}, map[TypeURL]uint64{}
 	var out []session.Inbound
 	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
 		if m.byName(typ) && len(m.subs[typ]) == 0 {
@@ -489,7 +493,11 @@ func (m *modelClient) readResponse(out *session.OutMsg) ([]session.Inbound, stri
 	if nonce == "" || m.nonces[nonce] {
 		return nil, fmt.Sprintf("%s: nonce %q not new", summary(out), nonce)
 	}
-	m.nonces[nonce] = true
+	ord, _ := strconv.ParseUint(nonce[strings.LastIndexByte(nonce, '/')+1:], 10, 64)
+	if ord <= m.lastOrd[typ] {
+		return nil, fmt.Sprintf("%s: nonce %q after one numbered %d", summary(out), nonce, m.lastOrd[typ])
+	}
+	m.nonces[nonce], m.lastOrd[typ] = true, ord
 	m.nonce[typ] = nonce
 	m.read = append(m.read, typeNonce{typ, nonce})
 	for _, r := range got {
@@ -631,7 +639,7 @@ func (m *modelClient) expected(w cfgWorld) map[TypeURL]map[string]proto.Message 
 func newModelClient(delta, grpc, ackFirst bool) *modelClient {
 	c := &modelClient{delta: delta, grpc: grpc, ackFirst: ackFirst,
 		held: map[TypeURL]map[string]proto.Message{}, subs: map[TypeURL][]string{}, nonce: map[TypeURL]string{},
-		version: map[TypeURL]string{}, nonces: map[string]bool{}, versions: map[TypeURL]map[string]string{}}
+		version: map[TypeURL]string{}, nonces: map[string]bool{}, lastOrd: map[TypeURL]uint64{}, versions: map[TypeURL]map[string]string{}}
 	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
 		c.held[typ] = map[string]proto.Message{}
 		c.versions[typ] = map[string]string{}

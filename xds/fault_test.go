@@ -476,6 +476,10 @@ type faultMesh struct {
 	// step replayed, its response shared.
 	nonceConn map[string]string
 	replayed  atomic.Int64
+	// With views: the number of the last nonce sent on each stream of
+	// each type, and the nonces that did not come after it (see sent).
+	lastNonce map[streamType]uint64
+	nonceErrs []string
 	// With views: how the steps taken again differed from the steps the
 	// connections' own diffs would take (see xds.CheckReplays).
 	replayDiffs []string
@@ -606,7 +610,7 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 	var proxyKinds []string
 	var onSend func(xds.SendEvent)
 	if r.m.views {
-		onSend = r.m.sent
+		onSend = func(ev xds.SendEvent) { r.m.sent(r.name, ev) }
 		proxyKinds = []string{} // it reads no index
 		initProxy = func(_ context.Context, p *xds.Proxy, _ *pushcontext.PushContext) (xds.ProxyState, error) {
 			return xds.ProxyState{View: faultView(p.ID)}, nil
@@ -654,7 +658,10 @@ func (r *faultReplica) config(t testing.TB) xds.Config {
 
 // sent counts, in a run with views, the responses whose nonce another
 // connection was sent first.
-func (m *faultMesh) sent(ev xds.SendEvent) {
+// It also checks that the nonces of a stream's responses of a type come
+// in order (a nonce is the version, '/' and a number that grows), so none
+// comes twice: a shared response's nonce is another stream's.
+func (m *faultMesh) sent(replica string, ev xds.SendEvent) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch first, ok := m.nonceConn[ev.Nonce]; {
@@ -663,6 +670,20 @@ func (m *faultMesh) sent(ev xds.SendEvent) {
 	case first != ev.ConnID:
 		m.replayed.Add(1)
 	}
+	k := streamType{replica, ev.ConnID, ev.Type}
+	n, _ := strconv.ParseUint(ev.Nonce[strings.LastIndexByte(ev.Nonce, '/')+1:], 10, 64)
+	if last := m.lastNonce[k]; n <= last {
+		m.nonceErrs = append(m.nonceErrs, fmt.Sprintf("replica %s, %s %s: nonce %q after one numbered %d", replica, ev.ConnID, ev.Type.Short(), ev.Nonce, last))
+		return
+	}
+	m.lastNonce[k] = n
+}
+
+// streamType is one stream (its replica and ConnID: each replica numbers
+// its connections, and its nonces, on its own) and type.
+type streamType struct {
+	replica, conn string
+	typ           xds.TypeURL
 }
 
 // faulted returns out, what the generator of typ (call names it) made for
@@ -908,7 +929,7 @@ type pause struct {
 func runFault(t *testing.T, p faultParams) {
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(p.seed, 0xfa017))
-		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}, named: p.named, partial: p.partial, views: p.views, nonceConn: map[string]string{}}
+		m := &faultMesh{genFaults: map[genKey]genMode{}, injected: map[genKey]bool{}, named: p.named, partial: p.partial, views: p.views, nonceConn: map[string]string{}, lastNonce: map[streamType]uint64{}}
 		m.worlds = []*world{faultWorld(rnd)}
 		for _, name := range []string{"a", "b"} {
 			r := &faultReplica{m: m, name: name, versions: map[string]int{}}
@@ -1009,6 +1030,9 @@ func runFault(t *testing.T, p faultParams) {
 		m.mu.Lock()
 		if n := len(m.replayDiffs); n > 0 {
 			t.Errorf("views: %d steps taken again were not the connection's own, the first: %s", n, strings.Join(m.replayDiffs[:min(n, 5)], "\n"))
+		}
+		if n := len(m.nonceErrs); n > 0 {
+			t.Errorf("views: %d responses whose nonce did not come after the stream's last of the type, the first: %s", n, strings.Join(m.nonceErrs[:min(n, 5)], "\n"))
 		}
 		m.mu.Unlock()
 		t.Logf("seed %d: %d changes, %d clients, versions %s; injected %v; Sync during faults: %v; build errors %d, generate errors %d, reference errors %d, NACKs %d, phase timeouts %d, merged connection pushes %d, connections not queued for a push %d, partial generations %d, shared responses %d",

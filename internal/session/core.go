@@ -56,7 +56,10 @@ type Core struct {
 	// They are not watched, but the client uses them: it subscribes again
 	// once a cluster or listener it holds fetches a name of them, and a
 	// push waits for that as for any subscription (see unwatchedAwaited).
-	dropped []bool
+	// A mark is the ordinal of the type's last response on the stream (1
+	// if none; 0: not dropped), which the responses of its next watch
+	// come after (see typeRare.nonceFloor).
+	dropped []uint64
 
 	// genFrom holds, by type index, the Seq of the PushContext the type
 	// was last generated from by a push (0: none): a type is regenerated

@@ -113,7 +113,7 @@ func (c *Core) need(pl *plan, i int, names []string) {
 // the stream may take it from elsewhere (or not use it: a test's client
 // that only watches clusters), and is not waited for.
 func (c *Core) unwatchedAwaited(pl *plan, i int) bool {
-	return pl.reconnect || c.dropped != nil && c.dropped[i] || pl.t[i].resolved
+	return pl.reconnect || c.dropped != nil && c.dropped[i] != 0 || pl.t[i].resolved
 }
 
 // dropFetched drops from pl's needs of type i the names the client has

@@ -77,9 +77,14 @@ func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
 // newer than that of the type's last response on this stream, as every
 // response's is (their ordinals order a stream's responses of a type: see
 // nonceOrdinal), which the nonce of a step the connection took itself, or
-// of one taken before its last response, is not.
+// of one taken before its last response, is not; that includes the
+// responses of a state the type's replaced (see typeRare.nonceFloor).
 func (c *Core) replayable(i int, tr *shared.Transition) bool {
-	return tr.Msg == nil || nonceOrdinal(tr.Msg.Nonce) > nonceOrdinal(c.Types[i].NonceSent)
+	if tr.Msg == nil {
+		return true
+	}
+	ts, ord := c.Types[i], nonceOrdinal(tr.Msg.Nonce)
+	return ord > nonceOrdinal(ts.NonceSent) && ord > ts.nonceFloor()
 }
 
 // replay takes a shared step: the same response, the same holding after.

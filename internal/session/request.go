@@ -222,12 +222,13 @@ func (c *Core) sotwStale(i int, nonce string, names []string, star, wildcard boo
 // every name. It is marked dropped (see core.dropped).
 func (c *Core) unwatch(i int) {
 	c.note(NoticeUnsubscribed, i)
-	c.subBytes -= c.Types[i].subBytes
+	ts := c.Types[i]
+	c.subBytes -= ts.subBytes
 	c.setType(i, nil)
 	if c.dropped == nil {
-		c.dropped = make([]bool, len(c.Types))
+		c.dropped = make([]uint64, len(c.Types))
 	}
-	c.dropped[i] = true
+	c.dropped[i] = max(nonceOrdinal(ts.NonceSent), ts.nonceFloor(), 1)
 }
 
 // sotwInitial answers in full a SotW request of type i that starts its
@@ -248,6 +249,18 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 	}
 	c.setSubBytes(nts, names)
 	nts.Order, nts.Star = order, star
+	// Its responses come after those of the watch it replaces, or of the
+	// last one, if the client had dropped the type.
+	var floor uint64
+	if ts != nil {
+		floor = max(nonceOrdinal(ts.NonceSent), ts.nonceFloor())
+	}
+	if c.dropped != nil {
+		floor = max(floor, c.dropped[i])
+	}
+	if floor > 0 {
+		nts.rareForWrite().nonceFloor = floor
+	}
 	if ts != nil {
 		nts.timeouts = ts.timeouts
 		if len(ts.Removing()) > 0 {
@@ -272,7 +285,7 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 	}
 	c.setType(i, nts)
 	if c.dropped != nil {
-		c.dropped[i] = false
+		c.dropped[i] = 0
 	}
 	c.rewarm(i)
 	return &answer{all: true}, nil
