@@ -51,15 +51,10 @@ type Core struct {
 	Types    []*TypeState // by type index; nil when the type is not watched
 	subBytes int          // bytes of the names subscribed to, over all types
 
-	// dropped marks, by type index (nil until one is marked), the by-name
-	// types a SotW client has unsubscribed from entirely on this stream.
-	// They are not watched, but the client uses them: it subscribes again
-	// once a cluster or listener it holds fetches a name of them, and a
-	// push waits for that as for any subscription (see unwatchedAwaited).
-	// A mark is the ordinal of the type's last response on the stream (1
-	// if none; 0: not dropped), which the responses of its next watch
-	// come after (see typeRare.nonceFloor).
-	dropped []uint64
+	// ended records, by type index (nil until a SotW watch on this stream
+	// ends or starts anew), how the type's last watch ended (see
+	// watchEnd).
+	ended []watchEnd
 
 	// genFrom holds, by type index, the Seq of the PushContext the type
 	// was last generated from by a push (0: none): a type is regenerated
@@ -192,6 +187,30 @@ func (c *Core) AwaitsHeldBack(ts *TypeState) bool {
 // setType makes ts the state of type i (nil: the type is not watched).
 func (c *Core) setType(i int, ts *TypeState) {
 	c.Types[i] = ts
+}
+
+// watchEnd is how a SotW watch of a type ended on a stream.
+type watchEnd struct {
+	// dropped: the client unsubscribed from every name of the by-name
+	// type. It is not watched, but the client uses it: it subscribes
+	// again once a cluster or listener it holds fetches a name of it, and
+	// a push waits for that as for any subscription (see
+	// unwatchedAwaited).
+	dropped bool
+	// last is the ordinal of the last response of the type on the stream
+	// (see nonceOrdinal), which the responses of the next watch come
+	// after (see replayable).
+	last uint64
+}
+
+// endWatch records that the SotW watch ts of type i ends: the client
+// dropped the type, or starts watching it anew.
+func (c *Core) endWatch(i int, ts *TypeState, dropped bool) {
+	if c.ended == nil {
+		c.ended = make([]watchEnd, len(c.Types))
+	}
+	e := &c.ended[i]
+	e.dropped, e.last = dropped, max(e.last, nonceOrdinal(ts.NonceSent))
 }
 
 // New returns the core of a stream (a Delta one if delta) of a Server

@@ -103,7 +103,7 @@ func (c *Core) need(pl *plan, i int, names []string) {
 // type i, which it does not watch, when what it holds fetches names of it:
 // a reconnecting client (a reconnect plan) may not have re-subscribed yet,
 // and a SotW client that unsubscribed from every name of the type (see
-// core.dropped) uses it and subscribes again once it reads a cluster or
+// watchEnd.dropped) uses it and subscribes again once it reads a cluster or
 // listener that fetches one, as a gRPC client whose route moves to
 // clusters it does not hold does with endpoints. So does a client that asks
 // for the parent type by name (clusters, listeners: a gRPC client), once
@@ -113,7 +113,7 @@ func (c *Core) need(pl *plan, i int, names []string) {
 // the stream may take it from elsewhere (or not use it: a test's client
 // that only watches clusters), and is not waited for.
 func (c *Core) unwatchedAwaited(pl *plan, i int) bool {
-	return pl.reconnect || c.dropped != nil && c.dropped[i] != 0 || pl.t[i].resolved
+	return pl.reconnect || c.ended != nil && c.ended[i].dropped || pl.t[i].resolved
 }
 
 // dropFetched drops from pl's needs of type i the names the client has

@@ -78,13 +78,13 @@ func (c *Core) transKey(i int, tgt *Target, o relOpts) shared.TransKey {
 // response's is (their ordinals order a stream's responses of a type: see
 // nonceOrdinal), which the nonce of a step the connection took itself, or
 // of one taken before its last response, is not; that includes the
-// responses of a state the type's replaced (see typeRare.nonceFloor).
+// responses of the type's earlier watches on the stream (see watchEnd).
 func (c *Core) replayable(i int, tr *shared.Transition) bool {
 	if tr.Msg == nil {
 		return true
 	}
-	ts, ord := c.Types[i], nonceOrdinal(tr.Msg.Nonce)
-	return ord > nonceOrdinal(ts.NonceSent) && ord > ts.nonceFloor()
+	ord := nonceOrdinal(tr.Msg.Nonce)
+	return ord > nonceOrdinal(c.Types[i].NonceSent) && (c.ended == nil || ord > c.ended[i].last)
 }
 
 // replay takes a shared step: the same response, the same holding after.

@@ -219,16 +219,12 @@ func (c *Core) sotwStale(i int, nonce string, names []string, star, wildcard boo
 }
 
 // unwatch ends the watch of by-name type i: the client unsubscribed from
-// every name. It is marked dropped (see core.dropped).
+// every name. It is marked dropped (see watchEnd).
 func (c *Core) unwatch(i int) {
 	c.note(NoticeUnsubscribed, i)
-	ts := c.Types[i]
-	c.subBytes -= ts.subBytes
+	c.subBytes -= c.Types[i].subBytes
+	c.endWatch(i, c.Types[i], true)
 	c.setType(i, nil)
-	if c.dropped == nil {
-		c.dropped = make([]uint64, len(c.Types))
-	}
-	c.dropped[i] = max(nonceOrdinal(ts.NonceSent), ts.nonceFloor(), 1)
 }
 
 // sotwInitial answers in full a SotW request of type i that starts its
@@ -249,19 +245,8 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 	}
 	c.setSubBytes(nts, names)
 	nts.Order, nts.Star = order, star
-	// Its responses come after those of the watch it replaces, or of the
-	// last one, if the client had dropped the type.
-	var floor uint64
 	if ts != nil {
-		floor = max(nonceOrdinal(ts.NonceSent), ts.nonceFloor())
-	}
-	if c.dropped != nil {
-		floor = max(floor, c.dropped[i])
-	}
-	if floor > 0 {
-		nts.rareForWrite().nonceFloor = floor
-	}
-	if ts != nil {
+		c.endWatch(i, ts, false)
 		nts.timeouts = ts.timeouts
 		if len(ts.Removing()) > 0 {
 			// A push is holding removals back: the client still holds
@@ -284,8 +269,8 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 		keepUnknown(nts, ts)
 	}
 	c.setType(i, nts)
-	if c.dropped != nil {
-		c.dropped[i] = 0
+	if c.ended != nil {
+		c.ended[i].dropped = false
 	}
 	c.rewarm(i)
 	return &answer{all: true}, nil

@@ -46,9 +46,6 @@ func (c *Core) stamp(i int, resources, removed, size int, o relOpts) *OutMsg {
 func (c *Core) stampNonce(i int, nonce string, resources, removed, size int, o relOpts) *OutMsg {
 	ts := c.Types[i]
 	ts.NonceSent, ts.sentAt = nonce, c.set.Instant(c.now)
-	if ts.Rare != nil {
-		ts.Rare.nonceFloor = 0 // NonceSent is newer
-	}
 	if len(ts.kept()) > 0 {
 		ts.keptSent(nonceOrdinal(nonce))
 	}

@@ -145,12 +145,6 @@ type typeRare struct {
 	// shortest TTL of the resources it refreshes (see heartbeat.go).
 	beatAt Instant
 	ttl    time.Duration
-	// nonceFloor is, until the type's first response is stamped, the
-	// ordinal of the last response of the watch this one replaced (a SotW
-	// request that starts the watch anew, or again after the client
-	// dropped the type: see sotwInitial): a step taken again must be newer
-	// (see replayable), so that a stream's nonces of a type keep growing.
-	nonceFloor uint64
 }
 
 // keptName is what decides whether a SotW client holds a name it
@@ -172,16 +166,7 @@ type keptName struct {
 func (r *typeRare) empty() bool {
 	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
 		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0 &&
-		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0 && r.nonceFloor == 0
-}
-
-// nonceFloor returns what a step taken again must be newer than, besides
-// the type's last response (see typeRare.nonceFloor).
-func (ts *TypeState) nonceFloor() uint64 {
-	if ts.Rare == nil {
-		return 0
-	}
-	return ts.Rare.nonceFloor
+		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0
 }
 
 // Rejected returns the content the client rejected, by name.
