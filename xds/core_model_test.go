@@ -229,12 +229,7 @@ func runModelViews(t *testing.T, seed uint64, steps int, verbose bool) bool {
 // another proxy of its view (see runModelViews), on r's PushContext.
 func (r *modelRun) peer(delta, grpc, ackFirst bool) *modelRun {
 	p := &modelRun{t: r.t, rng: r.rng, h: r.h, now: r.now, pc: r.pc, primary: r, early: map[*session.OutMsg]bool{},
-		client: newModelClient(delta, grpc, ackFirst)}
-	p.c = session.New(&r.h.set.Settings, r.h, delta, 2)
-	st, err := r.h.initProxy(context.Background(), r.pc)
-	if err := p.c.Init(r.now, r.pc, r.pc.Seq(), session.ProxyInit(st), err); err != nil {
-		r.t.Fatal(err)
-	}
+		client: newModelClient(delta, grpc, ackFirst), c: r.h.coreOn(delta, 2, r.now, r.pc)}
 	r.peers = append(r.peers, p)
 	return p
 }
@@ -1092,11 +1087,7 @@ func (r *modelRun) toggleFailure() {
 func (r *modelRun) reconnect() {
 	r.streams++
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*session.OutMsg]bool{}
-	r.c = session.New(&r.h.set.Settings, r.h, true, 1)
-	st, err := r.h.initProxy(context.Background(), r.pc)
-	if err := r.c.Init(r.now, r.pc, r.pc.Seq(), session.ProxyInit(st), err); err != nil {
-		r.t.Fatal(err)
-	}
+	r.c = r.h.coreOn(true, 1, r.now, r.pc)
 	r.logf("-- reconnect: stream %d", r.streams+1)
 	reqs := r.client.reconnect()
 	r.resumeLeft = len(reqs)

@@ -293,10 +293,16 @@ func (h *fakeHost) takeOut(c *session.Core) []*session.OutMsg {
 // newCore returns a core of a proxy "p" on a fresh PushContext.
 func (h *fakeHost) newCore(delta bool) *session.Core {
 	h.t.Helper()
-	c := session.New(&h.set.Settings, h, delta, 1)
-	pc := h.build(nil)
+	return h.coreOn(delta, 1, epoch, h.build(nil))
+}
+
+// coreOn returns a core of a new stream (a Delta one if delta; seed
+// jitters its retries) initialised at now on pc.
+func (h *fakeHost) coreOn(delta bool, seed uint64, now time.Time, pc *pushcontext.PushContext) *session.Core {
+	h.t.Helper()
+	c := session.New(&h.set.Settings, h, delta, seed)
 	st, err := h.initProxy(context.Background(), pc)
-	if err := c.Init(epoch, pc, pc.Seq(), session.ProxyInit(st), err); err != nil {
+	if err := c.Init(now, pc, pc.Seq(), session.ProxyInit(st), err); err != nil {
 		h.t.Fatal(err)
 	}
 	return c
@@ -1556,13 +1562,8 @@ func BenchmarkCoreEndpointChange(b *testing.B) {
 // view, if the host has one), on r's PushContext.
 func (r *coreRun) twin(delta bool) *coreRun {
 	r.t.Helper()
-	h := r.h
-	c := session.New(&h.set.Settings, h, delta, 2)
-	st, err := h.initProxy(context.Background(), r.pc)
-	if err := c.Init(r.now, r.pc, r.pc.Seq(), session.ProxyInit(st), err); err != nil {
-		r.t.Fatal(err)
-	}
-	return &coreRun{t: r.t, h: h, c: c, now: r.now, pc: r.pc, last: map[TypeURL]*session.OutMsg{}}
+	c := r.h.coreOn(delta, 2, r.now, r.pc)
+	return &coreRun{t: r.t, h: r.h, c: c, now: r.now, pc: r.pc, last: map[TypeURL]*session.OutMsg{}}
 }
 
 // Two proxies of a view in the same state take the same step only if it

@@ -481,8 +481,8 @@ type faultMesh struct {
 	lastNonce map[streamType]uint64
 	nonceErrs []string
 	// With views: how the steps taken again differed from the steps the
-	// connections' own diffs would take (see xds.CheckReplays).
-	replayDiffs []string
+	// connections' own diffs would take.
+	replays replayDiffs
 
 	replicas []*faultReplica
 
@@ -939,11 +939,7 @@ func runFault(t *testing.T, p faultParams) {
 			}
 			r.srv = srv
 			if p.views {
-				xds.CheckReplays(srv, func(msg string) {
-					m.mu.Lock()
-					defer m.mu.Unlock()
-					m.replayDiffs = append(m.replayDiffs, msg)
-				})
+				m.replays.attach(srv)
 			}
 			srv.Loaded()
 			r.ts = xdstest.NewServerFor(t, srv)
@@ -1027,10 +1023,8 @@ func runFault(t *testing.T, p faultParams) {
 		if p.views && m.replayed.Load() == 0 {
 			t.Errorf("views: no connection was sent a response another was sent first")
 		}
+		m.replays.check(t)
 		m.mu.Lock()
-		if n := len(m.replayDiffs); n > 0 {
-			t.Errorf("views: %d steps taken again were not the connection's own, the first: %s", n, strings.Join(m.replayDiffs[:min(n, 5)], "\n"))
-		}
 		if n := len(m.nonceErrs); n > 0 {
 			t.Errorf("views: %d responses whose nonce did not come after the stream's last of the type, the first: %s", n, strings.Join(m.nonceErrs[:min(n, 5)], "\n"))
 		}

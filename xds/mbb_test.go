@@ -877,6 +877,32 @@ func TestMakeBeforeBreakRandom(t *testing.T) {
 	}
 }
 
+// replayDiffs collects what xds.CheckReplays reports of the Servers it is
+// attached to: steps taken again that were not the connection's own.
+type replayDiffs struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+// attach makes srv report to d. Call it before any stream opens.
+func (d *replayDiffs) attach(srv *xds.Server) {
+	xds.CheckReplays(srv, func(msg string) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.msgs = append(d.msgs, msg)
+	})
+}
+
+// check fails t if anything was reported.
+func (d *replayDiffs) check(t *testing.T) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := len(d.msgs); n > 0 {
+		t.Errorf("%d steps taken again were not the connection's own, the first: %s", n, strings.Join(d.msgs[:min(n, 5)], "\n"))
+	}
+}
+
 // raceSized returns full, or, under the race detector, short: the size of
 // a long randomized test's run (see raceEnabled).
 func raceSized(full, short int) int {
@@ -905,14 +931,9 @@ func testMakeBeforeBreakRandom(t *testing.T, views bool) {
 		})
 		// With a view, every step a connection takes again from another's
 		// must be the step its own diff would take.
-		var replayMu sync.Mutex
-		var replayDiffs []string
+		var replays replayDiffs
 		if views {
-			xds.CheckReplays(h.srv, func(msg string) {
-				replayMu.Lock()
-				defer replayMu.Unlock()
-				replayDiffs = append(replayDiffs, msg)
-			})
+			replays.attach(h.srv)
 		}
 		h.srv.Loaded()
 		h.ts = xdstest.NewServerFor(t, h.srv)
@@ -955,11 +976,7 @@ func testMakeBeforeBreakRandom(t *testing.T, views bool) {
 		if n := h.timeouts.Load(); n != 0 {
 			t.Errorf("%d phase timeouts; want none (the clients ACK)", n)
 		}
-		replayMu.Lock()
-		if n := len(replayDiffs); n > 0 {
-			t.Errorf("%d steps taken again were not the connection's own, the first: %s", n, strings.Join(replayDiffs[:min(n, 5)], "\n"))
-		}
-		replayMu.Unlock()
+		replays.check(t)
 		if t.Failed() {
 			t.Logf("changes (seed %d): %v", seed, log)
 		}
