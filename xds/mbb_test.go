@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -903,6 +904,17 @@ func (d *replayDiffs) check(t *testing.T) {
 	}
 }
 
+var mbbSeedFlag = flag.Uint64("xds.mbb.seed", 0, "seed of TestMakeBeforeBreakRandom and TestMakeBeforeBreakReconnectRandom (0: each test's own)")
+
+// mbbSeed returns the seed of a randomized make-before-break test: def,
+// its own, unless -xds.mbb.seed gives another.
+func mbbSeed(def uint64) uint64 {
+	if *mbbSeedFlag != 0 {
+		return *mbbSeedFlag
+	}
+	return def
+}
+
 // raceSized returns full, or, under the race detector, short: the size of
 // a long randomized test's run (see raceEnabled).
 func raceSized(full, short int) int {
@@ -915,10 +927,10 @@ func raceSized(full, short int) int {
 func testMakeBeforeBreakRandom(t *testing.T, views bool) {
 	const (
 		perKind   = 50 // SotW clients, and as many Delta clients
-		seed      = 20260601
 		ackDelay  = 3 * time.Millisecond
 		changeGap = 1500 * time.Microsecond
 	)
+	seed := mbbSeed(20260601)
 	changes := raceSized(1000, 300)
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, 1))
@@ -1009,8 +1021,8 @@ func TestMakeBeforeBreakReconnectRandom(t *testing.T) {
 		changes = 300
 		clients = 8
 		lag     = 3 // changes the second replica is behind
-		seed    = 20261129
 	)
+	seed := mbbSeed(20261129)
 	synctest.Test(t, func(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(seed, 1))
 		base := baseWorld(3)
