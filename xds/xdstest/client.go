@@ -183,6 +183,9 @@ type stream struct {
 	// nonces holds the last nonce received per type on this stream. Owned
 	// by the receive goroutine once it runs.
 	nonces map[xds.TypeURL]string
+	// seen holds every nonce received on this stream (see handle).
+	// Owned by the receive goroutine.
+	seen map[string]struct{}
 }
 
 // Connect opens a Client on s, sends its first requests and starts its
@@ -422,6 +425,7 @@ func (c *Client) start(ctx context.Context, e endpoint) error {
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 		nonces: make(map[xds.TypeURL]string),
+		seen:   make(map[string]struct{}),
 	}
 	// The stream lives until the client ends it; ctx bounds its opening.
 	sctx, cancel := context.WithCancel(context.Background())

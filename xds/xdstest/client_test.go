@@ -420,6 +420,34 @@ func TestMalformedResponsesAreRejected(t *testing.T) {
 	}
 }
 
+// A response whose nonce the stream carried before is NACKed: the server
+// could not tell which of the two an ACK accepts.
+func TestRepeatedNonceIsRejected(t *testing.T) {
+	addr := rawServer(t, func(req *discoveryv3.DiscoveryRequest) *discoveryv3.DiscoveryResponse {
+		if req.TypeUrl != string(xds.ClusterType) || req.ErrorDetail != nil {
+			return nil
+		}
+		// The first response, then, answering its ACK, a second with the
+		// first's nonce.
+		version := map[string]string{"": "1", "n1": "2"}[req.ResponseNonce]
+		if version == "" {
+			return nil
+		}
+		return &discoveryv3.DiscoveryResponse{
+			TypeUrl: req.TypeUrl, VersionInfo: version, Nonce: "n1",
+			Resources: []*anypb.Any{xdsfixture.MustAny(xdsfixture.Cluster("c" + version))},
+		}
+	})
+	c := xdstest.DialClient(t, addr, xdstest.ClientConfig{NodeID: "n"})
+	xdstest.Await(t, xdstest.NACKed(xds.ClusterType), c)
+	if got, want := lastRequest(t, c.Requests(), xds.ClusterType).NACK, `xdstest: nonce "n1" already received on this stream`; got != want {
+		t.Errorf("NACK = %q; want %q", got, want)
+	}
+	if _, ok := c.State().Resource(xds.ClusterType, "c1"); !ok {
+		t.Error("the first response's cluster is not held after the second was rejected")
+	}
+}
+
 // rawServer serves SotW ADS on loopback with answer, which may return nil
 // for no response, until the test ends.
 func rawServer(t *testing.T, answer func(*discoveryv3.DiscoveryRequest) *discoveryv3.DiscoveryResponse) string {

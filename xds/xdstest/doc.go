@@ -38,8 +38,10 @@
 //     the subscription changes the response caused, in push order (SotW:
 //     the full name list with the type's last nonce; Delta: subscribe and
 //     unsubscribe lists). It rejects (NACKs, with error_detail) responses
-//     that ClientConfig.NACK refuses and responses it cannot decode (a
-//     resource of another type, an undecodable one, a duplicate name);
+//     that ClientConfig.NACK refuses, responses it cannot decode (a
+//     resource of another type, an undecodable one, a duplicate name) and
+//     a response whose nonce the stream has carried before (an ACK of it
+//     could not say which response it accepts);
 //     after a NACK it holds what it held before and, in SotW, reports the
 //     version it last accepted.
 //   - What a client holds. A SotW response of a full-state type (CDS, LDS)

@@ -122,6 +122,12 @@ func heartbeat(a *anypb.Any) (string, bool) {
 func (c *Client) handle(st *stream, raw proto.Message) []*Request {
 	resp, reject := decodeResponse(raw)
 	resp.Stream = st.n
+	if resp.Nonce != "" {
+		if _, dup := st.seen[resp.Nonce]; dup && reject == nil {
+			reject = fmt.Errorf("xdstest: nonce %q already received on this stream", resp.Nonce)
+		}
+		st.seen[resp.Nonce] = struct{}{}
+	}
 	if reject == nil && c.cfg.nack != nil {
 		reject = c.cfg.nack(resp)
 		if reject != nil && reject.Error() == "" {
