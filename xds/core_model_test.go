@@ -57,7 +57,7 @@ import (
 // event logged.
 func TestCoreModel(t *testing.T) { runModelSeeds(t, "TestCoreModel", 1, runModel) }
 
-// runModelSeeds runs seeds 1, 2, … through run, each for 400 events, a
+// runModelSeeds runs seeds 1, 2, … (from -xds.model.first) through run, each for 400 events, a
 // 1/share of -xds.model.steps in all (a tenth of that with -short); with
 // -xds.model.seed, that seed alone for -xds.model.steps events, logging
 // them. name is the test's, for the command that replays a failed seed.
@@ -72,7 +72,7 @@ func runModelSeeds(t *testing.T, name string, share int, run func(t *testing.T, 
 		runs /= 10
 	}
 	for k := range runs {
-		seed := uint64(k + 1)
+		seed := *modelFirst + uint64(k)
 		if !run(t, seed, perRun, false) {
 			t.Fatalf("seed %d failed; replay it with -run '%s$' -xds.model.seed=%d -xds.model.steps=%d -v", seed, name, seed, perRun)
 		}
@@ -131,6 +131,7 @@ func TestCoreModelRegressions(t *testing.T) {
 
 var (
 	modelSeed  = flag.Uint64("xds.model.seed", 0, "run TestCoreModel with this seed alone")
+	modelFirst = flag.Uint64("xds.model.first", 1, "the first seed TestCoreModel and TestCoreModelViews run")
 	modelSteps = flag.Int("xds.model.steps", 100_000, "events TestCoreModel runs: in all, or with -xds.model.seed for that seed")
 )
 
