@@ -399,14 +399,15 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 		typ   TypeURL
 		setUp func(r *coreRun)
 		drop  func(r *coreRun)
-		unsub []string // responses to the unsubscription
-		held  []string // of typ at the end
+		unsub []string  // responses to the unsubscription
+		acks  []TypeURL // of those responses
+		held  []string  // of typ at the end
 	}{
 		{name: "sotw CDS by name", typ: ClusterType, setUp: clusters, drop: dropC1,
-			unsub: []string{"CDS [c0]"}, held: []string{"c0"}},
+			unsub: []string{"CDS [c0]"}, acks: []TypeURL{ClusterType}, held: []string{"c0"}},
 		// The endpoints of c1, held back while c1 was held, go at once.
 		{name: "delta CDS by name", delta: true, typ: ClusterType, setUp: clusters, drop: dropC1,
-			unsub: []string{"EDS [] -[c1]"}, held: []string{"c0"}},
+			unsub: []string{"EDS [] -[c1]"}, acks: []TypeURL{EndpointType}, held: []string{"c0"}},
 		{name: "delta RDS by name", delta: true, typ: RouteType, setUp: routes, drop: dropR1, held: []string{"r0"}},
 		// SotW never removes a by-name type.
 		{name: "sotw RDS by name", typ: RouteType, setUp: routes, drop: dropR1, held: []string{"r0"}},
@@ -421,6 +422,11 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 			r.expect("the push: nothing to send")
 			r.expectBusy("after the push", false)
 			r.expectHeld("still subscribed by name", tt.typ, before...)
+			if got := r.c.SyncedTo(); got >= r.pc.Seq() && (tt.delta || tt.typ != RouteType) {
+				// (A SotW client is never sent a removal of routes: nothing
+				// is held back from it.)
+				t.Errorf("while the client subscribes to what the push removes: synced to %d; want below %d", got, r.pc.Seq())
+			}
 			ts := r.typeState(tt.typ)
 			if ts.Failure() != nil {
 				t.Errorf("%s error = %v; want none (the client is on its way, not the configuration at fault)", tt.typ.Short(), ts.Failure())
@@ -433,6 +439,16 @@ func TestCoreSubscribedByNameNotRemoved(t *testing.T) {
 			}
 			r.expect("the unsubscription", tt.unsub...)
 			r.expectHeld("after the unsubscription", tt.typ, tt.held...)
+			for _, typ := range tt.acks {
+				r.ack(typ)
+			}
+			// Nothing is held back once the client has unsubscribed: it is
+			// synced then, not once the retry of the removal held back is
+			// due (at a backoff that grows with the responses that held
+			// it back).
+			if got := r.c.SyncedTo(); got < r.pc.Seq() {
+				t.Errorf("after the unsubscription: synced to %d; want %d", got, r.pc.Seq())
+			}
 			r.wait(time.Minute) // any retry of what was held back
 			r.expect("nothing more")
 			r.expectHeld("at the end", tt.typ, tt.held...)

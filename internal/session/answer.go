@@ -55,6 +55,13 @@ func (a *answer) merge(b *answer) *answer {
 	return out
 }
 
+// empty reports whether a is an answer with nothing asked of it but to
+// send what differs (as retryType's): a release of the type's whole
+// target does what it does. A nil answer is not one.
+func (a *answer) empty() bool {
+	return a != nil && !a.all && !a.restrict && !a.initial && !a.notFound && len(a.force) == 0 && a.delta.IsEmpty()
+}
+
 // answering is an answer waiting for its generation, which the runner
 // makes between two steps (see flow.go).
 type answering struct {

@@ -105,6 +105,11 @@ func (c *Core) Request(now time.Time, in Inbound) (Need, error) {
 		c.note(NoticeUnknownType, 0).URL = truncate(t, c.set.MaxNameLength)
 		return Need{}, nil
 	}
+	ts := c.Types[i]
+	var sub *shared.Subscription
+	if ts != nil {
+		sub = ts.Sub
+	}
 	var a *answer
 	var err error
 	if in.Delta != nil {
@@ -115,11 +120,30 @@ func (c *Core) Request(now time.Time, in Inbound) (Need, error) {
 	if err != nil {
 		return Need{}, err
 	}
+	if ts != nil && ts == c.Types[i] && ts.Sub != sub {
+		a = retryNow(ts, a)
+	}
 	c.flow = flow{stage: flowHeldBack, i: i}
 	if a != nil && c.answer(i, a) {
 		return c.wantAnswer(), nil
 	}
 	return c.resume()
+}
+
+// retryNow returns a, the answer to a request that changed the
+// subscription of ts's type, merged with the retry of what a reference
+// held back, if one waits for its backoff (see retryType): the
+// subscription may have been what held it back (a removal is held back
+// while the client subscribes to the name), so the client is not left
+// waiting for the backoff, which grows with each response that held
+// something back.
+func retryNow(ts *TypeState, a *answer) *answer {
+	r := ts.Rare
+	if r == nil || !r.retry.empty() || ts.Fault != nil {
+		return a
+	}
+	r.retry = nil
+	return a.merge(&answer{})
 }
 
 // sotwRequest applies the SotW request state machine, in istiod's order:
@@ -374,7 +398,7 @@ func (c *Core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	}
 	c.unsubscribed(i, removed)
 	ts.resubscribed(added)
-	ts.keptSettled(old)
+	ts.keptSettled(old, renewed)
 	if renewed {
 		c.rewarm(i)
 		return &answer{all: true}, nil
