@@ -117,14 +117,31 @@ func runModelSeeds(t *testing.T, name string, share int, run func(t *testing.T, 
 // response carrying the name it had subscribed to again, and so did not
 // take it from there; 162985, a removal phase that dropped the mark of a
 // cluster the client had unsubscribed from but a route still named, so
-// that the next full-state response removed it from under the route.
-var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285, 145767, 162985}
+// that the next full-state response removed it from under the route;
+// 209306, a SotW gRPC-like client that dropped a cluster the Server kept
+// held for a route, then subscribed to it again, both in requests with no
+// nonce (it had read no response of the type): the Server forgot the
+// cluster, as if the client had read the responses carrying it before it
+// subscribed again, and a NACK of the answer then left it believing the
+// client held no cluster, where it held the first response's.
+var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285, 145767, 162985, 209306}
+
+// modelViewsRegressions are the seeds of TestCoreModelViews that found a
+// defect when its runs went further than the test command takes them:
+// 37053, 209306's defect in a view, where the full-state response that
+// followed removed the cluster from under the client's route.
+var modelViewsRegressions = []uint64{37053}
 
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {
 	for _, seed := range modelRegressions {
 		if !runModel(t, seed, 400, false) {
 			t.Errorf("seed %d failed; replay it with -run 'TestCoreModel$' -xds.model.seed=%d -xds.model.steps=400 -v", seed, seed)
+		}
+	}
+	for _, seed := range modelViewsRegressions {
+		if !runModelViews(t, seed, 400, false) {
+			t.Errorf("seed %d failed; replay it with -run 'TestCoreModelViews$' -xds.model.seed=%d -xds.model.steps=400 -v", seed, seed)
 		}
 	}
 }

@@ -202,23 +202,27 @@ func (ts *TypeState) settleUnread() {
 // route that names them (see core.unsubscribed).
 
 // keptSettled settles the kept names (see typeRare.kept) after a request
-// naming the last response changed the subscription from old. A name it
+// changed the subscription from old: one naming the last response, or,
+// renewed, one with no nonce. A name a request naming the last response
 // covers again, the client holds only if it read a response carrying it
 // after it had subscribed to it again, in a request with a stale nonce:
 // this request names the last response, so the client has read every
 // response that carried it, and ignored those it read while it did not
 // subscribe to it. Otherwise it is forgotten: taken as held, a NACK of the
 // answer that sends it would leave the Server believing the client keeps
-// what it never had. A name the request leaves out, the client does not
-// subscribe to (again).
-func (ts *TypeState) keptSettled(old *shared.Subscription) {
+// what it never had. A renewed request comes from a client that has read
+// none of the responses on their way: it subscribed to the name again
+// before it reads any, and takes it from those that carry it, as the
+// Server took it to hold it (kept names stay held). A name the request
+// leaves out, the client does not subscribe to (again).
+func (ts *TypeState) keptSettled(old *shared.Subscription, renewed bool) {
 	for n, k := range ts.kept() {
 		if !ts.Covers(n) {
 			k.resub = 0
 			ts.Rare.kept[n] = k
 			continue
 		}
-		if !old.Covers(n) && (k.resub == 0 || k.sent <= k.resub) {
+		if !renewed && !old.Covers(n) && (k.resub == 0 || k.sent <= k.resub) {
 			ts.forget(n)
 		}
 		delete(ts.Rare.kept, n)
