@@ -18,6 +18,11 @@
 //     test; a failed RPC, a NACK, a phase timeout, a Server failure or a
 //     refused stream fails the test, naming the client, its version, the
 //     step and what the client saw.
+//   - RandomScenario draws such a scenario from a seed instead (run by
+//     RunScenario): each change may add and delete clusters, repoint and
+//     reweigh the route, move endpoints and rename the route
+//     configuration at once, and its shares are computed from the weights
+//     and endpoints.
 //   - Each step is timed: from the change to the first RPC that follows
 //     it, and to the Server's Sync (every response it caused ACKed). Run
 //     logs them as a row of the README's table.
@@ -54,8 +59,10 @@
 // # Running it
 //
 // The tests are TestInterop in this package (a host on a resources.Store)
-// and in examples/filecp (filecp itself, in process), and
-// TestInteropMutualTLS in examples/filecp (grpc-go over mutual TLS):
+// and in examples/filecp (filecp itself, in process), TestInteropRandom in
+// this package (a RandomScenario; -interop.seed and -interop.steps draw
+// another), and TestInteropMutualTLS in examples/filecp (grpc-go over
+// mutual TLS):
 //
 //	(cd examples/internal/interop/node && npm ci)
 //	apt-get install -y python3-grpcio   # if /usr/bin/python3 -c 'import grpc' fails

@@ -33,6 +33,23 @@ func TestInterop(t *testing.T) {
 	}
 }
 
+var (
+	randomSeed  = flag.Uint64("interop.seed", 20261207, "seed of TestInteropRandom's changes")
+	randomSteps = flag.Int("interop.steps", 12, "changes TestInteropRandom makes")
+)
+
+// TestInteropRandom runs a random scenario (RandomScenario) with every
+// client: clusters added and deleted, routes repointed and reweighed,
+// endpoints moved and the route configuration renamed, several at once.
+func TestInteropRandom(t *testing.T) {
+	for _, kind := range interop.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			interop.RunScenario(t, kind, interop.ClientConfig{Require: *require}, newStoreHost,
+				interop.RandomScenario(*randomSeed, *randomSteps))
+		})
+	}
+}
+
 // storeHost is a control plane on a resources.Store.
 type storeHost struct {
 	addr  string

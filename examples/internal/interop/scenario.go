@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -95,6 +96,125 @@ func Scenario(addrs map[string]string) (State, []Step) {
 	}
 }
 
+// RandomScenario returns a scenario of n changes drawn from seed, for
+// RunScenario: each state routes every RPC to one to three of the
+// clusters c1 to c5, weighted when more than one (the weights add up to
+// 100), through route
+// configuration r1 or r2, and serves exactly the clusters it routes to,
+// each with endpoints on one to three of the backends. So a step may add
+// clusters, delete others, repoint and reweigh the route, move endpoints
+// and rename the route configuration at once: what the Server must order
+// make-before-break for a client that subscribes by name. A step's Want
+// is the share each backend gets from the weights, a cluster's share
+// spread evenly over its endpoints (round robin); no step awaits a
+// backend (checkShares waits for the shares).
+func RandomScenario(seed uint64, n int) func(addrs map[string]string) (State, []Step) {
+	return func(addrs map[string]string) (State, []Step) {
+		rng := rand.New(rand.NewPCG(seed, 0x1e7))
+		backends := slices.Sorted(maps.Keys(addrs))
+		initial := randomState(rng, addrs, backends, "")
+		var steps []Step
+		prev := initial
+		for i := range n {
+			st := randomState(rng, addrs, backends, prev.Route)
+			want := shares(st, addrs)
+			count := 100
+			for _, w := range want {
+				if w != 1 {
+					count = 400 // shares to tell apart within Tolerance
+				}
+			}
+			steps = append(steps, Step{Name: fmt.Sprintf("random %d: %s", i+1, st), State: st, Want: want, Count: count})
+			prev = st
+		}
+		return initial, steps
+	}
+}
+
+// randomState draws a state of RandomScenario; route is the previous
+// state's route configuration ("" for the first).
+func randomState(rng *rand.Rand, addrs map[string]string, backends []string, route string) State {
+	switch {
+	case route == "":
+		route = "r1"
+	case rng.IntN(5) == 0:
+		route = map[string]string{"r1": "r2", "r2": "r1"}[route]
+	}
+	pool := []string{"c1", "c2", "c3", "c4", "c5"}
+	rng.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
+	st := State{Route: route, Clusters: map[string][]string{}}
+	for _, c := range pool[:1+rng.IntN(3)] {
+		st.Split = append(st.Split, Weighted{Cluster: c, Weight: uint32(1 + rng.IntN(9))})
+		var eps []string
+		for _, b := range backends {
+			if rng.IntN(2) == 0 {
+				eps = append(eps, addrs[b])
+			}
+		}
+		if len(eps) == 0 {
+			eps = []string{addrs[backends[rng.IntN(len(backends))]]}
+		}
+		st.Clusters[c] = eps
+	}
+	// The weights add up to 100: C-core (1.51) rejects a weighted split
+	// whose weights do not add up to its total_weight, 100 unless set
+	// (the field is deprecated).
+	total := uint32(0)
+	for _, w := range st.Split {
+		total += w.Weight
+	}
+	left := uint32(100)
+	for i := range st.Split {
+		w := max(1, st.Split[i].Weight*100/total)
+		if i == len(st.Split)-1 {
+			w = left
+		}
+		st.Split[i].Weight = w
+		left -= w
+	}
+	return st
+}
+
+// shares returns the share of RPCs each backend of addrs gets in st: each
+// cluster's weight's share of the route, spread evenly over its
+// endpoints.
+func shares(st State, addrs map[string]string) map[string]float64 {
+	byAddr := map[string]string{}
+	for b, a := range addrs {
+		byAddr[a] = b
+	}
+	var total float64
+	for _, w := range st.Split {
+		total += float64(w.Weight)
+	}
+	want := map[string]float64{}
+	for _, w := range st.Split {
+		eps := st.Clusters[w.Cluster]
+		for _, a := range eps {
+			want[byAddr[a]] += float64(w.Weight) / total / float64(len(eps))
+		}
+	}
+	return want
+}
+
+// String describes s briefly, for a step's name: the route configuration,
+// its split and each cluster's endpoints, by port.
+func (s State) String() string {
+	var b strings.Builder
+	b.WriteString(s.Route)
+	for _, w := range s.Split {
+		fmt.Fprintf(&b, " %s:%d[", w.Cluster, w.Weight)
+		for i, a := range s.Clusters[w.Cluster] {
+			if i > 0 {
+				b.WriteByte(' ')
+			}
+			b.WriteString(a[strings.LastIndexByte(a, ':')+1:])
+		}
+		b.WriteByte(']')
+	}
+	return b.String()
+}
+
 // ChannelCreds are credentials of the bootstrap's xds_servers entry.
 type ChannelCreds struct {
 	// Type is the credentials' type: "insecure", or "tls" (gRFC A65).
@@ -167,6 +287,14 @@ func (t Timing) String() string {
 // the test, and no RPC of it may fail.
 func Run(t *testing.T, kind Kind, cfg ClientConfig, newHost NewHost) []Timing {
 	t.Helper()
+	return RunScenario(t, kind, cfg, newHost, Scenario)
+}
+
+// RunScenario is Run with the scenario that scenario returns for the
+// backends' addresses (Scenario, or a RandomScenario). The first RPC must
+// reach a backend the initial state gives a share.
+func RunScenario(t *testing.T, kind Kind, cfg ClientConfig, newHost NewHost, scenario func(addrs map[string]string) (State, []Step)) []Timing {
+	t.Helper()
 	cfg.Kind = kind
 	if m := Missing(kind); m != "" {
 		if cfg.Require {
@@ -178,7 +306,7 @@ func Run(t *testing.T, kind Kind, cfg ClientConfig, newHost NewHost) []Timing {
 	for _, b := range []string{B1, B2, B3} {
 		addrs[b] = StartBackend(t, b)
 	}
-	initial, steps := Scenario(addrs)
+	initial, steps := scenario(addrs)
 	chk := &Checker{}
 	h := newHost(t, initial, chk.Instrument)
 	var bootstrap []byte
@@ -196,10 +324,27 @@ func Run(t *testing.T, kind Kind, cfg ClientConfig, newHost NewHost) []Timing {
 	var timings []Timing
 	c.Step("first RPC")
 	backend, took := c.First()
-	if backend != B1 {
-		t.Fatalf("%s, first RPC: reached %s; want %s", name, backend, B1)
+	if want := shares(initial, addrs); want[backend] == 0 {
+		t.Fatalf("%s, first RPC: reached %s; want one of %v", name, backend, want)
 	}
-	timings = append(timings, Timing{Step: "first RPC", Moved: took, ACKed: settle(t, name, "first RPC", h, chk, c, initial, time.Time{})})
+	// What a C-core client retains: every cluster a route has named
+	// (see settle).
+	routed := map[string]bool{}
+	retains := func(s State) bool {
+		for c := range s.Clusters {
+			routed[c] = true
+		}
+		if c.kind != CCore {
+			return false
+		}
+		for c := range routed {
+			if _, ok := s.Clusters[c]; !ok {
+				return true
+			}
+		}
+		return false
+	}
+	timings = append(timings, Timing{Step: "first RPC", Moved: took, ACKed: settle(t, name, "first RPC", h, chk, c, retains(initial), time.Time{})})
 	for _, s := range steps {
 		c.Step(s.Name)
 		start := time.Now()
@@ -220,7 +365,7 @@ func Run(t *testing.T, kind Kind, cfg ClientConfig, newHost NewHost) []Timing {
 			fmt.Sscan(f[1], &ms)
 			tm.Moved = time.Duration(ms) * time.Millisecond
 		}
-		tm.ACKed = settle(t, name, s.Name, h, chk, c, s.State, start)
+		tm.ACKed = settle(t, name, s.Name, h, chk, c, retains(s.State), start)
 		checkShares(t, name, c, s, slices.Sorted(maps.Keys(addrs)))
 		timings = append(timings, tm)
 	}
@@ -249,7 +394,13 @@ func checkShares(t *testing.T, name string, c *Client, s Step, backends []string
 	for range shareBatches {
 		seen, fails := c.Count(s.Count)
 		if fails > 0 {
-			t.Fatalf("%s, step %q: %d of the %d RPCs after the change failed: %q", name, s.Name, fails, s.Count, c.TakeFailures())
+			// A client's known defect may fail an RPC after the Sync (one
+			// that applies routes after it ACKs them): logged, as
+			// anywhere else, and the batch's shares counted without it.
+			checkFailures(t, name, s.Name, c)
+			if t.Failed() {
+				t.FailNow()
+			}
 		}
 		var off []string
 		for _, b := range backends {
@@ -283,15 +434,14 @@ const retentionWait = 2 * time.Second
 // naming it (its xds_cluster_manager retains the child), and the Server
 // holds back the removal of a deleted cluster that a client still
 // subscribes to: Sync then blocks for those 15 minutes, with nothing in
-// Status or Failures (see the README's interop section). For a C-core
-// client that subscribes to a cluster s no longer has, settle checks that
-// Sync is still blocked after retentionWait, so that the test says when
-// the Server changes, then checks Status, and returns the time to the
-// client's last ACK.
-func settle(t *testing.T, name, step string, h Host, chk *Checker, c *Client, s State, start time.Time) time.Duration {
+// Status or Failures (see the README's interop section). When retained
+// (a C-core client, and a cluster a route named earlier is no longer
+// served), settle checks that Sync is still blocked after retentionWait,
+// so that the test says when the Server changes, then checks Status, and
+// returns the time to the client's last ACK.
+func settle(t *testing.T, name, step string, h Host, chk *Checker, c *Client, retained bool, start time.Time) time.Duration {
 	t.Helper()
 	srv := h.Server()
-	retained := c.kind == CCore && subscribesToDeleted(srv.Status(), s)
 	timeout := defaultTimeout
 	if retained {
 		timeout = retentionWait
@@ -386,19 +536,6 @@ func checkFailures(t *testing.T, name, step string, c *Client) {
 	if len(bad) > 0 {
 		t.Errorf("%s, step %q: %d RPCs failed; want none:\n%s", name, step, len(bad), strings.Join(bad, "\n"))
 	}
-}
-
-// subscribesToDeleted reports whether a connection subscribes to more
-// clusters than s has.
-func subscribesToDeleted(st []xds.ConnStatus, s State) bool {
-	for _, cs := range st {
-		for _, ts := range cs.Types {
-			if ts.Type == xds.ClusterType && !ts.Wildcard && ts.Names > len(s.Clusters) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // Checker records, through a Server's Hooks, what must not happen while
