@@ -129,8 +129,14 @@ var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 
 // modelViewsRegressions are the seeds of TestCoreModelViews that found a
 // defect when its runs went further than the test command takes them:
 // 37053, 209306's defect in a view, where the full-state response that
-// followed removed the cluster from under the client's route.
-var modelViewsRegressions = []uint64{37053}
+// followed removed the cluster from under the client's route; 55526, a
+// SotW gRPC-like client that dropped a cluster kept for its route,
+// subscribed to it again in a request with a stale nonce, accepted a
+// response carrying it and rejected the two after it: the Server
+// remembered the last two responses that carried a kept name only, took
+// the client to hold it from neither, and forgot it, and the next
+// full-state response removed it from under the route.
+var modelViewsRegressions = []uint64{37053, 55526}
 
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {

@@ -327,8 +327,12 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	// (see unreadName, keptName) take none from this one.
 	ord := nonceOrdinal(nonce)
 	ts.unreadRejected(ord)
-	ts.keptRejected(ord)
 	k := ts.flightIndex(nonce)
+	accepted := nonceOrdinal(ts.NonceAcked)
+	if k > 0 {
+		accepted = nonceOrdinal(ts.Flights[k-1].nonce) // accepted below
+	}
+	ts.keptRejected(ord, accepted)
 	if k < 0 {
 		return nil
 	}

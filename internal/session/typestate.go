@@ -156,10 +156,13 @@ type keptName struct {
 	// had read when a request with a stale nonce subscribed to the name
 	// again; 0 when none has since the client last dropped it.
 	resub uint64
-	// sent is the ordinal of the last response that carried the name,
-	// prev of the one before it (0: none since the name was kept): the
-	// client rejecting the last, prev takes its place.
-	sent, prev uint64
+	// sent is the ordinal of the last response that carried the name
+	// and that the client did not reject, first that of the first that
+	// carried it (0: none since the name was kept). Every response in
+	// between carried it (a full-state response carries what is held):
+	// the client rejecting the last, the last it accepted before takes
+	// its place (see keptRejected).
+	sent, first uint64
 }
 
 // empty reports whether r holds nothing.

@@ -278,22 +278,27 @@ func (ts *TypeState) keptSent(ord uint64) {
 			delete(ts.Rare.kept, n)
 			continue
 		}
-		k.prev, k.sent = k.sent, ord
+		if k.first == 0 {
+			k.first = ord
+		}
+		k.sent = ord
 		ts.Rare.kept[n] = k
 	}
 }
 
 // keptRejected records that the client rejected the response with
-// ordinal ord: it took none of the kept names from it.
-func (ts *TypeState) keptRejected(ord uint64) {
+// ordinal ord: it took none of the kept names from it. accepted is the
+// ordinal of the last response of the type it accepted before it (0:
+// none): a SotW client answers responses in order, so that one is the
+// last it took a kept name from, if it carried it.
+func (ts *TypeState) keptRejected(ord, accepted uint64) {
 	for n, k := range ts.kept() {
-		switch ord {
-		case k.sent:
-			k.sent, k.prev = k.prev, 0
-		case k.prev:
-			k.prev = 0
-		default:
+		if ord != k.sent {
 			continue
+		}
+		k.sent = 0
+		if k.first != 0 && k.first <= accepted && accepted < ord {
+			k.sent = accepted
 		}
 		ts.Rare.kept[n] = k
 	}
