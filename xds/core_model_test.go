@@ -123,8 +123,13 @@ func runModelSeeds(t *testing.T, name string, share int, run func(t *testing.T, 
 // nonce (it had read no response of the type): the Server forgot the
 // cluster, as if the client had read the responses carrying it before it
 // subscribed again, and a NACK of the answer then left it believing the
-// client held no cluster, where it held the first response's.
-var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285, 145767, 162985, 209306}
+// client held no cluster, where it held the first response's; 245258, a
+// Delta gRPC-like client that unsubscribed from a cluster while a push's
+// response that left it as it was (carrying nothing of the cluster) was
+// on its way, and subscribed to it again: the Server took that response
+// to carry the cluster, as a full-state one would, and so the client to
+// hold it from there once it rejected the answer that sent it.
+var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 50157, 58650, 93285, 145767, 162985, 209306, 245258}
 
 // modelViewsRegressions are the seeds of TestCoreModelViews that found a
 // defect when its runs went further than the test command takes them:

@@ -23,13 +23,21 @@ type flight struct {
 	// The response, recorded as acknowledged when the client accepts it.
 	response
 	// For a response that replaced what the client holds (a SotW
-	// full-state response), before and after are the holdings; otherwise
-	// changes lists what it changed, in order, with what was held before.
+	// full-state response), or left it holding exactly the type's target
+	// (see hold), before and after are the holdings; otherwise changes
+	// lists what it changed, in order, with what was held before.
 	before, after *shared.Holding
 	changes       []change
 	inline        [2]change // changes' first storage: most responses change one or two names
 	// held is the storage of before and after (see setHoldings).
 	held [2]shared.Holding
+	// carries marks a flight with holdings whose response did not
+	// replace what the client holds (a Delta response, a SotW response of
+	// a type that is not full-state): it carried or removed what differs
+	// between them, and the names changes lists, which it carried at the
+	// content held before (a resend); changes is read by touches alone
+	// (undo and redo take the holdings).
+	carries bool
 }
 
 // flightPool holds settled flights for the next responses: each response

@@ -410,7 +410,7 @@ func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
 		c.settleErrors(ts, &d, nil)
 		d.shareIfExact(ts, tgt)
 		if same {
-			c.record(k, i, nil, &d, tgt.Shared)
+			c.record(k, i, nil, nil, &d, tgt.Shared)
 		}
 		return nil
 	}
@@ -446,7 +446,7 @@ func (c *Core) release(i int, tgt *Target, o relOpts) *OutMsg {
 	f.response = ts.lastSent()
 	ts.addFlight(f)
 	if same {
-		c.record(k, i, m, &d, tgt.Shared)
+		c.record(k, i, m, f, &d, tgt.Shared)
 	}
 	return m
 }
@@ -523,6 +523,15 @@ func (c *Core) hold(i int, tgt *Target, d *diffResult) *flight {
 		ts.Held.Reset(tgt.Set)
 		after := ts.Held.Snapshot()
 		f.setHoldings(before, after)
+		// What the response carries, for the names the client drops
+		// while it is on its way (see touches): the holdings say what
+		// it changed, not what it sent again unchanged.
+		f.carries = true
+		for _, r := range d.ups {
+			if r.Enc.Same(before.Get(r.Name)) {
+				f.changes = append(f.changes, change{Name: r.Name})
+			}
+		}
 	} else {
 		// What the response carries is recorded even if the client holds
 		// it already (a resend): were an earlier response that carried it

@@ -112,6 +112,12 @@ func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *Out
 	ts.Held.Reset(tr.After)
 	after := ts.Held.Snapshot()
 	f.setHoldings(before, after)
+	if !c.set.FullState[i] || c.Delta {
+		f.carries = true // see hold
+		for _, name := range tr.Resent {
+			f.changes = append(f.changes, change{Name: name})
+		}
+	}
 	m := c.stampNonce(i, tr.Msg.Nonce, tr.Msg.Resources, tr.Msg.Removed, tr.Msg.Bytes, o)
 	c.noteSetTTL(ts, tr.After)
 	f.response = ts.lastSent()
@@ -120,8 +126,8 @@ func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *Out
 	return m
 }
 
-// record keeps the step just taken (m, nil if nothing was sent) under k
-// for the clients in the same state, if keep.
+// record keeps the step just taken (m, nil if nothing was sent, and f its
+// flight) under k for the clients in the same state, if keep.
 //
 // Only a step to a view's shared target is kept for other clients: a
 // per-proxy target is the proxy's own, so no other client can take its
@@ -129,7 +135,7 @@ func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *Out
 // cache does. Such a step's response is still encoded as a shared one (by
 // the Server's codec, once, without gRPC's pooled buffer), which is
 // cheaper for a stream to write.
-func (c *Core) record(k shared.TransKey, i int, m *OutMsg, d *diffResult, keep bool) {
+func (c *Core) record(k shared.TransKey, i int, m *OutMsg, f *flight, d *diffResult, keep bool) {
 	ts := c.Types[i]
 	if len(d.refErrs) > 0 || ts.Held.Differs() || d.resync || len(d.errs) > 0 || d.resend || len(ts.errs()) > 0 {
 		return
@@ -146,6 +152,9 @@ func (c *Core) record(k shared.TransKey, i int, m *OutMsg, d *diffResult, keep b
 		return
 	}
 	tr := &shared.Transition{After: ts.Held.Set, Changed: slices.Clone(d.changed)}
+	if f != nil && (!c.set.FullState[i] || c.Delta) {
+		tr.Resent = f.resent()
+	}
 	if m != nil {
 		tr.Msg = m.Shared
 	}

@@ -68,6 +68,19 @@ func (c *Core) checkReplay(i int, tgt *Target, tr *shared.Transition, o relOpts)
 		add("the diff leaves the client holding %v, the step %v (held %v, target %v, flights %d)", entryVersions(after), entryVersions(tr.After.Entries),
 			entryVersions(ts.Held.Entries()), entryVersions(tgt.Set.Entries), len(ts.Flights))
 	}
+	if tr.Msg != nil && (!c.set.FullState[i] || c.Delta) {
+		// What the response sends again unchanged, which its flight
+		// records (see flight.carries).
+		var resent []string
+		for _, e := range d.ups {
+			if e.Enc.Same(ts.Held.Get(e.Name)) {
+				resent = append(resent, e.Name)
+			}
+		}
+		if !slices.Equal(resent, tr.Resent) {
+			add("the diff sends again unchanged %v, the step %v", resent, tr.Resent)
+		}
+	}
 	if m := tr.Msg; m != nil {
 		resources, removed := len(d.carried(c.Delta)), 0
 		switch {

@@ -1,6 +1,10 @@
 package session
 
-import "github.com/xdspush/xdspush/internal/shared"
+import (
+	"slices"
+
+	"github.com/xdspush/xdspush/internal/shared"
+)
 
 // What a client holds of a name it dropped while responses were on their
 // way (a SotW request with a stale nonce, see core.staleDropped; a Delta
@@ -49,10 +53,17 @@ func (ts *TypeState) unread() map[string]*unreadName {
 
 // touches reports what f does to name: whether it carries or removes it,
 // and the content it carries (nil when it removes it). A full-state
-// response touches every name: what it does not carry it removes.
+// response touches every name: what it does not carry it removes. Any
+// other touches only the names it carries or removes, whether its flight
+// records holdings (see flight.carries) or changes.
 func (f *flight) touches(name string) (e *shared.Encoded, touched bool) {
 	if f.after != nil {
-		return f.after.Get(name), true
+		e = f.after.Get(name)
+		if b := f.before.Get(name); f.carries && (e == b || e.Same(b)) &&
+			!slices.ContainsFunc(f.changes, func(ch change) bool { return ch.Name == name }) {
+			return nil, false
+		}
+		return e, true
 	}
 	for k := len(f.changes) - 1; k >= 0; k-- {
 		if ch := f.changes[k]; ch.Name == name {
@@ -60,6 +71,19 @@ func (f *flight) touches(name string) (e *shared.Encoded, touched bool) {
 		}
 	}
 	return nil, false
+}
+
+// resent returns the names f carried at the content the client held
+// before it (a resend), of a response that does not replace what the
+// client holds (see flight.carries).
+func (f *flight) resent() []string {
+	var names []string
+	for _, ch := range f.changes {
+		if f.after != nil || ch.Next != nil && ch.Next.Same(ch.Prev) {
+			names = append(names, ch.Name)
+		}
+	}
+	return names
 }
 
 // dropUnread starts tracking name, which a request with a stale nonce

@@ -48,6 +48,10 @@ type Transition struct {
 	After     *Set     // what the client holds after it
 	DeferGone []string // names held back for the removal phase
 	Changed   []Entry  // resources sent because their content changed
+	// Resent names what Msg carries at the content the client held
+	// before: the names a response that does not replace what the client
+	// holds touches beyond what After changes.
+	Resent []string
 }
 
 // Msg is a response shared by the clients that take the same step,
