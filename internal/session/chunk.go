@@ -72,7 +72,7 @@ func (c *Core) fits(i int, tgt *Target) error {
 	}
 	z, budget := tgt.Set.Sizes(), c.budget(i)
 	t := c.set.TypeURLs[i]
-	if !c.Delta && c.set.FullState[i] && z.SotW > budget {
+	if c.replaces(i) && z.SotW > budget {
 		return &TooLargeError{Type: t, Bytes: z.SotW + c.Envelope(i), Max: c.set.MaxResponseBytes}
 	}
 	if z.Largest > budget {
@@ -94,7 +94,7 @@ type part struct {
 // remove nothing: gone is the Server's record only, and goes with the last
 // part.
 func (c *Core) split(i int, ups []shared.Entry, gone []string, errs []namedErr) []part {
-	if c.set.SendOversized || !c.Delta && c.set.FullState[i] {
+	if c.set.SendOversized || c.replaces(i) {
 		return nil
 	}
 	budget := c.budget(i)

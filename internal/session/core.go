@@ -184,6 +184,13 @@ func (c *Core) AwaitsHeldBack(ts *TypeState) bool {
 	return true
 }
 
+// replaces reports whether a response of type i replaces what the client
+// holds of the type: a SotW response of a full-state type (listeners,
+// clusters), which carries the client's whole state of it. Any other
+// response changes what it carries, and a Delta one removes what it
+// lists.
+func (c *Core) replaces(i int) bool { return !c.Delta && c.set.FullState[i] }
+
 // setType makes ts the state of type i (nil: the type is not watched).
 func (c *Core) setType(i int, ts *TypeState) {
 	c.Types[i] = ts

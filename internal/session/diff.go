@@ -492,9 +492,9 @@ func (d *diffResult) shareIfExact(ts *TypeState, tgt *Target) {
 // hold updates what the client holds of type i as if the response of the
 // diff d were delivered, and returns the flight that can undo it.
 func (c *Core) hold(i int, tgt *Target, d *diffResult) *flight {
-	ts, full := c.Types[i], c.set.FullState[i]
+	ts := c.Types[i]
 	f := newFlight()
-	if full && !c.Delta {
+	if c.replaces(i) {
 		before := ts.Held.Snapshot()
 		state := slices.Clone(d.kept) // d's buffer goes back to the pool
 		for n := range ts.Removing() {

@@ -554,7 +554,7 @@ func (c *Core) releaseRemovals(i int, o relOpts) *OutMsg {
 		return c.releaseParts(i, nil, nil, parts, gone, o)
 	}
 	f := newFlight()
-	if c.set.FullState[i] && !c.Delta {
+	if c.replaces(i) {
 		// A SotW full-state response replaces what the client holds: a
 		// snapshot, as hold makes, so that the rejection of an earlier
 		// response does not bring back, when this one is redone, what this

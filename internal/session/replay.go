@@ -31,7 +31,7 @@ func (c *Core) sameStep(i int, tgt *Target, o relOpts) bool {
 	// a flight would bring back what the client rejected, unless the type's
 	// every response replaces what the client holds (SotW full state): so,
 	// as hold does, not while a response of the type is unanswered.
-	if len(ts.Flights) > 0 && !(c.set.FullState[i] && !c.Delta) {
+	if len(ts.Flights) > 0 && !c.replaces(i) {
 		return false
 	}
 	for _, t := range []int{c.set.CDSIndex, c.set.RDSIndex, c.set.LDSIndex} {
@@ -112,7 +112,7 @@ func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *Out
 	ts.Held.Reset(tr.After)
 	after := ts.Held.Snapshot()
 	f.setHoldings(before, after)
-	if !c.set.FullState[i] || c.Delta {
+	if !c.replaces(i) {
 		f.carries = true // see hold
 		for _, name := range tr.Resent {
 			f.changes = append(f.changes, change{Name: name})
@@ -152,7 +152,7 @@ func (c *Core) record(k shared.TransKey, i int, m *OutMsg, f *flight, d *diffRes
 		return
 	}
 	tr := &shared.Transition{After: ts.Held.Set, Changed: slices.Clone(d.changed)}
-	if f != nil && (!c.set.FullState[i] || c.Delta) {
+	if f != nil && !c.replaces(i) {
 		tr.Resent = f.resent()
 	}
 	if m != nil {

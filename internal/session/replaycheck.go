@@ -42,7 +42,7 @@ func (c *Core) checkReplay(i int, tgt *Target, tr *shared.Transition, o relOpts)
 	// state, with the removals deferred still held (see hold); otherwise
 	// what it held, changed by the response.
 	held := map[string]*shared.Encoded{}
-	if c.set.FullState[i] && !c.Delta {
+	if c.replaces(i) {
 		for _, e := range d.kept {
 			held[e.Name] = e.Enc
 		}
@@ -68,7 +68,7 @@ func (c *Core) checkReplay(i int, tgt *Target, tr *shared.Transition, o relOpts)
 		add("the diff leaves the client holding %v, the step %v (held %v, target %v, flights %d)", entryVersions(after), entryVersions(tr.After.Entries),
 			entryVersions(ts.Held.Entries()), entryVersions(tgt.Set.Entries), len(ts.Flights))
 	}
-	if tr.Msg != nil && (!c.set.FullState[i] || c.Delta) {
+	if tr.Msg != nil && !c.replaces(i) {
 		// What the response sends again unchanged, which its flight
 		// records (see flight.carries).
 		var resent []string

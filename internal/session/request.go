@@ -527,7 +527,7 @@ func (c *Core) staleDropped(ts *TypeState, names []string, star bool, ord uint64
 // resendAnswer is the answer that sends names of type i again: in full for
 // a SotW full-state type, those names otherwise.
 func (c *Core) resendAnswer(i int, names []string) *answer {
-	if !c.Delta && c.set.FullState[i] {
+	if c.replaces(i) {
 		return &answer{all: true}
 	}
 	return &answer{delta: pushcontext.ResourceDelta{Subscribed: shared.NameSet(names)}}

@@ -98,7 +98,7 @@ func (c *Core) findErrors(d *diffResult, i int, tgt *Target, o relOpts) {
 		}
 	}
 	slices.Sort(d.cleared)
-	full := c.set.FullState[i] && !c.Delta
+	full := c.replaces(i)
 	for _, n := range d.cleared {
 		k, ok := slices.BinarySearchFunc(d.kept, n, func(e shared.Entry, n string) int { return strings.Compare(e.Name, n) })
 		switch {
@@ -191,7 +191,7 @@ func (c *Core) pushFailedErrors(i int) {
 // client that reconnected what it kept from its last stream.
 func (c *Core) sendErrors(i int, names []string) {
 	ts := c.Types[i]
-	if !c.Delta && c.set.FullState[i] {
+	if c.replaces(i) {
 		return
 	}
 	var errs []namedErr

@@ -24,7 +24,7 @@ func (c *Core) targetOf(i int, r GenResult) (*Target, error) {
 	}
 	tgt := r.Target
 	if r.Delta {
-		if c.Delta || !c.set.FullState[i] {
+		if !c.replaces(i) {
 			// Delta, and SotW by-name types (which send only what
 			// changed and never remove), need nothing else: the work is
 			// proportional to the change.
