@@ -140,12 +140,30 @@ var modelRegressions = []uint64{671, 2387, 2450, 3183, 3302, 4318, 7182, 23154, 
 // response carrying it and rejected the two after it: the Server
 // remembered the last two responses that carried a kept name only, took
 // the client to hold it from neither, and forgot it, and the next
-// full-state response removed it from under the route.
-var modelViewsRegressions = []uint64{37053, 55526}
+// full-state response removed it from under the route; 128, 258's kind
+// of modelTimerRegressions in a view, and 527 and 705, 4331's (705's
+// answer was to report a route missing).
+var modelViewsRegressions = []uint64{37053, 55526, 128, 527, 705}
+
+// modelTimerRegressions are seeds of TestCoreModel, run with their own
+// draws of the host's settings, that found the Server synced only by a
+// timer with nothing left to do (see drain) once the model checked it:
+// 258, a retry of what a reference held back waited for its backoff
+// after a response to the type's whole target had held nothing back;
+// 306, a SotW gRPC-like client dropped a cluster the push had just sent
+// it before it asked for the cluster's endpoints, and the push waited
+// for them until its phase timeout; 4331, a Delta client unsubscribed
+// from a route whose answer had failed, and the answer's retry, with
+// nothing left to send, waited for its backoff; 12249, 4331's with the
+// route unsubscribed from while the type still failed. (Seed 11, within
+// the test command's, found a failed answer's retry kept for the
+// subscription change it told the Generator of, after a push had sent
+// the type in full.)
+var modelTimerRegressions = []uint64{258, 306, 4331, 12249}
 
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {
-	for _, seed := range modelRegressions {
+	for _, seed := range slices.Concat(modelRegressions, modelTimerRegressions) {
 		if !runModel(t, seed, 400, false) {
 			t.Errorf("seed %d failed; replay it with -run 'TestCoreModel$' -xds.model.seed=%d -xds.model.steps=400 -v", seed, seed)
 		}
@@ -1324,7 +1342,19 @@ func (r *modelRun) drain() {
 			r.readRequest()
 		case !r.c.Deadline().IsZero() && idle < idleTicks:
 			sent := len(r.inbox)
+			// Everything sent is answered (the inbox and outbox are
+			// empty). A tick that then sends nothing must not be what
+			// syncs the connection, unless a failure waits on it: the
+			// Server could tell it was synced before, and Sync would
+			// otherwise wait for a timer (a retry's backoff, a phase
+			// timeout) that had nothing left to do.
+			failing := r.c.Failed != nil || r.parked != nil ||
+				slices.ContainsFunc(r.c.Types, func(ts *session.TypeState) bool { return ts != nil && ts.Fault != nil })
+			synced := r.c.SyncedTo() >= r.pc.Seq()
 			r.tick()
+			if !failing && !synced && len(r.inbox) == sent && r.c.SyncedTo() >= r.pc.Seq() {
+				r.fail("synced only by a tick that sent nothing: it waited for a timer with nothing left to do")
+			}
 			idle++
 			if len(r.outbox) > 0 || r.parked != nil || slices.ContainsFunc(r.inbox[sent:], func(m *session.OutMsg) bool { return !m.Beat }) {
 				idle = 0

@@ -56,10 +56,39 @@ func (a *answer) merge(b *answer) *answer {
 }
 
 // empty reports whether a is an answer with nothing asked of it but to
-// send what differs (as retryType's): a release of the type's whole
-// target does what it does. A nil answer is not one.
+// send what differs (as retryType's), whatever subscription change it
+// tells the Generator of: a release of the type's whole target does what
+// it does. A nil answer is not one.
 func (a *answer) empty() bool {
-	return a != nil && !a.all && !a.restrict && !a.initial && !a.notFound && len(a.force) == 0 && a.delta.IsEmpty()
+	return a != nil && !a.all && !a.restrict && !a.initial && !a.notFound && len(a.force) == 0
+}
+
+// covered returns a without the names it forces that covers reports
+// the client no longer subscribes to (nor, with none left, the report of
+// those missing), or nil when a sends only what it forces (restrict) and
+// none is left, and nothing else is asked of it.
+func (a *answer) covered(covers func(string) bool) *answer {
+	var force map[string]struct{}
+	for n := range a.force {
+		if covers(n) {
+			if force == nil {
+				force = make(map[string]struct{}, len(a.force))
+			}
+			force[n] = struct{}{}
+		}
+	}
+	if len(force) == len(a.force) {
+		return a
+	}
+	if a.restrict && len(force) == 0 && !a.initial && !a.all {
+		return nil
+	}
+	out := *a
+	out.force = force
+	if len(force) == 0 {
+		out.notFound = false // no name asked for is left to report missing
+	}
+	return &out
 }
 
 // answering is an answer waiting for its generation, which the runner

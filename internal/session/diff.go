@@ -477,6 +477,20 @@ func (c *Core) settleWithheld(ts *TypeState, d *diffResult, whole bool) {
 		}
 		ts.markRemoving(d.deferGone)
 	}
+	if whole {
+		c.retryDone(ts)
+	}
+}
+
+// retryDone drops the retry of what a reference held back (see
+// retryType), once a response to the type's whole target held nothing
+// back and left no removal for a removal phase to make: taken, the
+// retry would make that very response again, and the connection would
+// wait for its backoff with nothing left to do.
+func (c *Core) retryDone(ts *TypeState) {
+	if r := ts.Rare; r != nil && r.holds == 0 && len(r.removing) == 0 && r.retry.empty() && ts.Fault == nil {
+		r.retry = nil
+	}
 }
 
 // shareIfExact makes what the client holds of ts's type the target's own

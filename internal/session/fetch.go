@@ -152,7 +152,10 @@ func (c *Core) clustersInFlight(pl *plan, i int) bool {
 func (c *Core) fetched(pl *plan, i int, name string) bool {
 	ts := c.Types[i]
 	if !ts.Covers(name) {
-		return false
+		// Not subscribed to: it is yet to be, unless nothing the client
+		// holds fetches it any longer (it dropped the cluster or route
+		// that did, and will not ask for it).
+		return !c.fetchedByHeld(i, name)
 	}
 	if slices.ContainsFunc(pl.Phases, func(ph phase) bool { return !ph.removal && ph.typeIdx == i }) {
 		return true
@@ -161,4 +164,55 @@ func (c *Core) fetched(pl *plan, i int, name string) bool {
 		return true
 	}
 	return ts.Fault == nil && ts.Retry() == nil && ts.Deferred() == nil
+}
+
+// fetchedByHeld reports whether a resource the client holds, or may hold
+// whatever it answers to the responses on their way, fetches name, of
+// type i: a cluster its endpoints, a listener its route, a route its
+// clusters (a client that asks for clusters by name). It also reports
+// true when it cannot tell (the fetching type is not watched).
+func (c *Core) fetchedByHeld(i int, name string) bool {
+	set := c.set
+	p := set.parentOf(i)
+	if i == set.CDSIndex {
+		p = set.RDSIndex
+	}
+	if p < 0 || c.Types[p] == nil {
+		return true
+	}
+	pts := c.Types[p]
+	fetches := func(e *shared.Encoded) bool {
+		if e == nil {
+			return false
+		}
+		if p == set.RDSIndex {
+			return slices.Contains(set.refsOf(p, e).Clusters, name)
+		}
+		return slices.Contains(set.children(p, e), name)
+	}
+	if fetches(pts.Held.Get(name)) {
+		return true // a cluster's endpoints most often have its name
+	}
+	in := func(h *shared.Holding) bool {
+		found := false
+		h.Each(func(_ string, e *shared.Encoded) { found = found || fetches(e) })
+		return found
+	}
+	if in(&pts.Held) {
+		return true
+	}
+	for _, f := range pts.Flights {
+		if f.before != nil {
+			if in(f.before) {
+				return true
+			}
+			continue
+		}
+		for _, ch := range f.changes {
+			if fetches(ch.Prev) {
+				return true
+			}
+		}
+	}
+	return false
 }

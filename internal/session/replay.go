@@ -96,6 +96,7 @@ func (c *Core) replay(i int, tgt *Target, tr *shared.Transition, o relOpts) *Out
 	// the responses that held one back.
 	c.referencesHeld(ts, nil, true, false)
 	ts.markRemoving(tr.DeferGone) // it held none back (see sameStep)
+	c.retryDone(ts)
 	for _, r := range tr.Changed {
 		if o.changed != nil {
 			o.changed(r)

@@ -137,13 +137,33 @@ func (c *Core) Request(now time.Time, in Inbound) (Need, error) {
 // while the client subscribes to the name), so the client is not left
 // waiting for the backoff, which grows with each response that held
 // something back.
+//
+// An answer whose generation failed, waiting for its retry, loses the
+// names it was to send that the client no longer subscribes to; one left
+// with none to send (a Delta answer to names subscribed to) is dropped,
+// but for the type's retry, while it fails: that tells whether the
+// Generator recovered.
 func retryNow(ts *TypeState, a *answer) *answer {
 	r := ts.Rare
-	if r == nil || !r.retry.empty() || ts.Fault != nil {
+	if r == nil || r.retry == nil {
+		return a
+	}
+	r.retry = r.retry.covered(ts.Covers)
+	if ts.Fault != nil {
+		if r.retry == nil {
+			r.retry = &answer{}
+		}
+		return a
+	}
+	if !r.retry.empty() {
 		return a
 	}
 	r.retry = nil
-	return a.merge(&answer{})
+	// A release of the whole target, as the retry's would be: told the
+	// subscription change, a DeltaGenerator would make a partial one.
+	w := a.merge(&answer{})
+	w.delta = pushcontext.ResourceDelta{}
+	return w
 }
 
 // sotwRequest applies the SotW request state machine, in istiod's order:
