@@ -970,3 +970,51 @@ func TestCoreDeltaRejectedUnknownRouteAwaitsNothing(t *testing.T) {
 		})
 	}
 }
+
+// A NACK stops a push before its later phases (see stopOnNACK), which may
+// rely on what the client rejected: nothing of them is sent while the NACK
+// stands. Once it no longer does (here: the client stops asking for the
+// cluster it rejected), what they were to send goes out, as answers,
+// rather than with the next push, which may be long in coming; until it
+// has, the connection is not synced to the push. Before, it was: Sync
+// reported the client in step while it held the listener the push
+// replaced.
+func TestCoreStoppedPushSentOnceItsNACKNoLongerStands(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	r.grpcLike("c0", "c0", "c1")
+	h := r.h
+	bad := xdsfixture.Cluster("c1")
+	bad.LbPolicy = 5 // pretend the client rejects it
+	r.change(true, func() {
+		h.put(ClusterType, bad)
+		h.put(RouteType, xdsfixture.Route("r1", "c0"))
+		h.put(ListenerType, xdsfixture.Listener("l0", "r1"))
+	}, ckey(kindCluster, "c1"), ckey(kindRoute, "r1"), ckey(kindListener, "l0"))
+	r.expect("CDS phase, and its endpoints", "CDS [c0 c1]", "EDS [c1]")
+	r.nack(ClusterType, "c1 is invalid")
+	r.expect("the push stops")
+	r.ack(EndpointType)
+	r.expect("nothing while the NACK stands")
+	synced := func() bool { return r.c.SyncedTo() >= r.pc.Seq() }
+	// The client no longer asks for c1: the NACK stops standing.
+	r.resubscribe(ClusterType, "c0")
+	r.expect("the clusters asked for", "CDS [c0]")
+	if synced() {
+		t.Error("synced with the clusters unanswered")
+	}
+	r.ack(ClusterType)
+	if cds := r.typeState(ClusterType); cds.NACKStands() {
+		t.Fatal("the NACK still stands; the test no longer tests what it says")
+	}
+	r.expect("the listener the stopped push was to send", "LDS [l0]")
+	if synced() {
+		t.Error("synced while the listener the push changed is unanswered")
+	}
+	r.ack(ListenerType)
+	r.resubscribe(RouteType, "r1")
+	r.expect("the route it names", "RDS [r1]")
+	r.ack(RouteType)
+	if !synced() {
+		t.Errorf("not synced once the client holds the push's configuration: synced to %d, push %d", r.c.SyncedTo(), r.pc.Seq())
+	}
+}

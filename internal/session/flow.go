@@ -158,6 +158,7 @@ func (c *Core) resume() (Need, error) {
 		waits := false
 		switch f.stage {
 		case flowDone:
+			c.resumeStopped()
 			return Need{}, nil
 		case flowHeldBack:
 			if ts := c.Types[f.i]; ts == nil || ts.NonceSent == "" || !ts.Synced() || !c.Retrying {

@@ -232,7 +232,25 @@ func (c *Core) advance(force bool) {
 	}
 	c.Plan = nil
 	c.CompletedSeq = max(c.CompletedSeq, pl.seq)
+	c.Stopped = false // it regenerated what a stopped push left dirty
 	pl.free()
+}
+
+// resumeStopped sends, once no NACK stands, what the later phases of a
+// push a NACK stopped were to send: each type it left dirty is answered,
+// on the client's next ACK (see retryHeldBack) or after a backoff, rather
+// than with the next push, which may be long in coming. While a NACK
+// stands, nothing is: those phases may rely on what the client rejected.
+func (c *Core) resumeStopped() {
+	if !c.Stopped || slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
+		return
+	}
+	c.Stopped = false
+	for _, ts := range c.Types {
+		if ts != nil && ts.Dirty && ts.Retry() == nil {
+			c.retryType(ts)
+		}
+	}
 }
 
 // fetchedAll reports whether the client has fetched everything the phases
@@ -439,6 +457,7 @@ func (c *Core) stopOnNACK(i int) {
 	}
 	c.Plan = nil
 	c.CompletedSeq = max(c.CompletedSeq, pl.seq) // the push is over; its NACK stands
+	c.Stopped = true
 	pl.free()
 	c.note(NoticeNACKStopsPush, i).Names = dropped
 }

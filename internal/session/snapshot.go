@@ -1,8 +1,11 @@
 package session
 
-import "github.com/xdspush/xdspush/internal/shared"
+import (
+	"maps"
+	"slices"
 
-import "maps"
+	"github.com/xdspush/xdspush/internal/shared"
+)
 
 // What a core publishes of its state after each step, for Status,
 // Failures, Dump, CSDS, Sync and WaitForVersion: the runner has the core
@@ -127,6 +130,11 @@ func (c *Core) SyncedTo() uint64 {
 	x := c.CompletedSeq
 	if c.Failed != nil {
 		x = min(x, c.AppliedSeq)
+	}
+	if c.Stopped && x > 0 && !slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
+		// What the stopped push was to send is not sent yet (see
+		// resumeStopped): not synced to it.
+		x = min(x, c.CompletedSeq-1)
 	}
 	for _, ts := range c.Types {
 		if ts == nil {
