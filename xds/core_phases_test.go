@@ -983,8 +983,7 @@ func TestCoreStoppedPushSentOnceItsNACKNoLongerStands(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	r.grpcLike("c0", "c0", "c1")
 	h := r.h
-	bad := xdsfixture.Cluster("c1")
-	bad.LbPolicy = 5 // pretend the client rejects it
+	bad := rejectedCluster("c1")
 	r.change(true, func() {
 		h.put(ClusterType, bad)
 		h.put(RouteType, xdsfixture.Route("r1", "c0"))

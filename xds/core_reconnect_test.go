@@ -134,8 +134,7 @@ func TestCoreDeltaReconnectNACKHoldsRoutesBack(t *testing.T) {
 	r := newCoreRun(t, true, nil)
 	h := r.h
 	old := xdsfixture.Route("r0", "c0")
-	bad := xdsfixture.Cluster("c1")
-	bad.LbPolicy = 5 // pretend the client rejects it
+	bad := rejectedCluster("c1")
 	h.put(ClusterType, xdsfixture.Cluster("c0"), bad)
 	h.put(EndpointType, xdsfixture.CLA("c0", "10.0.0.1:80"), xdsfixture.CLA("c1", "10.0.0.2:80"))
 	h.put(ListenerType, xdsfixture.Listener("l0", "r0"))
@@ -321,8 +320,7 @@ func TestCoreDeltaHeldBackRouteNotReportedMissing(t *testing.T) {
 	r := newCoreRun(t, true, nil)
 	r.mesh()
 	h := r.h
-	bad := xdsfixture.Cluster("c1")
-	bad.LbPolicy = 5 // the client rejects it
+	bad := rejectedCluster("c1")
 	r.change(true, func() {
 		h.put(ClusterType, bad)
 		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
@@ -1045,6 +1046,14 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 	}
 }
 
+// rejectedCluster returns a cluster named name with content the core
+// tests' clients are made to reject (an LbPolicy no client supports).
+func rejectedCluster(name string) *clusterv3.Cluster {
+	c := xdsfixture.Cluster(name)
+	c.LbPolicy = 5
+	return c
+}
+
 // After a NACK the client keeps what it held: the rejected cluster is not
 // sent again, a route naming it is held back (not a failure: the client's
 // doing), and the NACK stops standing once the configuration changes the
@@ -1053,8 +1062,7 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	r.mesh()
 	h := r.h
-	bad := xdsfixture.Cluster("c1")
-	bad.LbPolicy = 5 // pretend the client rejects it
+	bad := rejectedCluster("c1")
 	r.change(true, func() {
 		h.put(ClusterType, bad)
 		h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"))
@@ -1290,8 +1298,7 @@ func TestCoreRouteHeldBackAfterAnEarlierClusterNACK(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
 			h := r.h
-			bad := xdsfixture.Cluster("c1")
-			bad.LbPolicy = 5 // pretend the client rejects it
+			bad := rejectedCluster("c1")
 			h.put(ClusterType, bad)
 			if delta {
 				r.subscribe(ClusterType, "c1") // no nonce: not an answer to anything
@@ -1346,8 +1353,7 @@ func TestCoreNACKStandsWhileRejectedContentIsWithheld(t *testing.T) {
 			r := newCoreRun(t, delta, nil)
 			r.mesh()
 			h := r.h
-			bad := xdsfixture.Cluster("c1")
-			bad.LbPolicy = 5 // pretend the client rejects it
+			bad := rejectedCluster("c1")
 			r.change(true, func() {
 				h.put(ClusterType, bad, xdsfixture.Cluster("c2"))
 				h.put(EndpointType, xdsfixture.CLA("c1", "10.0.0.2:80"), xdsfixture.CLA("c2", "10.0.0.3:80"))
@@ -1405,8 +1411,7 @@ func TestCoreNACKStandsWhileRejectedContentIsWithheld(t *testing.T) {
 func TestCoreSotWNACKCarriesTheSubscription(t *testing.T) {
 	r := newCoreRun(t, false, nil)
 	h := r.h
-	bad := xdsfixture.Cluster("c0")
-	bad.LbPolicy = 5
+	bad := rejectedCluster("c0")
 	r.change(true, func() { h.put(ClusterType, bad, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"))
 	r.subscribe(ClusterType, "c0")
 	r.expect("CDS answer", "CDS [c0]")
@@ -1469,8 +1474,7 @@ func TestCoreUnsubscribedNameStaysDroppedAfterANACK(t *testing.T) {
 	r.subscribe(ClusterType, "c0", "c1")
 	r.expect("CDS answer", "CDS [c0 c1] -[]")
 	r.ack(ClusterType)
-	bad := xdsfixture.Cluster("c1")
-	bad.LbPolicy = 5
+	bad := rejectedCluster("c1")
 	r.change(true, func() { h.put(ClusterType, bad) }, ckey(kindCluster, "c1"))
 	r.expect("the push's c1, on its way", "CDS [c1] -[]")
 	pushed := r.last[ClusterType]
