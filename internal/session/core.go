@@ -108,11 +108,11 @@ type Core struct {
 	// out of the cache at every step.
 	Retrying bool
 
-	// Stopped is set when a NACK stopped a push before its later phases
+	// stopped is set when a NACK stopped a push before its later phases
 	// (see stopOnNACK), whose types wait, dirty, for the next push: once
 	// no NACK stands, the connection is not synced to that push, and what
 	// those phases were to send is sent as answers (see resumeStopped).
-	Stopped bool
+	stopped bool
 }
 
 // Host is what a core reads of its Server during a step: the caches

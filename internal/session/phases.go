@@ -232,7 +232,7 @@ func (c *Core) advance(force bool) {
 	}
 	c.Plan = nil
 	c.CompletedSeq = max(c.CompletedSeq, pl.seq)
-	c.Stopped = false // it regenerated what a stopped push left dirty
+	c.stopped = false // it regenerated what a stopped push left dirty
 	pl.free()
 }
 
@@ -242,10 +242,10 @@ func (c *Core) advance(force bool) {
 // than with the next push, which may be long in coming. While a NACK
 // stands, nothing is: those phases may rely on what the client rejected.
 func (c *Core) resumeStopped() {
-	if !c.Stopped || slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
+	if !c.stopped || slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
 		return
 	}
-	c.Stopped = false
+	c.stopped = false
 	for _, ts := range c.Types {
 		if ts != nil && ts.Dirty && ts.Retry() == nil {
 			c.retryType(ts)
@@ -457,7 +457,7 @@ func (c *Core) stopOnNACK(i int) {
 	}
 	c.Plan = nil
 	c.CompletedSeq = max(c.CompletedSeq, pl.seq) // the push is over; its NACK stands
-	c.Stopped = true
+	c.stopped = true
 	pl.free()
 	c.note(NoticeNACKStopsPush, i).Names = dropped
 }

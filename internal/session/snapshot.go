@@ -131,7 +131,7 @@ func (c *Core) SyncedTo() uint64 {
 	if c.Failed != nil {
 		x = min(x, c.AppliedSeq)
 	}
-	if c.Stopped && x > 0 && !slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
+	if c.stopped && x > 0 && !slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
 		// What the stopped push was to send is not sent yet (see
 		// resumeStopped): not synced to it.
 		x = min(x, c.CompletedSeq-1)
