@@ -242,7 +242,7 @@ func (c *Core) advance(force bool) {
 // than with the next push, which may be long in coming. While a NACK
 // stands, nothing is: those phases may rely on what the client rejected.
 func (c *Core) resumeStopped() {
-	if !c.stopped || slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
+	if !c.stopped || c.nackStands() {
 		return
 	}
 	c.stopped = false
@@ -251,6 +251,12 @@ func (c *Core) resumeStopped() {
 			c.retryType(ts)
 		}
 	}
+}
+
+// nackStands reports whether a NACK stands on any type (see
+// TypeState.NACKStands).
+func (c *Core) nackStands() bool {
+	return slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() })
 }
 
 // fetchedAll reports whether the client has fetched everything the phases

@@ -2,7 +2,6 @@ package session
 
 import (
 	"maps"
-	"slices"
 
 	"github.com/xdspush/xdspush/internal/shared"
 )
@@ -131,7 +130,7 @@ func (c *Core) SyncedTo() uint64 {
 	if c.Failed != nil {
 		x = min(x, c.AppliedSeq)
 	}
-	if c.stopped && x > 0 && !slices.ContainsFunc(c.Types, func(ts *TypeState) bool { return ts != nil && ts.NACKStands() }) {
+	if c.stopped && x > 0 && !c.nackStands() {
 		// What the stopped push was to send is not sent yet (see
 		// resumeStopped): not synced to it.
 		x = min(x, c.CompletedSeq-1)
