@@ -166,51 +166,39 @@ func (c *Core) fetched(pl *plan, i int, name string) bool {
 	return ts.Fault == nil && ts.Retry() == nil && ts.Deferred() == nil
 }
 
-// fetchedByHeld reports whether a resource the client holds, or may hold
-// whatever it answers to the responses on their way, fetches name, of
-// type i: a cluster its endpoints, a listener its route, a route its
-// clusters (a client that asks for clusters by name). It also reports
-// true when it cannot tell (the fetching type is not watched).
+// fetchedByHeld reports whether a resource the client holds (see
+// heldNames), or may hold whatever it answers to the responses on their
+// way, names name, of type i: a cluster its endpoints, a listener its
+// route, a route or listener its cluster. It also reports true when it
+// cannot tell (no type that names it is watched).
 func (c *Core) fetchedByHeld(i int, name string) bool {
-	set := c.set
-	p := set.parentOf(i)
-	if i == set.CDSIndex {
-		p = set.RDSIndex
-	}
-	if p < 0 || c.Types[p] == nil {
+	from, kind := c.set.referrers(i)
+	if !slices.ContainsFunc(from, func(j int) bool { return j >= 0 && c.Types[j] != nil }) {
 		return true
 	}
-	pts := c.Types[p]
-	fetches := func(e *shared.Encoded) bool {
-		if e == nil {
-			return false
-		}
-		if p == set.RDSIndex {
-			return slices.Contains(set.refsOf(p, e).Clusters, name)
-		}
-		return slices.Contains(set.children(p, e), name)
-	}
-	if fetches(pts.Held.Get(name)) {
-		return true // a cluster's endpoints most often have its name
-	}
-	in := func(h *shared.Holding) bool {
-		found := false
-		h.Each(func(_ string, e *shared.Encoded) { found = found || fetches(e) })
-		return found
-	}
-	if in(&pts.Held) {
+	if c.heldNames(i, name) {
 		return true
 	}
-	for _, f := range pts.Flights {
-		if f.before != nil {
-			if in(f.before) {
-				return true
-			}
+	names := func(j int, e *shared.Encoded) bool {
+		return e != nil && slices.Contains(namedOf(c.set.refsOf(j, e), kind), name)
+	}
+	for _, j := range from {
+		if j < 0 || c.Types[j] == nil {
 			continue
 		}
-		for _, ch := range f.changes {
-			if fetches(ch.Prev) {
-				return true
+		for _, f := range c.Types[j].Flights {
+			if f.before != nil {
+				found := false
+				f.before.Each(func(_ string, e *shared.Encoded) { found = found || names(j, e) })
+				if found {
+					return true
+				}
+				continue
+			}
+			for _, ch := range f.changes {
+				if names(j, ch.Prev) {
+					return true
+				}
 			}
 		}
 	}
