@@ -263,7 +263,10 @@ func (ts *TypeState) kept() map[string]keptName {
 
 // keep starts tracking names, which the client unsubscribed from and
 // which stay held (see unsubscribed), unless the subscription still
-// covers them (a wildcard): the client keeps those.
+// covers them (a wildcard): the client keeps those. The request that
+// dropped them named the last response or none (it had read none), so
+// the responses still on their way the client reads after it: those that
+// carried a name count as sent since it was kept (see keptName).
 func (ts *TypeState) keep(names []string) {
 	for _, n := range names {
 		if ts.Covers(n) {
@@ -273,7 +276,17 @@ func (ts *TypeState) keep(names []string) {
 		if r.kept == nil {
 			r.kept = make(map[string]keptName, len(names))
 		}
-		r.kept[n] = keptName{}
+		var k keptName
+		for _, f := range slices.Backward(ts.Flights) {
+			if e, touched := f.touches(n); !touched || e == nil {
+				break // every response from first to sent carried it
+			}
+			k.first = nonceOrdinal(f.nonce)
+			if k.sent == 0 {
+				k.sent = k.first
+			}
+		}
+		r.kept[n] = k
 	}
 }
 
