@@ -590,6 +590,82 @@ func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
 	}
 }
 
+// A DeltaGenerator's partial target says what the configuration removed:
+// content the client rejected under a name it removes is no longer
+// withheld, and the NACK stops standing. A full target says so by leaving
+// the name out; a partial one lists it.
+func TestCorePartialRemovalEndsRejection(t *testing.T) {
+	r := newCoreRun(t, true, func(cfg *Config) {
+		cfg.Generators[ClusterType] = fakeDelta{cfg.Generators[ClusterType].(GeneratorFunc)}
+	})
+	r.mesh()
+	h := r.h
+	bad := rejectedCluster("c1")
+	h.put(ClusterType, bad)
+	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: bad}}}
+	r.change(true, func() {}, ckey(kindCluster, "c1"))
+	r.expect("the cluster phase", "CDS [c1] -[]")
+	r.nack(ClusterType, "c1 is invalid")
+	r.expect("the push stops")
+	cds := r.typeState(ClusterType)
+	if !cds.NACKStands() || cds.Rejected()["c1"] == nil {
+		t.Fatalf("after the NACK: stands %v, rejected %v; want c1 rejected", cds.NACKStands(), cds.Rejected())
+	}
+	// A full push regenerates what the NACK left dirty: nothing changes.
+	r.change(true, func() {}, ckey(kindCluster, "c0"))
+	r.expect("nothing changed")
+	// The configuration removes c1, in a DeltaGenerator's push.
+	h.changes[ClusterType] = &Changes{Removed: []string{"c1"}}
+	r.change(true, func() { delete(h.world[ClusterType], "c1") }, ckey(kindCluster, "c1"))
+	r.take()
+	if len(cds.Rejected()) != 0 {
+		t.Errorf("rejected after c1 was removed: %v; want nothing", cds.Rejected())
+	}
+	if cds.NACKStands() {
+		t.Errorf("the NACK of c1 stands after the configuration removed it")
+	}
+}
+
+// A SotW DeltaGenerator's changes are applied to the configuration as the
+// Server knows it, which has the content the client rejected, not only
+// what it holds: a push of other changes leaves a new cluster the client
+// rejected rejected (its NACK stands; Sync must not report the client in
+// step while it lacks the cluster the configuration has).
+func TestCoreAppliedChangesKeepRejection(t *testing.T) {
+	r := newCoreRun(t, false, func(cfg *Config) {
+		cfg.Generators[ClusterType] = fakeDelta{cfg.Generators[ClusterType].(GeneratorFunc)}
+	})
+	r.mesh()
+	h := r.h
+	bad := rejectedCluster("c1")
+	h.put(ClusterType, bad)
+	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: bad}}}
+	r.change(true, func() {}, ckey(kindCluster, "c1"))
+	r.expect("the cluster phase", "CDS [c0 c1]")
+	r.nack(ClusterType, "c1 is invalid")
+	r.expect("the push stops")
+	r.change(true, func() {}, ckey(kindCluster, "c0"))
+	r.expect("nothing changed")
+	cds := r.typeState(ClusterType)
+	if cds.Dirty || cds.Rejected()["c1"] == nil {
+		t.Fatalf("after a push in full: dirty %v, rejected %v; want c1 rejected, the type clean", cds.Dirty, cds.Rejected())
+	}
+	// c0 changes, in a DeltaGenerator's push: the response carries c0's
+	// new content and leaves c1 out.
+	c0 := xdsfixture.Cluster("c0")
+	c0.ConnectTimeout = durationpb.New(7 * time.Second)
+	h.put(ClusterType, c0)
+	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c0", Message: c0}}}
+	r.change(true, func() {}, ckey(kindCluster, "c0"))
+	r.expect("the cluster phase, and the endpoints of the cluster it warms", "CDS [c0]", "EDS [c0]")
+	r.ack(ClusterType)
+	r.ack(EndpointType)
+	r.take()
+	if cds.Rejected()["c1"] == nil || !cds.NACKStands() {
+		t.Errorf("after the push: rejected %v, NACK stands %v; want c1 still rejected, its NACK standing", cds.Rejected(), cds.NACKStands())
+	}
+}
+
 // typeState.generated keeps what partial targets change beside the last
 // full one, up to a bound; past it, it forgets both and asks the next push
 // for the type in full.

@@ -37,6 +37,9 @@ type fakeHost struct {
 	// changes, for a type whose Generator is a DeltaGenerator, is what its
 	// GenerateDelta returns, once.
 	changes map[TypeURL]*Changes
+	// deltaFromReq makes GenerateDelta answer from the push instead (see
+	// changesOf); it needs snapshots.
+	deltaFromReq bool
 	// snapshots, if not nil, keeps the world as each push (next) left it,
 	// by PushContext: generation then reads the world of the snapshot it
 	// is asked for, as a Generator must, not the current one.
@@ -170,14 +173,58 @@ func (h *fakeHost) generate(_ context.Context, i int, sub *shared.Subscription, 
 	return &session.Target{Set: set, Sub: sub}, nil
 }
 
-func (h *fakeHost) generateDelta(_ context.Context, i int, _ *shared.Subscription, _ *pushcontext.PushRequest) (Changes, bool, error) {
+func (h *fakeHost) generateDelta(_ context.Context, i int, sub *shared.Subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
 	t := h.set.order[i]
+	if h.deltaFromReq {
+		return h.changesOf(i, sub, req)
+	}
 	ch := h.changes[t]
 	if ch == nil {
 		return Changes{}, false, nil
 	}
 	delete(h.changes, t)
 	return *ch, true, nil
+}
+
+// changesOf answers GenerateDelta for type i as a host that knows which
+// resources a push changed does: those of the world of req's snapshot
+// that req's keys name and sub covers, as upserted, and the names it
+// keys that the world no longer has, as removed (covered or not: names
+// the client does not hold are ignored). Every third push of a type also
+// upserts one resource it did not change, as a DeltaGenerator may; and
+// a generation made to fail fails here too.
+func (h *fakeHost) changesOf(i int, sub *shared.Subscription, req *pushcontext.PushRequest) (Changes, bool, error) {
+	t := h.set.order[i]
+	if err := h.fail[t]; err != nil {
+		return Changes{}, false, err
+	}
+	world, ok := h.snapshots[req.Push]
+	if !ok {
+		h.t.Fatalf("no snapshot of the world for PushContext %d", req.Push.Seq())
+	}
+	var ch Changes
+	upsert := func(n string) {
+		ch.Upserted = append(ch.Upserted, Resource{Name: n, Message: world[t][n], TTL: h.ttl[t.Short()+"/"+n]})
+	}
+	for _, k := range req.ConfigsUpdated.OfKinds(h.set.Kinds[i]...) {
+		switch _, there := world[t][k.Name]; {
+		case !there:
+			ch.Removed = append(ch.Removed, k.Name)
+		case sub.Covers(k.Name):
+			upsert(k.Name)
+		}
+	}
+	if req.Push.Seq()%3 == 0 {
+		for _, n := range slices.Sorted(maps.Keys(world[t])) {
+			if sub.Covers(n) && !slices.ContainsFunc(ch.Upserted, func(r Resource) bool { return r.Name == n }) {
+				upsert(n)
+				break
+			}
+		}
+	}
+	slices.SortFunc(ch.Upserted, func(a, b Resource) int { return strings.Compare(a.Name, b.Name) })
+	slices.Sort(ch.Removed)
+	return ch, true, nil
 }
 
 // fakeDelta is a DeltaGenerator for fakeHost, which answers for it.

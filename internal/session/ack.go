@@ -329,7 +329,11 @@ func (c *Core) acked(ts *TypeState, r response) {
 // has, and a client rejects a response whole, so the Server cannot tell
 // which of its resources it refused. reject then returns the names of the
 // rejected content that no later response carries: they are to be sent
-// again.
+// again. A later response that removes a name fixes it as well, and so
+// does the configuration as last generated, when it is newer than the
+// rejected response and changed or removed the name (a DeltaGenerator's
+// push whose response has not gone out: a removal waiting for its phase);
+// a name removed is not sent again.
 func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	// The names tracked for what the client takes from which response
 	// (see unreadName, keptName) take none from this one.
@@ -362,12 +366,17 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	}
 	fixed := false
 	carried := map[string]bool{}
-	for _, f := range ts.Flights[k+1:] {
-		for _, e := range f.upserts() {
-			if j := slices.IndexFunc(bad, func(b shared.Entry) bool { return b.Name == e.Name }); j >= 0 {
-				carried[e.Name] = true
-				fixed = fixed || !bad[j].Enc.Same(e.Enc)
+	for _, b := range bad {
+		for _, f := range ts.Flights[k+1:] {
+			if e, touched := f.touches(b.Name); touched {
+				carried[b.Name] = true
+				fixed = fixed || !b.Enc.Same(e)
 			}
+		}
+		if now := ts.LastGet(b.Name); !carried[b.Name] && ts.LastSeq >= ts.Flights[k].seq &&
+			ts.lastKnows(b.Name) && !now.Same(b.Enc) {
+			fixed = true
+			carried[b.Name] = now == nil // removed: nothing to send again
 		}
 	}
 	ts.settle(k + 1)

@@ -85,6 +85,10 @@ type diffResult struct {
 	deferring     bool
 	resetRemoving bool
 	deferGone     []string
+	// revived names what a partial target has again of what is marked
+	// for removal (a full target re-derives the marks: resetRemoving):
+	// the configuration has it, so it is no longer to be removed.
+	revived []string
 	// substituted: something of the target is not kept as generated
 	// (rejected content, held back, answered during the push, not
 	// subscribed to), so the client will not hold the target exactly.
@@ -264,6 +268,13 @@ func (c *Core) removeOrDefer(d *diffResult, i int, tgt *Target, gone []string, r
 		d.deferring, d.resetRemoving, d.deferGone = true, !tgt.Partial, gone
 		gone = nil
 	}
+	if tgt.Partial && len(ts.Removing()) > 0 {
+		for _, e := range tgt.Set.Entries {
+			if _, marked := ts.Removing()[e.Name]; marked && ts.Covers(e.Name) {
+				d.revived = append(d.revived, e.Name)
+			}
+		}
+	}
 	if len(gone) > 0 {
 		var kept []string
 		gone, kept, d.refErrs = c.Removable(i, gone, d.refErrs)
@@ -315,7 +326,16 @@ func goneNames(ts *TypeState, tgt *Target, kept []shared.Entry, inHeld int, remo
 // unreject lists in d.unrejected the rejected names the target does not
 // have, and says whether the client's NACK no longer stands (resync).
 func (d *diffResult) unreject(ts *TypeState, tgt *Target, o relOpts) {
-	if !tgt.Partial && !o.restrict {
+	if tgt.Partial {
+		// A DeltaGenerator lists what the configuration removed (a SotW
+		// by-name type does not send removals, but the content is gone
+		// all the same).
+		for _, n := range tgt.Removed {
+			if _, ok := ts.Rejected()[n]; ok && !slices.Contains(d.unrejected, n) {
+				d.unrejected = append(d.unrejected, n)
+			}
+		}
+	} else if !o.restrict {
 		// What the target was generated for and does not have, the
 		// configuration no longer has (even if the client's subscription
 		// moved since the target was generated).
@@ -464,6 +484,9 @@ func (c *Core) settleWithheld(ts *TypeState, d *diffResult, whole bool) {
 		// The NACK of an earlier response stood for the content withheld
 		// since: none is any longer.
 		ts.NACK = nil
+	}
+	for _, n := range d.revived {
+		delete(ts.Removing(), n)
 	}
 	if d.deferring {
 		if d.resetRemoving {

@@ -241,13 +241,30 @@ func (c *Core) advance(force bool) {
 // on the client's next ACK (see retryHeldBack) or after a backoff, rather
 // than with the next push, which may be long in coming. While a NACK
 // stands, nothing is: those phases may rely on what the client rejected.
+// The removals held back for its removal phases are those answers' to
+// make, unless a push is under way (its removal phases make them): with
+// none, an answer removes what the configuration no longer has, but what
+// a resource the client holds still names (see Removable), where a mark
+// would have it wait for the next push's removal phase (see
+// removeOrDefer).
 func (c *Core) resumeStopped() {
 	if !c.stopped || c.nackStands() {
 		return
 	}
 	c.stopped = false
 	for _, ts := range c.Types {
-		if ts != nil && ts.Dirty && ts.Retry() == nil {
+		if ts == nil {
+			continue
+		}
+		marked := false
+		for n := range ts.Removing() {
+			// Not one kept for a route either (see unsubscribed).
+			if c.Plan == nil && ts.Covers(n) {
+				delete(ts.Removing(), n)
+				marked = true
+			}
+		}
+		if (ts.Dirty || marked) && ts.Retry() == nil {
 			c.retryType(ts)
 		}
 	}

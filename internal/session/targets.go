@@ -51,20 +51,34 @@ func (c *Core) partialTarget(i int, up *shared.Set, removed []string) *Target {
 	return tgt
 }
 
-// applyChanges returns what the client holds of type i (what is removing
-// excluded) with up upserted and removed removed, as a full target.
+// applyChanges returns the configuration of type i as the Server knows it
+// (what the client holds, what is removing excluded, and the content it
+// rejected, which the configuration has in place of what it holds) with
+// up upserted and removed removed, as a full target.
 func (c *Core) applyChanges(i int, up *shared.Set, removed []string) *Target {
 	ts := c.Types[i]
 	gone := make(map[string]struct{}, len(removed))
 	for _, n := range removed {
 		gone[n] = struct{}{}
 	}
-	ents := make([]shared.Entry, 0, ts.Held.Len()+up.Len())
+	rejected := ts.Rejected()
+	unchanged := func(n string) bool {
+		_, removing := ts.Removing()[n]
+		_, deleted := gone[n]
+		return !removing && !deleted && up.Find(n) < 0
+	}
+	ents := make([]shared.Entry, 0, ts.Held.Len()+len(rejected)+up.Len())
 	for _, e := range ts.Held.Entries() {
-		_, removing := ts.Removing()[e.Name]
-		_, deleted := gone[e.Name]
-		if !removing && !deleted && up.Find(e.Name) < 0 {
+		if bad, ok := rejected[e.Name]; ok {
+			e.Enc = bad
+		}
+		if unchanged(e.Name) {
 			ents = append(ents, e)
+		}
+	}
+	for n, bad := range rejected {
+		if ts.Held.Get(n) == nil && unchanged(n) {
+			ents = append(ents, shared.Entry{Name: n, Enc: bad})
 		}
 	}
 	ents = append(ents, up.Entries...)
