@@ -191,12 +191,15 @@ var modelTimerRegressions = []uint64{258, 306, 4331, 12249}
 // push before its removal phase: once the NACK no longer stood, the
 // types it had left dirty were answered, but the mark for the removal
 // phase kept the answers from removing the cluster, and Sync reported the
-// client in step while it held it. (Seeds 151 and 202, within the test
+// client in step while it held it; 52942, a SotW client rejected, after
+// the push had ended, the response that removed a cluster, and kept it:
+// the next push, a DeltaGenerator's, applied its changes to what the
+// client kept and sent the cluster back. (Seeds 151 and 202, within the test
 // command's, found a rejection that a DeltaGenerator's removal did not
 // end, and one that its changes applied to what the client held did;
 // TestCorePartialRemovalEndsRejection and
 // TestCoreAppliedChangesKeepRejection hold those.)
-var modelDeltaRegressions = []uint64{429, 6452, 944}
+var modelDeltaRegressions = []uint64{429, 6452, 944, 52942}
 
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {

@@ -89,8 +89,9 @@ type Generator interface {
 // Generate, and only when the Server knows what the client holds: not for
 // a Forced request, not for a type the client has not been answered yet,
 // not for a proxy that has a view (ProxyState.View: its generation is
-// shared), and not for a type whose previous push failed or was stopped
-// by a NACK. A proxy whose dependency Scope changed should make it return
+// shared), not for a type whose previous push failed, and not for a type
+// whose response the client rejected since it was last generated in full
+// (what the client keeps may be what later changes replaced or removed). A proxy whose dependency Scope changed should make it return
 // ok == false.
 //
 // It returns, among the resources w covers, those that req changed (new or

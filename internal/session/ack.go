@@ -348,6 +348,13 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	if k < 0 {
 		return nil
 	}
+	if c.set.DeltaGenerators[ts.idx] {
+		// What the client keeps may be what the configuration changed
+		// or removed since, in pushes whose changes are spent (a removal
+		// it rejected): the next push generates the type in full, as
+		// after a push the NACK stopped.
+		ts.Dirty = true
+	}
 	if k > 0 {
 		c.acked(ts, ts.Flights[k-1].response)
 	}
