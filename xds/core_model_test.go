@@ -267,9 +267,33 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 // replays it alone (with -run 'TestCoreModelViews$').
 func TestCoreModelViews(t *testing.T) { runModelSeeds(t, "TestCoreModelViews", 2, runModelViews) }
 
+// TestCoreModelPeers is TestCoreModelViews with two proxies that share no
+// view, only what a Server's connections share without one (the folded
+// holdings, shared.HoldingCache), and Generators that may be
+// DeltaGenerators, as TestCoreModel's: the same change sent to both is
+// folded once and taken by the other. -xds.model.seed replays a seed
+// alone (with -run 'TestCoreModelPeers$').
+func TestCoreModelPeers(t *testing.T) { runModelSeeds(t, "TestCoreModelPeers", 2, runModelPeers) }
+
 // runModelViews runs steps random events from seed with two clients of one
 // view, then the end; it reports whether every check held.
 func runModelViews(t *testing.T, seed uint64, steps int, verbose bool) bool {
+	t.Helper()
+	return runModelTwo(t, seed, steps, verbose, true)
+}
+
+// runModelPeers runs steps random events from seed with two clients of
+// proxies with no view, then the end; it reports whether every check
+// held.
+func runModelPeers(t *testing.T, seed uint64, steps int, verbose bool) bool {
+	t.Helper()
+	return runModelTwo(t, seed, steps, verbose, false)
+}
+
+// runModelTwo runs steps random events from seed with two clients on one
+// host, proxies of one view if view, then the end; it reports whether
+// every check held.
+func runModelTwo(t *testing.T, seed uint64, steps int, verbose, view bool) bool {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 31))
 	kind := func() (delta, grpc, ackFirst, star bool) {
@@ -281,15 +305,28 @@ func runModelViews(t *testing.T, seed uint64, steps int, verbose bool) bool {
 	// The host's settings, as TestCoreModel's: split responses only if
 	// both clients are Delta.
 	budget, errs := modelBudget(seed, delta && delta2)
-	r := newModelRun(t, delta, grpc, ackFirst, func(cfg *Config) { cfg.MaxResponseBytes, cfg.ResourceErrors = budget, errs })
+	var dgs []TypeURL
+	if !view {
+		dgs = modelDeltaGenerators(seed)
+	}
+	r := newModelRun(t, delta, grpc, ackFirst, func(cfg *Config) {
+		cfg.MaxResponseBytes, cfg.ResourceErrors = budget, errs
+		for _, typ := range dgs {
+			cfg.Generators[typ] = fakeDelta{cfg.Generators[typ].(GeneratorFunc)}
+		}
+	})
 	r.h.ttl = modelTTL(seed)
-	r.h.view = &viewShare{sets: map[string]*shared.Set{}}
-	r.h.set.ReplayCheck = func(msg string) { r.acting.fail("%s", msg) } // settle sets acting before any step
+	if view {
+		r.h.view = &viewShare{sets: map[string]*shared.Set{}}
+		r.h.set.ReplayCheck = func(msg string) { r.acting.fail("%s", msg) } // settle sets acting before any step
+	} else {
+		r.h.deltaFromReq = true
+	}
 	r.client.star, r.rng, r.verbose, r.name = star, rng, verbose, "a"
 	p := r.peer(delta2, grpc2, ackFirst2)
 	p.client.star, p.name = star2, "b"
 	runs := r.all()
-	r.logf("seed %d: MaxResponseBytes %d, ResourceErrors %v, TTLs %v; %s", seed, budget, errs, r.h.ttl, r.client)
+	r.logf("seed %d: MaxResponseBytes %d, ResourceErrors %v, TTLs %v, DeltaGenerators %v; %s", seed, budget, errs, r.h.ttl, dgs, r.client)
 	p.logf("%s", p.client)
 	failed := func() *modelRun {
 		for _, x := range runs {
