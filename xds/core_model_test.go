@@ -33,8 +33,10 @@ import (
 // moving between clusters, clusters and endpoints added, changed and
 // removed, listeners moving to other routes, clusters the client rejects),
 // the client reading responses and the Server reading requests in any
-// interleaving, stale requests, generation failures coming and going, and
-// time passing to the core's next deadline (retries, phase timeouts). The
+// interleaving, stale requests, generation failures coming and going,
+// reconnections (a Delta client reports what it holds; a SotW client, in
+// half the runs, the version of each type), and time passing to the
+// core's next deadline (retries, phase timeouts). The
 // client is SotW or Delta, Envoy-like (wildcard clusters and listeners,
 // endpoints and routes by name; half of them with an explicit "*", and
 // subscribing to cluster names besides it and unsubscribing from them
@@ -238,8 +240,9 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool) bool {
 	r.h.ttl = modelTTL(seed)
 	r.h.deltaFromReq = true
 	r.client.star = !r.client.grpc && rng.IntN(2) == 1
-	r.rng, r.verbose = rng, verbose
-	r.logf("seed %d: %s, MaxResponseBytes %d, ResourceErrors %v, TTLs %v, DeltaGenerators %v", seed, r.client, budget, errs, r.h.ttl, dgs)
+	r.rng, r.verbose, r.sotwReconnect = rng, verbose, modelSotWReconnects(seed)
+	r.logf("seed %d: %s, MaxResponseBytes %d, ResourceErrors %v, TTLs %v, DeltaGenerators %v, SotW reconnects %v",
+		seed, r.client, budget, errs, r.h.ttl, dgs, r.sotwReconnect)
 	r.start()
 	for range steps {
 		if r.failed != "" {
@@ -325,8 +328,11 @@ func runModelTwo(t *testing.T, seed uint64, steps int, verbose, view bool) bool 
 	r.client.star, r.rng, r.verbose, r.name = star, rng, verbose, "a"
 	p := r.peer(delta2, grpc2, ackFirst2)
 	p.client.star, p.name = star2, "b"
+	r.sotwReconnect = modelSotWReconnects(seed)
+	p.sotwReconnect = r.sotwReconnect
 	runs := r.all()
-	r.logf("seed %d: MaxResponseBytes %d, ResourceErrors %v, TTLs %v, DeltaGenerators %v; %s", seed, budget, errs, r.h.ttl, dgs, r.client)
+	r.logf("seed %d: MaxResponseBytes %d, ResourceErrors %v, TTLs %v, DeltaGenerators %v, SotW reconnects %v; %s",
+		seed, budget, errs, r.h.ttl, dgs, r.sotwReconnect, r.client)
 	p.logf("%s", p.client)
 	failed := func() *modelRun {
 		for _, x := range runs {
@@ -416,6 +422,18 @@ func modelDeltaGenerators(seed uint64) []TypeURL {
 	return out
 }
 
+// modelSotWReconnects reports whether a SotW client may reconnect in the
+// run of seed (a Delta client always may): half the runs, but for the
+// regression seeds, which run as they were found.
+func modelSotWReconnects(seed uint64) bool {
+	for _, l := range [][]uint64{modelRegressions, modelTimerRegressions, modelViewsRegressions, modelDeltaRegressions} {
+		if slices.Contains(l, seed) {
+			return false
+		}
+	}
+	return rand.New(rand.NewPCG(seed, 36)).IntN(2) == 1
+}
+
 // modelResource decodes what a SotW response carries: a resource, one
 // wrapped for its TTL, or a heartbeat (msg nil: its name without content).
 func modelResource(a *anypb.Any) (string, proto.Message, error) {
@@ -457,6 +475,21 @@ type modelClient struct {
 	// it waited for (by design, and reported): a removal may come before
 	// the client has replaced what names the removed resource.
 	lenient bool
+	// unreported are the full-state types a SotW client reconnected
+	// holding, of which it has accepted no response on the new stream:
+	// the Server cannot know what it holds of them (SotW reports only a
+	// version), and the first full-state response it accepts may remove
+	// from under a route it holds what the configuration no longer has (a
+	// known gap of SotW, which the Server narrows: it sends what the
+	// client rejected again rather than leave it out, see withholds).
+	// gone, set while it reads such a response, says whether the
+	// configuration lacks a cluster; gapped, that the read used the gap.
+	unreported map[TypeURL]bool
+	gone       func(cluster string) bool
+	gapped     bool
+	// unsent are the resources of by-name types a SotW client reconnected
+	// holding that no response on the new stream has carried since.
+	unsent map[TypeURL]map[string]bool
 	// nonces are the nonces read on the current stream: each is new there
 	// (another stream's, or another client's, may be the same). lastOrd is
 	// the number of the last of each type (a nonce is the version, '/' and
@@ -540,9 +573,26 @@ func (m *modelClient) pin(name string) session.Inbound {
 // every subscription it has, with the versions of what it holds.
 func (m *modelClient) reconnect() []session.Inbound {
 	m.read, m.nonce, m.nonces, m.lastOrd = nil, map[TypeURL]string{}, map[string]bool{}, map[TypeURL]uint64{}
+	m.unreported, m.unsent = map[TypeURL]bool{}, map[TypeURL]map[string]bool{}
 	var out []session.Inbound
 	for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
 		if m.byName(typ) && len(m.subs[typ]) == 0 {
+			continue
+		}
+		if !m.delta {
+			// A SotW client reports the version it holds, and what it
+			// holds by the names it asks for (no nonce: it has read
+			// nothing on this stream).
+			out = append(out, m.request(typ, "", ""))
+			if (typ == ClusterType || typ == ListenerType) && m.version[typ] != "" {
+				m.unreported[typ] = true
+			}
+			if typ == EndpointType || typ == RouteType {
+				m.unsent[typ] = map[string]bool{}
+				for n := range m.held[typ] {
+					m.unsent[typ][n] = true
+				}
+			}
 			continue
 		}
 		initial := map[string]string{}
@@ -672,15 +722,21 @@ func (m *modelClient) readResponse(out *session.OutMsg) ([]session.Inbound, stri
 		if _, ok := slices.BinarySearch(m.subs[typ], r.name); ok || !m.byName(typ) {
 			m.held[typ][r.name] = r.msg // else sent before the client dropped it: ignored
 			m.versions[typ][r.name] = r.version
+			delete(m.unsent[typ], r.name)
 		}
 	}
 	if typ == ClusterType && !m.lenient {
 		for c, r := range named {
 			if m.held[ClusterType][c] == nil {
+				if m.gone != nil && m.gone(c) {
+					m.gapped = true
+					continue
+				}
 				return nil, fmt.Sprintf("%s removes cluster %s, which route %s the client holds names", summary(out), c, r)
 			}
 		}
 	}
+	delete(m.unreported, typ) // accepted
 	// The subscriptions that follow what the client holds, each in turn:
 	// dropping a name drops what it held under it, and what that named.
 	var reqs []session.Inbound
@@ -822,7 +878,11 @@ type modelRun struct {
 	timedOut   bool
 	streams    int // ended
 	resumeLeft int
-	early      map[*session.OutMsg]bool // sent while resumeLeft > 0
+	resume     map[session.Inbound]bool // the requests resumeLeft counts
+	// sotwReconnect lets a SotW client reconnect too (see
+	// modelSotWReconnects); a Delta client always may.
+	sotwReconnect bool
+	early         map[*session.OutMsg]bool // sent while resumeLeft > 0
 	// With two clients of one view (see runModelViews): peers are the
 	// other runs on the primary run's host, and primary the primary run
 	// (nil on itself); acting is the run whose core's notices the host
@@ -1145,7 +1205,7 @@ func (r *modelRun) random() {
 		{5, !r.c.Deadline().IsZero(), r.tick},
 		{4, true, r.toggleFailure},
 		{4, len(r.client.read) > 0, r.stale},
-		{1, r.client.delta, r.reconnect},
+		{1, r.client.delta || r.sotwReconnect, r.reconnect},
 		{3, r.client.star, r.pin},
 	}
 	total := 0
@@ -1177,9 +1237,17 @@ func (r *modelRun) readResponse() {
 		r.timedOut = true
 	}
 	r.client.lenient = r.timedOut
+	r.client.gone, r.client.gapped = nil, false
+	if r.client.unreported[r.h.set.order[m.TypeIndex]] {
+		w := r.worldAt(m.Seq)
+		r.client.gone = func(c string) bool { return w[ClusterType][c] == nil }
+	}
 	reqs, bad := r.client.readResponse(m)
 	if bad != "" {
 		r.fail("%s", bad)
+	}
+	if r.client.gapped {
+		r.timedOut = true // until nothing dangles (see check)
 	}
 	r.outbox = append(r.outbox, reqs...)
 }
@@ -1189,7 +1257,8 @@ func (r *modelRun) readRequest() {
 	r.outbox = r.outbox[1:]
 	r.logf("server reads %s%s", describe(in), nackOf(in))
 	r.root().acting = r
-	if in.Delta != nil && in.Delta.InitialResourceVersions != nil && r.resumeLeft > 0 {
+	if r.resume[in] {
+		delete(r.resume, in)
 		r.resumeLeft--
 	}
 	if err := runRequest(context.Background(), r.h, r.c, r.now, in); err != nil {
@@ -1233,16 +1302,32 @@ func (r *modelRun) toggleFailure() {
 }
 
 // reconnect ends the stream (what is on the wire is lost, what was parked
-// goes with it) and starts another, on which the Delta client reports what
-// it holds.
+// goes with it) and starts another, on which the client reports what it
+// holds: a Delta client by its resources' versions, a SotW client by the
+// version of each type and the names it asks for.
 func (r *modelRun) reconnect() {
 	r.streams++
 	r.inbox, r.outbox, r.parked, r.early = nil, nil, nil, map[*session.OutMsg]bool{}
-	r.c = r.h.coreOn(true, 1, r.now, r.pc)
+	r.c = r.h.coreOn(r.client.delta, 1, r.now, r.pc)
 	r.logf("-- reconnect: stream %d", r.streams+1)
 	reqs := r.client.reconnect()
 	r.resumeLeft = len(reqs)
+	r.resume = map[session.Inbound]bool{}
+	for _, in := range reqs {
+		r.resume[in] = true
+	}
 	r.outbox = append(r.outbox, reqs...)
+}
+
+// worldAt returns the configuration of the PushContext numbered seq.
+func (r *modelRun) worldAt(seq uint64) cfgWorld {
+	for pc, w := range r.h.snapshots {
+		if pc.Seq() == seq {
+			return w
+		}
+	}
+	r.t.Fatalf("no snapshot of the world for PushContext %d", seq)
+	return nil
 }
 
 // pin has a star client subscribe to a cluster name besides "*", or
@@ -1304,14 +1389,22 @@ func (r *modelRun) checkBelief() {
 			}
 			continue
 		}
+		if r.client.unreported[typ] {
+			continue // what it holds from its earlier stream is not known
+		}
 		// A SotW client that unsubscribed from a name a route sent since
 		// names again will subscribe to it again; the Server keeps it
 		// marked for removal meanwhile, as if held (see unsubscribed).
 		believed := slices.DeleteFunc(ts.Held.Names(), func(n string) bool {
 			_, removing := ts.Removing()[n]
-			return removing && !ts.Covers(n) && held[n] == nil
+			return removing && !ts.Covers(n) && held[n] == nil || r.client.unsent[typ][n] ||
+				!r.client.delta && held[n] == nil && ts.Held.Get(n).Unknown()
 		})
-		holds := slices.Sorted(maps.Keys(held))
+		// What a SotW client reconnected holding by name, and has not
+		// been sent since, the Server knows by name at most; and of the
+		// names it asked for then, it takes the client to hold each (see
+		// heldBefore), which it may not.
+		holds := slices.DeleteFunc(slices.Sorted(maps.Keys(held)), func(n string) bool { return r.client.unsent[typ][n] })
 		if !slices.Equal(believed, holds) {
 			r.fail("the client holds %s %v; the Server believes it holds %v", typ.Short(), slices.Sorted(maps.Keys(held)), ts.Held.Names())
 			return
@@ -1320,6 +1413,9 @@ func (r *modelRun) checkBelief() {
 			e := ts.Held.Get(n)
 			if e.Msg == nil && r.client.delta && !e.Foreign && e.Version == r.client.versions[typ][n] {
 				continue // the version the client reported on reconnecting
+			}
+			if e.Unknown() && !r.client.delta {
+				continue // named by a SotW client on reconnecting, at content it cannot report
 			}
 			if msg := held[n]; !proto.Equal(e.Msg, msg) {
 				r.fail("the client holds another %s %s than the Server believes", typ.Short(), n)

@@ -237,6 +237,49 @@ func TestCoreSotWReconnect(t *testing.T) {
 	}
 }
 
+// A SotW client that reconnects holding clusters the Server cannot know
+// (SotW reports only a version) and rejects the first response keeps what
+// it held: content it rejected is sent again in later responses rather
+// than left out, which would remove what it may hold under that name from
+// under its routes. Once it accepts a response of this stream, what it
+// holds is known, and rejected content is withheld again.
+func TestCoreSotWReconnectRejectedNotLeftOut(t *testing.T) {
+	r := newCoreRun(t, false, nil)
+	h := r.h
+	bad := rejectedCluster("c1")
+	h.put(ClusterType, xdsfixture.Cluster("c0"), bad)
+	r.change(true, func() {}, ckey(kindCluster, "c0"), ckey(kindCluster, "c1"))
+	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(ClusterType), VersionInfo: "old-1", ResponseNonce: "old-1/3"}})
+	r.expect("the first answer", "CDS [c0 c1]")
+	r.nack(ClusterType, "c1 is invalid")
+	r.take()
+	c0 := xdsfixture.Cluster("c0")
+	c0.ConnectTimeout = durationpb.New(7 * time.Second)
+	r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
+	r.expect("c0's change, with c1 as rejected: the client may hold another c1", "CDS [c0 c1]")
+	r.nack(ClusterType, "c1 is invalid")
+	r.take()
+	if cds := r.typeState(ClusterType); !cds.NACKStands() {
+		t.Fatal("the NACK does not stand")
+	}
+	// A valid c1: accepted, so the client holds what this stream sent.
+	r.change(true, func() { h.put(ClusterType, xdsfixture.Cluster("c1")) }, ckey(kindCluster, "c1"))
+	r.expect("valid c1", "CDS [c0 c1]")
+	r.ack(ClusterType)
+	r.take()
+	// Rejected content under a name the Server knows the client lacks is
+	// left out again.
+	h.put(ClusterType, rejectedCluster("c2"))
+	r.change(true, func() {}, ckey(kindCluster, "c2"))
+	r.expect("a bad new cluster", "CDS [c0 c1 c2]")
+	r.nack(ClusterType, "c2 is invalid")
+	r.take()
+	c0 = xdsfixture.Cluster("c0")
+	c0.ConnectTimeout = durationpb.New(9 * time.Second)
+	r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
+	r.expect("c0's change, without the rejected c2", "CDS [c0 c1]")
+}
+
 // A removal held back because something the client holds names it is
 // retried as soon as the client ACKs (here: once it drops the old route),
 // not only after the backoff: no time passes. With a response of the

@@ -268,6 +268,17 @@ func (c *Core) accepted(ts *TypeState, nonce string) {
 		ts.unreject(ts.Flights[:k+1])
 		c.acked(ts, ts.Flights[k].response)
 		ts.settle(k + 1)
+		ts.heldKnown()
+	}
+}
+
+// heldKnown records that the client accepted a response of ts's type sent
+// on this stream: of a full-state type, it holds what the response
+// carried, whatever it held from an earlier stream (see
+// typeRare.heldUnknown).
+func (ts *TypeState) heldKnown() {
+	if ts.Rare != nil {
+		ts.Rare.heldUnknown = false
 	}
 }
 
@@ -357,6 +368,7 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	}
 	if k > 0 {
 		c.acked(ts, ts.Flights[k-1].response)
+		ts.heldKnown()
 	}
 	for j := len(ts.Flights) - 1; j >= k; j-- {
 		ts.Flights[j].undo(&ts.Held)

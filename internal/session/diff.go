@@ -196,11 +196,13 @@ func (c *Core) diff(i int, tgt *Target, o relOpts) diffResult {
 			continue
 		}
 		if bad, ok := ts.Rejected()[r.Name]; ok {
-			if bad.Same(r.Enc) {
+			switch {
+			case !bad.Same(r.Enc):
+				d.unrejected = append(d.unrejected, r.Name)
+			case ts.withholds(prev):
 				keep(r, prev) // rejected content is not sent again
 				continue
 			}
-			d.unrejected = append(d.unrejected, r.Name)
 		}
 		differs := !prev.Same(r.Enc)
 		if differs && checkClusters {

@@ -312,6 +312,9 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 		// subscribes to it.
 		keepUnknown(nts, ts)
 	}
+	if ts != nil && ts.Rare != nil && ts.Rare.heldUnknown {
+		nts.rareForWrite().heldUnknown = true
+	}
 	c.setType(i, nts)
 	if c.ended != nil {
 		c.ended[i].dropped = false
@@ -328,10 +331,15 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 // removed from under them: a route the configuration has dropped since,
 // which a listener the client keeps in service still names, stays with
 // the client until it unsubscribes from it (a SotW response of the type
-// cannot remove it).
+// cannot remove it). Of a full-state type, it records that the client
+// holds what the Server does not know (see typeRare.heldUnknown).
 func (c *Core) heldBefore(ts *TypeState, names []string) {
 	i := ts.idx
-	if c.set.FullState[i] || !c.set.refers(i) || ts.Sub.Wildcard {
+	if c.set.FullState[i] {
+		ts.rareForWrite().heldUnknown = true
+		return
+	}
+	if !c.set.refers(i) || ts.Sub.Wildcard {
 		return
 	}
 	ents := make([]shared.Entry, 0, len(names))

@@ -145,6 +145,12 @@ type typeRare struct {
 	// shortest TTL of the resources it refreshes (see heartbeat.go).
 	beatAt Instant
 	ttl    time.Duration
+	// heldUnknown marks a SotW full-state type whose client reconnected
+	// holding a response of it from an earlier stream (its first request
+	// carried a version) and has not accepted one on this stream since:
+	// it may hold anything by any name, and keeps it when it rejects a
+	// response (see withholds).
+	heldUnknown bool
 }
 
 // keptName is what decides whether a SotW client holds a name it
@@ -169,7 +175,19 @@ type keptName struct {
 func (r *typeRare) empty() bool {
 	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
 		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0 &&
-		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0
+		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0 && !r.heldUnknown
+}
+
+// withholds reports whether content the client rejected, under a name of
+// which the Server takes it to hold prev (nil: nothing), is withheld from
+// it: kept at prev, or left out. Not when the client reconnected holding
+// what the Server does not know (typeRare.heldUnknown) and the Server
+// takes it to hold nothing of the name: a full-state response that left
+// the name out would remove what it may hold, from under what names it.
+// The rejected content is sent again then, and rejected again: the
+// client keeps what it holds.
+func (ts *TypeState) withholds(prev *shared.Encoded) bool {
+	return prev != nil || ts.Rare == nil || !ts.Rare.heldUnknown
 }
 
 // Rejected returns the content the client rejected, by name.
