@@ -9,7 +9,6 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
@@ -253,8 +252,7 @@ func TestCoreSotWReconnectRejectedNotLeftOut(t *testing.T) {
 	r.expect("the first answer", "CDS [c0 c1]")
 	r.nack(ClusterType, "c1 is invalid")
 	r.take()
-	c0 := xdsfixture.Cluster("c0")
-	c0.ConnectTimeout = durationpb.New(7 * time.Second)
+	c0 := changedCluster("c0", 7)
 	r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
 	r.expect("c0's change, with c1 as rejected: the client may hold another c1", "CDS [c0 c1]")
 	r.nack(ClusterType, "c1 is invalid")
@@ -274,8 +272,7 @@ func TestCoreSotWReconnectRejectedNotLeftOut(t *testing.T) {
 	r.expect("a bad new cluster", "CDS [c0 c1 c2]")
 	r.nack(ClusterType, "c2 is invalid")
 	r.take()
-	c0 = xdsfixture.Cluster("c0")
-	c0.ConnectTimeout = durationpb.New(9 * time.Second)
+	c0 = changedCluster("c0", 9)
 	r.change(true, func() { h.put(ClusterType, c0) }, ckey(kindCluster, "c0"))
 	r.expect("c0's change, without the rejected c2", "CDS [c0 c1]")
 }
@@ -393,8 +390,7 @@ func TestCoreHeldBackRemovalStopsBlockingConvergence(t *testing.T) {
 	r.take()
 	// The NACK stopped the push; the next one that regenerates clusters
 	// holds c0's removal back.
-	c1 := xdsfixture.Cluster("c1")
-	c1.ConnectTimeout = durationpb.New(3 * time.Second)
+	c1 := changedCluster("c1", 3)
 	r.change(true, func() { h.put(ClusterType, c1) }, ckey(kindCluster, "c1"))
 	r.expect("CDS phase, and c1's endpoints that re-warm it", "CDS [c0 c1]", "EDS [c1]")
 	r.ack(ClusterType)
@@ -638,25 +634,8 @@ func TestCorePartialTargetIsTheConfiguration(t *testing.T) {
 // withheld, and the NACK stops standing. A full target says so by leaving
 // the name out; a partial one lists it.
 func TestCorePartialRemovalEndsRejection(t *testing.T) {
-	r := newCoreRun(t, true, func(cfg *Config) {
-		cfg.Generators[ClusterType] = fakeDelta{cfg.Generators[ClusterType].(GeneratorFunc)}
-	})
-	r.mesh()
-	h := r.h
-	bad := rejectedCluster("c1")
-	h.put(ClusterType, bad)
-	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: bad}}}
-	r.change(true, func() {}, ckey(kindCluster, "c1"))
-	r.expect("the cluster phase", "CDS [c1] -[]")
-	r.nack(ClusterType, "c1 is invalid")
-	r.expect("the push stops")
-	cds := r.typeState(ClusterType)
-	if !cds.NACKStands() || cds.Rejected()["c1"] == nil {
-		t.Fatalf("after the NACK: stands %v, rejected %v; want c1 rejected", cds.NACKStands(), cds.Rejected())
-	}
-	// A full push regenerates what the NACK left dirty: nothing changes.
-	r.change(true, func() {}, ckey(kindCluster, "c0"))
-	r.expect("nothing changed")
+	r := rejectedInDeltaPush(t, true, "CDS [c1] -[]")
+	h, cds := r.h, r.typeState(ClusterType)
 	// The configuration removes c1, in a DeltaGenerator's push.
 	h.changes[ClusterType] = &Changes{Removed: []string{"c1"}}
 	r.change(true, func() { delete(h.world[ClusterType], "c1") }, ckey(kindCluster, "c1"))
@@ -675,28 +654,11 @@ func TestCorePartialRemovalEndsRejection(t *testing.T) {
 // rejected rejected (its NACK stands; Sync must not report the client in
 // step while it lacks the cluster the configuration has).
 func TestCoreAppliedChangesKeepRejection(t *testing.T) {
-	r := newCoreRun(t, false, func(cfg *Config) {
-		cfg.Generators[ClusterType] = fakeDelta{cfg.Generators[ClusterType].(GeneratorFunc)}
-	})
-	r.mesh()
-	h := r.h
-	bad := rejectedCluster("c1")
-	h.put(ClusterType, bad)
-	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: bad}}}
-	r.change(true, func() {}, ckey(kindCluster, "c1"))
-	r.expect("the cluster phase", "CDS [c0 c1]")
-	r.nack(ClusterType, "c1 is invalid")
-	r.expect("the push stops")
-	r.change(true, func() {}, ckey(kindCluster, "c0"))
-	r.expect("nothing changed")
-	cds := r.typeState(ClusterType)
-	if cds.Dirty || cds.Rejected()["c1"] == nil {
-		t.Fatalf("after a push in full: dirty %v, rejected %v; want c1 rejected, the type clean", cds.Dirty, cds.Rejected())
-	}
+	r := rejectedInDeltaPush(t, false, "CDS [c0 c1]")
+	h, cds := r.h, r.typeState(ClusterType)
 	// c0 changes, in a DeltaGenerator's push: the response carries c0's
 	// new content and leaves c1 out.
-	c0 := xdsfixture.Cluster("c0")
-	c0.ConnectTimeout = durationpb.New(7 * time.Second)
+	c0 := changedCluster("c0", 7)
 	h.put(ClusterType, c0)
 	h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c0", Message: c0}}}
 	r.change(true, func() {}, ckey(kindCluster, "c0"))
@@ -707,6 +669,33 @@ func TestCoreAppliedChangesKeepRejection(t *testing.T) {
 	if cds.Rejected()["c1"] == nil || !cds.NACKStands() {
 		t.Errorf("after the push: rejected %v, NACK stands %v; want c1 still rejected, its NACK standing", cds.Rejected(), cds.NACKStands())
 	}
+}
+
+// rejectedInDeltaPush returns a core run whose clusters' Generator is a
+// DeltaGenerator, with the client holding the mesh (see mesh) and having
+// rejected c1, which a DeltaGenerator's push (its cluster phase: phase)
+// added; a push in full has regenerated what the NACK left dirty since.
+func rejectedInDeltaPush(t *testing.T, delta bool, phase string) *coreRun {
+	t.Helper()
+	r := newCoreRun(t, delta, func(cfg *Config) {
+		cfg.Generators[ClusterType] = fakeDelta{cfg.Generators[ClusterType].(GeneratorFunc)}
+	})
+	r.mesh()
+	bad := rejectedCluster("c1")
+	r.h.put(ClusterType, bad)
+	r.h.changes[ClusterType] = &Changes{Upserted: []Resource{{Name: "c1", Message: bad}}}
+	r.change(true, func() {}, ckey(kindCluster, "c1"))
+	r.expect("the cluster phase", phase)
+	r.nack(ClusterType, "c1 is invalid")
+	r.expect("the push stops")
+	r.change(true, func() {}, ckey(kindCluster, "c0"))
+	r.expect("nothing changed")
+	cds := r.typeState(ClusterType)
+	if !cds.NACKStands() || cds.Rejected()["c1"] == nil || cds.Dirty {
+		t.Fatalf("after the NACK and a push in full: NACK stands %v, rejected %v, dirty %v; want c1 rejected, the type clean",
+			cds.NACKStands(), cds.Rejected(), cds.Dirty)
+	}
+	return r
 }
 
 // typeState.generated keeps what partial targets change beside the last

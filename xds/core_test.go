@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/xdspush/xdspush/internal/session"
 	"github.com/xdspush/xdspush/internal/shared"
@@ -1095,6 +1096,14 @@ func TestCoreRemovalOfNamedClusterHeldBack(t *testing.T) {
 
 // rejectedCluster returns a cluster named name with content the core
 // tests' clients are made to reject (an LbPolicy no client supports).
+// changedCluster returns cluster name with a connect timeout of s seconds:
+// other content than xdsfixture.Cluster's.
+func changedCluster(name string, s int) *clusterv3.Cluster {
+	c := xdsfixture.Cluster(name)
+	c.ConnectTimeout = durationpb.New(time.Duration(s) * time.Second)
+	return c
+}
+
 func rejectedCluster(name string) *clusterv3.Cluster {
 	c := xdsfixture.Cluster(name)
 	c.LbPolicy = 5
