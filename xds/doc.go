@@ -76,7 +76,12 @@
 //     withheld from it any longer: once the configuration changes (or
 //     drops) every withheld resource, or the client no longer subscribes
 //     to it. A NACK of the last response also carries the client's
-//     subscription, which is applied as an ACK's would be.
+//     subscription, which is applied as an ACK's would be. One exception:
+//     a SotW client that reconnects reports only the version it holds, so
+//     until it accepts a cluster or listener response on the new stream
+//     the Server cannot know what it keeps; rejected content of those
+//     types is sent again then rather than left out, since a full-state
+//     response that left it out would remove the client's own copy.
 //   - Convergence. Sync blocks until every ConfigUpdate made before it has
 //     been pushed and ACKed (or NACKed, which it reports) by every
 //     connection it concerns, all phases included, with what the client
