@@ -196,16 +196,26 @@ var modelTimerRegressions = []uint64{258, 306, 4331, 12249}
 // client in step while it held it; 52942, a SotW client rejected, after
 // the push had ended, the response that removed a cluster, and kept it:
 // the next push, a DeltaGenerator's, applied its changes to what the
-// client kept and sent the cluster back. (Seeds 151 and 202, within the test
+// client kept and sent the cluster back. Since 52942's fix, 6452 passes
+// without reject's reading of the configuration as last generated (see
+// modelReconnectRegressions). (Seeds 151 and 202, within the test
 // command's, found a rejection that a DeltaGenerator's removal did not
 // end, and one that its changes applied to what the client held did;
 // TestCorePartialRemovalEndsRejection and
 // TestCoreAppliedChangesKeepRejection hold those.)
 var modelDeltaRegressions = []uint64{429, 6452, 944, 52942}
 
+// modelReconnectRegressions are seeds of TestCoreModel found once SotW
+// clients could reconnect too (see modelSotWReconnects), run with every
+// draw as then: 7080 holds reject's reading of the configuration as last
+// generated for a DeltaGenerator's type, without which a SotW client's
+// connection was synced only by a timer with nothing left to do (see
+// drain).
+var modelReconnectRegressions = []uint64{7080}
+
 // TestCoreModelRegressions replays the seeds that once failed.
 func TestCoreModelRegressions(t *testing.T) {
-	for _, seed := range slices.Concat(modelRegressions, modelTimerRegressions, modelDeltaRegressions) {
+	for _, seed := range slices.Concat(modelRegressions, modelTimerRegressions, modelDeltaRegressions, modelReconnectRegressions) {
 		if !runModel(t, seed, 400, false) {
 			t.Errorf("seed %d failed; replay it with -run 'TestCoreModel$' -xds.model.seed=%d -xds.model.steps=400 -v", seed, seed)
 		}

@@ -341,10 +341,11 @@ func (c *Core) acked(ts *TypeState, r response) {
 // which of its resources it refused. reject then returns the names of the
 // rejected content that no later response carries: they are to be sent
 // again. A later response that removes a name fixes it as well, and so
-// does the configuration as last generated, when it is newer than the
-// rejected response and changed or removed the name (a DeltaGenerator's
-// push whose response has not gone out: a removal waiting for its phase);
-// a name removed is not sent again.
+// does, for a DeltaGenerator's type, the configuration as last generated,
+// when it is newer than the rejected response and changed or removed the
+// name (a push whose response has not gone out: a removal waiting for its
+// phase), which no later diff of a whole target would tell; a name
+// removed is not sent again.
 func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	// The names tracked for what the client takes from which response
 	// (see unreadName, keptName) take none from this one.
@@ -359,7 +360,8 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	if k < 0 {
 		return nil
 	}
-	if c.set.DeltaGenerators[ts.idx] {
+	dg := c.set.DeltaGenerators[ts.idx]
+	if dg {
 		// What the client keeps may be what the configuration changed
 		// or removed since, in pushes whose changes are spent (a removal
 		// it rejected): the next push generates the type in full, as
@@ -392,7 +394,7 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 				fixed = fixed || !b.Enc.Same(e)
 			}
 		}
-		if now := ts.LastGet(b.Name); !carried[b.Name] && ts.LastSeq >= ts.Flights[k].seq &&
+		if now := ts.LastGet(b.Name); dg && !carried[b.Name] && ts.LastSeq >= ts.Flights[k].seq &&
 			ts.lastKnows(b.Name) && !now.Same(b.Enc) {
 			fixed = true
 			carried[b.Name] = now == nil // removed: nothing to send again
