@@ -205,6 +205,16 @@ var modelTimerRegressions = []uint64{258, 306, 4331, 12249}
 // TestCoreAppliedChangesKeepRejection hold those.)
 var modelDeltaRegressions = []uint64{429, 6452, 944, 52942}
 
+// modelPeersRegressions are seeds of TestCoreModelPeers that found a
+// defect when its runs went further than the test command takes them:
+// 126419, a SotW client rejected three cluster responses of a push, which
+// the NACKs stopped; the answer that sent again what the configuration
+// had fixed since left removals marked for the stopped push and a retry
+// that could make none of them (an answer leaves marked removals to a
+// removal phase), and the connection was synced only once that retry's
+// timer ran with nothing to send.
+var modelPeersRegressions = []uint64{126419}
+
 // modelReconnectRegressions are seeds of TestCoreModel found once SotW
 // clients could reconnect too (see modelSotWReconnects), run with every
 // draw as then: 7080 holds reject's reading of the configuration as last
@@ -223,6 +233,11 @@ func TestCoreModelRegressions(t *testing.T) {
 	for _, seed := range modelViewsRegressions {
 		if !runModelViews(t, seed, 400, false) {
 			t.Errorf("seed %d failed; replay it with -run 'TestCoreModelViews$' -xds.model.seed=%d -xds.model.steps=400 -v", seed, seed)
+		}
+	}
+	for _, seed := range modelPeersRegressions {
+		if !runModelPeers(t, seed, 400, false) {
+			t.Errorf("seed %d failed; replay it with -run 'TestCoreModelPeers$' -xds.model.seed=%d -xds.model.steps=400 -v", seed, seed)
 		}
 	}
 }

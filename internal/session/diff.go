@@ -511,9 +511,11 @@ func (c *Core) settleWithheld(ts *TypeState, d *diffResult, whole bool) {
 // retryType), once a response to the type's whole target held nothing
 // back and left no removal for a removal phase to make: taken, the
 // retry would make that very response again, and the connection would
-// wait for its backoff with nothing left to do.
+// wait for its backoff with nothing left to do. Removals marked while a
+// push a NACK stopped waits (see resumeStopped) are no retry's to make:
+// resuming it makes them, and asks for the answers it needs.
 func (c *Core) retryDone(ts *TypeState) {
-	if r := ts.Rare; r != nil && r.holds == 0 && len(r.removing) == 0 && r.retry.empty() && ts.Fault == nil {
+	if r := ts.Rare; r != nil && r.holds == 0 && (len(r.removing) == 0 || c.stopped) && r.retry.empty() && ts.Fault == nil {
 		r.retry = nil
 	}
 }
