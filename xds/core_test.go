@@ -150,14 +150,7 @@ func (h *fakeHost) generate(_ context.Context, i int, sub *shared.Subscription, 
 	if err := h.fail[t]; err != nil {
 		return nil, err
 	}
-	world := h.world
-	if h.snapshots != nil {
-		w, ok := h.snapshots[req.Push]
-		if !ok {
-			h.t.Fatalf("no snapshot of the world for PushContext %d", req.Push.Seq())
-		}
-		world = w
-	}
+	world := h.worldOf(req.Push)
 	var res []Resource
 	for _, n := range slices.Sorted(maps.Keys(world[t])) {
 		if sub.Covers(n) {
@@ -187,6 +180,19 @@ func (h *fakeHost) generateDelta(_ context.Context, i int, sub *shared.Subscript
 	return *ch, true, nil
 }
 
+// worldOf returns the world generation reads for pc: its snapshot, if
+// snapshots is on, the current world otherwise.
+func (h *fakeHost) worldOf(pc *pushcontext.PushContext) cfgWorld {
+	if h.snapshots == nil {
+		return h.world
+	}
+	w, ok := h.snapshots[pc]
+	if !ok {
+		h.t.Fatalf("no snapshot of the world for PushContext %d", pc.Seq())
+	}
+	return w
+}
+
 // changesOf answers GenerateDelta for type i as a host that knows which
 // resources a push changed does: those of the world of req's snapshot
 // that req's keys name and sub covers, as upserted, and the names it
@@ -199,10 +205,7 @@ func (h *fakeHost) changesOf(i int, sub *shared.Subscription, req *pushcontext.P
 	if err := h.fail[t]; err != nil {
 		return Changes{}, false, err
 	}
-	world, ok := h.snapshots[req.Push]
-	if !ok {
-		h.t.Fatalf("no snapshot of the world for PushContext %d", req.Push.Seq())
-	}
+	world := h.worldOf(req.Push)
 	var ch Changes
 	upsert := func(n string) {
 		ch.Upserted = append(ch.Upserted, Resource{Name: n, Message: world[t][n], TTL: h.ttl[t.Short()+"/"+n]})
