@@ -6,6 +6,8 @@ import (
 	"errors"
 	"slices"
 	"sync"
+
+	"github.com/xdspush/xdspush/internal/session"
 )
 
 // One tracker answers both Sync and WaitForVersion, without polling.
@@ -428,7 +430,7 @@ func (s *Server) pick(match func(*Proxy) bool) []*conn {
 	for _, c := range conns {
 		p := Proxy{ID: c.proxy.ID, ConnID: c.proxy.ConnID, Node: c.proxy.Node, Peer: c.proxy.Peer, Identity: c.proxy.Identity}
 		c.statusMu.Lock()
-		p.View = c.st.View
+		p.View = c.viewLocked()
 		c.statusMu.Unlock()
 		if match(&p) {
 			out = append(out, c)
@@ -471,9 +473,15 @@ func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, er
 func standingNACKs(conns []*conn) []NACK {
 	var out []NACK
 	for _, c := range conns {
+		add := func(typ int, n *session.NACKRecord) {
+			out = append(out, nackEvent(n, c.proxy.ID, c.proxy.ConnID, c.s.set.order[typ]))
+		}
 		c.statusMu.Lock()
-		for _, n := range c.st.Standing {
-			out = append(out, nackEvent(n.N, c.proxy.ID, c.proxy.ConnID, c.s.set.order[n.Type]))
+		switch {
+		case c.st.snap != nil:
+			c.st.snap.EachStanding(add)
+		case c.core != nil:
+			c.core.EachStanding(add) // at rest: see connState
 		}
 		c.statusMu.Unlock()
 	}

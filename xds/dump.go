@@ -99,8 +99,8 @@ func (s *Server) Dump(ctx context.Context, connID string) (*ConnDump, error) {
 func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
 	c.statusMu.Lock()
-	d.Version = c.st.Version
-	snaps := slices.Clone(c.st.Types)
+	d.Version = c.headLocked().Version
+	snaps := slices.Clone(c.typesLocked(nil))
 	c.statusMu.Unlock()
 	d.Types = make([]TypeDump, 0, len(snaps))
 	for k := range snaps {

@@ -3,6 +3,7 @@ package xds
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/xdspush/xdspush/internal/xdsfixture"
+	"github.com/xdspush/xdspush/pushcontext"
 )
 
 // dumpSummary renders d as one line per type: "CDS* [c0@v c1@v-]", where *
@@ -305,6 +307,84 @@ func TestReadsFromHooks(t *testing.T) {
 			if !strings.Contains(got, "holds") || strings.HasSuffix(got, "holds 0") {
 				t.Errorf("Dump in OnACK: %s; want the ACKed type held", got)
 			}
+		}
+	})
+}
+
+// TestReadsAtRestAndDuringAStep: a connection at rest keeps no copy of its
+// state for the reads (they read its core); while a step runs, and here
+// while it waits in a Generator, they read the copy the step keeps, the
+// state as the step began, without waiting for it; once the step is done,
+// they read what it left, and the copy is given up.
+func TestReadsAtRestAndDuringAStep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := newStore()
+		world(st, 2)
+		block, entered := make(chan struct{}), make(chan struct{}, 1)
+		f := start(t, st, func(cfg *Config) {
+			inner := cfg.Generators[EndpointType]
+			cfg.Generators[EndpointType] = GeneratorFunc(func(ctx context.Context, p *Proxy, w Watch, req *pushcontext.PushRequest) ([]Resource, error) {
+				if !req.Reason.Has(pushcontext.ReasonProxyRequest) {
+					entered <- struct{}{}
+					<-block
+				}
+				return inner.Generate(ctx, p, w, req)
+			})
+		}, false)
+		c := f.connect("n", nil, true)
+		subs := c.subscribeAll(2)
+		copies := func() (n int) {
+			for _, cn := range f.srv.connections() {
+				cn.statusMu.Lock()
+				if cn.st.snap != nil {
+					n++
+				}
+				cn.statusMu.Unlock()
+			}
+			return n
+		}
+		eds := func() TypeStatus {
+			t.Helper()
+			for _, ts := range f.srv.Status()[0].Types {
+				if ts.Type == EndpointType {
+					return ts
+				}
+			}
+			t.Fatal("Status has no EDS")
+			return TypeStatus{}
+		}
+		before, version := eds(), f.srv.Version()
+		if n := copies(); n != 0 || !before.Synced() {
+			t.Fatalf("at rest: %d copies kept, EDS %+v; want none, synced", n, before)
+		}
+
+		f.update(false, func(s *store) { s.endpoints["c1"] = xdsfixture.CLA("c1", "10.1.1.1:80") }, key(kindEndpoint, "c1"))
+		<-entered
+		if n := copies(); n != 1 {
+			t.Errorf("during the step: %d copies kept; want 1", n)
+		}
+		if got := eds(); !reflect.DeepEqual(got, before) {
+			t.Errorf("during the step, EDS = %+v; want it as the step began, %+v", got, before)
+		}
+		if got := f.srv.Status()[0].Version; got != version {
+			t.Errorf("during the step, version %q; want %q", got, version)
+		}
+		if _, err := f.srv.Dump(t.Context(), f.srv.Status()[0].ConnID); err != nil {
+			t.Errorf("Dump during the step: %v", err)
+		}
+
+		close(block)
+		synctest.Wait()
+		after := eds()
+		if after.SentNonce == before.SentNonce || after.Synced() {
+			t.Errorf("after the step, EDS = %+v; want a new response unanswered", after)
+		}
+		c.ackAll(subs)
+		if got := eds(); !got.Synced() || got.SentNonce != after.SentNonce || got.SentVersion != f.srv.Version() {
+			t.Errorf("ACKed, EDS = %+v; want %s synced", got, f.srv.Version())
+		}
+		if n := copies(); n != 0 {
+			t.Errorf("at rest again: %d copies kept; want none", n)
 		}
 	})
 }

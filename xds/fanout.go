@@ -193,7 +193,10 @@ func verdictOf(w []atomic.Uint64, nk session.NamedKeys) verdict {
 // skips reports whether a push of the resources nk names, which the
 // connection's digest cannot rule out, skips it: it still rests and
 // watches none of them, checked between two of its steps. The caller
-// holds Server.mu.
+// holds Server.mu. It holds the step lock without beginStep: it changes
+// nothing, and of what it reads the reads at rest change nothing (they
+// mark what a holding shares with their copy, which only a step's writes
+// read: see shared.Holding.Snapshot).
 func (c *conn) skips(nk session.NamedKeys) bool {
 	select {
 	case c.stepSem <- struct{}{}:

@@ -89,9 +89,12 @@ type Server struct {
 	// guardTimers holds the stopped timers of host-call guards, for reuse
 	// (see guardTimer).
 	guardTimers sync.Pool
-	connSeq     atomic.Uint64 // connection IDs
-	inline      inlineWrites  // pushes written by the push queue's workers (inline.go)
-	nonceSeq    atomic.Uint64 // nonces
+	// snaps holds the copies of a connection's state that its steps keep
+	// for the reads while they run (see beginStep), for reuse.
+	snaps    sync.Pool
+	connSeq  atomic.Uint64 // connection IDs
+	inline   inlineWrites  // pushes written by the push queue's workers (inline.go)
+	nonceSeq atomic.Uint64 // nonces
 
 	updMu     sync.Mutex       // serialises ConfigUpdate's numbering and its Add, and protects the fields below
 	updGen    uint64           // ConfigUpdate requests numbered so far

@@ -126,12 +126,14 @@ func typeStatus(sn *session.TypeSnapshot, set *settings, t TypeURL, id, connID s
 }
 
 // connState is what a connection publishes for Status, Failures, Sync and
-// WaitForVersion: its core's snapshot (session.Snapshot), made by publishStatus
-// after each step, and the runner's own state, which the reads take under
-// the connection's status lock without ever touching the core's state,
-// which only the step that holds the step lock reads.
+// WaitForVersion, under the connection's status lock: while the step lock
+// is held, snap, the copy of its core's state (session.Snapshot) that the
+// hold keeps (see beginStep), brought up to date by publishStatus after
+// each step; and the runner's own state. At rest, snap is nil and the
+// reads copy the core's state themselves (stateLocked): nothing changes
+// it then.
 type connState struct {
-	session.Snapshot
+	snap        *session.Snapshot
 	connectedAt session.Instant
 	// writingSeq is the lowest PushContext Seq of the responses being
 	// written, whose OnSend hooks may not have run yet; 0 when none.
@@ -148,7 +150,7 @@ func (c *conn) publishStatus(initialised bool) (synced uint64) {
 	if initialised {
 		c.st.initialised = true
 	}
-	failing := c.core.Snapshot(&c.st.Snapshot)
+	failing := c.core.Snapshot(c.st.snap)
 	c.statusMu.Unlock()
 	synced = c.syncedTo()
 	c.s.track.set(c, synced, failing)
@@ -189,13 +191,52 @@ func (c *conn) syncedTo() uint64 {
 	return x
 }
 
+// headLocked returns what the connection published of its core's state
+// besides its types' (see connState): as a step in progress keeps it, or
+// at rest as the core has it. The caller holds statusMu.
+func (c *conn) headLocked() session.Head {
+	switch {
+	case c.st.snap != nil:
+		return c.st.snap.Head
+	case c.core != nil:
+		return c.core.Head()
+	}
+	return session.Head{}
+}
+
+// typesLocked returns what the connection published of each type's state
+// (see connState): as a step in progress keeps it, or at rest the core's,
+// appended to buf. The caller holds statusMu, and copies what it keeps.
+func (c *conn) typesLocked(buf []session.TypeSnapshot) []session.TypeSnapshot {
+	switch {
+	case c.st.snap != nil:
+		return c.st.snap.Types
+	case c.core != nil:
+		return c.core.AppendTypes(buf)
+	}
+	return buf
+}
+
+// viewLocked returns the View of the connection's proxy, as published
+// (see stateLocked). The caller holds statusMu.
+func (c *conn) viewLocked() string {
+	switch {
+	case c.st.snap != nil:
+		return c.st.snap.View
+	case c.core != nil:
+		return c.core.At.View // Head's, without a Version read
+	}
+	return ""
+}
+
 // failures returns the connection's failing types, as last published.
 // The caller may hold the tracker's lock; statusMu is taken after it.
 func (c *conn) failures() []Failure {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
+	var buf [4]session.TypeSnapshot
 	var out []Failure
-	for _, t := range c.st.Types {
+	for _, t := range c.typesLocked(buf[:0]) {
 		if f := t.Fault; f != nil {
 			out = append(out, Failure{Stage: f.Stage, ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID,
 				Type: c.s.set.order[t.Index], Err: publicErr(f.Err), Attempts: f.Fails})
@@ -208,6 +249,8 @@ func (c *conn) failures() []Failure {
 func (c *conn) status() ConnStatus {
 	c.statusMu.Lock()
 	defer c.statusMu.Unlock()
+	var buf [4]session.TypeSnapshot
+	sn, types := c.headLocked(), c.typesLocked(buf[:0])
 	cs := ConnStatus{
 		ProxyID:       c.proxy.ID,
 		ConnID:        c.proxy.ConnID,
@@ -215,22 +258,22 @@ func (c *conn) status() ConnStatus {
 		ConnectedAt:   c.s.set.Time(c.st.connectedAt),
 		Initialised:   c.st.initialised,
 		Delta:         c.delta,
-		Version:       c.st.Version,
-		View:          c.st.View,
-		PendingPhases: c.st.Pending,
+		Version:       sn.Version,
+		View:          sn.View,
+		PendingPhases: sn.Pending,
 	}
 	if c.rests.Load() {
 		// Served the newest push that skipped it (see fanout.go).
-		if n := c.s.narrow.Load(); n != nil && n.Seq > c.st.Seq {
+		if n := c.s.narrow.Load(); n != nil && n.Seq > sn.Seq {
 			cs.Version = n.Req.Push.Version()
 		}
 	}
 	if c.proxy.Peer != nil {
 		cs.Peer = c.proxy.Peer.String()
 	}
-	cs.Types = make([]TypeStatus, len(c.st.Types))
-	for k := range c.st.Types {
-		cs.Types[k] = typeStatus(&c.st.Types[k], c.s.set, c.s.set.order[c.st.Types[k].Index], c.proxy.ID, c.proxy.ConnID)
+	cs.Types = make([]TypeStatus, len(types))
+	for k := range types {
+		cs.Types[k] = typeStatus(&types[k], c.s.set, c.s.set.order[types[k].Index], c.proxy.ID, c.proxy.ConnID)
 	}
 	return cs
 }

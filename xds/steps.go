@@ -42,7 +42,43 @@ func (c *conn) lockStep() bool {
 		<-c.stepSem
 		return false
 	}
+	c.beginStep()
 	return true
+}
+
+// beginStep and endStep bracket each hold of the step lock but skips'
+// (which changes nothing): the goroutine that takes the lock calls
+// beginStep, and endStep before it gives the lock up. While the lock is
+// held, the core changes, so the reads (Status, Dump, Failures, Sync)
+// see st.snap, the connection's state as the hold began, brought up to
+// date by publishStatus; at rest they read the core itself, under
+// statusMu (see stateLocked). So a connection at rest keeps no copy of
+// its state, and the copies a hold needs are reused (Server.snaps).
+func (c *conn) beginStep() {
+	sn, _ := c.s.snaps.Get().(*session.Snapshot)
+	if sn == nil {
+		sn = new(session.Snapshot)
+	}
+	c.statusMu.Lock()
+	if c.core != nil {
+		c.core.Snapshot(sn)
+	} else {
+		sn.Reset()
+	}
+	c.st.snap = sn
+	c.statusMu.Unlock()
+}
+
+// endStep: see beginStep.
+func (c *conn) endStep() {
+	c.statusMu.Lock()
+	sn := c.st.snap
+	c.st.snap = nil
+	c.statusMu.Unlock()
+	if sn != nil {
+		sn.Reset()
+		c.s.snaps.Put(sn)
+	}
 }
 
 // unlockStep ends a step that lockStep began. A step's error ends the
@@ -53,6 +89,7 @@ func (c *conn) unlockStep(err error) bool {
 		c.stopped = true
 		c.failErr = err
 	}
+	c.endStep()
 	<-c.stepSem
 	if err != nil {
 		c.postEvent(event{kind: evStepFailed})
@@ -241,6 +278,7 @@ func (c *conn) loop(ctx context.Context) error {
 		return c.failErr // the first step failed (see open)
 	}
 	for {
+		c.endStep()
 		<-c.stepSem
 		var ev event
 		tick := false
@@ -250,6 +288,7 @@ func (c *conn) loop(ctx context.Context) error {
 			tick = true
 		}
 		c.stepSem <- struct{}{}
+		c.beginStep()
 		switch {
 		case c.stopped:
 			return c.failErr // a step failed (evStepFailed)

@@ -32,7 +32,8 @@ import (
 // each batch it wrote, the stream's timer runs what is due (the core's
 // deadlines, the check of a blocked write) on the goroutine it calls back
 // on (see tick). No read takes the step lock: Status, Dump, Failures and
-// the rest read what the step published (publishStatus). The handler
+// the rest read, under the status lock, the copy of the state a step keeps
+// while it runs, and the core itself at rest (see beginStep). The handler
 // goroutine, which alone can end the stream (grpc-go ends a
 // stream when its handler returns), waits in loop for the stream's end: a
 // step that failed, a failed write, the end of the receive goroutine, the
@@ -82,6 +83,10 @@ type conn struct {
 	// plain: the stream compresses nothing, so responses shared with
 	// other streams are written as encoded once (see sharedMsg).
 	plain bool
+	// rests repeats whether the connection rests (see slot), for Status,
+	// which may read it after the slot is another connection's. (Here,
+	// not with slot, it takes no word of its own.)
+	rests atomic.Bool
 
 	// stepSem is the step lock, a channel of capacity 1 so that a step
 	// waiting for it inside a testing/synctest bubble blocks durably: it
@@ -97,12 +102,9 @@ type conn struct {
 	writingApplied uint64 // the lowest appliedSeq stamped on the batch being written (0 when none)
 	// slot is the connection's place on the Server's board, and dig its
 	// words there (with Config.NamedKinds only), set when it registers:
-	// whether it rests, and its digest (see fanout.go). rests repeats
-	// whether it rests, for Status, which may read it after the slot is
-	// another connection's.
-	slot  int
-	dig   []atomic.Uint64
-	rests atomic.Bool
+	// whether it rests, and its digest (see fanout.go).
+	slot int
+	dig  []atomic.Uint64
 	// timer (made by the opening, before the first step) fires at the
 	// earlier of timerAt, the core's next deadline, and writeAt, when a
 	// write in progress is checked for being blocked (see arm); armedAt is
@@ -207,6 +209,7 @@ func (s *Server) serve(stream grpc.ServerStream, delta bool) (err error) {
 	// the first step.
 	defer func() {
 		c.stopped = true
+		c.endStep()
 		<-c.stepSem
 	}()
 	defer c.close()
@@ -237,6 +240,7 @@ type opened struct {
 func (s *Server) opening(stream grpc.ServerStream, delta bool) opened {
 	c := s.newConn(stream, delta)
 	c.stepSem <- struct{}{}
+	c.beginStep()
 	// The Server's shutdown cancels the stream's host calls and wakes its
 	// loop. The client's end of the stream reaches the loop as the receive
 	// goroutine's error, or the writer's, so this is the one wake-up the

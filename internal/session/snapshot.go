@@ -6,23 +6,52 @@ import (
 	"github.com/xdspush/xdspush/internal/shared"
 )
 
-// What a core publishes of its state after each step, for Status,
-// Failures, Dump, CSDS, Sync and WaitForVersion: the runner has the core
-// copy it (Snapshot) into the connection's published state, under the
-// lock the reads take, and derives the public
-// statuses from that copy, never from the core's state.
+// What a core publishes of its state, for Status, Failures, Dump, CSDS,
+// Sync and WaitForVersion: while a step runs, the runner has the core copy
+// it (Snapshot) where the reads find it, under the lock they take, and
+// they derive the public statuses from that copy; at rest, when nothing
+// changes the core, from a copy made for the read.
 
 // Snapshot is a core's published state. Each snapshot rewrites it in
 // place: a read copies what it keeps.
 type Snapshot struct {
-	Version string
-	Seq     uint64 // the Seq of version's PushContext
-	View    string
-	Pending int // phases of the current push not released
+	Head
 	// Types is the state of each watched type, in push order; standing
 	// the client's NACKs that stand (see TypeState.nackStands).
 	Types    []TypeSnapshot
 	Standing []standingNACK
+}
+
+// Head is what a Snapshot copies of the core's state besides its types'.
+type Head struct {
+	Version string
+	Seq     uint64 // the Seq of version's PushContext
+	View    string
+	Pending int // phases of the current push not released
+}
+
+// Head returns what Snapshot copies of c's state besides its types'.
+func (c *Core) Head() Head {
+	var h Head
+	if pc := c.At.Push; pc != nil {
+		h.Version, h.Seq = pc.Version(), pc.Seq()
+	}
+	h.View = c.At.View
+	if c.Plan != nil {
+		h.Pending = len(c.Plan.Phases)
+	}
+	return h
+}
+
+// AppendTypes appends to buf the state of each type c watches, in push
+// order, as Snapshot copies it.
+func (c *Core) AppendTypes(buf []TypeSnapshot) []TypeSnapshot {
+	for _, ts := range c.Types {
+		if ts != nil {
+			buf = append(buf, ts.Snap())
+		}
+	}
+	return buf
 }
 
 // standingNACK is a NACK of type typ that stands.
@@ -37,20 +66,20 @@ type namedResErr struct {
 	resErr
 }
 
+// Reset empties sn, keeping the room of its slices, so that it refers to
+// nothing.
+func (sn *Snapshot) Reset() {
+	clear(sn.Types)
+	clear(sn.Standing)
+	*sn = Snapshot{Types: sn.Types[:0], Standing: sn.Standing[:0]}
+}
+
 // Snapshot copies c's state into sn. It reports whether a type is failing.
 func (c *Core) Snapshot(sn *Snapshot) (failing bool) {
-	if pc := c.At.Push; pc != nil {
-		sn.Version, sn.Seq = pc.Version(), pc.Seq()
-	}
-	sn.View = c.At.View
-	sn.Pending = 0
-	if c.Plan != nil {
-		sn.Pending = len(c.Plan.Phases)
-	}
+	sn.Head = c.Head()
 	if cap(sn.Types) == 0 {
-		// Room for the four types of an Envoy's ADS from the start: grown
-		// as the client subscribes to one type after another, the copies
-		// left behind would be garbage among a connection's lasting state.
+		// Room for the four types of an Envoy's ADS from the start, not
+		// grown type by type.
 		sn.Types = make([]TypeSnapshot, 0, min(len(c.Types), 4))
 	}
 	sn.Types, sn.Standing = sn.Types[:0], sn.Standing[:0]
@@ -65,6 +94,24 @@ func (c *Core) Snapshot(sn *Snapshot) (failing bool) {
 		failing = failing || ts.Fault != nil
 	}
 	return failing
+}
+
+// EachStanding calls f with each NACK the client made that stands, and
+// its type index: those Snapshot copies into Standing.
+func (c *Core) EachStanding(f func(typ int, n *NACKRecord)) {
+	for _, ts := range c.Types {
+		if ts != nil && ts.NACKStands() {
+			f(ts.idx, ts.NACK)
+		}
+	}
+}
+
+// EachStanding calls f with each NACK sn records as standing, and its type
+// index.
+func (sn *Snapshot) EachStanding(f func(typ int, n *NACKRecord)) {
+	for _, n := range sn.Standing {
+		f(n.Type, n.N)
+	}
 }
 
 // TypeSnapshot is what a core publishes of one type's state (see Snapshot):

@@ -9,8 +9,9 @@ import (
 
 // TypeState is a connection's state for one type.
 //
-// Only the step that holds the connection's step lock reads or changes
-// it; Status and the other reads see what the runner copied of it (Snapshot).
+// Only the step that holds the connection's step lock changes it; Status
+// and the other reads see a copy of it (Snapshot), made while a step runs
+// before it changes anything, and at rest for the read.
 type TypeState struct {
 	idx      int
 	Sub      *shared.Subscription
