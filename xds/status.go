@@ -130,8 +130,8 @@ func typeStatus(sn *session.TypeSnapshot, set *settings, t TypeURL, id, connID s
 // is held, snap, the copy of its core's state (session.Snapshot) that the
 // hold keeps (see beginStep), brought up to date by publishStatus after
 // each step; and the runner's own state. At rest, snap is nil and the
-// reads copy the core's state themselves (stateLocked): nothing changes
-// it then.
+// reads copy the core's state themselves (headLocked, typesLocked):
+// nothing changes it then.
 type connState struct {
 	snap        *session.Snapshot
 	connectedAt session.Instant
@@ -218,7 +218,7 @@ func (c *conn) typesLocked(buf []session.TypeSnapshot) []session.TypeSnapshot {
 }
 
 // viewLocked returns the View of the connection's proxy, as published
-// (see stateLocked). The caller holds statusMu.
+// (see connState). The caller holds statusMu.
 func (c *conn) viewLocked() string {
 	switch {
 	case c.st.snap != nil:

@@ -52,7 +52,7 @@ func (c *conn) lockStep() bool {
 // held, the core changes, so the reads (Status, Dump, Failures, Sync)
 // see st.snap, the connection's state as the hold began, brought up to
 // date by publishStatus; at rest they read the core itself, under
-// statusMu (see stateLocked). So a connection at rest keeps no copy of
+// statusMu (see typesLocked). So a connection at rest keeps no copy of
 // its state, and the copies a hold needs are reused (Server.snaps).
 func (c *conn) beginStep() {
 	sn, _ := c.s.snaps.Get().(*session.Snapshot)
