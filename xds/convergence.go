@@ -430,7 +430,7 @@ func (s *Server) pick(match func(*Proxy) bool) []*conn {
 	for _, c := range conns {
 		p := Proxy{ID: c.proxy.ID, ConnID: c.proxy.ConnID, Node: c.proxy.Node, Peer: c.proxy.Peer, Identity: c.proxy.Identity}
 		c.statusMu.Lock()
-		p.View = c.viewLocked()
+		p.View = c.headLocked().View
 		c.statusMu.Unlock()
 		if match(&p) {
 			out = append(out, c)
@@ -473,15 +473,12 @@ func (s *Server) WaitForVersion(ctx context.Context, version string) ([]NACK, er
 func standingNACKs(conns []*conn) []NACK {
 	var out []NACK
 	for _, c := range conns {
-		add := func(typ int, n *session.NACKRecord) {
-			out = append(out, nackEvent(n, c.proxy.ID, c.proxy.ConnID, c.s.set.order[typ]))
-		}
+		var buf [4]session.TypeSnapshot
 		c.statusMu.Lock()
-		switch {
-		case c.st.snap != nil:
-			c.st.snap.EachStanding(add)
-		case c.core != nil:
-			c.core.EachStanding(add) // at rest: see connState
+		for _, t := range c.typesLocked(buf[:0]) {
+			if t.NACKStands() {
+				out = append(out, nackEvent(t.NACK, c.proxy.ID, c.proxy.ConnID, c.s.set.order[t.Index]))
+			}
 		}
 		c.statusMu.Unlock()
 	}

@@ -91,8 +91,9 @@ type Generator interface {
 // not for a proxy that has a view (ProxyState.View: its generation is
 // shared), not for a type whose previous push failed, and not for a type
 // whose response the client rejected since it was last generated in full
-// (what the client keeps may be what later changes replaced or removed). A proxy whose dependency Scope changed should make it return
-// ok == false.
+// (what the client keeps may be what later changes replaced or removed).
+// A proxy whose dependency Scope changed should make it return ok ==
+// false.
 //
 // It returns, among the resources w covers, those that req changed (new or
 // modified; an unchanged one may be included and is not sent again) and the

@@ -217,18 +217,6 @@ func (c *conn) typesLocked(buf []session.TypeSnapshot) []session.TypeSnapshot {
 	return buf
 }
 
-// viewLocked returns the View of the connection's proxy, as published
-// (see connState). The caller holds statusMu.
-func (c *conn) viewLocked() string {
-	switch {
-	case c.st.snap != nil:
-		return c.st.snap.View
-	case c.core != nil:
-		return c.core.At.View // Head's, without a Version read
-	}
-	return ""
-}
-
 // failures returns the connection's failing types, as last published.
 // The caller may hold the tracker's lock; statusMu is taken after it.
 func (c *conn) failures() []Failure {

@@ -16,10 +16,8 @@ import (
 // place: a read copies what it keeps.
 type Snapshot struct {
 	Head
-	// Types is the state of each watched type, in push order; standing
-	// the client's NACKs that stand (see TypeState.nackStands).
-	Types    []TypeSnapshot
-	Standing []standingNACK
+	// Types is the state of each watched type, in push order.
+	Types []TypeSnapshot
 }
 
 // Head is what a Snapshot copies of the core's state besides its types'.
@@ -54,24 +52,17 @@ func (c *Core) AppendTypes(buf []TypeSnapshot) []TypeSnapshot {
 	return buf
 }
 
-// standingNACK is a NACK of type typ that stands.
-type standingNACK struct {
-	Type int
-	N    *NACKRecord
-}
-
 // namedResErr is a resource error that stands, for the resource name.
 type namedResErr struct {
 	Name string
 	resErr
 }
 
-// Reset empties sn, keeping the room of its slices, so that it refers to
+// Reset empties sn, keeping the room of its slice, so that it refers to
 // nothing.
 func (sn *Snapshot) Reset() {
 	clear(sn.Types)
-	clear(sn.Standing)
-	*sn = Snapshot{Types: sn.Types[:0], Standing: sn.Standing[:0]}
+	*sn = Snapshot{Types: sn.Types[:0]}
 }
 
 // Snapshot copies c's state into sn. It reports whether a type is failing.
@@ -82,36 +73,11 @@ func (c *Core) Snapshot(sn *Snapshot) (failing bool) {
 		// grown type by type.
 		sn.Types = make([]TypeSnapshot, 0, min(len(c.Types), 4))
 	}
-	sn.Types, sn.Standing = sn.Types[:0], sn.Standing[:0]
-	for _, ts := range c.Types {
-		if ts == nil {
-			continue
-		}
-		sn.Types = append(sn.Types, ts.Snap())
-		if ts.NACKStands() {
-			sn.Standing = append(sn.Standing, standingNACK{Type: ts.idx, N: ts.NACK})
-		}
-		failing = failing || ts.Fault != nil
+	sn.Types = c.AppendTypes(sn.Types[:0])
+	for k := range sn.Types {
+		failing = failing || sn.Types[k].Fault != nil
 	}
 	return failing
-}
-
-// EachStanding calls f with each NACK the client made that stands, and
-// its type index: those Snapshot copies into Standing.
-func (c *Core) EachStanding(f func(typ int, n *NACKRecord)) {
-	for _, ts := range c.Types {
-		if ts != nil && ts.NACKStands() {
-			f(ts.idx, ts.NACK)
-		}
-	}
-}
-
-// EachStanding calls f with each NACK sn records as standing, and its type
-// index.
-func (sn *Snapshot) EachStanding(f func(typ int, n *NACKRecord)) {
-	for _, n := range sn.Standing {
-		f(n.Type, n.N)
-	}
 }
 
 // TypeSnapshot is what a core publishes of one type's state (see Snapshot):
@@ -137,6 +103,16 @@ type snapRare struct {
 	Errs     []namedResErr // sorted by name
 	Rejected map[string]*shared.Encoded
 	Removing map[string]struct{}
+}
+
+// NACKStands reports whether the client's NACK of the type stands, as
+// TypeState.NACKStands does of the state t copied.
+func (t *TypeSnapshot) NACKStands() bool {
+	rejected := 0
+	if t.Rare != nil {
+		rejected = len(t.Rare.Rejected)
+	}
+	return nackStands(t.NACK, t.SentNonce, rejected)
 }
 
 // Snap returns what snapshot copies of ts.

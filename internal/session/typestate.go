@@ -386,7 +386,14 @@ func (ts *TypeState) Synced() bool { return ts.NonceAcked == ts.NonceSent }
 // holds other content than the configuration's, and is not sent it again
 // until the configuration changes it: its NACK is what Sync reports.
 func (ts *TypeState) NACKStands() bool {
-	return ts.NACK != nil && (ts.NACK.Nonce == ts.NonceSent || len(ts.Rejected()) > 0)
+	return nackStands(ts.NACK, ts.NonceSent, len(ts.Rejected()))
+}
+
+// nackStands reports whether the NACK n stands, sent being the nonce of
+// the last response sent and rejected the number of names whose rejected
+// content is withheld (see NACKStands).
+func nackStands(n *NACKRecord, sent string, rejected int) bool {
+	return n != nil && (n.Nonce == sent || rejected > 0)
 }
 
 // Covers reports whether the type's subscription covers name.
