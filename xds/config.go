@@ -323,7 +323,7 @@ type Config struct {
 	// subscribes to, over all its types: what a client can make the Server
 	// hold for it. A request that would exceed it ends the stream with
 	// codes.InvalidArgument. Zero means DefaultMaxSubscriptionBytes
-	// (4 MiB: 40,000 names of 100 bytes).
+	// (4 MiB: 40,000 names of 100 bytes); at most math.MaxInt32 (2 GiB).
 	MaxSubscriptionBytes int
 
 	// MaxRequestBytes bounds the size of one request, but for one that

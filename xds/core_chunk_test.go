@@ -240,8 +240,8 @@ func TestCoreSotWResponseSplit(t *testing.T) {
 			r.expect("CDS refused")
 			ts := r.typeState(ClusterType)
 			var tooLarge *session.TooLargeError
-			if ts.Fault == nil || !errors.As(ts.Fault.Err, &tooLarge) || tooLarge.Resource != "" || tooLarge.Bytes <= tooLarge.Max {
-				t.Fatalf("fault %+v; want a ResponseTooLargeError of the whole state", ts.Fault)
+			if ts.Fault() == nil || !errors.As(ts.Fault().Err, &tooLarge) || tooLarge.Resource != "" || tooLarge.Bytes <= tooLarge.Max {
+				t.Fatalf("fault %+v; want a ResponseTooLargeError of the whole state", ts.Fault())
 			}
 			// Fewer clusters fit: the retry sends them.
 			delete(r.h.world[ClusterType], "c2")
@@ -249,8 +249,8 @@ func TestCoreSotWResponseSplit(t *testing.T) {
 			r.expect("the push waits for the type's retry")
 			r.wait(r.h.set.BackoffMax)
 			r.expect("CDS once it fits", "CDS [c0 c1]")
-			if ts.Fault != nil {
-				t.Errorf("fault %v after the type was sent", ts.Fault.Err)
+			if ts.Fault() != nil {
+				t.Errorf("fault %v after the type was sent", ts.Fault().Err)
 			}
 		})
 	}
@@ -266,7 +266,7 @@ func TestCoreResourceOverBudget(t *testing.T) {
 	r.request(session.Inbound{Delta: &discoveryv3.DeltaDiscoveryRequest{TypeUrl: string(ClusterType)}})
 	r.expect("nothing sent")
 	var tooLarge *session.TooLargeError
-	if f := r.typeState(ClusterType).Fault; f == nil || !errors.As(f.Err, &tooLarge) || tooLarge.Resource != "big" {
+	if f := r.typeState(ClusterType).Fault(); f == nil || !errors.As(f.Err, &tooLarge) || tooLarge.Resource != "big" {
 		t.Fatalf("fault %+v; want a ResponseTooLargeError naming big", f)
 	}
 }

@@ -998,8 +998,8 @@ func (r *modelRun) logState() {
 		slices.Sort(rejected)
 		slices.Sort(removing)
 		r.logf("state %s: sub %v wildcard %v held %v rejected %v removing %v flights %d retry %v fault %v nack %v sent %q acked %q",
-			r.h.set.order[i].Short(), ts.Sub.Names, ts.Sub.Wildcard, held, rejected, removing, len(ts.Flights),
-			ts.Retry() != nil, ts.Fault != nil, ts.NACK != nil, ts.NonceSent, ts.NonceAcked)
+			r.h.set.order[i].Short(), ts.Sub.Names, ts.Sub.Wildcard, held, rejected, removing, len(ts.Flights()),
+			ts.Retry() != nil, ts.Fault() != nil, ts.NACK() != nil, ts.NonceSent, ts.NonceAcked)
 	}
 	r.logf("state: plan %v parked %v synced to %d of %d", r.c.Plan != nil, r.parked != nil, r.c.SyncedTo(), r.pc.Seq())
 }
@@ -1460,7 +1460,7 @@ func (r *modelRun) checkSync() {
 		return
 	}
 	for i, ts := range r.c.Types {
-		if ts != nil && ts.Fault != nil {
+		if ts != nil && ts.Fault() != nil {
 			return // Sync reports the failure
 		}
 		if ts != nil && ts.NACKStands() {
@@ -1574,7 +1574,7 @@ func (r *modelRun) drain() {
 			// otherwise wait for a timer (a retry's backoff, a phase
 			// timeout) that had nothing left to do.
 			failing := r.c.Failed != nil || r.parked != nil ||
-				slices.ContainsFunc(r.c.Types, func(ts *session.TypeState) bool { return ts != nil && ts.Fault != nil })
+				slices.ContainsFunc(r.c.Types, func(ts *session.TypeState) bool { return ts != nil && ts.Fault() != nil })
 			synced := r.c.SyncedTo() >= r.pc.Seq()
 			r.tick()
 			if !failing && !synced && len(r.inbox) == sent && r.c.SyncedTo() >= r.pc.Seq() {
@@ -1610,12 +1610,12 @@ func (r *modelRun) atRest() {
 			continue
 		}
 		typ := r.h.set.order[i]
-		if ts.Fault != nil {
-			r.fail("at rest, %s fails: %v", typ.Short(), ts.Fault.Err)
+		if ts.Fault() != nil {
+			r.fail("at rest, %s fails: %v", typ.Short(), ts.Fault().Err)
 			return
 		}
 		if ts.NACKStands() {
-			r.fail("at rest, a NACK of %s stands: %+v", typ.Short(), *ts.NACK)
+			r.fail("at rest, a NACK of %s stands: %+v", typ.Short(), *ts.NACK())
 			return
 		}
 	}

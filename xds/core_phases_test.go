@@ -746,7 +746,7 @@ func TestCoreResubscribedNameLosesItsRemovalMark(t *testing.T) {
 	r.ack(EndpointType)
 	r.expect("the removal phase: nothing of CDS to remove")
 	r.expectHeld("after the removal phase (c2 was ignored, and not sent since)", ClusterType)
-	if f := cds.Fault; f == nil || f.Stage != "generate" {
+	if f := cds.Fault(); f == nil || f.Stage != "generate" {
 		t.Fatalf("CDS failure %v after the removal phase; want the injected generate failure alone", cds.Failure())
 	}
 	delete(h.fail, ClusterType)

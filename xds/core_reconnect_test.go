@@ -590,9 +590,9 @@ func TestCoreStaleReferrerNotAFailure(t *testing.T) {
 			r.nack(ClusterType, "rejected")
 			r.expect("the push stops")
 			lds := r.typeState(ListenerType)
-			if !lds.Dirty || lds.LastSeq == r.c.At.Push.Seq() {
+			if !lds.Dirty() || lds.LastSeq == r.c.At.Push.Seq() {
 				t.Fatalf("listeners dirty = %v, last generated from the current snapshot = %v; want dirty, from an older one",
-					lds.Dirty, lds.LastSeq == r.c.At.Push.Seq())
+					lds.Dirty(), lds.LastSeq == r.c.At.Push.Seq())
 			}
 			_, kept, errs := r.c.Removable(rds, []string{"r0"}, nil)
 			if !slices.Equal(kept, []string{"r0"}) || len(errs) != 1 || !errs[0].Rejected {
@@ -691,9 +691,9 @@ func rejectedInDeltaPush(t *testing.T, delta bool, phase string) *coreRun {
 	r.change(true, func() {}, ckey(kindCluster, "c0"))
 	r.expect("nothing changed")
 	cds := r.typeState(ClusterType)
-	if !cds.NACKStands() || cds.Rejected()["c1"] == nil || cds.Dirty {
+	if !cds.NACKStands() || cds.Rejected()["c1"] == nil || cds.Dirty() {
 		t.Fatalf("after the NACK and a push in full: NACK stands %v, rejected %v, dirty %v; want c1 rejected, the type clean",
-			cds.NACKStands(), cds.Rejected(), cds.Dirty)
+			cds.NACKStands(), cds.Rejected(), cds.Dirty())
 	}
 	return r
 }
@@ -743,8 +743,8 @@ func TestTypeStateGenerated(t *testing.T) {
 				}
 				ts.Generated(tgt, pc, true)
 			}
-			if known := ts.LastTarget != nil; known != tt.wantKnown || ts.Dirty == tt.wantKnown {
-				t.Fatalf("known = %v, dirty = %v; want known %v, dirty %v", known, ts.Dirty, tt.wantKnown, !tt.wantKnown)
+			if known := ts.LastTarget != nil; known != tt.wantKnown || ts.Dirty() == tt.wantKnown {
+				t.Fatalf("known = %v, dirty = %v; want known %v, dirty %v", known, ts.Dirty(), tt.wantKnown, !tt.wantKnown)
 			}
 			for n, want := range tt.want {
 				if got := ts.LastGet(n) != nil; got != want {

@@ -556,7 +556,10 @@ func TestCoreSotWRequests(t *testing.T) {
 				}
 				i := h.set.typeIndex(typ)
 				ts := session.NewTypeState(i, shared.NewSubscription(st.names, false))
-				ts.Order, ts.AlwaysRespond = st.order, st.always
+				if st.order != nil {
+					ts.SetNames(&st.order, false)
+				}
+				ts.SetAlwaysRespond(st.always)
 				ts.NonceSent, ts.NonceAcked = "v/1", "v/1"
 				if st.nonce != "" {
 					ts.NonceSent = st.nonce
@@ -596,14 +599,14 @@ func TestCoreSotWRequests(t *testing.T) {
 			if tt.wantAcked != "" && ts.NonceAcked != tt.wantAcked {
 				t.Errorf("NonceAcked = %q; want %q", ts.NonceAcked, tt.wantAcked)
 			}
-			if (ts.NACK != nil) != tt.wantNACK {
-				t.Errorf("NACK recorded = %v; want %v", ts.NACK != nil, tt.wantNACK)
+			if (ts.NACK() != nil) != tt.wantNACK {
+				t.Errorf("NACK recorded = %v; want %v", ts.NACK() != nil, tt.wantNACK)
 			}
-			if tt.wantNACK && (ts.NACK.Version != "v2" || ts.NACK.Message != "bad endpoint") {
-				t.Errorf("NACK = %+v; want version v2, message %q", *ts.NACK, "bad endpoint")
+			if tt.wantNACK && (ts.NACK().Version != "v2" || ts.NACK().Message != "bad endpoint") {
+				t.Errorf("NACK = %+v; want version v2, message %q", *ts.NACK(), "bad endpoint")
 			}
-			if e := c.Types[h.set.EDSIndex]; e != nil && e.AlwaysRespond != tt.wantAlways {
-				t.Errorf("EDS alwaysRespond = %v; want %v", e.AlwaysRespond, tt.wantAlways)
+			if e := c.Types[h.set.EDSIndex]; e != nil && e.AlwaysRespond() != tt.wantAlways {
+				t.Errorf("EDS alwaysRespond = %v; want %v", e.AlwaysRespond(), tt.wantAlways)
 			}
 		})
 	}
@@ -815,7 +818,7 @@ func (r *coreRun) replyTo(m *session.OutMsg, nack string) {
 	}
 	ts := r.c.Types[r.h.set.typeIndex(typ)]
 	names := ts.Sub.Names
-	if ts.Star { // the client repeats its "*"
+	if ts.Star() { // the client repeats its "*"
 		names = append([]string{"*"}, names...)
 	}
 	r.request(session.Inbound{SotW: &discoveryv3.DiscoveryRequest{TypeUrl: string(typ), ResponseNonce: m.Nonce,
@@ -960,8 +963,8 @@ func TestCoreRouteToMissingClusterHeldBack(t *testing.T) {
 	r.expect("route naming cx")
 	rds := r.c.Types[h.set.RDSIndex]
 	var re *session.RefError
-	if rds.Fault == nil || !errors.As(rds.Fault.Err, &re) || re.To != "cx" || re.Rejected || rds.Fault.Stage != "reference" {
-		t.Fatalf("RDS failure = %+v; want a ReferenceError to cx, not rejected", rds.Fault)
+	if rds.Fault() == nil || !errors.As(rds.Fault().Err, &re) || re.To != "cx" || re.Rejected || rds.Fault().Stage != "reference" {
+		t.Fatalf("RDS failure = %+v; want a ReferenceError to cx, not rejected", rds.Fault())
 	}
 	if r.c.Plan != nil {
 		t.Fatal("the push is still in its phases")
@@ -1143,7 +1146,7 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	if rds := r.c.Types[h.set.RDSIndex]; rds.Failure() != nil {
 		t.Errorf("RDS error = %v; want none (held back because the client rejected c1)", rds.Failure())
 	}
-	if cds.NACK == nil {
+	if cds.NACK() == nil {
 		t.Fatal("the NACK no longer stands")
 	}
 	// A valid c1: sent, then the route.
@@ -1155,8 +1158,8 @@ func TestCoreNACKKeepsWhatTheClientHolds(t *testing.T) {
 	r.ack(EndpointType)
 	r.wait(time.Minute) // the route's retry is due
 	r.expect("the route", "RDS [r0]")
-	if cds.NACK != nil {
-		t.Errorf("NACK still standing after an ACK: %+v", cds.NACK)
+	if cds.NACK() != nil {
+		t.Errorf("NACK still standing after an ACK: %+v", cds.NACK())
 	}
 }
 
@@ -1208,7 +1211,7 @@ func TestCoreAcceptedBeforeAnswered(t *testing.T) {
 			r.nack(ClusterType, "c1 is invalid")
 			r.expect("nothing for a NACK")
 			accepted("after the NACK")
-			if cds.NACK == nil {
+			if cds.NACK() == nil {
 				t.Error("the NACK does not stand")
 			}
 		})
@@ -1226,7 +1229,7 @@ func TestCorePushOfTheSnapshotItStandsOn(t *testing.T) {
 			r := newCoreRun(t, false, nil)
 			r.mesh()
 			if dirty {
-				r.typeState(ClusterType).Dirty = true
+				r.typeState(ClusterType).SetDirty(true)
 			}
 			r.h.gens = nil
 			item := &session.PushItem{Req: &pushcontext.PushRequest{Full: true, Forced: true, Push: r.pc}, Seq: r.pc.Seq(), Start: r.now, Merged: 1}
@@ -1455,8 +1458,8 @@ func TestCoreNACKStandsWhileRejectedContentIsWithheld(t *testing.T) {
 				r.expect("c2 changed: sent", "CDS [c0 c1 c2]")
 			}
 			r.ack(ClusterType)
-			if cds.NACKStands() || cds.NACK != nil {
-				t.Errorf("NACK %+v still stands once nothing is withheld", cds.NACK)
+			if cds.NACKStands() || cds.NACK() != nil {
+				t.Errorf("NACK %+v still stands once nothing is withheld", cds.NACK())
 			}
 		})
 	}

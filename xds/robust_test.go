@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -737,6 +738,12 @@ func TestNewValidation(t *testing.T) {
 		{"negative wait", func(c *Config) { c.NewStreamWait = -1 }, "NewStreamWait"},
 		{"negative burst", func(c *Config) { c.NewStreamBurst = -1 }, "NewStreamBurst"},
 		{"negative names", func(c *Config) { c.MaxResourceNames = -1 }, "MaxResourceNames"},
+		{"subscription bytes past 32 bits", func(c *Config) { c.MaxSubscriptionBytes = math.MaxInt32 + 1 }, "MaxSubscriptionBytes"},
+		{"too many types", func(c *Config) {
+			for i := range maxTypes {
+				c.Generators[TypeURL(fmt.Sprintf("type.example.com/t%d", i))] = gen
+			}
+		}, "types; at most"},
 		{"negative debounce", func(c *Config) { c.Debounce.After = -1 }, "Debounce.After"},
 		{"kinds of unserved type", func(c *Config) { c.TypeKinds = map[TypeURL][]string{SecretType: {"x"}} }, "no generator"},
 		{"empty kind", func(c *Config) { c.TypeKinds = map[TypeURL][]string{ClusterType: {""}} }, "empty kind"},

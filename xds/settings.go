@@ -122,6 +122,8 @@ func (cfg *Config) check() error {
 		return fmt.Errorf("xds: Config.MaxNameLength %d is negative", cfg.MaxNameLength)
 	case cfg.MaxSubscriptionBytes < 0:
 		return fmt.Errorf("xds: Config.MaxSubscriptionBytes %d is negative", cfg.MaxSubscriptionBytes)
+	case cfg.MaxSubscriptionBytes > math.MaxInt32:
+		return fmt.Errorf("xds: Config.MaxSubscriptionBytes %d exceeds %d", cfg.MaxSubscriptionBytes, math.MaxInt32)
 	case cfg.MaxRequestBytes < 0:
 		return fmt.Errorf("xds: Config.MaxRequestBytes %d is negative", cfg.MaxRequestBytes)
 	case cfg.MaxInitialRequestBytes < 0:

@@ -75,7 +75,7 @@ func DefaultDeferredRemovals() []TypeURL {
 
 // pushOrder computes the emission order: the configured order restricted to
 // types with a generator, then every other type with a generator, sorted.
-// It rejects empty and duplicate entries.
+// It rejects empty and duplicate entries, and more than maxTypes types.
 func pushOrder(order []TypeURL, generators map[TypeURL]Generator) ([]TypeURL, error) {
 	if len(order) == 0 {
 		order = DefaultOrder()
@@ -101,5 +101,13 @@ func pushOrder(order []TypeURL, generators map[TypeURL]Generator) ([]TypeURL, er
 		}
 	}
 	slices.Sort(rest)
-	return append(out, rest...), nil
+	out = append(out, rest...)
+	if len(out) > maxTypes {
+		return nil, fmt.Errorf("xds: Generators has %d types; at most %d are served", len(out), maxTypes)
+	}
+	return out, nil
 }
+
+// maxTypes bounds the types a Server serves: a connection's state keeps
+// a type's index in 16 bits.
+const maxTypes = 1<<16 - 1

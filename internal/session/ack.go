@@ -44,6 +44,21 @@ type flight struct {
 // to each client has one until the client answers it.
 var flightPool = recycle.New(func() *flight { return new(flight) })
 
+// flightList is the storage of a type's flights (TypeState.flights),
+// pooled: a type with none in flight, as an idle connection's are, holds
+// none, and the next response takes one with its array from the pool.
+type flightList struct{ fs []*flight }
+
+var flightLists = recycle.New(func() *flightList { return new(flightList) })
+
+// Flights returns the responses of the type in flight, oldest first.
+func (ts *TypeState) Flights() []*flight {
+	if ts.flights == nil {
+		return nil
+	}
+	return ts.flights.fs
+}
+
 // newFlight returns an empty flight; settle gives it back.
 func newFlight() *flight {
 	f := flightPool.Get()
@@ -174,7 +189,7 @@ func (f *flight) redo(h *shared.Holding) {
 // of one of them must not bring back what it held before).
 func (ts *TypeState) forget(name string) {
 	ts.Held.Delete(name)
-	for _, f := range ts.Flights {
+	for _, f := range ts.Flights() {
 		f.forget(name)
 	}
 }
@@ -236,7 +251,7 @@ func (f *flight) removedKept(h *shared.Holding) bool {
 // whichever of the responses it has not answered yet it accepts or
 // rejects: it held name before them and none of them removes it.
 func (ts *TypeState) holdsEitherWay(name string) bool {
-	for _, f := range ts.Flights {
+	for _, f := range ts.Flights() {
 		if f.before != nil {
 			if f.before.Get(name) == nil || f.after.Get(name) == nil {
 				return false
@@ -257,7 +272,7 @@ func (ts *TypeState) flightIndex(nonce string) int {
 	if nonce == "" {
 		return -1
 	}
-	return slices.IndexFunc(ts.Flights, func(f *flight) bool { return f.nonce == nonce })
+	return slices.IndexFunc(ts.Flights(), func(f *flight) bool { return f.nonce == nonce })
 }
 
 // accepted settles the flights up to the one with nonce (a request that
@@ -265,8 +280,8 @@ func (ts *TypeState) flightIndex(nonce string) int {
 // response the client last accepted.
 func (c *Core) accepted(ts *TypeState, nonce string) {
 	if k := ts.flightIndex(nonce); k >= 0 {
-		ts.unreject(ts.Flights[:k+1])
-		c.acked(ts, ts.Flights[k].response)
+		ts.unreject(ts.Flights()[:k+1])
+		c.acked(ts, ts.Flights()[k].response)
 		ts.settle(k + 1)
 		ts.heldKnown()
 	}
@@ -298,20 +313,28 @@ func (ts *TypeState) unreject(accepted []*flight) {
 	}
 }
 
-// settle drops the first n flights. A connection whose flights are all
-// settled, as an idle one's are, keeps no array for them: a small
-// allocation that outlives the garbage around it would keep a span of
-// the heap in use.
+// settle drops the first n flights. A type whose flights are all
+// settled, as an idle connection's are, gives their storage back to the
+// pool: a small allocation that outlived the garbage around it would keep
+// a span of the heap in use.
 func (ts *TypeState) settle(n int) {
-	for _, f := range ts.Flights[:n] {
-		f.free()
-	}
-	if n == len(ts.Flights) {
-		ts.Flights = nil
+	fl := ts.flights
+	if fl == nil {
 		return
 	}
-	clear(ts.Flights[:n])
-	ts.Flights = ts.Flights[n:]
+	for _, f := range fl.fs[:n] {
+		f.free()
+	}
+	if n == len(fl.fs) {
+		clear(fl.fs)
+		fl.fs = fl.fs[:0]
+		ts.flights = nil
+		flightLists.Put(fl)
+		return
+	}
+	k := copy(fl.fs, fl.fs[n:])
+	clear(fl.fs[k:])
+	fl.fs = fl.fs[:k]
 }
 
 // acked records r as the last response the client accepted (Status's
@@ -326,7 +349,7 @@ func (c *Core) acked(ts *TypeState, r response) {
 	}
 	ts.NonceAcked, ts.ackedAt = r.nonce, c.set.Instant(c.now)
 	if len(ts.Rejected()) == 0 {
-		ts.NACK = nil
+		ts.setNACK(nil)
 	}
 	ts.SeqAcked, ts.AppliedAcked = r.seq, r.applied
 }
@@ -354,32 +377,32 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	k := ts.flightIndex(nonce)
 	accepted := nonceOrdinal(ts.NonceAcked)
 	if k > 0 {
-		accepted = nonceOrdinal(ts.Flights[k-1].nonce) // accepted below
+		accepted = nonceOrdinal(ts.Flights()[k-1].nonce) // accepted below
 	}
 	ts.keptRejected(ord, accepted)
 	if k < 0 {
 		return nil
 	}
-	dg := c.set.DeltaGenerators[ts.idx]
+	dg := c.set.DeltaGenerators[ts.index()]
 	if dg {
 		// What the client keeps may be what the configuration changed
 		// or removed since, in pushes whose changes are spent (a removal
 		// it rejected): the next push generates the type in full, as
 		// after a push the NACK stopped.
-		ts.Dirty = true
+		ts.SetDirty(true)
 	}
 	if k > 0 {
-		c.acked(ts, ts.Flights[k-1].response)
+		c.acked(ts, ts.Flights()[k-1].response)
 		ts.heldKnown()
 	}
-	for j := len(ts.Flights) - 1; j >= k; j-- {
-		ts.Flights[j].undo(&ts.Held)
+	for j := len(ts.Flights()) - 1; j >= k; j-- {
+		ts.Flights()[j].undo(&ts.Held)
 	}
-	for _, f := range ts.Flights[k+1:] {
+	for _, f := range ts.Flights()[k+1:] {
 		f.redo(&ts.Held)
 	}
-	bad := ts.Flights[k].upserts()
-	if ts.Flights[k].removedKept(&ts.Held) {
+	bad := ts.Flights()[k].upserts()
+	if ts.Flights()[k].removedKept(&ts.Held) {
 		// What the rejected response removed, the client keeps: removed
 		// again by the next diff, after a backoff (nothing else may come
 		// to remove it).
@@ -388,13 +411,13 @@ func (c *Core) reject(ts *TypeState, nonce string) (resend []string) {
 	fixed := false
 	carried := map[string]bool{}
 	for _, b := range bad {
-		for _, f := range ts.Flights[k+1:] {
+		for _, f := range ts.Flights()[k+1:] {
 			if e, touched := f.touches(b.Name); touched {
 				carried[b.Name] = true
 				fixed = fixed || !b.Enc.Same(e)
 			}
 		}
-		if now := ts.LastGet(b.Name); dg && !carried[b.Name] && ts.LastSeq >= ts.Flights[k].seq &&
+		if now := ts.LastGet(b.Name); dg && !carried[b.Name] && ts.LastSeq >= ts.Flights()[k].seq &&
 			ts.lastKnows(b.Name) && !now.Same(b.Enc) {
 			fixed = true
 			carried[b.Name] = now == nil // removed: nothing to send again
@@ -455,7 +478,7 @@ func (c *Core) ack(ts *TypeState) {
 		return
 	}
 	c.acked(ts, ts.lastSent()) // done already if the response was a flight
-	a := &c.note(NoticeACK, ts.idx).ACK
+	a := &c.note(NoticeACK, ts.index()).ACK
 	a.Version, a.Nonce, a.Took = VersionOf(ts.NonceSent), ts.NonceSent, c.now.Sub(c.set.Time(ts.sentAt))
 	if ts.startSent != 0 {
 		a.Converged, a.ConvTook = true, c.now.Sub(c.set.Time(ts.startSent))
@@ -478,7 +501,7 @@ func (c *Core) nack(i int, nonce, version, msg string) (resend []string) {
 	}
 	if ts != nil {
 		resend = c.reject(ts, nonce)
-		ts.NACK = &n
+		ts.setNACK(&n)
 	}
 	c.note(NoticeNACK, i).NACK = n
 	if matched {

@@ -60,7 +60,7 @@ func (c *Core) Push(now time.Time, item *PushItem) (Need, error) {
 		c.Failed = nil
 	}
 	if at := c.firstAnswerRetry(); !at.IsZero() {
-		c.Failed, c.pushRetryAt = item, at
+		c.Failed, c.pushRetryAt = item, c.set.Instant(at)
 		return Need{}, nil
 	}
 	if item.Seq <= c.AppliedSeq {
@@ -220,7 +220,7 @@ func (c *Core) pushFailed(pl *plan, failed []bool, retry *PushItem) {
 	pl.Phases = c.independent(pl.Phases, failed)
 	c.Failed = retry
 	c.pushFails++
-	c.pushRetryAt = c.now.Add(c.set.BackoffFor(c.pushFails, c.seed))
+	c.pushRetryAt = c.set.Instant(c.now.Add(c.set.BackoffFor(c.pushFails, c.seed)))
 }
 
 // moveTo returns the snapshot the push req moves the proxy to (never an
@@ -313,7 +313,7 @@ func (c *Core) generatedFrom(pl *plan, pc *pushcontext.PushContext, named kindSe
 	}
 	for _, ph := range pl.Phases {
 		ts := c.Types[ph.typeIdx]
-		ts.Dirty = false
+		ts.SetDirty(false)
 		c.genFrom[ph.typeIdx] = pc.Seq()
 		generated[ph.typeIdx] = true
 		c.typeOK(ts)
@@ -339,7 +339,7 @@ func (c *Core) independent(phases []phase, failed []bool) []phase {
 			}
 		}
 		if waits {
-			c.Types[i].Dirty = true
+			c.Types[i].SetDirty(true)
 			continue
 		}
 		out = append(out, ph)
@@ -377,7 +377,7 @@ func (c *Core) firstAnswerRetry() time.Time {
 	}
 	for i, ts := range c.Types {
 		if ts == nil || ts.NonceSent != "" || ts.Retry() == nil ||
-			!(c.set.FullState[i] || c.set.refers(i) && ts.Fault != nil && ts.Fault.Stage == "generate") {
+			!(c.set.FullState[i] || c.set.refers(i) && ts.Fault() != nil && ts.Fault().Stage == "generate") {
 			continue
 		}
 		if r := c.set.Time(ts.Rare.RetryAt); at.IsZero() || r.Before(at) {

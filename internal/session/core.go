@@ -53,8 +53,9 @@ type Core struct {
 
 	// ended records, by type index (nil until a SotW watch on this stream
 	// ends or starts anew), how the type's last watch ended (see
-	// watchEnd).
-	ended []watchEnd
+	// watchEnd); read it with endOf. (A pointer: most streams never make
+	// it, and the core's struct is a size class smaller for it.)
+	ended *[]watchEnd
 
 	// genFrom holds, by type index, the Seq of the PushContext the type
 	// was last generated from by a push (0: none): a type is regenerated
@@ -88,11 +89,11 @@ type Core struct {
 	// A push whose generation failed waits here, merged with later ones,
 	// until pushRetryAt; the runner then queues it again.
 	Failed      *PushItem
-	pushRetryAt time.Time
+	pushRetryAt Instant
 	pushFails   int // consecutive failed pushes
 
 	// The flags are kept together: apart, their padding took a core past
-	// the heap's 384-byte size class.
+	// the heap's 352-byte size class.
 	Delta bool
 	// Debug is set by the runner when its logger records debug messages:
 	// the core then queues an event for each response (NoticeResponse).
@@ -156,13 +157,13 @@ type Host interface {
 // row if count (not when the failure is recorded again).
 func (c *Core) fail(ts *TypeState, err error, stage string, count bool) {
 	f := &typeFault{Err: err, Stage: stage, Since: c.now}
-	if old := ts.Fault; old != nil {
+	if old := ts.Fault(); old != nil {
 		f.Since, f.Fails = old.Since, old.Fails
 	}
 	if count {
 		f.Fails++
 	}
-	ts.Fault = f
+	ts.rareForWrite().fault = f
 }
 
 // AwaitsHeldBack reports whether convergence waits for type ts to send
@@ -179,11 +180,11 @@ func (c *Core) AwaitsHeldBack(ts *TypeState) bool {
 	if ts.Retry() == nil {
 		return false
 	}
-	if ts.Fault != nil {
+	if ts.Fault() != nil {
 		return true
 	}
 	for _, o := range c.Types {
-		if o != nil && o.NACK != nil && o.NACK.Nonce == o.NonceSent {
+		if o != nil && o.NACK() != nil && o.NACK().Nonce == o.NonceSent {
 			return false
 		}
 	}
@@ -220,10 +221,20 @@ type watchEnd struct {
 // dropped the type, or starts watching it anew.
 func (c *Core) endWatch(i int, ts *TypeState, dropped bool) {
 	if c.ended == nil {
-		c.ended = make([]watchEnd, len(c.Types))
+		ended := make([]watchEnd, len(c.Types))
+		c.ended = &ended
 	}
-	e := &c.ended[i]
+	e := &(*c.ended)[i]
 	e.dropped, e.last = dropped, max(e.last, nonceOrdinal(ts.NonceSent))
+}
+
+// endOf returns how the last SotW watch of type i on this stream ended
+// (see watchEnd); the zero watchEnd if none did.
+func (c *Core) endOf(i int) watchEnd {
+	if c.ended == nil {
+		return watchEnd{}
+	}
+	return (*c.ended)[i]
 }
 
 // New returns the core of a stream (a Delta one if delta) of a Server
@@ -341,7 +352,7 @@ func (c *Core) Deadline() time.Time {
 		earlier(pl.waitSince.Add(c.set.PhaseTimeout))
 	}
 	if c.Failed != nil {
-		earlier(c.pushRetryAt)
+		earlier(c.set.Time(c.pushRetryAt))
 	}
 	if c.Retrying {
 		c.Retrying = false
@@ -381,7 +392,7 @@ func (c *Core) Tick(now time.Time) (Need, error) {
 // current step's time (the runner then queues it, so that it is generated
 // under a push slot).
 func (c *Core) PushRetryDue() bool {
-	return c.Failed != nil && !c.now.Before(c.pushRetryAt)
+	return c.Failed != nil && !c.now.Before(c.set.Time(c.pushRetryAt))
 }
 
 // TakeFailed returns the failed push to queue again.
@@ -396,19 +407,19 @@ func (c *Core) TakeFailed() *PushItem {
 // the stream instead.
 func (c *Core) typeFailed(ts *TypeState, stage string, err error, push, timedOut bool) {
 	c.fail(ts, err, stage, true)
-	ts.Dirty = true
+	ts.SetDirty(true)
 	var retryIn time.Duration
 	if !timedOut {
-		retryIn = c.set.BackoffFor(ts.fails(), c.seed+uint64(ts.idx))
+		retryIn = c.set.BackoffFor(ts.fails(), c.seed+uint64(ts.index()))
 	}
-	c.note(NoticeGenerateFailed, ts.idx).Gen = genFailure{Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn}
+	c.note(NoticeGenerateFailed, ts.index()).Gen = genFailure{Push: push, Err: err, Attempt: ts.fails(), RetryIn: retryIn}
 }
 
 // typeOK records a successful generation of type ts, clearing its
 // failure; a reference held back since is recorded again by release.
 func (c *Core) typeOK(ts *TypeState) {
-	if ts.Fault != nil {
-		ts.Fault = nil
+	if ts.Fault() != nil {
+		ts.Rare.fault = nil
 	}
 }
 
@@ -418,7 +429,7 @@ func (c *Core) retryLater(ts *TypeState, a *answer) {
 	r := ts.rareForWrite()
 	r.retry = r.retry.merge(a)
 	c.Retrying = true
-	r.RetryAt = c.set.Instant(c.now.Add(c.set.BackoffFor(ts.fails(), c.seed+uint64(ts.idx))))
+	r.RetryAt = c.set.Instant(c.now.Add(c.set.BackoffFor(ts.fails(), c.seed+uint64(ts.index()))))
 }
 
 // retryType asks tick to regenerate type ts after a backoff, as an answer
@@ -430,7 +441,7 @@ func (c *Core) retryType(ts *TypeState) {
 	r := ts.rareForWrite()
 	r.retry = r.retry.merge(&answer{})
 	c.Retrying = true
-	r.RetryAt = c.set.Instant(c.now.Add(c.set.BackoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.idx))))
+	r.RetryAt = c.set.Instant(c.now.Add(c.set.BackoffFor(max(ts.fails(), r.holds, 1), c.seed+uint64(ts.index()))))
 }
 
 // Concerns reports whether the connection watches, or holds, one of the
@@ -488,7 +499,7 @@ func (c *Core) Idle() bool {
 		// A NACK that stands, or content withheld because the client
 		// rejected it, is settled by the next generation of the type,
 		// whatever the push changed.
-		if ts.Regen() || len(ts.Flights) > 0 || ts.NACKStands() {
+		if ts.Regen() || len(ts.Flights()) > 0 || ts.NACKStands() {
 			return false
 		}
 		if r := ts.Rare; r != nil && (r.deferred != nil || r.retry != nil || len(r.removing) > 0 || len(r.rejected) > 0 ||

@@ -223,7 +223,7 @@ func initialNames(versions map[string]string) []string {
 // resume records what a reconnecting client reported holding: the names
 // of initial that ts covers, at the versions given.
 func (ts *TypeState) resume(initial []string, versions map[string]string) {
-	ts.resumed = true
+	ts.flags.set(flagResumed, true)
 	ents := make([]shared.Entry, 0, len(initial))
 	for _, n := range initial {
 		if ts.Covers(n) {
@@ -258,7 +258,7 @@ func (ts *TypeState) dropUncovered() (drop []string) {
 // client subscribes to them again once it reads it.
 func (c *Core) await(ts *TypeState, dropped []string) {
 	for _, n := range dropped {
-		if c.heldNames(ts.idx, n) {
+		if c.heldNames(ts.index(), n) {
 			ts.awaitName(n, c.AppliedSeq)
 		}
 	}
@@ -303,13 +303,13 @@ func (c *Core) awaitNamed(i int, e *shared.Encoded) {
 func (c *Core) awaiting(ts *TypeState, prune bool) uint64 {
 	var low uint64
 	for n, seq := range ts.awaited() {
-		if ts.Covers(n) || !c.heldNames(ts.idx, n) {
+		if ts.Covers(n) || !c.heldNames(ts.index(), n) {
 			if prune {
 				delete(ts.Rare.awaited, n)
 			}
 			continue
 		}
-		if c.namedOnlyByKept(ts.idx, n) {
+		if c.namedOnlyByKept(ts.index(), n) {
 			continue
 		}
 		if low == 0 || seq < low {

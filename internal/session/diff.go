@@ -347,7 +347,7 @@ func (d *diffResult) unreject(ts *TypeState, tgt *Target, o relOpts) {
 			}
 		}
 	}
-	if ts.NACK != nil && ts.NACK.Nonce == ts.NonceSent && ts.NonceSent != "" && len(ts.Rejected()) == len(d.unrejected) {
+	if ts.NACK() != nil && ts.NACK().Nonce == ts.NonceSent && ts.NonceSent != "" && len(ts.Rejected()) == len(d.unrejected) {
 		d.resync = true
 	}
 
@@ -482,10 +482,10 @@ func (c *Core) settleWithheld(ts *TypeState, d *diffResult, whole bool) {
 	for _, n := range d.unrejected {
 		delete(ts.Rejected(), n)
 	}
-	if len(d.unrejected) > 0 && len(ts.Rejected()) == 0 && ts.NACK != nil && ts.NACK.Nonce != ts.NonceSent {
+	if len(d.unrejected) > 0 && len(ts.Rejected()) == 0 && ts.NACK() != nil && ts.NACK().Nonce != ts.NonceSent {
 		// The NACK of an earlier response stood for the content withheld
 		// since: none is any longer.
-		ts.NACK = nil
+		ts.setNACK(nil)
 	}
 	for _, n := range d.revived {
 		delete(ts.Removing(), n)
@@ -515,7 +515,7 @@ func (c *Core) settleWithheld(ts *TypeState, d *diffResult, whole bool) {
 // push a NACK stopped waits (see resumeStopped) are no retry's to make:
 // resuming it makes them, and asks for the answers it needs.
 func (c *Core) retryDone(ts *TypeState) {
-	if r := ts.Rare; r != nil && r.holds == 0 && (len(r.removing) == 0 || c.stopped) && r.retry.empty() && ts.Fault == nil {
+	if r := ts.Rare; r != nil && r.holds == 0 && (len(r.removing) == 0 || c.stopped) && r.retry.empty() && ts.Fault() == nil {
 		r.retry = nil
 	}
 }
@@ -553,7 +553,7 @@ func (c *Core) hold(i int, tgt *Target, d *diffResult) *flight {
 		after := ts.Held.Snapshot()
 		f.setHoldings(before, after)
 	} else if !tgt.Partial && !d.substituted && len(d.kept) == tgt.Set.Len() && len(ts.Removing()) == 0 &&
-		ts.Held.Len()-d.inHeld == len(d.gone) && len(ts.Flights) == 0 {
+		ts.Held.Len()-d.inHeld == len(d.gone) && len(ts.Flights()) == 0 {
 		// The client will hold exactly the target (typically a push that
 		// regenerated the type): one snapshot rather than one change per
 		// resource. Only with no earlier response unanswered: redoing a

@@ -113,7 +113,7 @@ func (c *Core) need(pl *plan, i int, names []string) {
 // the stream may take it from elsewhere (or not use it: a test's client
 // that only watches clusters), and is not waited for.
 func (c *Core) unwatchedAwaited(pl *plan, i int) bool {
-	return pl.reconnect || c.ended != nil && c.ended[i].dropped || pl.t[i].resolved
+	return pl.reconnect || c.endOf(i).dropped || pl.t[i].resolved
 }
 
 // dropFetched drops from pl's needs of type i the names the client has
@@ -134,7 +134,7 @@ func (c *Core) dropFetched(pl *plan, i int) bool {
 // phase waits for it, as for the push's own, since a route naming one of
 // those clusters must not reach a client that may yet reject it.
 func (c *Core) clustersInFlight(pl *plan, i int) bool {
-	if i != c.set.CDSIndex || len(c.Types[i].Flights) == 0 || len(pl.Phases) == 0 || pl.Phases[0].removal {
+	if i != c.set.CDSIndex || len(c.Types[i].Flights()) == 0 || len(pl.Phases) == 0 || pl.Phases[0].removal {
 		return false
 	}
 	j := pl.Phases[0].typeIdx
@@ -163,7 +163,7 @@ func (c *Core) fetched(pl *plan, i int, name string) bool {
 	if ts.Held.Get(name) != nil {
 		return true
 	}
-	return ts.Fault == nil && ts.Retry() == nil && ts.Deferred() == nil
+	return ts.Fault() == nil && ts.Retry() == nil && ts.Deferred() == nil
 }
 
 // fetchedByHeld reports whether a resource the client holds (see
@@ -186,7 +186,7 @@ func (c *Core) fetchedByHeld(i int, name string) bool {
 		if j < 0 || c.Types[j] == nil {
 			continue
 		}
-		for _, f := range c.Types[j].Flights {
+		for _, f := range c.Types[j].Flights() {
 			if f.before != nil {
 				found := false
 				f.before.Each(func(_ string, e *shared.Encoded) { found = found || names(j, e) })

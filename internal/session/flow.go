@@ -195,7 +195,7 @@ func (c *Core) retryHeldBack() bool {
 	for f.j < len(c.Types) {
 		j, ts := f.j, c.Types[f.j]
 		f.j++
-		if j == f.i || ts == nil || ts.Retry() == nil || ts.Fault != nil || c.blocked(j) {
+		if j == f.i || ts == nil || ts.Retry() == nil || ts.Fault() != nil || c.blocked(j) {
 			continue
 		}
 		a := ts.Rare.retry
@@ -217,7 +217,7 @@ func (c *Core) answerRetries() bool {
 		if ts != nil && ts.Retry() != nil && !c.now.Before(c.set.Time(ts.Rare.RetryAt)) {
 			a := ts.Rare.retry
 			ts.Rare.retry = nil
-			if c.answer(ts.idx, a) {
+			if c.answer(ts.index(), a) {
 				return true
 			}
 		}

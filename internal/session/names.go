@@ -83,31 +83,37 @@ func inForce(force map[string]struct{}, name string) bool {
 
 // SotWSubscription returns the interned subscription to names (wildcard as
 // given) of a SotW request whose names came in order (see
-// shared.ParseNames), and that order, shared with the subscription when they
-// are the same.
-func (c *Core) SotWSubscription(names []string, wildcard bool, order []uint32) (*shared.Subscription, []uint32) {
+// shared.ParseNames), and that order as a TypeState keeps it (see
+// TypeState.order), shared with the subscription when they are the same;
+// nil if order is.
+func (c *Core) SotWSubscription(names []string, wildcard bool, order []uint32) (*shared.Subscription, *[]uint32) {
+	var own *[]uint32
+	if order != nil {
+		own = &order
+	}
 	s := shared.NewSubscription(names, wildcard)
 	if s.Names != nil {
-		s.Order = order
+		s.Order = own
 	}
 	s = c.Host.Intern(s)
-	if order != nil && slices.Equal(s.Order, order) {
-		order = s.Order
+	if own != nil && s.Order != nil && slices.Equal(*s.Order, order) {
+		own = s.Order
 	}
-	return s, order
+	return s, own
 }
 
 // SameNames reports whether raw is, name for name, the resource names of
 // the last SotW request of the type.
 func (ts *TypeState) SameNames(raw []string) bool {
 	names := ts.Sub.Names
-	if ts.Order == nil {
-		return !ts.Star && slices.Equal(raw, names)
+	order := ts.Order()
+	if order == nil {
+		return !ts.Star() && slices.Equal(raw, names)
 	}
-	if len(raw) != len(ts.Order) {
+	if len(raw) != len(order) {
 		return false
 	}
-	for k, i := range ts.Order {
+	for k, i := range order {
 		if i == shared.StarIndex {
 			if raw[k] != "*" {
 				return false

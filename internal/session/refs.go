@@ -340,7 +340,7 @@ func (c *Core) referencesHeld(ts *TypeState, errs []*RefError, whole, removal bo
 		}
 		if !e.Rejected && !c.set.SendMissingReferences && !failed {
 			failed = true
-			f := ts.Fault
+			f := ts.Fault()
 			c.fail(ts, e, "reference", f == nil || f.Stage != "reference" || f.Err.Error() != e.Error())
 		}
 	}
@@ -352,7 +352,7 @@ func (c *Core) referencesHeld(ts *TypeState, errs []*RefError, whole, removal bo
 	}
 	ts.rareForWrite().holds++
 	if removal {
-		ts.Dirty = true
+		ts.SetDirty(true)
 	}
 	if c.Failed == nil && ts.Retry() == nil {
 		// Try again later even if nothing is pushed: what was missing

@@ -20,7 +20,7 @@ import (
 func (c *Core) sameStep(i int, tgt *Target, o relOpts) bool {
 	ts := c.Types[i]
 	if tgt.Partial || tgt.Sub != ts.Sub || ts.Held.Differs() || len(ts.Removing()) > 0 ||
-		len(ts.Rejected()) > 0 || len(ts.unread()) > 0 || len(ts.errs()) > 0 || ts.NACK != nil || len(o.force) > 0 || o.restrict {
+		len(ts.Rejected()) > 0 || len(ts.unread()) > 0 || len(ts.errs()) > 0 || ts.NACK() != nil || len(o.force) > 0 || o.restrict {
 		return false
 	}
 	if c.Plan != nil && len(c.Plan.t[i].answered) > 0 {
@@ -31,7 +31,7 @@ func (c *Core) sameStep(i int, tgt *Target, o relOpts) bool {
 	// a flight would bring back what the client rejected, unless the type's
 	// every response replaces what the client holds (SotW full state): so,
 	// as hold does, not while a response of the type is unanswered.
-	if len(ts.Flights) > 0 && !c.replaces(i) {
+	if len(ts.Flights()) > 0 && !c.replaces(i) {
 		return false
 	}
 	for _, t := range []int{c.set.CDSIndex, c.set.RDSIndex, c.set.LDSIndex} {
@@ -42,7 +42,7 @@ func (c *Core) sameStep(i int, tgt *Target, o relOpts) bool {
 	// An answer's check of the clusters it names reads whether the client
 	// holds each whatever it answers to the cluster responses on their way
 	// (see danglingCluster), which its holdings alone do not tell.
-	if !o.push && c.set.PhaseWait && c.checksClusters(i) && len(c.Types[c.set.CDSIndex].Flights) > 0 {
+	if !o.push && c.set.PhaseWait && c.checksClusters(i) && len(c.Types[c.set.CDSIndex].Flights()) > 0 {
 		return false
 	}
 	return true
@@ -84,7 +84,7 @@ func (c *Core) replayable(i int, tr *shared.Transition) bool {
 		return true
 	}
 	ord := nonceOrdinal(tr.Msg.Nonce)
-	return ord > nonceOrdinal(c.Types[i].NonceSent) && (c.ended == nil || ord > c.ended[i].last)
+	return ord > nonceOrdinal(c.Types[i].NonceSent) && ord > c.endOf(i).last
 }
 
 // replay takes a shared step: the same response, the same holding after.

@@ -66,7 +66,7 @@ func (c *Core) checkReplay(i int, tgt *Target, tr *shared.Transition, o relOpts)
 	}
 	if !slices.EqualFunc(after, tr.After.Entries, sameEntry) {
 		add("the diff leaves the client holding %v, the step %v (held %v, target %v, flights %d)", entryVersions(after), entryVersions(tr.After.Entries),
-			entryVersions(ts.Held.Entries()), entryVersions(tgt.Set.Entries), len(ts.Flights))
+			entryVersions(ts.Held.Entries()), entryVersions(tgt.Set.Entries), len(ts.Flights()))
 	}
 	if tr.Msg != nil && !c.replaces(i) {
 		// What the response sends again unchanged, which its flight

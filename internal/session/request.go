@@ -149,7 +149,7 @@ func retryNow(ts *TypeState, a *answer) *answer {
 		return a
 	}
 	r.retry = r.retry.covered(ts.Covers)
-	if ts.Fault != nil {
+	if ts.Fault() != nil {
 		if r.retry == nil {
 			r.retry = &answer{}
 		}
@@ -212,7 +212,7 @@ func (c *Core) sotwRequest(i int, req *discoveryv3.DiscoveryRequest) (*answer, e
 	// even "*"); after that it unsubscribes from everything (the xDS
 	// protocol). A gRPC client whose routes name no cluster any more sends
 	// one, and holds no cluster after it.
-	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.Sub.Wildcard && !ts.Star))
+	wildcard := full && (star || len(names) == 0 && (ts == nil || ts.Sub.Wildcard && !ts.Star()))
 
 	// 3. Initial request (no watch on this stream, with or without a
 	// nonce: a reconnect to this server has one), or a request after
@@ -266,7 +266,7 @@ func (c *Core) sotwStale(i int, nonce string, names []string, star, wildcard boo
 // every name. It is marked dropped (see watchEnd).
 func (c *Core) unwatch(i int) {
 	c.note(NoticeUnsubscribed, i)
-	c.subBytes -= c.Types[i].subBytes
+	c.subBytes -= int(c.Types[i].subBytes)
 	c.endWatch(i, c.Types[i], true)
 	c.setType(i, nil)
 }
@@ -282,16 +282,18 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 	if err := c.checkSubscription(i, names); err != nil {
 		return nil, err
 	}
-	sub, order := c.SotWSubscription(names, wildcard, order)
+	sub, own := c.SotWSubscription(names, wildcard, order)
 	nts := NewTypeState(i, sub)
 	if ts != nil {
-		c.subBytes -= ts.subBytes
+		c.subBytes -= int(ts.subBytes)
 	}
 	c.setSubBytes(nts, names)
-	nts.Order, nts.Star = order, star
+	nts.SetNames(own, star)
 	if ts != nil {
 		c.endWatch(i, ts, false)
-		nts.timeouts = ts.timeouts
+		if t := ts.timeouts(); t > 0 {
+			nts.rareForWrite().timeouts = t
+		}
 		if len(ts.Removing()) > 0 {
 			// A push is holding removals back: the client still holds
 			// them and the answer keeps them until the push removes them.
@@ -317,7 +319,7 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 	}
 	c.setType(i, nts)
 	if c.ended != nil {
-		c.ended[i].dropped = false
+		(*c.ended)[i].dropped = false
 	}
 	c.rewarm(i)
 	return &answer{all: true}, nil
@@ -334,7 +336,7 @@ func (c *Core) sotwInitial(i int, names []string, star, wildcard bool, order []u
 // cannot remove it). Of a full-state type, it records that the client
 // holds what the Server does not know (see typeRare.heldUnknown).
 func (c *Core) heldBefore(ts *TypeState, names []string) {
-	i := ts.idx
+	i := ts.index()
 	if c.set.FullState[i] {
 		ts.rareForWrite().heldUnknown = true
 		return
@@ -380,7 +382,7 @@ type sotwNames struct {
 // subscribes to in every ACK).
 func (c *Core) sotwRequestNames(ts *TypeState, req *discoveryv3.DiscoveryRequest) (sotwNames, error) {
 	if ts != nil && ts.SameNames(req.ResourceNames) {
-		return sotwNames{ts.Sub.Names, ts.Star, ts.Order, true}, nil
+		return sotwNames{ts.Sub.Names, ts.Star(), ts.Order(), true}, nil
 	}
 	if err := c.checkNames(req.TypeUrl, req.ResourceNames); err != nil {
 		return sotwNames{}, err
@@ -416,11 +418,11 @@ func (c *Core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 	old := ts.Sub
 	if !same {
 		var sub *shared.Subscription
-		sub, order = c.SotWSubscription(names, wildcard, order)
+		sub, own := c.SotWSubscription(names, wildcard, order)
 		ts.Sub = sub
 		c.setSubBytes(ts, names)
+		ts.SetNames(own, star)
 	}
-	ts.Order, ts.Star = order, star
 	if renewed {
 		ts.unreadRequested(ts.Covers, 0)
 	}
@@ -431,8 +433,8 @@ func (c *Core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 		c.rewarm(i)
 		return &answer{all: true}, nil
 	}
-	if ts.AlwaysRespond && !nacked {
-		ts.AlwaysRespond = false
+	if ts.AlwaysRespond() && !nacked {
+		ts.SetAlwaysRespond(false)
 		return &answer{all: true}, nil
 	}
 	if !changed {
@@ -459,7 +461,7 @@ func (c *Core) sotwUpdate(i int, req sotwNames, wildcard, renewed, nacked bool, 
 // its next EDS request is answered even if unchanged.
 func (c *Core) rewarm(i int) {
 	if i == c.set.CDSIndex && c.set.EDSIndex >= 0 && c.Types[c.set.EDSIndex] != nil {
-		c.Types[c.set.EDSIndex].AlwaysRespond = true
+		c.Types[c.set.EDSIndex].SetAlwaysRespond(true)
 	}
 }
 
@@ -548,7 +550,7 @@ func (c *Core) staleDropped(ts *TypeState, names []string, star bool, ord uint64
 		ts.forget(n)
 	}
 	if len(gone) > 0 {
-		ts.AlwaysRespond = true
+		ts.SetAlwaysRespond(true)
 	}
 }
 
@@ -585,7 +587,7 @@ func (c *Core) checkSubscription(i int, names []string) error {
 	}
 	old := 0
 	if ts := c.Types[i]; ts != nil {
-		old = ts.subBytes
+		old = int(ts.subBytes)
 	}
 	if total := c.subBytes - old + n; total > c.set.MaxSubscriptionBytes {
 		return status.Errorf(codes.InvalidArgument, "xds: the stream's subscriptions would hold %d bytes of names; the limit is %d",
@@ -600,6 +602,6 @@ func (c *Core) setSubBytes(ts *TypeState, names []string) {
 	for _, name := range names {
 		n += len(name)
 	}
-	c.subBytes += n - ts.subBytes
-	ts.subBytes = n
+	c.subBytes += n - int(ts.subBytes)
+	ts.subBytes = int32(n) // at most Settings.MaxSubscriptionBytes: see checkSubscription
 }

@@ -118,16 +118,16 @@ func (t *TypeSnapshot) NACKStands() bool {
 // Snap returns what snapshot copies of ts.
 func (ts *TypeState) Snap() TypeSnapshot {
 	sn := TypeSnapshot{
-		Index:      int32(ts.idx),
+		Index:      int32(ts.index()),
 		Sub:        ts.Sub,
 		Held:       ts.Held.Snapshot(),
-		Timeouts:   ts.timeouts,
+		Timeouts:   ts.timeouts(),
 		SentNonce:  ts.NonceSent,
 		AckedNonce: ts.NonceAcked,
 		SentAt:     ts.sentAt,
 		AckedAt:    ts.ackedAt,
-		NACK:       ts.NACK,
-		Fault:      ts.Fault,
+		NACK:       ts.NACK(),
+		Fault:      ts.Fault(),
 	}
 	errs, rej, rm := ts.errs(), ts.Rejected(), ts.Removing()
 	if len(errs) == 0 && len(rej) == 0 && len(rm) == 0 {
@@ -173,7 +173,7 @@ func (c *Core) SyncedTo() uint64 {
 			x = min(x, ts.AppliedAcked-1)
 		}
 		if ts.NonceSent == "" || ts.NonceAcked == ts.NonceSent ||
-			(ts.NACK != nil && ts.NACK.Nonce == ts.NonceSent) {
+			(ts.NACK() != nil && ts.NACK().Nonce == ts.NonceSent) {
 			continue // nothing sent, or the last response ACKed or NACKed
 		}
 		// Not synced to the push whose response is unanswered, even when

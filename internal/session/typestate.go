@@ -13,27 +13,29 @@ import (
 // and the other reads see a copy of it (Snapshot), made while a step runs
 // before it changes anything, and at rest for the read.
 type TypeState struct {
-	idx      int
-	Sub      *shared.Subscription
-	subBytes int // bytes of sub's names
+	Sub *shared.Subscription
 
-	// Order and star describe the resource names of the last SotW request
-	// as the client sent them, so that a request that repeats them (every
-	// ACK does) is recognised without sorting: order is nil when they were
-	// the subscription's names themselves (sorted, unique, without "*");
+	// order describes the resource names of the last SotW request as the
+	// client sent them, so that a request that repeats them (every ACK
+	// does) is recognised without sorting: nil when they were the
+	// subscription's names themselves (sorted, unique, without "*");
 	// otherwise it holds, for each name sent, its index in the names
-	// (shared.StarIndex for "*"). star reports a "*" among them.
-	Order []uint32
+	// (shared.StarIndex for "*"), shared with Sub when Sub was made from
+	// the same order. Read it with Order. The star flag reports a "*"
+	// among them.
+	order *[]uint32
 
 	// Held is what the client holds, assuming it accepts every response
 	// sent (held, or reported in Delta's initial_resource_versions, and
 	// still subscribed to). It is what makes pushes incremental: a
 	// resource whose content is unchanged is not sent again.
 	Held shared.Holding
-	// Flights are the responses sent that the client has neither ACKed
+	// flights holds the responses sent that the client has neither ACKed
 	// nor NACKed, oldest first, each able to undo what it did to held: a
-	// NACK reverts held to what the client keeps.
-	Flights []*flight
+	// NACK reverts held to what the client keeps. nil while there are none
+	// (an idle connection's types hold no storage for them). Read them
+	// with Flights.
+	flights *flightList
 	// LastTarget is the resources of the type the proxy's configuration
 	// last had, as last generated in full (the rare part's lastChanges
 	// says what partial targets changed of it since): what tells a
@@ -49,31 +51,18 @@ type TypeState struct {
 	// reason of core.genFrom.
 	LastSeq uint64
 
-	// The flags and the count below are kept together, in one word.
-	//
-	// star: see order. AlwaysRespond forces a full answer to the next
-	// request with the current nonce: set on EDS when CDS is requested
-	// anew, because the client re-warms its clusters and waits for their
-	// endpoints. resumed marks a Delta subscription whose first request
-	// reported what the client holds (a client reconnecting with its
-	// state). dirty asks the next push to regenerate the type in full (a
-	// NACK stopped its phase, a push failed, the removal phase held a
-	// removal back; what a release of upserts held back asks the same
-	// while it stands: see Regen).
-	// timeouts counts the phases sent after a timeout without this type's
-	// ACK.
-	Star, AlwaysRespond, resumed, Dirty bool
-	timeouts                            int32
+	// The flags, the type's index and the bytes of its subscription's
+	// names share one word: four types' states at 176 bytes each, a size
+	// class below what separate fields took (see typeFlags).
+	flags    typeFlags
+	idx      uint16 // the type's index (Settings.TypeIndex)
+	subBytes int32  // bytes of Sub's names as requested; Settings.MaxSubscriptionBytes bounds it
 
 	// Rare is what is empty while the client is in step with its
 	// configuration: nil then. Read it with the methods named as its
-	// fields (rejected, retry, ...), change it through rareForWrite; a
-	// step that empties it drops it (see core.dropRare).
+	// fields (rejected, retry, NACK, ...), change it through rareForWrite;
+	// the step that empties it drops it (see Core.DropRare).
 	Rare *typeRare
-
-	// Fault is the type's run of failures (pushes and answers), from the
-	// first until the type succeeds again; nil while it succeeds.
-	Fault *typeFault
 
 	// The last response sent and the last the client accepted: their
 	// nonces, which give their versions (VersionOf), the Seq of the
@@ -89,13 +78,87 @@ type TypeState struct {
 	SeqAcked     uint64
 	ackedAt      Instant
 	AppliedAcked uint64
+}
 
-	NACK *NACKRecord // last NACK since the last ACK
+// typeFlags are a type's flags (TypeState.flags):
+//
+//   - flagStar: see TypeState.order.
+//   - flagAlwaysRespond forces a full answer to the next request with the
+//     current nonce: set on EDS when CDS is requested anew, because the
+//     client re-warms its clusters and waits for their endpoints.
+//   - flagResumed marks a Delta subscription whose first request reported
+//     what the client holds (a client reconnecting with its state).
+//   - flagDirty asks the next push to regenerate the type in full (a NACK
+//     stopped its phase, a push failed, the removal phase held a removal
+//     back; what a release of upserts held back asks the same while it
+//     stands: see Regen).
+type typeFlags uint8
+
+const (
+	flagStar typeFlags = 1 << iota
+	flagAlwaysRespond
+	flagResumed
+	flagDirty
+)
+
+// set sets or clears f in *fs.
+func (fs *typeFlags) set(f typeFlags, on bool) {
+	if on {
+		*fs |= f
+	} else {
+		*fs &^= f
+	}
+}
+
+// Star reports whether the last SotW request of the type named "*".
+func (ts *TypeState) Star() bool { return ts.flags&flagStar != 0 }
+
+// AlwaysRespond reports whether the next request with the current nonce
+// is answered in full (see typeFlags).
+func (ts *TypeState) AlwaysRespond() bool { return ts.flags&flagAlwaysRespond != 0 }
+
+// SetAlwaysRespond sets or clears what AlwaysRespond reports.
+func (ts *TypeState) SetAlwaysRespond(on bool) { ts.flags.set(flagAlwaysRespond, on) }
+
+// Dirty reports whether the next push regenerates the type in full (see
+// typeFlags; Regen adds what is held back).
+func (ts *TypeState) Dirty() bool { return ts.flags&flagDirty != 0 }
+
+// SetDirty sets or clears what Dirty reports.
+func (ts *TypeState) SetDirty(on bool) { ts.flags.set(flagDirty, on) }
+
+// index returns the type's index (Settings.TypeIndex).
+func (ts *TypeState) index() int { return int(ts.idx) }
+
+func (ts *TypeState) resumed() bool { return ts.flags&flagResumed != 0 }
+
+// Order returns the order of the names of the last SotW request (see
+// TypeState.order), nil when they came sorted and unique.
+func (ts *TypeState) Order() []uint32 {
+	if ts.order == nil {
+		return nil
+	}
+	return *ts.order
+}
+
+// SetNames records the order (as SotWSubscription returns it) and the
+// "*" of the last SotW request's names (see TypeState.order).
+func (ts *TypeState) SetNames(order *[]uint32, star bool) {
+	ts.order = order
+	ts.flags.set(flagStar, star)
 }
 
 // typeRare is the part of a type's state that is empty while the client
 // is in step with its configuration (see TypeState.rare).
 type typeRare struct {
+	// nack is the last NACK of the type since the client last accepted a
+	// response (see NACKStands); fault the type's run of failures (pushes
+	// and answers), from the first until the type succeeds again.
+	nack  *NACKRecord
+	fault *typeFault
+	// timeouts counts the phases sent after a timeout without this type's
+	// ACK.
+	timeouts int32
 	// rejected maps the names of resources the client NACKed to the
 	// content it rejected: that content is not sent to it again (a NACK is
 	// terminal), unless it changes or a push is Forced.
@@ -174,7 +237,8 @@ type keptName struct {
 
 // empty reports whether r holds nothing.
 func (r *typeRare) empty() bool {
-	return len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
+	return r.nack == nil && r.fault == nil && r.timeouts == 0 &&
+		len(r.rejected) == 0 && len(r.lastChanges) == 0 && len(r.removing) == 0 &&
 		r.deferred == nil && r.retry == nil && r.holds == 0 && len(r.awaited) == 0 && len(r.kept) == 0 &&
 		len(r.unread) == 0 && len(r.errs) == 0 && r.beatAt == 0 && !r.heldUnknown
 }
@@ -277,7 +341,7 @@ func (ts *TypeState) forgetChanges() {
 // whatever it changed: the type is dirty, or a response held back a
 // reference that no response to its whole target has released since.
 func (ts *TypeState) Regen() bool {
-	return ts.Dirty || ts.Rare != nil && ts.Rare.holds > 0
+	return ts.Dirty() || ts.Rare != nil && ts.Rare.holds > 0
 }
 
 // rareForWrite returns the rare part of ts's state to change, made if ts has none.
@@ -299,24 +363,58 @@ type typeFault struct {
 
 // Failure returns the type's last failure, nil while it succeeds.
 func (ts *TypeState) Failure() error {
-	if ts.Fault == nil {
+	if f := ts.Fault(); f != nil {
+		return f.Err
+	}
+	return nil
+}
+
+// Fault returns the type's run of failures, nil while it succeeds.
+func (ts *TypeState) Fault() *typeFault {
+	if ts.Rare == nil {
 		return nil
 	}
-	return ts.Fault.Err
+	return ts.Rare.fault
+}
+
+// NACK returns the type's last NACK since the client last accepted a
+// response, nil if none.
+func (ts *TypeState) NACK() *NACKRecord {
+	if ts.Rare == nil {
+		return nil
+	}
+	return ts.Rare.nack
+}
+
+// setNACK records n as the type's last NACK (nil: none).
+func (ts *TypeState) setNACK(n *NACKRecord) {
+	if n != nil {
+		ts.rareForWrite().nack = n
+	} else if ts.Rare != nil {
+		ts.Rare.nack = nil
+	}
+}
+
+// timeouts returns the phases sent after a timeout without the type's ACK.
+func (ts *TypeState) timeouts() int32 {
+	if ts.Rare == nil {
+		return 0
+	}
+	return ts.Rare.timeouts
 }
 
 // fails returns the type's failures in a row.
 func (ts *TypeState) fails() int {
-	if ts.Fault == nil {
-		return 0
+	if f := ts.Fault(); f != nil {
+		return f.Fails
 	}
-	return ts.Fault.Fails
+	return 0
 }
 
 // NewTypeState returns the state of type index i, subscribed to with sub,
 // holding nothing.
 func NewTypeState(i int, sub *shared.Subscription) *TypeState {
-	return &TypeState{idx: i, Sub: sub, Held: shared.NewHolding()}
+	return &TypeState{idx: uint16(i), Sub: sub, Held: shared.NewHolding()}
 }
 
 // LastGet returns the configuration's resource name of the type as last
@@ -361,7 +459,7 @@ func (ts *TypeState) Generated(tgt *Target, pc *pushcontext.PushContext, refers 
 	if n := len(ts.lastChanges()) + tgt.Set.Len() + len(tgt.Removed); n > max(32, ts.LastTarget.Len()/4) {
 		ts.LastTarget, ts.lastSub, ts.LastSeq = nil, nil, 0
 		ts.forgetChanges()
-		ts.Dirty = true
+		ts.SetDirty(true)
 		return
 	}
 	r := ts.rareForWrite()
@@ -386,7 +484,7 @@ func (ts *TypeState) Synced() bool { return ts.NonceAcked == ts.NonceSent }
 // holds other content than the configuration's, and is not sent it again
 // until the configuration changes it: its NACK is what Sync reports.
 func (ts *TypeState) NACKStands() bool {
-	return nackStands(ts.NACK, ts.NonceSent, len(ts.Rejected()))
+	return nackStands(ts.NACK(), ts.NonceSent, len(ts.Rejected()))
 }
 
 // nackStands reports whether the NACK n stands, sent being the nonce of

@@ -95,7 +95,7 @@ func (ts *TypeState) dropUnread(name string, ord uint64) {
 		return
 	}
 	var u *unreadName
-	for _, f := range ts.Flights {
+	for _, f := range ts.Flights() {
 		o := nonceOrdinal(f.nonce)
 		if o <= ord {
 			continue
@@ -120,7 +120,10 @@ func (ts *TypeState) dropUnread(name string, ord uint64) {
 // addFlight records f, the response just sent, as in flight, and what it
 // does to the unread names.
 func (ts *TypeState) addFlight(f *flight) {
-	ts.Flights = append(ts.Flights, f)
+	if ts.flights == nil {
+		ts.flights = flightLists.Get()
+	}
+	ts.flights.fs = append(ts.flights.fs, f)
 	if len(ts.unread()) == 0 {
 		return
 	}
@@ -181,8 +184,8 @@ func (ts *TypeState) mayHoldUnread(state []shared.Entry) []shared.Entry {
 // answered (ACKed or NACKed): the responses still in flight are the later
 // ones.
 func (ts *TypeState) answered() uint64 {
-	if len(ts.Flights) > 0 {
-		return nonceOrdinal(ts.Flights[0].nonce) - 1
+	if len(ts.Flights()) > 0 {
+		return nonceOrdinal(ts.Flights()[0].nonce) - 1
 	}
 	return nonceOrdinal(ts.NonceSent)
 }
@@ -204,7 +207,7 @@ func (ts *TypeState) unreadRejected(ord uint64) {
 // the last response it accepted after subscribing to it again did to it,
 // and nothing if it did not subscribe to it again before reading them.
 func (ts *TypeState) settleUnread() {
-	if len(ts.unread()) == 0 || len(ts.Flights) > 0 {
+	if len(ts.unread()) == 0 || len(ts.Flights()) > 0 {
 		return
 	}
 	for n, u := range ts.Rare.unread {
@@ -277,7 +280,7 @@ func (ts *TypeState) keep(names []string) {
 			r.kept = make(map[string]keptName, len(names))
 		}
 		var k keptName
-		for _, f := range slices.Backward(ts.Flights) {
+		for _, f := range slices.Backward(ts.Flights()) {
 			if e, touched := f.touches(n); !touched || e == nil {
 				break // every response from first to sent carried it
 			}

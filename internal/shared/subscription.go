@@ -24,8 +24,9 @@ type Subscription struct {
 	// subscription (see typeState.order), nil if none: connections whose
 	// requests list the names in that order share it, so that what each
 	// holds does not grow with the names (a fleet's proxies list them
-	// alike). It takes no part in equality.
-	Order []uint32
+	// alike; the pointer is what they share). It takes no part in
+	// equality.
+	Order *[]uint32
 	// multi is set once a second connection subscribes to the same names
 	// (SubTable.Intern): only then does a view generate its targets once
 	// for all of them and keep their steps (see Server.generate).
