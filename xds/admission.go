@@ -27,11 +27,11 @@ func (c *conn) first(ctx context.Context) (session.Inbound, error) {
 		case ev := <-c.events:
 			switch ev.kind {
 			case evRecvErr:
-				return session.Inbound{}, c.recvStatus(ev.err)
+				return session.Inbound{}, c.recvStatus(ev.err())
 			case evCtxDone:
 				return session.Inbound{}, c.s.ctxStatus(ctx)
 			}
-			return ev.in, nil
+			return ev.request(), nil
 		case <-t.C():
 			if due(clock, t, start, wait) {
 				return session.Inbound{}, status.Errorf(codes.DeadlineExceeded, "xds: no request within %v of opening the stream", wait)

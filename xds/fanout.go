@@ -117,7 +117,11 @@ func digestOf(ts *session.TypeState, seed maphash.Seed) (f shared.Filter) {
 // synced is how far the connection is synced, as the step just published
 // (see settle).
 func (c *conn) rest(synced uint64) {
-	if c.dig == nil || c.stopped || c.writing || len(c.outbox) > 0 || c.dig[restWord].Load() != 0 || !c.core.Idle() {
+	if c.page == nil || c.stopped || c.writing || len(c.outbox) > 0 {
+		return
+	}
+	words := c.words()
+	if words[restWord].Load() != 0 || !c.core.Idle() {
 		return
 	}
 	if synced == 0 || synced < c.core.AppliedSeq {
@@ -135,7 +139,7 @@ func (c *conn) rest(synced uint64) {
 			// Most rests find the words as the last one left them: an
 			// atomic store would take the board's cache line for
 			// nothing, at every step of every connection.
-			if d := &c.dig[filterWord+slot*shared.DigestWords+w]; d.Load() != f[w] {
+			if d := &words[filterWord+slot*shared.DigestWords+w]; d.Load() != f[w] {
 				d.Store(f[w])
 			}
 		}
@@ -143,13 +147,13 @@ func (c *conn) rest(synced uint64) {
 			wild |= 1 << slot
 		}
 	}
-	c.dig[wildWord].Store(wild)
+	words[wildWord].Store(wild)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || c.busy || c.kicked || !c.inbox.Empty() || c.queued != 0 || c.skipped != nil {
 		return
 	}
-	c.dig[restWord].Store(1)
+	words[restWord].Store(1)
 	c.rests.Store(true)
 	c.s.track.rest(c)
 }
@@ -204,7 +208,7 @@ func (c *conn) skips(nk session.NamedKeys) bool {
 		return false // a step is running: it may be changing what the client watches
 	}
 	defer func() { <-c.stepSem }()
-	return c.dig[restWord].Load() != 0 && !c.core.Concerns(nk)
+	return c.words()[restWord].Load() != 0 && !c.core.Concerns(nk)
 }
 
 // mayMatch reports whether the filter f leaves open that one of t's
@@ -240,9 +244,12 @@ const boardPage = 256
 // holds the step lock from then on).
 type board struct {
 	stride int // words per connection: none without Config.NamedKinds
-	pages  [][]atomic.Uint64
-	conns  []*conn // by slot; nil where free
-	free   []int
+	// pages hold boardPage connections' words each. A connection keeps
+	// its page's pointer, one word, rather than a slice of its own words,
+	// three (see conn.words).
+	pages []*[]atomic.Uint64
+	conns []*conn // by slot; nil where free
+	free  []int
 }
 
 func newBoard(set *settings) board {
@@ -253,7 +260,8 @@ func newBoard(set *settings) board {
 	return b
 }
 
-// add gives c a slot, and its words if there are any.
+// add gives c a slot, and its words if there are any: c keeps their page
+// (see conn.words).
 func (b *board) add(c *conn) {
 	slot := len(b.conns)
 	if n := len(b.free); n > 0 {
@@ -266,13 +274,15 @@ func (b *board) add(c *conn) {
 	if b.stride == 0 {
 		return
 	}
-	p, off := slot/boardPage, slot%boardPage*b.stride
+	p := slot / boardPage
 	if p == len(b.pages) {
-		b.pages = append(b.pages, make([]atomic.Uint64, boardPage*b.stride))
+		page := make([]atomic.Uint64, boardPage*b.stride)
+		b.pages = append(b.pages, &page)
 	}
-	c.dig = b.pages[p][off : off+b.stride : off+b.stride]
-	for i := range c.dig {
-		c.dig[i].Store(0)
+	c.page = b.pages[p]
+	words := c.words()
+	for i := range words {
+		words[i].Store(0)
 	}
 }
 
@@ -284,8 +294,22 @@ func (b *board) remove(c *conn) {
 
 // words returns the words of the connection in slot.
 func (b *board) words(slot int) []atomic.Uint64 {
-	off := slot % boardPage * b.stride
-	return b.pages[slot/boardPage][off : off+b.stride]
+	return pageWords(*b.pages[slot/boardPage], slot)
+}
+
+// words returns the connection's words on the board, in the page that
+// add gave it; it has some with Config.NamedKinds only.
+func (c *conn) words() []atomic.Uint64 {
+	return pageWords(*c.page, c.slot)
+}
+
+// pageWords returns the words of the connection in slot, from page, the
+// board's page that holds them. The page holds boardPage connections'
+// words, its stride each.
+func pageWords(page []atomic.Uint64, slot int) []atomic.Uint64 {
+	stride := len(page) / boardPage
+	off := slot % boardPage * stride
+	return page[off : off+stride : off+stride]
 }
 
 // queuedFor ends the connection's rest, if it rests, as a push of Seq seq
@@ -299,7 +323,7 @@ func (b *board) words(slot int) []atomic.Uint64 {
 // ahead of the others.
 func (c *conn) queuedFor(seq uint64, last *session.PushItem, before uint64) {
 	c.mu.Lock()
-	if c.dig[restWord].Swap(0) != 0 {
+	if c.words()[restWord].Swap(0) != 0 {
 		c.rests.Store(false)
 		c.skipped = last
 	} else if last != nil && c.queued == 0 && c.inbox.Empty() && (c.skipped == nil || c.skipped.Seq < last.Seq) {
@@ -324,11 +348,11 @@ func (c *conn) queuedFor(seq uint64, last *session.PushItem, before uint64) {
 // queued, and the first fan-out that queued one left the newest push that
 // skipped the connection in skipped (see queuedFor).
 func (c *conn) wake() *session.PushItem {
-	if c.dig == nil {
+	if c.page == nil {
 		return nil
 	}
 	var item *session.PushItem
-	rested := c.dig[restWord].Swap(0) != 0
+	rested := c.words()[restWord].Swap(0) != 0
 	if rested {
 		c.rests.Store(false)
 		item = c.s.narrow.Load()

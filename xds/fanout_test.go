@@ -383,9 +383,9 @@ func TestBoardSlots(t *testing.T) {
 		if conns[i].slot != i {
 			t.Fatalf("connection %d has slot %d", i, conns[i].slot)
 		}
-		conns[i].dig[restWord].Store(uint64(i + 1))
+		conns[i].words()[restWord].Store(uint64(i + 1))
 	}
-	first := &b.pages[0][0]
+	first := &(*b.pages[0])[0]
 	for i, c := range conns {
 		if got := b.words(c.slot)[restWord].Load(); got != uint64(i+1) {
 			t.Fatalf("slot %d reads %d; want %d", c.slot, got, i+1)
@@ -397,11 +397,11 @@ func TestBoardSlots(t *testing.T) {
 	switch {
 	case again.slot != 7:
 		t.Errorf("the new connection has slot %d; want 7, taken back", again.slot)
-	case again.dig[restWord].Load() != 0:
+	case again.words()[restWord].Load() != 0:
 		t.Errorf("a reused slot's words are not cleared")
 	case b.conns[7] != again:
 		t.Errorf("slot 7 is not the new connection's")
-	case &b.pages[0][0] != first:
+	case &(*b.pages[0])[0] != first:
 		t.Errorf("a page moved")
 	}
 	if n := len(newBoard(&settings{}).pages); n != 0 {
@@ -498,14 +498,15 @@ func TestRestProtocol(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &Server{}
 			s.narrow.Store(tc.narrow)
-			c := &conn{s: s, core: &session.Core{AppliedSeq: tc.applied}, dig: make([]atomic.Uint64, filterWord+shared.DigestWords)}
+			page := make([]atomic.Uint64, boardPage*(filterWord+shared.DigestWords))
+			c := &conn{s: s, core: &session.Core{AppliedSeq: tc.applied}, page: &page}
 			if tc.before.resting {
-				c.dig[restWord].Store(1)
+				c.words()[restWord].Store(1)
 			}
 			c.queued, c.skipped = tc.before.queued, tc.before.skipped
 			if tc.fanOut != nil {
 				c.queuedFor(tc.fanOut.Seq, tc.last, tc.fanOut.Seq-1)
-				if c.dig[restWord].Load() != 0 {
+				if c.words()[restWord].Load() != 0 {
 					t.Fatal("a connection queued a push still rests")
 				}
 				// Delivered, as the step starts: the inbox holds it.
@@ -515,8 +516,8 @@ func TestRestProtocol(t *testing.T) {
 			if (got == nil) != (tc.want == nil) || (got != nil && got.Seq != tc.want.Seq) {
 				t.Errorf("wake() = %v; want %v", got, tc.want)
 			}
-			if c.dig[restWord].Load() != 0 || c.skipped != nil {
-				t.Errorf("after wake: resting %d, skipped %v", c.dig[restWord].Load(), c.skipped)
+			if c.words()[restWord].Load() != 0 || c.skipped != nil {
+				t.Errorf("after wake: resting %d, skipped %v", c.words()[restWord].Load(), c.skipped)
 			}
 		})
 	}

@@ -135,9 +135,6 @@ func typeStatus(sn *session.TypeSnapshot, set *settings, t TypeURL, id, connID s
 type connState struct {
 	snap        *session.Snapshot
 	connectedAt session.Instant
-	// writingSeq is the lowest PushContext Seq of the responses being
-	// written, whose OnSend hooks may not have run yet; 0 when none.
-	writingSeq  uint64
 	initialised bool
 }
 

@@ -6,16 +6,42 @@ import (
 	"io"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/status"
 
 	"github.com/xdspush/xdspush/internal/session"
 )
 
-// event is one entry of the stream's mailbox.
+// event is one entry of the stream's mailbox. It carries a request or an
+// error, never both, and so holds either in one interface value (see
+// requestEvent, request and err).
 type event struct {
 	kind evKind
-	in   session.Inbound // evRequest
-	err  error           // evRecvErr, evWriteFailed
+	// v is the message of the request of an evRequest (the stream's
+	// *DiscoveryRequest or *DeltaDiscoveryRequest), the error of an
+	// evRecvErr or evWriteFailed, nil otherwise.
+	v any
+}
+
+// requestEvent returns the evRequest of request in.
+func requestEvent(in session.Inbound) event {
+	if in.Delta != nil {
+		return event{kind: evRequest, v: in.Delta}
+	}
+	return event{kind: evRequest, v: in.SotW}
+}
+
+// request returns the request of an evRequest.
+func (ev event) request() session.Inbound {
+	sotw, _ := ev.v.(*discoveryv3.DiscoveryRequest)
+	delta, _ := ev.v.(*discoveryv3.DeltaDiscoveryRequest)
+	return session.Inbound{SotW: sotw, Delta: delta}
+}
+
+// err returns the error of an evRecvErr or evWriteFailed.
+func (ev event) err() error {
+	err, _ := ev.v.(error)
+	return err
 }
 
 type evKind uint8
@@ -127,7 +153,7 @@ func (c *conn) receive(first bool) {
 		in, err := c.recv(first)
 		if err != nil {
 			c.cancel() // the stream is over, and so are its host calls (see newConn)
-			c.postEvent(event{kind: evRecvErr, err: err})
+			c.postEvent(event{kind: evRecvErr, v: err})
 			return
 		}
 		// The opening reads the node of the first request, initialises
@@ -135,7 +161,7 @@ func (c *conn) receive(first bool) {
 		// holds the step lock; this goroutine reads on meanwhile, so that
 		// it sees the client leave.
 		if first {
-			if !c.postEvent(event{kind: evRequest, in: in}) {
+			if !c.postEvent(requestEvent(in)) {
 				return
 			}
 			first = false
@@ -306,12 +332,12 @@ func (c *conn) loop(ctx context.Context) error {
 func (c *conn) endedBy(ctx context.Context, ev event) error {
 	switch ev.kind {
 	case evRecvErr:
-		return c.recvStatus(ev.err)
+		return c.recvStatus(ev.err())
 	case evWriteFailed:
 		if c.s.stopCtx.Err() != nil {
 			return errShuttingDown
 		}
-		return ev.err
+		return ev.err()
 	}
 	return c.s.ctxStatus(ctx) // evCtxDone
 }

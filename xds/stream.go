@@ -90,21 +90,23 @@ type conn struct {
 
 	// stepSem is the step lock, a channel of capacity 1 so that a step
 	// waiting for it inside a testing/synctest bubble blocks durably: it
-	// protects the core and the fields below it, up to events. The handler
-	// goroutine holds it from the stream's start until loop first waits,
-	// and again from loop's return to the handler's; in between, each step
-	// takes it (see lockStep).
+	// protects the core and the fields below it, up to events, and
+	// stopped, writing and paused, which are with the flags of mu to share
+	// their word. The handler goroutine holds it from the stream's start
+	// until loop first waits, and again from loop's return to the
+	// handler's; in between, each step takes it (see lockStep).
 	stepSem        chan struct{}
 	ctx            context.Context    // the stream's context, for steps
 	cancel         context.CancelFunc // cancels ctx: at the stream's end, or the Server's shutdown
 	failErr        error              // why a step ended the stream (see unlockStep)
 	outbox         []*session.OutMsg
 	writingApplied uint64 // the lowest appliedSeq stamped on the batch being written (0 when none)
-	// slot is the connection's place on the Server's board, and dig its
-	// words there (with Config.NamedKinds only), set when it registers:
-	// whether it rests, and its digest (see fanout.go).
+	// slot is the connection's place on the Server's board, and page the
+	// board's page that holds its words (with Config.NamedKinds only; see
+	// words), set when it registers: whether it rests, and its digest
+	// (see fanout.go).
 	slot int
-	dig  []atomic.Uint64
+	page *[]atomic.Uint64
 	// timer (made by the opening, before the first step) fires at the
 	// earlier of timerAt, the core's next deadline, and writeAt, when a
 	// write in progress is checked for being blocked (see arm); armedAt is
@@ -112,9 +114,6 @@ type conn struct {
 	timer            Timer
 	timerAt, writeAt session.Instant
 	armedAt          session.Instant
-	stopped          bool // the stream is ending: no step may run
-	writing          bool // a batch is being written (by a writer goroutine, or inline)
-	paused           bool // the receive goroutine is asked to wait
 
 	// events is the stream's mailbox, read by the opening until the
 	// stream is admitted and then by loop: the first request, and what
@@ -138,10 +137,10 @@ type conn struct {
 	// handler by as long as its blocked Send takes to return, and a write
 	// that completes after the stream ended is not reported. It is made
 	// only when Hooks.OnSend is set. ended, which it protects, is with
-	// the fields of mu to share their word.
+	// the flags of mu to share their word.
 	hookSem chan struct{}
 
-	mu sync.Mutex // protects the fields below but ended
+	mu sync.Mutex // protects the fields below up to closed
 	// inbox is every push handed to the connection (by deliver, or a
 	// failed push given back for its retry) that the core has not been
 	// given yet, merged in one item. The core takes all of it at once,
@@ -159,6 +158,11 @@ type conn struct {
 	busy    bool // initialising, writing or in a push's phases: the inbox waits
 	kicked  bool // unpark queued a kick that no deliver has posted yet
 	closed  bool // the stream has ended
+	// The step lock's flags (see stepSem) and hookSem's, here to share
+	// the word of mu's:
+	stopped bool // the stream is ending: no step may run
+	writing bool // a batch is being written (by a writer goroutine, or inline)
+	paused  bool // the receive goroutine is asked to wait
 	ended   bool // OnDisconnect is due or done; protected by hookSem
 
 	// Protected by Server.track.mu: the push this connection is synced

@@ -23,13 +23,6 @@ func (c *conn) nextBatch() []*session.OutMsg {
 	c.outbox = nil
 	c.writing = true
 	c.writingApplied = session.LowestApplied(batch)
-	low := batch[0].Seq
-	for _, m := range batch[1:] {
-		low = min(low, m.Seq)
-	}
-	c.statusMu.Lock()
-	c.st.writingSeq = low
-	c.statusMu.Unlock()
 	c.writeAt = c.s.set.Instant(c.s.set.clock.Now().Add(c.s.set.writeTimeout))
 	c.arm()
 	return batch
@@ -41,9 +34,6 @@ func (c *conn) onWritten() []*session.OutMsg {
 	c.writing = false
 	c.writingApplied = 0
 	c.writeAt = 0 // settle re-arms the timer
-	c.statusMu.Lock()
-	c.st.writingSeq = 0
-	c.statusMu.Unlock()
 	return c.settle(false)
 }
 
@@ -88,7 +78,7 @@ func (c *conn) write(batch []*session.OutMsg) {
 // failed Send ends it).
 func (c *conn) writeBatch(batch []*session.OutMsg) []*session.OutMsg {
 	if err := c.send(batch); err != nil {
-		c.postEvent(event{kind: evWriteFailed, err: err})
+		c.postEvent(event{kind: evWriteFailed, v: err})
 		return nil
 	}
 	if !c.lockStep() {
