@@ -130,7 +130,12 @@ func (c *conn) postEvent(ev event) bool {
 	select {
 	case c.events <- ev:
 		return true
-	case <-c.done:
+	default: // the mailbox is full: wait for loop or for the stream's end
+	}
+	select {
+	case c.events <- ev:
+		return true
+	case <-c.doneChan():
 		return false
 	}
 }
@@ -185,7 +190,7 @@ func (c *conn) receive(first bool) {
 			}
 			select {
 			case <-c.resume:
-			case <-c.done:
+			case <-c.doneChan():
 				return
 			}
 		}

@@ -125,8 +125,7 @@ type conn struct {
 	// step (see receive), made once, so that handing reading on after
 	// every step allocates nothing.
 	readOn     func()
-	done       chan struct{} // closed when the stream ends
-	recvPaused atomic.Bool   // mirrors paused for the receive goroutine
+	recvPaused atomic.Bool // mirrors paused for the receive goroutine
 
 	sendType  atomic.Int32 // the type index of the current Send
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
@@ -155,9 +154,14 @@ type conn struct {
 	// rested, kept by the fan-out that ended the rest, for its next step
 	// to apply first (see fanout.go); nil if none.
 	skipped *session.PushItem
-	busy    bool // initialising, writing or in a push's phases: the inbox waits
-	kicked  bool // unpark queued a kick that no deliver has posted yet
-	closed  bool // the stream has ended
+	// done is closed when the stream ends. A stream's goroutines wait on
+	// it only when the mailbox is full or the receive goroutine is
+	// paused, which almost no stream ever is: the first that does makes it
+	// (see doneChan), and a stream that never does has none.
+	done   chan struct{}
+	busy   bool // initialising, writing or in a push's phases: the inbox waits
+	kicked bool // unpark queued a kick that no deliver has posted yet
+	closed bool // the stream has ended
 	// The step lock's flags (see stepSem) and hookSem's, here to share
 	// the word of mu's:
 	stopped bool // the stream is ending: no step may run
@@ -293,7 +297,6 @@ func (s *Server) newConn(stream grpc.ServerStream, delta bool) *conn {
 		ctx:     ctx,
 		cancel:  cancel,
 		events:  make(chan event, eventsCap),
-		done:    make(chan struct{}),
 		hookSem: hookSem,
 		stepSem: make(chan struct{}, 1),
 		busy:    true,

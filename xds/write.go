@@ -156,11 +156,28 @@ func (c *conn) close() {
 	c.mu.Lock()
 	c.closed = true
 	c.inbox = nil
+	done := c.done
 	c.mu.Unlock()
 	if c.timer != nil {
 		c.timer.Stop()
 	}
-	close(c.done)
+	if done != nil {
+		close(done) // else doneChan makes it closed
+	}
+}
+
+// doneChan returns the channel closed when the stream ends (conn.done),
+// made if there is none yet: closed already if the stream has ended.
+func (c *conn) doneChan() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.done == nil {
+		c.done = make(chan struct{})
+		if c.closed {
+			close(c.done)
+		}
+	}
+	return c.done
 }
 
 // hostStreamError ends a stream because of host code: OnDisconnect gets
