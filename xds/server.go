@@ -89,6 +89,9 @@ type Server struct {
 	// guardTimers holds the stopped timers of host-call guards, for reuse
 	// (see guardTimer).
 	guardTimers sync.Pool
+	// tickTimers holds the stopped timers that streams arm with a Clock
+	// that calls back, for reuse (see tickTimer).
+	tickTimers sync.Pool
 	// snaps holds the copies of a connection's state that its steps keep
 	// for the reads while they run (see beginStep), for reuse.
 	snaps    sync.Pool

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -300,11 +301,15 @@ func (c *conn) handle(ctx context.Context, in session.Inbound) ([]*session.OutMs
 // the error that ends the stream. It is entered, and returns, holding the
 // step lock; it releases it while it waits.
 func (c *conn) loop(ctx context.Context) error {
-	// The timer is made by the opening, before the first step, and steps
-	// arm and stop it. Its channel is nil when it calls back (see tick);
-	// otherwise it is watched here throughout, and a tick that finds
-	// nothing due re-arms it (onTick).
-	timerC := c.timer.C()
+	// With a Clock that does not call back, the timer is made by the
+	// opening, before the first step, and steps arm and stop it: its
+	// channel is watched here throughout, and a tick that finds nothing
+	// due re-arms it (onTick). A timer that calls back (see tick) has no
+	// channel, and comes and goes with what it is armed for (see arm).
+	var timerC <-chan time.Time
+	if c.timer != nil {
+		timerC = c.timer.C()
+	}
 	if c.stopped {
 		return c.failErr // the first step failed (see open)
 	}
@@ -347,14 +352,14 @@ func (c *conn) endedBy(ctx context.Context, ev event) error {
 	return c.s.ctxStatus(ctx) // evCtxDone
 }
 
-// newTimer returns the stream's timer, not armed. With a Clock that calls
-// back (AfterFuncClock), what is due runs on the goroutine it calls back
-// on (tick); otherwise loop waits on the timer's channel.
+// newTimer returns the stream's timer, not armed, for loop to wait on;
+// nil with a Clock that calls back (AfterFuncClock). Then what is due
+// runs on the goroutine the timer calls back on (tick), and the stream
+// has a timer only while something is due (see arm): a stream at rest, as
+// most are, keeps none.
 func (c *conn) newTimer() Timer {
-	if ac, ok := c.s.set.clock.(AfterFuncClock); ok {
-		t := ac.AfterFunc(time.Hour, c.tick)
-		t.Stop()
-		return t
+	if _, ok := c.s.set.clock.(AfterFuncClock); ok {
+		return nil
 	}
 	return stoppedTimer(c.s.set.clock)
 }
@@ -486,12 +491,66 @@ func (c *conn) arm() {
 	}
 	c.armedAt = at
 	if at == 0 {
-		c.timer.Stop()
+		c.stopTimer()
+		return
+	}
+	d := max(c.s.set.Time(at).Sub(c.s.set.clock.Now()), 0)
+	if c.timer == nil {
+		c.timer = c.s.lendTickTimer(c, d)
 		return
 	}
 	// Reset alone moves an armed timer: a Stop first would take the
 	// runtime's timer lock twice, at every step of every connection.
-	c.timer.Reset(max(c.s.set.Time(at).Sub(c.s.set.clock.Now()), 0))
+	c.timer.Reset(d)
+}
+
+// stopTimer stops the stream's timer; one lent by the Server's pool goes
+// back to it.
+func (c *conn) stopTimer() {
+	if t, ok := c.timer.(*tickTimer); ok {
+		c.timer = nil
+		c.s.returnTickTimer(t)
+	} else if c.timer != nil {
+		c.timer.Stop()
+	}
+}
+
+// tickTimer is a timer of a Clock that calls back (AfterFuncClock), lent
+// to a stream while it is armed (see conn.arm) from the Server's pool:
+// every stream arms its timer at every write, and most streams, at rest,
+// have nothing due. It calls back the stream it is lent to; a tick that
+// comes after the stream gave it back, or to the next stream it is lent
+// to, finds nothing due (see onTick).
+type tickTimer struct {
+	Timer
+	c atomic.Pointer[conn] // nil while in the pool
+}
+
+func (t *tickTimer) fire() {
+	if c := t.c.Load(); c != nil {
+		c.tick()
+	}
+}
+
+// lendTickTimer returns a timer that calls back c's tick once d has
+// passed, from the Server's pool.
+func (s *Server) lendTickTimer(c *conn, d time.Duration) *tickTimer {
+	if t, ok := s.tickTimers.Get().(*tickTimer); ok {
+		t.c.Store(c)
+		t.Reset(d)
+		return t
+	}
+	t := new(tickTimer)
+	t.c.Store(c)
+	t.Timer = s.set.clock.(AfterFuncClock).AfterFunc(d, t.fire)
+	return t
+}
+
+// returnTickTimer stops t and gives it back to the pool.
+func (s *Server) returnTickTimer(t *tickTimer) {
+	t.Stop()
+	t.c.Store(nil)
+	s.tickTimers.Put(t)
 }
 
 // post hands a push to the connection, adding it to the inbox. It reports

@@ -107,10 +107,11 @@ type conn struct {
 	// (see fanout.go).
 	slot int
 	page *[]atomic.Uint64
-	// timer (made by the opening, before the first step) fires at the
-	// earlier of timerAt, the core's next deadline, and writeAt, when a
-	// write in progress is checked for being blocked (see arm); armedAt is
-	// when it is armed for, zero when it is not.
+	// timer fires at the earlier of timerAt, the core's next deadline,
+	// and writeAt, when a write in progress is checked for being blocked
+	// (see arm); armedAt is when it is armed for, zero when it is not. It
+	// is made by the opening, before the first step, or, with a Clock
+	// that calls back, by arm while it is armed (see newTimer).
 	timer            Timer
 	timerAt, writeAt session.Instant
 	armedAt          session.Instant

@@ -158,9 +158,7 @@ func (c *conn) close() {
 	c.inbox = nil
 	done := c.done
 	c.mu.Unlock()
-	if c.timer != nil {
-		c.timer.Stop()
-	}
+	c.stopTimer()
 	if done != nil {
 		close(done) // else doneChan makes it closed
 	}

@@ -21,7 +21,7 @@ type Subscription struct {
 	// none, and for a Delta one that names none.
 	Globs []string
 	// Order is the order of the names in the SotW request that made the
-	// subscription (see typeState.order), nil if none: connections whose
+	// subscription (see session.TypeState.order), nil if none: connections whose
 	// requests list the names in that order share it, so that what each
 	// holds does not grow with the names (a fleet's proxies list them
 	// alike; the pointer is what they share). It takes no part in
@@ -100,13 +100,13 @@ func (s *Subscription) Equal(o *Subscription) bool {
 	return s == o || s.Wildcard == o.Wildcard && (s.Globs == nil) == (o.Globs == nil) && slices.Equal(s.Names, o.Names)
 }
 
-// StarIndex stands for "*" in typeState.order.
+// StarIndex stands for "*" in session.TypeState.order.
 const StarIndex = ^uint32(0)
 
 // ParseNames returns the names of raw sorted, without duplicates and
-// "*", whether "*" was in raw, and the order of raw relative to names (see
-// typeState.order). It does not modify raw, and returns raw itself (and a
-// nil order) when raw is already in that form.
+// "*", whether "*" was in raw, and the order of raw relative to names
+// (see session.TypeState.order). It does not modify raw, and returns raw
+// itself (and a nil order) when raw is already in that form.
 func ParseNames(raw []string) (names []string, star bool, order []uint32) {
 	if normalNames(raw) {
 		return raw, false, nil
