@@ -130,6 +130,8 @@ func (ts *TypeState) SetDirty(on bool) { ts.flags.set(flagDirty, on) }
 // index returns the type's index (Settings.TypeIndex).
 func (ts *TypeState) index() int { return int(ts.idx) }
 
+// resumed reports whether the Delta subscription's first request reported
+// what the client holds (see typeFlags).
 func (ts *TypeState) resumed() bool { return ts.flags&flagResumed != 0 }
 
 // Order returns the order of the names of the last SotW request (see
