@@ -100,7 +100,7 @@ func (c *conn) dump() *ConnDump {
 	d := &ConnDump{ProxyID: c.proxy.ID, ConnID: c.proxy.ConnID, Delta: c.delta}
 	c.statusMu.Lock()
 	d.Version = c.headLocked().Version
-	snaps := slices.Clone(c.typesLocked(nil))
+	snaps := c.typesLocked(nil)
 	c.statusMu.Unlock()
 	d.Types = make([]TypeDump, 0, len(snaps))
 	for k := range snaps {

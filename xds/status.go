@@ -201,13 +201,13 @@ func (c *conn) headLocked() session.Head {
 	return session.Head{}
 }
 
-// typesLocked returns what the connection published of each type's state
-// (see connState): as a step in progress keeps it, or at rest the core's,
-// appended to buf. The caller holds statusMu, and copies what it keeps.
+// typesLocked appends to buf what the connection published of each
+// type's state (see connState): as a step in progress keeps it, or at
+// rest the core's. The caller holds statusMu.
 func (c *conn) typesLocked(buf []session.TypeSnapshot) []session.TypeSnapshot {
 	switch {
 	case c.st.snap != nil:
-		return c.st.snap.Types
+		return append(buf, c.st.snap.Types...)
 	case c.core != nil:
 		return c.core.AppendTypes(buf)
 	}

@@ -257,7 +257,7 @@ func (c *Core) blocked(i int) bool {
 	set := c.set
 	if set.PhaseWait && (i == set.RDSIndex || i == set.LDSIndex) && set.CDSIndex >= 0 {
 		if cts := c.Types[set.CDSIndex]; cts != nil && cts.resumed() && cts.Sub.Wildcard && !cts.Synced() &&
-			(cts.NACK() == nil || cts.NACK().Nonce != cts.NonceSent) {
+			!cts.nackedLast() {
 			return true
 		}
 	}

@@ -184,7 +184,7 @@ func (c *Core) AwaitsHeldBack(ts *TypeState) bool {
 		return true
 	}
 	for _, o := range c.Types {
-		if o != nil && o.NACK() != nil && o.NACK().Nonce == o.NonceSent {
+		if o != nil && o.nackedLast() {
 			return false
 		}
 	}

@@ -347,7 +347,7 @@ func (d *diffResult) unreject(ts *TypeState, tgt *Target, o relOpts) {
 			}
 		}
 	}
-	if ts.NACK() != nil && ts.NACK().Nonce == ts.NonceSent && ts.NonceSent != "" && len(ts.Rejected()) == len(d.unrejected) {
+	if ts.nackedLast() && ts.NonceSent != "" && len(ts.Rejected()) == len(d.unrejected) {
 		d.resync = true
 	}
 
@@ -482,7 +482,7 @@ func (c *Core) settleWithheld(ts *TypeState, d *diffResult, whole bool) {
 	for _, n := range d.unrejected {
 		delete(ts.Rejected(), n)
 	}
-	if len(d.unrejected) > 0 && len(ts.Rejected()) == 0 && ts.NACK() != nil && ts.NACK().Nonce != ts.NonceSent {
+	if len(d.unrejected) > 0 && len(ts.Rejected()) == 0 && ts.NACK() != nil && !ts.nackedLast() {
 		// The NACK of an earlier response stood for the content withheld
 		// since: none is any longer.
 		ts.setNACK(nil)

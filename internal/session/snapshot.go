@@ -172,8 +172,7 @@ func (c *Core) SyncedTo() uint64 {
 			// synced to the push it belongs to.
 			x = min(x, ts.AppliedAcked-1)
 		}
-		if ts.NonceSent == "" || ts.NonceAcked == ts.NonceSent ||
-			(ts.NACK() != nil && ts.NACK().Nonce == ts.NonceSent) {
+		if ts.NonceSent == "" || ts.NonceAcked == ts.NonceSent || ts.nackedLast() {
 			continue // nothing sent, or the last response ACKed or NACKed
 		}
 		// Not synced to the push whose response is unanswered, even when

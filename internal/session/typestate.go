@@ -388,6 +388,12 @@ func (ts *TypeState) NACK() *NACKRecord {
 	return ts.Rare.nack
 }
 
+// nackedLast reports whether the client rejected the last response sent.
+func (ts *TypeState) nackedLast() bool {
+	n := ts.NACK()
+	return n != nil && n.Nonce == ts.NonceSent
+}
+
 // setNACK records n as the type's last NACK (nil: none).
 func (ts *TypeState) setNACK(n *NACKRecord) {
 	if n != nil {
