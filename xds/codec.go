@@ -102,6 +102,10 @@ func (c *internCodec) Marshal(v any) (mem.BufferSlice, error) { return c.std.Mar
 // any other message as gRPC's protobuf codec does.
 func (c *internCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
+	case *sotwSlot:
+		return c.Unmarshal(data, m.msg())
+	case *deltaSlot:
+		return c.Unmarshal(data, m.msg())
 	case *discoveryv3.DiscoveryRequest:
 		buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 		defer buf.Free()

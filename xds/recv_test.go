@@ -4,12 +4,16 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/xdspush/xdspush/pushcontext"
 )
@@ -82,6 +86,97 @@ func TestFirstRequestKeptWhileOthersArrive(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("responses %q; want %q", got, want)
 			}
+		})
+	}
+}
+
+// payloadChecker is a gRPC stats handler that checks that every request
+// the server receives is, as gRPC hands it to stats handlers, a
+// proto.Message of the stream's request type with the request's content
+// (a stream's slot, see recvslot.go, for every request but the first).
+type payloadChecker struct {
+	want protoreflect.FullName
+	mu   sync.Mutex
+	errs []string
+	n    int
+}
+
+func (h *payloadChecker) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (h *payloadChecker) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (h *payloadChecker) HandleConn(context.Context, stats.ConnStats) {}
+func (h *payloadChecker) HandleRPC(_ context.Context, s stats.RPCStats) {
+	in, ok := s.(*stats.InPayload)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+	m, ok := in.Payload.(proto.Message)
+	switch {
+	case !ok:
+		h.errs = append(h.errs, fmt.Sprintf("payload %T is not a proto.Message", in.Payload))
+	case m.ProtoReflect().Descriptor().FullName() != h.want:
+		h.errs = append(h.errs, fmt.Sprintf("payload of %s", m.ProtoReflect().Descriptor().FullName()))
+	case proto.Size(m) != in.Length:
+		h.errs = append(h.errs, fmt.Sprintf("payload of %d bytes; %d received", proto.Size(m), in.Length))
+	}
+}
+
+// TestRequestSlot: every request after a stream's first is decoded into
+// the stream's slot, with CodecOption's codec and with gRPC's own, and
+// handed to stats handlers as a proto.Message with the request's content;
+// a stream waiting for its next request holds no message.
+func TestRequestSlot(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		delta, interning bool
+	}{
+		{"sotw/codec", false, true},
+		{"sotw/grpc", false, false},
+		{"delta/codec", true, true},
+		{"delta/grpc", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := newStore()
+				world(st, 3)
+				h := &payloadChecker{want: "envoy.service.discovery.v3.DiscoveryRequest"}
+				if tc.delta {
+					h.want = "envoy.service.discovery.v3.DeltaDiscoveryRequest"
+				}
+				f := startCodec(t, st, "v", nil, false, tc.interning, grpc.StatsHandler(h))
+				if tc.delta {
+					c := f.connectDelta("a", nil)
+					for _, typ := range []TypeURL{ClusterType, EndpointType, ListenerType, RouteType} {
+						c.subscribe(typ)
+					}
+					c.ackUntilQuiet()
+				} else {
+					c := f.connect("a", nil, true)
+					c.subscribeAll(3)
+				}
+				synctest.Wait()
+				for _, ts := range f.srv.Status()[0].Types {
+					if !ts.Synced() || ts.AckedNonce == "" {
+						t.Errorf("%s: acked %q, sent %q; want it synced", ts.Type.Short(), ts.AckedNonce, ts.SentNonce)
+					}
+				}
+				for _, cn := range f.srv.connections() {
+					cn.stepSem <- struct{}{} // after the steps that took the requests out
+					if cn.sreq.m != nil || cn.dreq.m != nil {
+						t.Errorf("connection %s at rest holds a request message", cn.proxy.ConnID)
+					}
+					<-cn.stepSem
+				}
+				h.mu.Lock()
+				defer h.mu.Unlock()
+				if h.n < 8 || len(h.errs) > 0 {
+					t.Errorf("%d requests received; want 8 or more, each a proto.Message as sent; %q", h.n, h.errs)
+				}
+			})
 		})
 	}
 }

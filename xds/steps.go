@@ -176,7 +176,7 @@ func (c *conn) receive(first bool) {
 			return
 		}
 		batch, err := c.handle(c.ctx, in)
-		in.Reset() // read: what it held is not kept while the next is awaited
+		release(in) // read: the message goes back to the pool (see recvslot.go)
 		if !c.unlockStep(err) {
 			c.write(batch) // what the step queued before it failed, if anything
 			return
@@ -203,37 +203,6 @@ func (c *conn) receive(first bool) {
 		c.write(batch)
 		return
 	}
-}
-
-// recv receives the stream's next request. The first is received into a
-// message of its own, which the stream's opening reads while the receive
-// goroutine receives on; every later one into the stream's one message
-// (sreq or dreq), which its step has read when reading is handed on. A
-// message per request would be garbage at every step, in the size classes
-// where the connection's lasting state sits (see benchmarks/README.md,
-// "Memory: garbage among a connection's lasting state"). So a stream
-// interceptor or stats handler that keeps a request past RecvMsg must copy
-// it (as grpc-go's stats package already asks of a stats handler).
-func (c *conn) recv(first bool) (in session.Inbound, err error) {
-	if c.delta {
-		in.Delta, err = recvInto(c, &c.dreq, first)
-	} else {
-		in.SotW, err = recvInto(c, &c.sreq, first)
-	}
-	return in, err
-}
-
-// recvInto receives the stream's next request into *own, made on the
-// stream's second request, or, for its first, into a new message.
-func recvInto[T any](c *conn, own **T, first bool) (*T, error) {
-	m := *own
-	if first || m == nil {
-		m = new(T)
-		if !first {
-			*own = m
-		}
-	}
-	return m, c.stream.RecvMsg(m)
 }
 
 // setPaused asks the receive goroutine to stop reading requests, or to

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -64,11 +63,11 @@ const maxQueuedAnswers = 32
 type conn struct {
 	s *Server
 	// stream is the ADS stream, SotW or Delta (see delta). Its requests
-	// after the first are received into sreq or dreq, one message for the
-	// stream's life (see recv); the other is nil.
+	// after the first are received into the slot sreq or dreq, which
+	// holds a message only while one is decoded into it (see recvslot.go).
 	stream grpc.ServerStream
-	sreq   *discoveryv3.DiscoveryRequest
-	dreq   *discoveryv3.DeltaDiscoveryRequest
+	sreq   sotwSlot
+	dreq   deltaSlot
 	seq    uint64 // per-Server connection number
 	// proxy is the Proxy as the stream opened. Its ID, ConnID, Node, Peer
 	// and Identity never change, and are what the reads use. hostP is the
