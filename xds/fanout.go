@@ -202,12 +202,10 @@ func verdictOf(w []atomic.Uint64, nk session.NamedKeys) verdict {
 // mark what a holding shares with their copy, which only a step's writes
 // read: see shared.Holding.Snapshot).
 func (c *conn) skips(nk session.NamedKeys) bool {
-	select {
-	case c.stepSem <- struct{}{}:
-	default:
+	if !c.tryStep() {
 		return false // a step is running: it may be changing what the client watches
 	}
-	defer func() { <-c.stepSem }()
+	defer c.giveStep()
 	return c.words()[restWord].Load() != 0 && !c.core.Concerns(nk)
 }
 

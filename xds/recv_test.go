@@ -165,11 +165,11 @@ func TestRequestSlot(t *testing.T) {
 					}
 				}
 				for _, cn := range f.srv.connections() {
-					cn.stepSem <- struct{}{} // after the steps that took the requests out
+					cn.takeStep() // after the steps that took the requests out
 					if cn.sreq.m != nil || cn.dreq.m != nil {
 						t.Errorf("connection %s at rest holds a request message", cn.proxy.ConnID)
 					}
-					<-cn.stepSem
+					cn.giveStep()
 				}
 				h.mu.Lock()
 				defer h.mu.Unlock()

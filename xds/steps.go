@@ -63,13 +63,56 @@ const eventsCap = 1
 // lockStep takes the step lock for a step on the caller's goroutine; it
 // reports false, holding nothing, if the stream has ended or is ending.
 func (c *conn) lockStep() bool {
-	c.stepSem <- struct{}{}
+	c.takeStep()
 	if c.stopped {
-		<-c.stepSem
+		c.giveStep()
 		return false
 	}
 	c.beginStep()
 	return true
+}
+
+// takeStep takes the step lock, waiting while another goroutine holds it.
+// (Not the lock of a goroutine: one goroutine may take it and another
+// give it up, as the opening and the handler goroutine do.)
+func (c *conn) takeStep() {
+	c.mu.Lock()
+	for c.stepHeld {
+		if c.stepWake == nil {
+			c.stepWake = make(chan struct{})
+		}
+		wake := c.stepWake
+		c.mu.Unlock()
+		<-wake
+		c.mu.Lock()
+	}
+	c.stepHeld = true
+	c.mu.Unlock()
+}
+
+// tryStep takes the step lock if no goroutine holds it, and reports
+// whether it did.
+func (c *conn) tryStep() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stepHeld {
+		return false
+	}
+	c.stepHeld = true
+	return true
+}
+
+// giveStep gives the step lock up, and wakes whoever waits for it to try
+// again.
+func (c *conn) giveStep() {
+	c.mu.Lock()
+	c.stepHeld = false
+	wake := c.stepWake
+	c.stepWake = nil
+	c.mu.Unlock()
+	if wake != nil {
+		close(wake)
+	}
 }
 
 // beginStep and endStep bracket each hold of the step lock but skips'
@@ -116,7 +159,7 @@ func (c *conn) unlockStep(err error) bool {
 		c.failErr = err
 	}
 	c.endStep()
-	<-c.stepSem
+	c.giveStep()
 	if err != nil {
 		c.postEvent(event{kind: evStepFailed})
 		return false
@@ -283,7 +326,7 @@ func (c *conn) loop(ctx context.Context) error {
 	}
 	for {
 		c.endStep()
-		<-c.stepSem
+		c.giveStep()
 		var ev event
 		tick := false
 		select {
@@ -291,7 +334,7 @@ func (c *conn) loop(ctx context.Context) error {
 		case <-timerC:
 			tick = true
 		}
-		c.stepSem <- struct{}{}
+		c.takeStep()
 		c.beginStep()
 		switch {
 		case c.stopped:

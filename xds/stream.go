@@ -24,7 +24,7 @@ import (
 // proxy and runs the first request. From then on the core (a
 // session.Core) is fed its steps by whichever goroutine has the step to
 // take, under the
-// connection's step lock (stepSem; steps.go): the
+// connection's step lock (takeStep; steps.go): the
 // receive goroutine runs each request it reads, the push queue's drainer
 // runs the push it hands over (deliver) and writes its first batch
 // (inline.go), the writer records the end of
@@ -82,19 +82,24 @@ type conn struct {
 	// plain: the stream compresses nothing, so responses shared with
 	// other streams are written as encoded once (see sharedMsg).
 	plain bool
+	// stepHeld: the step lock is held (see stepWake); protected by mu.
+	stepHeld bool
 	// rests repeats whether the connection rests (see slot), for Status,
 	// which may read it after the slot is another connection's. (Here,
 	// not with slot, it takes no word of its own.)
 	rests atomic.Bool
 
-	// stepSem is the step lock, a channel of capacity 1 so that a step
-	// waiting for it inside a testing/synctest bubble blocks durably: it
-	// protects the core and the fields below it, up to events, and
-	// stopped, writing and paused, which are with the flags of mu to share
-	// their word. The handler goroutine holds it from the stream's start
-	// until loop first waits, and again from loop's return to the
-	// handler's; in between, each step takes it (see lockStep).
-	stepSem        chan struct{}
+	// The step lock (stepHeld, and stepWake for those waiting for it;
+	// see takeStep) protects the core and the fields below it, up to
+	// events, and stopped, writing and paused, which are with the flags
+	// of mu to share their word. The handler goroutine holds it from the
+	// stream's start until loop first waits, and again from loop's return
+	// to the handler's; in between, each step takes it (see lockStep).
+	// stepWake is closed when the lock is given up, made by the first
+	// goroutine that waits for it since (a channel, so that a step
+	// waiting inside a testing/synctest bubble blocks durably): a
+	// connection whose lock nobody waits for has none. Protected by mu.
+	stepWake       chan struct{}
 	ctx            context.Context    // the stream's context, for steps
 	cancel         context.CancelFunc // cancels ctx: at the stream's end, or the Server's shutdown
 	failErr        error              // why a step ended the stream (see unlockStep)
@@ -162,7 +167,7 @@ type conn struct {
 	busy   bool // initialising, writing or in a push's phases: the inbox waits
 	kicked bool // unpark queued a kick that no deliver has posted yet
 	closed bool // the stream has ended
-	// The step lock's flags (see stepSem) and hookSem's, here to share
+	// The step lock's flags (see stepWake) and hookSem's, here to share
 	// the word of mu's:
 	stopped bool // the stream is ending: no step may run
 	writing bool // a batch is being written (by a writer goroutine, or inline)
@@ -218,7 +223,7 @@ func (s *Server) serve(stream grpc.ServerStream, delta bool) (err error) {
 	defer func() {
 		c.stopped = true
 		c.endStep()
-		<-c.stepSem
+		c.giveStep()
 	}()
 	defer c.close()
 	if !enlisted {
@@ -247,7 +252,7 @@ type opened struct {
 // handler goroutine, and opens it.
 func (s *Server) opening(stream grpc.ServerStream, delta bool) opened {
 	c := s.newConn(stream, delta)
-	c.stepSem <- struct{}{}
+	c.takeStep()
 	c.beginStep()
 	// The Server's shutdown cancels the stream's host calls and wakes its
 	// loop. The client's end of the stream reaches the loop as the receive
@@ -298,7 +303,6 @@ func (s *Server) newConn(stream grpc.ServerStream, delta bool) *conn {
 		cancel:  cancel,
 		events:  make(chan event, eventsCap),
 		hookSem: hookSem,
-		stepSem: make(chan struct{}, 1),
 		busy:    true,
 		plain:   plainStream(sctx),
 	}
