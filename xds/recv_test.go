@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/protobuf/proto"
@@ -120,15 +121,27 @@ func (h *payloadChecker) HandleRPC(_ context.Context, s stats.RPCStats) {
 		h.errs = append(h.errs, fmt.Sprintf("payload %T is not a proto.Message", in.Payload))
 	case m.ProtoReflect().Descriptor().FullName() != h.want:
 		h.errs = append(h.errs, fmt.Sprintf("payload of %s", m.ProtoReflect().Descriptor().FullName()))
+	case m.ProtoReflect().Interface().ProtoReflect().Descriptor().FullName() != h.want || !isRequest(m.ProtoReflect().Interface()):
+		h.errs = append(h.errs, fmt.Sprintf("payload's ProtoReflect().Interface() is a %T", m.ProtoReflect().Interface()))
 	case proto.Size(m) != in.Length:
 		h.errs = append(h.errs, fmt.Sprintf("payload of %d bytes; %d received", proto.Size(m), in.Length))
 	}
 }
 
+// isRequest reports whether m is a discovery request of either protocol.
+func isRequest(m proto.Message) bool {
+	switch m.(type) {
+	case *discoveryv3.DiscoveryRequest, *discoveryv3.DeltaDiscoveryRequest:
+		return true
+	}
+	return false
+}
+
 // TestRequestSlot: every request after a stream's first is decoded into
 // the stream's slot, with CodecOption's codec and with gRPC's own, and
-// handed to stats handlers as a proto.Message with the request's content;
-// a stream waiting for its next request holds no message.
+// handed to stats handlers as a proto.Message with the request's content
+// whose ProtoReflect().Interface() is the request; a stream waiting for
+// its next request holds no message.
 func TestRequestSlot(t *testing.T) {
 	for _, tc := range []struct {
 		name             string

@@ -191,11 +191,16 @@ func (s *Server) ServerOptions() []grpc.ServerOption {
 // (StreamAggregatedResources) and the incremental one
 // (DeltaAggregatedResources).
 //
-// A stream's requests after its first are received into one message, each
-// read by the Server before the next is received: a stream interceptor or
-// stats handler of r that keeps a request past the RecvMsg that received
-// it must copy it, as grpc-go's stats package asks of a stats handler
-// (stats.InPayload).
+// A stream's requests after its first are received into messages the
+// Server reuses, for that stream's next request or another stream's, once
+// it has read them: a stream interceptor or stats handler of r that keeps
+// a request past the RecvMsg that received it must copy it, as grpc-go's
+// stats package asks of a stats handler (stats.InPayload). The message
+// those requests are received into, as an interceptor's RecvMsg or a
+// stats handler sees it, is a proto.Message but not the request's own
+// type: the stream's slot, which holds no message while the stream waits
+// for its next request. Its ProtoReflect().Interface() is the request
+// (*discoveryv3.DiscoveryRequest or *discoveryv3.DeltaDiscoveryRequest).
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(r, &adsService{s: s})
 }
