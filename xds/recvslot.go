@@ -11,8 +11,8 @@ import (
 // A stream's requests after the first are received into its slot (conn's
 // sreq or dreq): a proto.Message that takes a message from a pool when a
 // request is decoded into it. recv takes the message out of the slot, and
-// the step that reads it gives it back (release) before reading is handed
-// on. So a stream waiting for its next request, as every idle one is,
+// the step that reads it gives it back (releaseRequest) before reading is
+// handed on. So a stream waiting for its next request, as every idle one is,
 // holds no message (152 bytes for SotW, 192 for Delta, at each connection
 // at rest), and a step makes no garbage of one either, in the size classes
 // where the connection's lasting state sits (see benchmarks/README.md,
@@ -77,7 +77,7 @@ func (s *deltaSlot) take() *discoveryv3.DeltaDiscoveryRequest {
 // recv receives the stream's next request. The first is received into a
 // message of its own, which the stream's opening reads while the receive
 // goroutine receives on; every later one into the stream's slot, whose
-// message its step gives back (release) before reading is handed on.
+// message its step gives back (releaseRequest) before reading is handed on.
 func (c *conn) recv(first bool) (in session.Inbound, err error) {
 	switch {
 	case first && c.delta:
@@ -98,10 +98,10 @@ func (c *conn) recv(first bool) (in session.Inbound, err error) {
 	return in, err
 }
 
-// release gives back the message of a request that recv took from the
-// stream's slot, once its step has read it: nothing keeps what it held
-// while the next request is awaited.
-func release(in session.Inbound) {
+// releaseRequest gives back the message of a request that recv took from
+// the stream's slot, once its step has read it: nothing keeps what it
+// held while the next request is awaited.
+func releaseRequest(in session.Inbound) {
 	if m := in.SotW; m != nil {
 		m.Reset()
 		sotwRequests.Put(m)

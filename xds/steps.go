@@ -219,7 +219,7 @@ func (c *conn) receive(first bool) {
 			return
 		}
 		batch, err := c.handle(c.ctx, in)
-		release(in) // read: the message goes back to the pool (see recvslot.go)
+		releaseRequest(in) // read: the message goes back to the pool (see recvslot.go)
 		if !c.unlockStep(err) {
 			c.write(batch) // what the step queued before it failed, if anything
 			return
