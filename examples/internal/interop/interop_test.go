@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
@@ -91,6 +92,14 @@ func newStoreHost(t testing.TB, initial interop.State, instrument func(xds.Confi
 		gs.Stop()
 		wg.Wait()
 	})
+	// A client that connects before the first configuration is built is
+	// refused (Unavailable), and its first RPCs fail until it retries:
+	// the scenario's clients start once the Server serves.
+	ready, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	if err := srv.WaitReady(ready); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 
