@@ -102,12 +102,11 @@ func (c *conn) recv(first bool) (in session.Inbound, err error) {
 // the stream's slot, once its step has read it: nothing keeps what it
 // held while the next request is awaited.
 func releaseRequest(in session.Inbound) {
-	if m := in.SotW; m != nil {
-		m.Reset()
-		sotwRequests.Put(m)
+	in.Reset()
+	if in.SotW != nil {
+		sotwRequests.Put(in.SotW)
 	}
-	if m := in.Delta; m != nil {
-		m.Reset()
-		deltaRequests.Put(m)
+	if in.Delta != nil {
+		deltaRequests.Put(in.Delta)
 	}
 }

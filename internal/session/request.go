@@ -20,7 +20,8 @@ type Inbound struct {
 	Delta *discoveryv3.DeltaDiscoveryRequest
 }
 
-// Reset empties the request, so that the message can receive the next.
+// Reset empties the request, so that its message, given back to its pool
+// (see the xds package's releaseRequest), keeps nothing alive.
 func (in Inbound) Reset() {
 	if in.Delta != nil {
 		in.Delta.Reset()
