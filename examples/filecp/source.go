@@ -116,11 +116,20 @@ func (s *Source) Store() *resources.Store { return s.store }
 // files: see meshconfig.Loader.Apply), keeps the current snapshot and records the problems in Status.
 // start is the time of the first file event behind the reload; it becomes
 // Change.Start.
-func (s *Source) Reload(start time.Time) (Change, error) {
+func (s *Source) Reload(start time.Time) (Change, error) { return s.ReloadChanged(start, nil) }
+
+// ReloadChanged is Reload for a directory of which only the paths in
+// changed may differ since the last reload, as its watch reported them
+// (slash paths relative to the directory): it reads again only those
+// files, the files of a fleet directory named, every symbolic link and
+// the files it has not read yet, and keeps the others as last parsed (see
+// meshconfig.Loader.LoadFSChanged). changed nil, or holding ".", reads
+// every file, as Reload does.
+func (s *Source) ReloadChanged(start time.Time, changed []string) (Change, error) {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 
-	next, err := s.loader.LoadFS(s.fsys)
+	next, err := s.loader.LoadFSChanged(s.fsys, changed)
 	var req *pushcontext.PushRequest
 	if err == nil {
 		req, err = s.loader.Apply(s.store, next, start)

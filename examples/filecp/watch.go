@@ -276,8 +276,12 @@ func (w *Watcher) classify(fw *fsnotify.Watcher, watched map[string]bool, ev fsn
 // for coalesced file events, at most one at a time; Run calls it once before
 // the debouncer starts.
 func (w *Watcher) reload(ctx context.Context, b *fileBatch) {
-	ch, err := w.src.Reload(b.start)
-	ev := ReloadEvent{Start: b.start, Paths: b.sorted(), Err: err}
+	var changed []string // nil: Run's first reload, which reads every file
+	if b.paths != nil {
+		changed = b.sorted()
+	}
+	ch, err := w.src.ReloadChanged(b.start, changed)
+	ev := ReloadEvent{Start: b.start, Paths: changed, Err: err}
 	if snap := w.src.Snapshot(); snap != nil {
 		ev.Version = snap.Version()
 	}

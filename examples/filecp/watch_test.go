@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 type watchHarness struct {
 	t        *testing.T
 	dir      string
+	fsys     *readsFS
 	src      *Source
 	reloads  chan ReloadEvent
 	pushes   chan *pushcontext.PushRequest
@@ -29,13 +32,15 @@ type watchHarness struct {
 // first reload and stops it when the test ends.
 func startWatch(t *testing.T, dir string, after time.Duration) *watchHarness {
 	t.Helper()
-	src, err := NewSource(SourceConfig{FS: os.DirFS(dir)})
+	fsys := &readsFS{FS: os.DirFS(dir)}
+	src, err := NewSource(SourceConfig{FS: fsys})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &watchHarness{
 		t:       t,
 		dir:     dir,
+		fsys:    fsys,
 		src:     src,
 		reloads: make(chan ReloadEvent, 64),
 		pushes:  make(chan *pushcontext.PushRequest, 64),
@@ -117,6 +122,33 @@ func (h *watchHarness) checkQuiet() {
 
 // atomicWrite writes content to rel the way careful tools do: into a
 // temporary file that is then renamed into place.
+// readsFS is a directory that records the files read whole from it.
+type readsFS struct {
+	fs.FS
+	mu    sync.Mutex
+	files []string
+}
+
+func (f *readsFS) ReadFile(name string) ([]byte, error) {
+	f.mu.Lock()
+	f.files = append(f.files, name)
+	f.mu.Unlock()
+	return fs.ReadFile(f.FS, name)
+}
+
+func (f *readsFS) ReadDir(name string) ([]fs.DirEntry, error) { return fs.ReadDir(f.FS, name) }
+func (f *readsFS) Stat(name string) (fs.FileInfo, error)      { return fs.Stat(f.FS, name) }
+
+// take returns the files read since the last call, sorted.
+func (f *readsFS) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.files
+	f.files = nil
+	slices.Sort(out)
+	return out
+}
+
 func atomicWrite(t *testing.T, dir, rel, content string) {
 	t.Helper()
 	writeFile(t, dir, rel+".tmp", content)
@@ -139,10 +171,16 @@ func TestWatchRenameIntoPlace(t *testing.T) {
 		t.Run(tc.file, func(t *testing.T) {
 			dir := copyBundled(t)
 			h := startWatch(t, dir, 20*time.Millisecond)
+			if got, want := len(h.fsys.take()), 5; got != want {
+				t.Errorf("the first reload read %d files; want every one, %d", got, want)
+			}
 			atomicWrite(t, dir, tc.file, strings.Replace(readFile(t, dir, tc.file), tc.old, tc.new, 1))
 			ev := h.next()
 			if !slices.Equal(ev.Paths, []string{tc.file}) || ev.Err != nil || ev.Request == nil {
 				t.Fatalf("reload = %+v; want one for %s", ev, tc.file)
+			}
+			if got := h.fsys.take(); !slices.Equal(got, []string{tc.file}) {
+				t.Errorf("the reload read %q; want only the file its event named", got)
 			}
 			if got := ev.Request.ConfigsUpdated.Sorted(); !slices.Equal(got, tc.want) {
 				t.Errorf("changed %v; want %v", got, tc.want)

@@ -43,7 +43,9 @@
 //     Secret: NoSecrets takes the place of the Store's SDS generator.
 //   - Incremental parsing. A Loader parses again only the files whose
 //     content changed since its previous load; a Resource is immutable, so
-//     snapshots share what did not change.
+//     snapshots share what did not change. Told which paths changed
+//     (Loader.LoadFSChanged), it reads only those files (and symbolic
+//     links, and files it has not read), not the whole directory.
 //
 // # Usage
 //

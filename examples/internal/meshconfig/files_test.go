@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -128,6 +129,94 @@ func TestLoaderParsesChangedFilesOnly(t *testing.T) {
 	}
 	if e1 == e2 || e1.Hash == e2.Hash {
 		t.Errorf("the changed endpoints were not parsed again")
+	}
+}
+
+// TestLoadFSChanged checks which files LoadFSChanged reads again: those
+// named, those of a fleet named, every one behind a symbolic link, and
+// those it has no parse of; the others it keeps as parsed, even when their
+// content changed (it trusts the paths it is given), and a file gone is
+// gone whether named or not.
+func TestLoadFSChanged(t *testing.T) {
+	const extra = `{"resources": [{"@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", "cluster_name": "extra"}]}`
+	// moveOut moves dir/rel out of dir and links it back: rel becomes a
+	// symbolic link to the moved file or directory.
+	moveOut := func(t *testing.T, dir, rel string) {
+		out := filepath.Join(t.TempDir(), filepath.Base(rel))
+		if err := os.Rename(filepath.Join(dir, rel), out); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(out, filepath.Join(dir, rel)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	editEndpoints := func(t *testing.T, dir string) { replaceIn(t, dir, "endpoints.json", "18080", "18082") }
+	editEdge := func(t *testing.T, dir string) { replaceIn(t, dir, "edge/edge.yaml", "18081", "18083") }
+	tests := []struct {
+		name    string
+		setup   func(t *testing.T, dir string) // before the first load
+		edit    func(t *testing.T, dir string) // after it
+		changed []string
+		// The resource looked at, and whether the second load has it
+		// changed (or, for want "gone" and "new", without it and with it).
+		fleet, typeURL, res string
+		want                string
+	}{
+		{name: "named", edit: editEndpoints, changed: []string{"endpoints.json"}, typeURL: TypeEndpoint, res: "backend", want: "changed"},
+		{name: "not named", edit: editEndpoints, changed: []string{"clusters.yaml"}, typeURL: TypeEndpoint, res: "backend", want: "kept"},
+		{name: "nothing named", edit: editEndpoints, changed: []string{}, typeURL: TypeEndpoint, res: "backend", want: "kept"},
+		{name: "all: nil", edit: editEndpoints, typeURL: TypeEndpoint, res: "backend", want: "changed"},
+		{name: "all: the directory", edit: editEndpoints, changed: []string{"."}, typeURL: TypeEndpoint, res: "backend", want: "changed"},
+		{name: "fleet file named", edit: editEdge, changed: []string{"edge/edge.yaml"}, fleet: "edge", typeURL: TypeEndpoint, res: "edge-api", want: "changed"},
+		{name: "fleet named", edit: editEdge, changed: []string{"edge"}, fleet: "edge", typeURL: TypeEndpoint, res: "edge-api", want: "changed"},
+		{name: "another fleet's file named", edit: editEdge, changed: []string{"endpoints.json"}, fleet: "edge", typeURL: TypeEndpoint, res: "edge-api", want: "kept"},
+		{name: "linked file", setup: func(t *testing.T, dir string) { moveOut(t, dir, "endpoints.json") },
+			edit: editEndpoints, changed: []string{}, typeURL: TypeEndpoint, res: "backend", want: "changed"},
+		{name: "file in a linked fleet", setup: func(t *testing.T, dir string) { moveOut(t, dir, "edge") },
+			edit: editEdge, changed: []string{}, fleet: "edge", typeURL: TypeEndpoint, res: "edge-api", want: "changed"},
+		{name: "new file", edit: func(t *testing.T, dir string) { writeFile(t, dir, "extra.json", extra) },
+			changed: []string{}, typeURL: TypeEndpoint, res: "extra", want: "new"},
+		{name: "removed file", edit: func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "endpoints.json")); err != nil {
+				t.Fatal(err)
+			}
+		}, changed: []string{}, typeURL: TypeEndpoint, res: "backend", want: "gone"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyBundled(t)
+			if tc.setup != nil {
+				tc.setup(t, dir)
+			}
+			l := NewLoader("test")
+			first, err := l.LoadFS(os.DirFS(dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(t, dir)
+			second, err := l.LoadFSChanged(os.DirFS(dir), tc.changed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r1, had := first.Lookup(tc.fleet, tc.typeURL, tc.res)
+			r2, has := second.Lookup(tc.fleet, tc.typeURL, tc.res)
+			var got string
+			switch {
+			case had && !has:
+				got = "gone"
+			case !had && has:
+				got = "new"
+			case !had:
+				got = "absent"
+			case r1.Hash != r2.Hash:
+				got = "changed"
+			default:
+				got = "kept"
+			}
+			if got != tc.want {
+				t.Errorf("LoadFSChanged(%q): %s %s of fleet %q %s; want %s", tc.changed, tc.typeURL, tc.res, tc.fleet, got, tc.want)
+			}
+		})
 	}
 }
 

@@ -106,6 +106,13 @@ type File struct {
 	Data []byte
 }
 
+// input is a file to build a Snapshot of; kept marks one LoadFSChanged did
+// not read, whose previous parse (in Loader.cache) stands.
+type input struct {
+	File
+	kept bool
+}
+
 // Loader turns configurations into Snapshots, and states them in a
 // resources.Store (Loader.Apply). It remembers the outcome of parsing each
 // file, by path, with the SHA-256 of the content parsed, so that a load
@@ -147,11 +154,34 @@ func Load(fsys fs.FS) (*Snapshot, error) { return NewLoader("").LoadFS(fsys) }
 // Within a view a (type, name) pair is defined once; a fleet cannot
 // redefine a global resource. Every view must be referentially consistent
 // (see validateView).
-func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) {
+func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) { return l.LoadFSChanged(fsys, nil) }
+
+// LoadFSChanged is LoadFS for a directory of which only the paths in
+// changed may differ since the Loader's previous load: it lists the
+// directory as LoadFS does, but reads again only the files named in
+// changed, those in a fleet directory named in changed, every file that
+// is or is in a symbolic link, and every file the Loader has no parse of
+// (new files, and those it could not read); the others it takes as its
+// previous load parsed them, without reading them. changed nil, or
+// holding "." (the directory itself), reads every file, as LoadFS does.
+// Paths are slash paths relative to the directory, as a watch of it
+// reports them; "..data", the link a Kubernetes volume swaps on update,
+// names every file behind it, which are symbolic links, read anyway.
+//
+// Reading a file costs system calls, which at thousands of files cost
+// more than a reload's parsing and checks: a host that watches the
+// directory knows which paths changed. A change the watch cannot see (a
+// file written through a hard link from outside the directory) is read
+// when its path is next named, or by the next LoadFS.
+func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) {
 	var (
-		files    []File
+		files    []input
 		problems []Problem
 		warnings []Problem
+		// links holds the symbolic links among the directory's entries
+		// (fleet directories and files): what is behind one changes
+		// without an event on its path.
+		links = map[string]bool{}
 	)
 	top, err := fs.ReadDir(fsys, ".")
 	if err != nil {
@@ -162,6 +192,9 @@ func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) {
 		name := e.Name()
 		if IgnoredName(name) {
 			continue
+		}
+		if e.Type()&fs.ModeSymlink != 0 {
+			links[name] = true
 		}
 		isDir, err := entryIsDir(fsys, name, e)
 		switch {
@@ -187,6 +220,9 @@ func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) {
 				continue
 			}
 			p := fleet + "/" + name
+			if e.Type()&fs.ModeSymlink != 0 {
+				links[p] = true
+			}
 			isDir, err := entryIsDir(fsys, p, e)
 			switch {
 			case err != nil:
@@ -200,13 +236,25 @@ func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) {
 			}
 		}
 	}
+	named := map[string]bool{}
+	for _, p := range changed {
+		named[p] = true
+	}
+	all := changed == nil || named["."]
 	for _, p := range paths {
+		fleet, _, _ := Place(p)
+		if !all && !named[p] && !named[fleet] && !links[p] && !links[fleet] {
+			if _, ok := l.cache[p]; ok {
+				files = append(files, input{File: File{Path: p}, kept: true})
+				continue
+			}
+		}
 		data, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			problems = append(problems, Problem{File: p, Index: -1, Msg: err.Error()})
 			continue
 		}
-		files = append(files, File{Path: p, Data: data})
+		files = append(files, input{File: File{Path: p, Data: data}})
 	}
 	return l.build(files, problems, warnings)
 }
@@ -242,7 +290,7 @@ func Place(path string) (fleet string, ok, nested bool) {
 // warning naming their directory.
 func (l *Loader) LoadFiles(files []File) (*Snapshot, error) {
 	var (
-		keep     []File
+		keep     []input
 		warnings []Problem
 		nested   = map[string]bool{}
 	)
@@ -256,10 +304,10 @@ func (l *Loader) LoadFiles(files []File) (*Snapshot, error) {
 			}
 		}
 		if ok {
-			keep = append(keep, f)
+			keep = append(keep, input{File: f})
 		}
 	}
-	slices.SortFunc(keep, func(a, b File) int { return cmp.Compare(a.Path, b.Path) })
+	slices.SortFunc(keep, func(a, b input) int { return cmp.Compare(a.Path, b.Path) })
 	return l.build(keep, nil, warnings)
 }
 
@@ -279,16 +327,17 @@ func (l *Loader) rejected(problems []Problem) *LoadError {
 // with problems and every problem found. The paths of files must be
 // configuration (Place) and distinct. The cache becomes the parses of
 // files, whether or not the load succeeds.
-func (l *Loader) build(files []File, problems, warnings []Problem) (*Snapshot, error) {
+func (l *Loader) build(files []input, problems, warnings []Problem) (*Snapshot, error) {
 	scopes := map[string]scope{"": {}}
 	next := make(map[string]parsedFile, len(files))
 	for _, f := range files {
 		fleet, _, _ := Place(f.Path)
-		sum := sha256.Sum256(f.Data)
 		parsed, ok := l.cache[f.Path]
-		if !ok || parsed.sum != sum {
-			parsed.sum = sum
-			parsed.resources, parsed.problems = ParseFile(f.Path, fleet, f.Data)
+		if !f.kept {
+			if sum := sha256.Sum256(f.Data); !ok || parsed.sum != sum {
+				parsed.sum = sum
+				parsed.resources, parsed.problems = ParseFile(f.Path, fleet, f.Data)
+			}
 		}
 		next[f.Path] = parsed
 		problems = append(problems, parsed.problems...)
