@@ -165,8 +165,9 @@ func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) { return l.LoadFSChanged(
 // previous load parsed them, without reading them. changed nil, or
 // holding "." (the directory itself), reads every file, as LoadFS does.
 // Paths are slash paths relative to the directory, as a watch of it
-// reports them; "..data", the link a Kubernetes volume swaps on update,
-// names every file behind it, which are symbolic links, read anyway.
+// reports them. "..data", the link a Kubernetes volume swaps on update,
+// needs no rule of its own: the files it stands behind are symbolic
+// links, which are read anyway.
 //
 // Reading a file costs system calls, which at thousands of files cost
 // more than a reload's parsing and checks: a host that watches the
