@@ -61,8 +61,10 @@
 //     reads again only the files its events named (all of a fleet
 //     directory's when the event named the directory), every symbolic
 //     link, and new files; the rest it keeps as last read
-//     (Source.ReloadChanged). The first reload, and one after the watch
-//     lost events, read every file.
+//     (Source.ReloadChanged). The first reload, one after the watch lost
+//     events, and one after SIGHUP (Watcher.Resync) read every file: a
+//     change the watch cannot see (a file written through a hard link
+//     from outside the directory) is loaded so.
 //   - Serving. A node's group is its fleet if that fleet exists, the
 //     default group otherwise; its dependency scope is its group's keys,
 //     so a fleet edit is pushed to that fleet only. Each type is
@@ -111,7 +113,7 @@
 // start), -insecure-secrets (plaintext only: serve Secrets to any client),
 // -pprof (serve Go's profiles at /debug/pprof/ on the admin address).
 // Every push is printed on stdout, logs go to stderr. SIGINT or SIGTERM
-// stops it.
+// stops it; with -dir, SIGHUP rereads every file.
 //
 // Admin endpoints: /healthz; /readyz (200 once a snapshot is loaded and the
 // server runs); /debug/source (version, warnings, problems of the last

@@ -244,6 +244,21 @@ func runInstrumented(ctx context.Context, args []string, stdout, stderr io.Write
 		if err != nil {
 			return err
 		}
+		// SIGHUP rereads every file (a reload reads only what the
+		// watch saw change).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+					w.Resync()
+				}
+			}
+		})
 		logger.Info("watching", "dir", *dir)
 		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
 			return err

@@ -111,6 +111,7 @@ type Watcher struct {
 	hooks   WatchHooks
 	logger  *slog.Logger
 	running atomic.Bool
+	resync  chan struct{} // Resync's request (capacity 1)
 
 	// failing records that the last reload was rejected. Only reload uses
 	// it, and reloads never overlap (Run's first reload happens before the
@@ -135,6 +136,7 @@ func NewWatcher(cfg WatchConfig) (*Watcher, error) {
 		onPush: cfg.OnPush,
 		hooks:  cfg.Hooks,
 		logger: cfg.Logger,
+		resync: make(chan struct{}, 1),
 	}
 	if w.after < 0 || w.max < w.after {
 		return nil, fmt.Errorf("filecp: watch After %v and Max %v: want 0 <= After <= Max", w.after, w.max)
@@ -198,6 +200,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.logger.LogAttrs(ctx, slog.LevelDebug, "file event", slog.String("path", rel), slog.String("op", ev.Op.String()))
 				deb.Add(newBatch(time.Now(), rel))
 			}
+		case <-w.resync:
+			w.logger.LogAttrs(ctx, slog.LevelInfo, "rereading every file")
+			deb.Add(newBatch(time.Now(), "."))
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return errors.New("filecp: watch: error stream closed")
@@ -208,6 +213,20 @@ func (w *Watcher) Run(ctx context.Context) error {
 				deb.Add(newBatch(time.Now(), "."))
 			}
 		}
+	}
+}
+
+// Resync asks Run to read every file again at its next reload (as after
+// events it lost), rather than only those its events named: for a change
+// its watch cannot see, such as a file written through a hard link from
+// outside the directory. The reload follows the usual quiet time. Resync
+// does not block and may be called from any goroutine, before Run too
+// (Run then takes the request); requests made before Run takes one are
+// one request.
+func (w *Watcher) Resync() {
+	select {
+	case w.resync <- struct{}{}:
+	default: // one is pending already
 	}
 }
 

@@ -23,6 +23,7 @@ type watchHarness struct {
 	dir      string
 	fsys     *readsFS
 	src      *Source
+	w        *Watcher
 	reloads  chan ReloadEvent
 	pushes   chan *pushcontext.PushRequest
 	sentinel int
@@ -56,6 +57,7 @@ func startWatch(t *testing.T, dir string, after time.Duration) *watchHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	h.w = w
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
@@ -196,6 +198,45 @@ func TestWatchRenameIntoPlace(t *testing.T) {
 			}
 			h.checkQuiet()
 		})
+	}
+}
+
+// TestWatchResync changes a file where the watch cannot see it (through a
+// hard link from outside the directory): after Resync, a reload reads
+// every file, and the change is loaded.
+func TestWatchResync(t *testing.T) {
+	dir := copyBundled(t)
+	other := filepath.Join(t.TempDir(), "endpoints.json")
+	if err := os.Link(filepath.Join(dir, "endpoints.json"), other); err != nil {
+		t.Fatal(err)
+	}
+	h := startWatch(t, dir, 20*time.Millisecond)
+	h.fsys.take()
+	before, _ := h.src.Snapshot().Lookup("", meshconfig.TypeEndpoint, "backend")
+	// Written in place, through the link: the directory's entry is the
+	// same file, and the watch has no event for it.
+	if err := os.WriteFile(other, []byte(strings.Replace(readFile(t, dir, "endpoints.json"), "18080", "18092", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.w.Resync()
+	for {
+		ev := h.next()
+		if ev.Err != nil {
+			t.Fatalf("reload = %+v", ev)
+		}
+		if slices.Contains(ev.Paths, ".") {
+			break
+		}
+	}
+	read := h.fsys.take()
+	for _, f := range []string{"clusters.yaml", "edge/edge.yaml", "endpoints.json", "listeners.yaml", "routes.yaml"} {
+		if !slices.Contains(read, f) {
+			t.Errorf("the reload after Resync read %q; want every file, %s too", read, f)
+		}
+	}
+	after, _ := h.src.Snapshot().Lookup("", meshconfig.TypeEndpoint, "backend")
+	if before == nil || after == nil || before.Hash == after.Hash {
+		t.Errorf("endpoints of backend unchanged after Resync")
 	}
 }
 

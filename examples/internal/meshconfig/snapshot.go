@@ -173,7 +173,8 @@ func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) { return l.LoadFSChanged(
 // more than a reload's parsing and checks: a host that watches the
 // directory knows which paths changed. A change the watch cannot see (a
 // file written through a hard link from outside the directory) is read
-// when its path is next named, or by the next LoadFS.
+// when its path is next named, or by the next load of every file (LoadFS;
+// filecp's Watcher.Resync, on SIGHUP).
 func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) {
 	var (
 		files    []input
