@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,6 +121,38 @@ func TestRun(t *testing.T) {
 				t.Errorf("run() = %v; want nil after cancel", err)
 			}
 		})
+	}
+}
+
+// TestRunSIGHUP changes a file where the watch cannot see it (through a
+// hard link from outside the directory): SIGHUP makes filecp read every
+// file, and push the change.
+func TestRunSIGHUP(t *testing.T) {
+	dir := copyBundled(t)
+	other := filepath.Join(t.TempDir(), "endpoints.json")
+	if err := os.Link(filepath.Join(dir, "endpoints.json"), other); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stdout, stderr := newSyncBuffer(), newSyncBuffer()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-admin", "", "-dir", dir}, stdout, stderr) }()
+	stdout.WaitFor(t, "push version=")
+	stderr.WaitFor(t, "msg=watching")
+	if err := os.WriteFile(other, []byte(strings.Replace(readFile(t, dir, "endpoints.json"), "18080", "18093", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	stdout.WaitForCount(t, "push version=", 2)
+	if got, want := stdout.String(), "reason=endpoint"; !strings.Contains(got, want) {
+		t.Errorf("output %q; want a push with %q", got, want)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run() = %v; want nil after cancel", err)
 	}
 }
 
