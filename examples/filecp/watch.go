@@ -79,7 +79,8 @@ type ReloadEvent struct {
 	Start time.Time
 	// Paths are the slash paths, relative to the directory, of the
 	// entries whose events were coalesced into the reload, sorted; empty
-	// for the reload Run does when it starts.
+	// for the reload Run does when it starts. "." among them (events were
+	// lost, or Resync asked) means every file was read again.
 	Paths []string
 	// Version is the version of the current snapshot after the reload
 	// ("" if there is none).

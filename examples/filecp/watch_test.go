@@ -122,8 +122,6 @@ func (h *watchHarness) checkQuiet() {
 	}
 }
 
-// atomicWrite writes content to rel the way careful tools do: into a
-// temporary file that is then renamed into place.
 // readsFS is a directory that records the files read whole from it.
 type readsFS struct {
 	fs.FS
@@ -151,6 +149,8 @@ func (f *readsFS) take() []string {
 	return out
 }
 
+// atomicWrite writes content to rel the way careful tools do: into a
+// temporary file that is then renamed into place.
 func atomicWrite(t *testing.T, dir, rel, content string) {
 	t.Helper()
 	writeFile(t, dir, rel+".tmp", content)

@@ -106,11 +106,13 @@ type File struct {
 	Data []byte
 }
 
-// input is a file to build a Snapshot of; kept marks one LoadFSChanged did
-// not read, whose previous parse (in Loader.cache) stands.
+// input is a file to build a Snapshot of, with its fleet (see Place);
+// kept marks one LoadFSChanged did not read, whose previous parse (in
+// Loader.cache) stands.
 type input struct {
 	File
-	kept bool
+	fleet string
+	kept  bool
 }
 
 // Loader turns configurations into Snapshots, and states them in a
@@ -247,7 +249,7 @@ func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) 
 		fleet, _, _ := Place(p)
 		if !all && !named[p] && !named[fleet] && !links[p] && !links[fleet] {
 			if _, ok := l.cache[p]; ok {
-				files = append(files, input{File: File{Path: p}, kept: true})
+				files = append(files, input{File: File{Path: p}, fleet: fleet, kept: true})
 				continue
 			}
 		}
@@ -256,7 +258,7 @@ func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) 
 			problems = append(problems, Problem{File: p, Index: -1, Msg: err.Error()})
 			continue
 		}
-		files = append(files, input{File: File{Path: p, Data: data}})
+		files = append(files, input{File: File{Path: p, Data: data}, fleet: fleet})
 	}
 	return l.build(files, problems, warnings)
 }
@@ -297,7 +299,7 @@ func (l *Loader) LoadFiles(files []File) (*Snapshot, error) {
 		nested   = map[string]bool{}
 	)
 	for _, f := range files {
-		_, ok, deep := Place(f.Path)
+		fleet, ok, deep := Place(f.Path)
 		if deep {
 			elems := strings.SplitN(f.Path, "/", 3)
 			if dir := elems[0] + "/" + elems[1]; !nested[dir] {
@@ -306,7 +308,7 @@ func (l *Loader) LoadFiles(files []File) (*Snapshot, error) {
 			}
 		}
 		if ok {
-			keep = append(keep, input{File: f})
+			keep = append(keep, input{File: f, fleet: fleet})
 		}
 	}
 	slices.SortFunc(keep, func(a, b input) int { return cmp.Compare(a.Path, b.Path) })
@@ -327,26 +329,25 @@ func (l *Loader) rejected(problems []Problem) *LoadError {
 // build parses files (reusing the cache for the files whose content is
 // unchanged), checks them, and returns their Snapshot, or a *LoadError
 // with problems and every problem found. The paths of files must be
-// configuration (Place) and distinct. The cache becomes the parses of
-// files, whether or not the load succeeds.
+// configuration (Place), distinct, and given with their fleet. The cache
+// becomes the parses of files, whether or not the load succeeds.
 func (l *Loader) build(files []input, problems, warnings []Problem) (*Snapshot, error) {
 	scopes := map[string]scope{"": {}}
 	next := make(map[string]parsedFile, len(files))
 	for _, f := range files {
-		fleet, _, _ := Place(f.Path)
 		parsed, ok := l.cache[f.Path]
 		if !f.kept {
 			if sum := sha256.Sum256(f.Data); !ok || parsed.sum != sum {
 				parsed.sum = sum
-				parsed.resources, parsed.problems = ParseFile(f.Path, fleet, f.Data)
+				parsed.resources, parsed.problems = ParseFile(f.Path, f.fleet, f.Data)
 			}
 		}
 		next[f.Path] = parsed
 		problems = append(problems, parsed.problems...)
-		sc := scopes[fleet]
+		sc := scopes[f.fleet]
 		if sc == nil {
 			sc = scope{}
-			scopes[fleet] = sc
+			scopes[f.fleet] = sc
 		}
 		for _, r := range parsed.resources {
 			if prev := sc.add(r); prev != nil {
