@@ -24,6 +24,10 @@ type Config struct {
 	Addr string
 	// Clients is the number of clients. Required.
 	Clients int
+	// First is the index of the fleet's first client: its clients are
+	// NodeID(First) to NodeID(First+Clients-1). Another fleet of the same
+	// server takes indexes apart.
+	First int
 	// Delta selects the incremental protocol; false means SotW.
 	Delta bool
 	// Mesh is the configuration a client holds once it has converged
@@ -141,6 +145,9 @@ func New(cfg Config) (*Fleet, error) {
 	if cfg.Clients <= 0 {
 		return nil, fmt.Errorf("fleet: Config.Clients is %d", cfg.Clients)
 	}
+	if cfg.First < 0 {
+		return nil, fmt.Errorf("fleet: Config.First is %d", cfg.First)
+	}
 	if cfg.Mesh == nil {
 		return nil, errors.New("fleet: Config.Mesh is nil")
 	}
@@ -161,8 +168,9 @@ func New(cfg Config) (*Fleet, error) {
 	f.dialOptions = dialOptions(cfg.DialConcurrency, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cmp.Or(cfg.RecvLimit, 64<<20))))
 	f.clients = make([]*client, cfg.Clients)
 	for i := range f.clients {
-		f.clients[i] = &client{f: f, node: &corev3.Node{Id: NodeID(i), Cluster: "bench"},
-			rnd: rand.New(rand.NewPCG(uint64(i), 0x5eed))}
+		j := cfg.First + i
+		f.clients[i] = &client{f: f, node: &corev3.Node{Id: NodeID(j), Cluster: "bench"},
+			rnd: rand.New(rand.NewPCG(uint64(j), 0x5eed))}
 	}
 	return f, nil
 }

@@ -654,12 +654,20 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 		return err
 	}
 	m := mesh.New(*services, *endpoints)
-	f, err := fleet.New(fleet.Config{Addr: *addr, Clients: *n, Delta: *protocol == "delta", Mesh: m.Snapshot(), Quiet: *quiet,
-		Backoff: fleet.Backoff{Base: *backoffBase, Max: *backoffMax}, RecvLimit: *recvLimit})
+	fcfg := fleet.Config{Addr: *addr, Clients: *n, Delta: *protocol == "delta", Mesh: m.Snapshot(), Quiet: *quiet,
+		Backoff: fleet.Backoff{Base: *backoffBase, Max: *backoffMax}, RecvLimit: *recvLimit}
+	f, err := fleet.New(fcfg)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	// The warm client (see "warm"): a fleet of one, after the others.
+	var warm *fleet.Fleet
+	defer func() {
+		if warm != nil {
+			warm.Close()
+		}
+	}()
 	prof := &profiler{dir: *profDir}
 	defer prof.stop()
 	var churn *fleet.Churn // between "churn" and "unchurn"
@@ -670,6 +678,24 @@ func runClientsChild(args []string, in io.Reader, out io.Writer) error {
 	}()
 	return serve(in, out, func(req request) (any, error) {
 		switch req.Op {
+		case "warm":
+			// One client more, NodeID(n), connected alone before the
+			// fleet and kept connected: what the server holds once it
+			// has served the configuration once, less what it held
+			// before, is not a cost per client (see Result.Fixed).
+			if warm != nil {
+				return nil, errors.New("warm: already warm")
+			}
+			wcfg := fcfg
+			wcfg.Clients, wcfg.First = 1, *n
+			wf, err := fleet.New(wcfg)
+			if err != nil {
+				return nil, err
+			}
+			warm = wf
+			ctx, cancel := req.deadline()
+			defer cancel()
+			return warm.Start(ctx)
 		case "start", "storm":
 			ctx, cancel := req.deadline()
 			defer cancel()

@@ -37,6 +37,7 @@ func ExampleReport() {
 		{Server: "xdspush", Protocol: "delta", Clients: 100, Services: 100, Rounds: 3,
 			Init: harness.Latency{Max: time.Second}, RSSPerClient: 60 << 10,
 			Memory: harness.Memory{Heap: 24 << 10, HeapFree: 6 << 10, Stacks: 20 << 10, Goroutines: 5},
+			Fixed:  harness.Fixed{RSS: 3 << 20, Heap: 2 << 20},
 			Changes: map[string]harness.ChangeResult{
 				"endpoint": beside("endpoint", change(150*time.Microsecond, 30*ms, 90*ms, 33*ms)),
 				"cluster":  beside("cluster", change(300*time.Microsecond, 60*ms, 60*ms, 60*ms)),
@@ -44,6 +45,7 @@ func ExampleReport() {
 		{Server: "floor", Protocol: "delta", Clients: 100, Services: 100, Rounds: 3,
 			Init: harness.Latency{Max: time.Second}, RSSPerClient: 30 << 10,
 			Memory:  harness.Memory{Heap: 12 << 10, HeapFree: 3 << 10, Stacks: 12 << 10, Goroutines: 4},
+			Fixed:   harness.Fixed{RSS: 1 << 20, Heap: -(40 << 10)},
 			Changes: floor},
 	})
 	// Output:
@@ -54,12 +56,12 @@ func ExampleReport() {
 	// | xdspush | delta | 1.00s | 60.0 KiB | 15.0ms / 90.0ms / 90.0ms | 1.50× | 1.00 | 270 B | 150µs | 1.50× | 30.0ms / 60.0ms / 60.0ms | 3.00× | 1.00 | 270 B | 300µs | 3.00× | – | – | – | – | 0 |
 	// | floor | delta | 1.00s | 30.0 KiB | 10.0ms / 30.0ms / 30.0ms | 1.00× | 1.00 | 270 B | 100µs | 1.00× | 10.0ms / 20.0ms / 20.0ms | 1.00× | 1.00 | 270 B | 100µs | 1.00× | – | – | – | – | 0 |
 	//
-	// Memory per client once converged, less before the clients connected: the resident set; the live heap; the free space in the heap's spans in use; the goroutines' stacks; the goroutines (– for another process). ×floor: ratio to the floor's, same protocol.
+	// Memory per client once converged, less with one client (the warm client, connected alone before the others): the resident set; the live heap; the free space in the heap's spans in use; the goroutines' stacks; the goroutines (– for another process). ×floor: ratio to the floor's, same protocol. fixed: the resident set and live heap with the warm client, less before it connected: the configuration as the server holds it once served, and what serving starts.
 	//
-	// | server | proto | RSS | ×floor | live heap | ×floor | free in spans | stacks | goroutines |
-	// |---|---|---|---|---|---|---|---|---|
-	// | xdspush | delta | 60.0 KiB | 2.00× | 24.0 KiB | 2.00× | 6.00 KiB | 20.0 KiB | 5.00 |
-	// | floor | delta | 30.0 KiB | 1.00× | 12.0 KiB | 1.00× | 3.00 KiB | 12.0 KiB | 4.00 |
+	// | server | proto | RSS | ×floor | live heap | ×floor | free in spans | stacks | goroutines | fixed RSS / heap |
+	// |---|---|---|---|---|---|---|---|---|---|
+	// | xdspush | delta | 60.0 KiB | 2.00× | 24.0 KiB | 2.00× | 6.00 KiB | 20.0 KiB | 5.00 | 3.00 MiB / 2.00 MiB |
+	// | floor | delta | 30.0 KiB | 1.00× | 12.0 KiB | 1.00× | 3.00 KiB | 12.0 KiB | 4.00 | 1.00 MiB / −40.0 KiB |
 }
 
 // ReportBurst prints a row per run, then one per server and protocol.

@@ -127,10 +127,11 @@ type Result struct {
 	// first: Run measures every initial convergence with none (see Run).
 	InitBeside int
 	// RSSPerClient is the server's resident set after the clients
-	// converged minus before they connected, per client (bytes); Memory
-	// splits it.
+	// converged minus with the warm client alone converged, per client
+	// (bytes); Memory splits it. Fixed is what the warm client cost.
 	RSSPerClient float64
 	Memory       Memory
+	Fixed        Fixed
 	// Changes by kind (mesh.EndpointChange, mesh.ClusterChange).
 	Changes map[string]ChangeResult
 	// Storm is the reconnect storm, if run.
@@ -142,8 +143,20 @@ type Result struct {
 	Errors []string
 }
 
+// Fixed is what a server holds once it has served the configuration to
+// one client (the warm client, connected alone before the others), less
+// what it held before any connected, in bytes: its resident set and live
+// heap. A server that encodes its configuration as it is first asked for
+// it holds that here, where one that encodes it at its start holds it
+// before; either way it is not a cost per client, and Memory leaves it
+// out.
+type Fixed struct {
+	RSS, Heap int64
+}
+
 // Memory is what the server holds per client once they converged, less
-// what it held before they connected, from the runtime's statistics
+// what it held with the warm client alone (see Fixed), from the runtime's
+// statistics
 // (see usage): the live heap, the free space in the heap's spans in use
 // (HeapInuse less the live heap), the goroutine stacks, in bytes; and the
 // goroutines (0 when unknown: another process's).
@@ -501,6 +514,20 @@ func openSession(cfg Config, name, protocol string) (*session, error) {
 	if s.cl, err = start(cfg, "clients", clArgs...); err != nil {
 		return s, err
 	}
+	// The warm client, served alone: what the server holds then, less
+	// before, is its fixed cost (see Fixed).
+	var wconv fleet.Convergence
+	if err := s.cl.call(request{Op: "warm", Timeout: timeout}, &wconv); err != nil {
+		return s, err
+	}
+	if wconv.At[0] == 0 {
+		return s, fmt.Errorf("the warm client did not converge: %v", wconv.Errors)
+	}
+	var warm usage
+	if err := srv.call(request{Op: "usage"}, &warm); err != nil {
+		return s, err
+	}
+	res.Fixed = Fixed{RSS: warm.RSS - base.RSS, Heap: warm.Heap - base.Heap}
 	// The initial convergence's profile (see Config.CPUProfile): the
 	// server's alone, the clients child starting only now.
 	if err := srv.call(request{Op: "profile", Name: name + "-" + protocol + "-init"}, nil); err != nil {
@@ -526,8 +553,8 @@ func openSession(cfg Config, name, protocol string) (*session, error) {
 	if err := srv.call(request{Op: "usage", Name: name + "-" + protocol + "-heap"}, &after); err != nil {
 		return s, err
 	}
-	res.RSSPerClient = float64(after.RSS-base.RSS) / float64(cfg.Clients)
-	res.Memory = memoryPerClient(base, after, cfg.Clients)
+	res.RSSPerClient = float64(after.RSS-warm.RSS) / float64(cfg.Clients)
+	res.Memory = memoryPerClient(warm, after, cfg.Clients)
 	fmt.Fprintf(cfg.Progress, "%s %s: %d clients converged in %v\n", name, protocol, cfg.Clients, res.Init.Max.Round(time.Millisecond))
 	return s, nil
 }
@@ -669,7 +696,8 @@ func (cfg Config) withDefaults(all []string) (Config, error) {
 
 // serverArgs are the arguments of the child of server name.
 func serverArgs(cfg Config, name string) []string {
-	return append([]string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients), "-filecp", cfg.Filecp,
+	// The fleet's clients and the warm client (see Fixed).
+	return append([]string{"server", "-server", name, "-n", strconv.Itoa(cfg.Clients + 1), "-filecp", cfg.Filecp,
 		"-heapprofile", cfg.HeapProfile,
 		"-stream-rate", strconv.FormatFloat(cfg.NewStreamRate, 'g', -1, 64),
 		"-openings", strconv.Itoa(cfg.Openings),

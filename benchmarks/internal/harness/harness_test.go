@@ -97,6 +97,13 @@ func TestRun(t *testing.T) {
 		if m := r.Memory; m.Heap <= 0 || m.Stacks <= 0 || m.Goroutines < 1 {
 			t.Errorf("%s: memory per client %+v; want a live heap, stacks and at least a goroutine", name, m)
 		}
+		// The library host encodes its configuration as it is first
+		// asked for it: by the warm client, so its fixed cost, not its
+		// clients', holds the encodings.
+		// (About 1 MiB here; a client's own state is tens of KiB.)
+		if r.Server == "xdspush" && r.Fixed.Heap < 256<<10 {
+			t.Errorf("%s: fixed cost %+v; want the configuration's encodings (over 256 KiB) in the live heap", name, r.Fixed)
+		}
 		if r.Server == "xdspush" || r.Server == "floor" {
 			if r.Violations != 0 {
 				t.Errorf("%s: %d dangling references; want 0", name, r.Violations)

@@ -74,6 +74,8 @@ func sig(v float64) string {
 
 func size(b float64) string {
 	switch {
+	case b < 0:
+		return "−" + size(-b)
 	case b >= 1<<20:
 		return sig(b/(1<<20)) + " MiB"
 	case b >= 1<<10:
@@ -261,10 +263,11 @@ func reportChanges(w io.Writer, rs []Result) {
 // they converged, its resident set split by the runtime's statistics
 // (see Memory).
 func reportMemory(w io.Writer, rs []Result) {
-	fmt.Fprintf(w, "\nMemory per client once converged, less before the clients connected: the resident set; "+
+	fmt.Fprintf(w, "\nMemory per client once converged, less with one client (the warm client, connected alone before the others): the resident set; "+
 		"the live heap; the free space in the heap's spans in use; the goroutines' stacks; the goroutines "+
-		"(– for another process). ×floor: ratio to the floor's, same protocol.\n\n")
-	hdr := []string{"server", "proto", "RSS", "×floor", "live heap", "×floor", "free in spans", "stacks", "goroutines"}
+		"(– for another process). ×floor: ratio to the floor's, same protocol. "+
+		"fixed: the resident set and live heap with the warm client, less before it connected: the configuration as the server holds it once served, and what serving starts.\n\n")
+	hdr := []string{"server", "proto", "RSS", "×floor", "live heap", "×floor", "free in spans", "stacks", "goroutines", "fixed RSS / heap"}
 	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)))
 	for _, r := range rs {
 		m := r.Memory
@@ -277,7 +280,8 @@ func reportMemory(w io.Writer, rs []Result) {
 			g = fmt.Sprintf("%.2f", m.Goroutines)
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join([]string{r.Server, r.Protocol, size(r.RSSPerClient), fr,
-			size(m.Heap), fh, size(m.HeapFree), size(m.Stacks), g}, " | "))
+			size(m.Heap), fh, size(m.HeapFree), size(m.Stacks), g,
+			size(float64(r.Fixed.RSS)) + " / " + size(float64(r.Fixed.Heap))}, " | "))
 	}
 }
 
