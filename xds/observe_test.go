@@ -1,11 +1,15 @@
 package xds
 
 import (
+	"fmt"
 	"log/slog"
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/xdspush/xdspush/internal/xdsfixture"
 )
 
 // chainHooks chains every field of Hooks: a hook added to the struct and
@@ -97,4 +101,29 @@ func TestObserveARunningServer(t *testing.T) {
 	if len(order) != 3 || slices.Index(order, "config CDS") != slices.Index(order, "observer CDS")-1 {
 		t.Errorf("hooks ran %v; want the Config's OnSend, then the observer's, and the observer's OnACK", order)
 	}
+}
+
+// An observer's OnSend added after a stream opened, to a Server that had
+// none, sees the stream's later writes, and the stream goes on: what
+// orders OnSend before OnDisconnect is the connection's whatever hooks
+// the Server had when it opened.
+func TestObserveOnSendAfterConnect(t *testing.T) {
+	st := newStore()
+	world(st, 1)
+	f := start(t, st, nil, false)
+	c := f.connect("p", nil, true)
+	c.request(ClusterType)
+	c.ack(c.recv())
+	var sends atomic.Int64
+	f.srv.Observe(Hooks{OnSend: func(SendEvent) { sends.Add(1) }})
+	for i := range 3 {
+		name := fmt.Sprintf("n%d", i)
+		f.update(true, func(s *store) { s.clusters[name] = xdsfixture.Cluster(name) }, key(kindCluster, name))
+		r := c.recv()
+		if got := len(r.Resources); got != 2+i {
+			t.Fatalf("push %d: %d clusters; want %d", i, got, 2+i)
+		}
+		c.ack(r)
+	}
+	waitFor(t, "OnSend of each push", func() bool { return sends.Load() == 3 })
 }

@@ -75,19 +75,36 @@ func (c *conn) lockStep() bool {
 // takeStep takes the step lock, waiting while another goroutine holds it.
 // (Not the lock of a goroutine: one goroutine may take it and another
 // give it up, as the opening and the handler goroutine do.)
-func (c *conn) takeStep() {
+func (c *conn) takeStep() { c.takeLock(&c.stepHeld) }
+
+// takeLock takes the lock whose flag is held (stepHeld or hooking, each
+// protected by mu), waiting on lockWake while another goroutine holds it.
+func (c *conn) takeLock(held *bool) {
 	c.mu.Lock()
-	for c.stepHeld {
-		if c.stepWake == nil {
-			c.stepWake = make(chan struct{})
+	for *held {
+		if c.lockWake == nil {
+			c.lockWake = make(chan struct{})
 		}
-		wake := c.stepWake
+		wake := c.lockWake
 		c.mu.Unlock()
 		<-wake
 		c.mu.Lock()
 	}
-	c.stepHeld = true
+	*held = true
 	c.mu.Unlock()
+}
+
+// giveLock gives up the lock whose flag is held, and wakes whoever waits
+// for it, or for the other lock, to try again.
+func (c *conn) giveLock(held *bool) {
+	c.mu.Lock()
+	*held = false
+	wake := c.lockWake
+	c.lockWake = nil
+	c.mu.Unlock()
+	if wake != nil {
+		close(wake)
+	}
 }
 
 // tryStep takes the step lock if no goroutine holds it, and reports
@@ -104,16 +121,7 @@ func (c *conn) tryStep() bool {
 
 // giveStep gives the step lock up, and wakes whoever waits for it to try
 // again.
-func (c *conn) giveStep() {
-	c.mu.Lock()
-	c.stepHeld = false
-	wake := c.stepWake
-	c.stepWake = nil
-	c.mu.Unlock()
-	if wake != nil {
-		close(wake)
-	}
-}
+func (c *conn) giveStep() { c.giveLock(&c.stepHeld) }
 
 // beginStep and endStep bracket each hold of the step lock but skips'
 // (which changes nothing): the goroutine that takes the lock calls

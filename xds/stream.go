@@ -82,24 +82,25 @@ type conn struct {
 	// plain: the stream compresses nothing, so responses shared with
 	// other streams are written as encoded once (see sharedMsg).
 	plain bool
-	// stepHeld: the step lock is held (see stepWake); protected by mu.
+	// stepHeld: the step lock is held (see lockWake); protected by mu.
 	stepHeld bool
 	// rests repeats whether the connection rests (see slot), for Status,
 	// which may read it after the slot is another connection's. (Here,
 	// not with slot, it takes no word of its own.)
 	rests atomic.Bool
 
-	// The step lock (stepHeld, and stepWake for those waiting for it;
-	// see takeStep) protects the core and the fields below it, up to
-	// events, and stopped, writing and paused, which are with the flags
-	// of mu to share their word. The handler goroutine holds it from the
-	// stream's start until loop first waits, and again from loop's return
-	// to the handler's; in between, each step takes it (see lockStep).
-	// stepWake is closed when the lock is given up, made by the first
-	// goroutine that waits for it since (a channel, so that a step
-	// waiting inside a testing/synctest bubble blocks durably): a
-	// connection whose lock nobody waits for has none. Protected by mu.
-	stepWake       chan struct{}
+	// The step lock (stepHeld, and lockWake for those waiting for it; see
+	// takeLock) protects the core and the fields below it, up to events,
+	// and stopped, writing and paused, which are with the flags of mu to
+	// share their word. The handler goroutine holds it from the stream's
+	// start until loop first waits, and again from loop's return to the
+	// handler's; in between, each step takes it (see lockStep). lockWake is
+	// closed when the step lock or the hook lock (see hooking) is given
+	// up, made by the first goroutine that waits for either since (a
+	// channel, so that a goroutine waiting inside a testing/synctest
+	// bubble blocks durably): a connection whose locks nobody waits for
+	// has none. Protected by mu.
+	lockWake       chan struct{}
 	ctx            context.Context    // the stream's context, for steps
 	cancel         context.CancelFunc // cancels ctx: at the stream's end, or the Server's shutdown
 	failErr        error              // why a step ended the stream (see unlockStep)
@@ -135,15 +136,6 @@ type conn struct {
 	sendType  atomic.Int32 // the type index of the current Send
 	sendStart atomic.Int64 // UnixNano when the current Send began; 0 when none
 
-	// hookSem (a channel of capacity 1 used as a lock, so that a hook
-	// blocking inside a testing/synctest bubble blocks durably) orders the
-	// writer's OnSend calls before OnDisconnect: the writer can outlive the
-	// handler by as long as its blocked Send takes to return, and a write
-	// that completes after the stream ended is not reported. It is made
-	// only when Hooks.OnSend is set. ended, which it protects, is with
-	// the flags of mu to share their word.
-	hookSem chan struct{}
-
 	mu sync.Mutex // protects the fields below up to closed
 	// inbox is every push handed to the connection (by deliver, or a
 	// failed push given back for its retry) that the core has not been
@@ -167,12 +159,18 @@ type conn struct {
 	busy   bool // initialising, writing or in a push's phases: the inbox waits
 	kicked bool // unpark queued a kick that no deliver has posted yet
 	closed bool // the stream has ended
-	// The step lock's flags (see stepWake) and hookSem's, here to share
-	// the word of mu's:
+	// The step lock's flags (see lockWake), here to share the word of mu's:
 	stopped bool // the stream is ending: no step may run
 	writing bool // a batch is being written (by a writer goroutine, or inline)
 	paused  bool // the receive goroutine is asked to wait
-	ended   bool // OnDisconnect is due or done; protected by hookSem
+	// The hook lock orders the writer's OnSend calls (each takes it)
+	// before OnDisconnect (the stream's end takes it once): the writer
+	// can outlive the handler by as long as its blocked Send takes to
+	// return, and a write that completes after the stream ended is not
+	// reported. hooking: it is held; ended, which it protects:
+	// OnDisconnect is due or done.
+	hooking bool
+	ended   bool
 
 	// Protected by Server.track.mu: the push this connection is synced
 	// to, and whether it is registered with the tracker. syncedSeq is
@@ -291,20 +289,15 @@ func (s *Server) newConn(stream grpc.ServerStream, delta bool) *conn {
 	// the client set on its stream is not the context's either: gRPC ends
 	// the stream at that deadline, and so Recv.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(sctx))
-	var hookSem chan struct{}
-	if s.set.hooks.Load().OnSend != nil {
-		hookSem = make(chan struct{}, 1)
-	}
 	c := &conn{
-		s:       s,
-		stream:  stream,
-		delta:   delta,
-		ctx:     ctx,
-		cancel:  cancel,
-		events:  make(chan event, eventsCap),
-		hookSem: hookSem,
-		busy:    true,
-		plain:   plainStream(sctx),
+		s:      s,
+		stream: stream,
+		delta:  delta,
+		ctx:    ctx,
+		cancel: cancel,
+		events: make(chan event, eventsCap),
+		busy:   true,
+		plain:  plainStream(sctx),
 	}
 	c.readOn = func() {
 		defer s.streams.Done()
@@ -487,13 +480,11 @@ func (s *Server) closed(c *conn, err error) error {
 }
 
 // disconnected calls OnDisconnect with the stream's result, once no write
-// that completes later can call OnSend (see conn.hookSem).
+// that completes later can call OnSend (see conn.hooking).
 func (s *Server) disconnected(c *conn, err *error) {
-	if c.hookSem != nil {
-		c.hookSem <- struct{}{}
-		c.ended = true
-		<-c.hookSem
-	}
+	c.takeLock(&c.hooking)
+	c.ended = true
+	c.giveLock(&c.hooking)
 	p := c.hostP
 	if c.core != nil {
 		p = c.hostProxy()

@@ -126,11 +126,11 @@ func (c *conn) send(batch []*session.OutMsg) error {
 			} else {
 				ev.Version, ev.Nonce, ev.Resources = m.Resp.VersionInfo, m.Resp.Nonce, len(m.Resp.Resources)
 			}
-			c.hookSem <- struct{}{}
+			c.takeLock(&c.hooking)
 			if !c.ended {
 				callHook(c.s.set, h, ev)
 			}
-			<-c.hookSem
+			c.giveLock(&c.hooking)
 		}
 		batch[i] = nil
 		m.Free()
