@@ -64,10 +64,12 @@ func (b storeBuilder) Build(prev *pushcontext.PushContext, req *pushcontext.Push
 // GroupKind and the snapshot's own.
 func (b storeBuilder) Kinds() []string { return b.s.b.Kinds() }
 
-// proxyGroup is the Proxy.Data of a proxy of the Store.
+// proxyGroup is the Proxy.Data of a proxy of the Store, and (as a
+// groupScope) its Scope; never changed once made.
 type proxyGroup struct {
 	want   string // the group Config.Group resolved
 	served string // the group served: want, or DefaultGroup
+	view   string // the proxy's view: viewPrefix + served
 }
 
 // groupScope is the dependency scope of a proxy: the keys of the group it
@@ -75,7 +77,7 @@ type proxyGroup struct {
 type groupScope proxyGroup
 
 // DependsOn reports whether k is a key of the proxy's groups.
-func (g groupScope) DependsOn(k pushcontext.ConfigKey) bool {
+func (g *groupScope) DependsOn(k pushcontext.ConfigKey) bool {
 	return k.Namespace == g.served || k.Namespace == g.want
 }
 
@@ -90,15 +92,17 @@ func (s *Store) initProxy(_ context.Context, p *xds.Proxy, pc *pushcontext.PushC
 		return xds.ProxyState{}, err
 	}
 	groups := s.groupIdx.Get(pc)
-	served := want
-	if _, ok := groups[want]; !ok {
-		if _, ok := groups[DefaultGroup]; want == DefaultGroup || !ok {
+	pg, ok := groups[want]
+	if !ok {
+		def, ok := groups[DefaultGroup]
+		if want == DefaultGroup || !ok {
 			return xds.ProxyState{}, status.Errorf(codes.NotFound, "resources: group %q is not set", want)
 		}
-		served = DefaultGroup
+		pg = &proxyGroup{want: want, served: DefaultGroup, view: def.view}
 	}
-	pg := &proxyGroup{want: want, served: served}
-	return xds.ProxyState{Data: pg, Scope: groupScope(*pg), View: viewPrefix + served}, nil
+	// The proxies of a group share its proxyGroup: a proxy costs the
+	// Store nothing of its own here.
+	return xds.ProxyState{Data: pg, Scope: (*groupScope)(pg), View: pg.view}, nil
 }
 
 // generator serves one type from the PushContext it is given.

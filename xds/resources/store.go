@@ -106,10 +106,12 @@ type Store struct {
 
 	b       *pushcontext.Builder
 	snapIdx pushcontext.Index[*snapshot]
-	// groupIdx holds the names of the groups set, rebuilt only when a
-	// group is created or deleted: it is what InitProxy reads, so that
-	// the Server calls InitProxy again only then (xds.Config.ProxyKinds).
-	groupIdx pushcontext.Index[map[string]struct{}]
+	// groupIdx holds the groups set, by name, each with the Proxy.Data
+	// of the proxies that ask for it (shared by them all), rebuilt only
+	// when a group is created or deleted: it is what InitProxy reads, so
+	// that the Server calls InitProxy again only then
+	// (xds.Config.ProxyKinds).
+	groupIdx pushcontext.Index[map[string]*proxyGroup]
 	byType   []pushcontext.Index[map[string]*typeSet] // by type index
 	// building is the snapshot of the Build in progress. It is written
 	// and read only on the goroutine that calls Build, during the Build
@@ -189,12 +191,12 @@ func New(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("resources: %w", err)
 	}
 	if s.groupIdx, err = pushcontext.Register(s.b, "groups", []string{GroupKind},
-		func(pushcontext.BuildContext[map[string]struct{}]) (map[string]struct{}, error) {
-			names := make(map[string]struct{}, len(s.building.groups))
+		func(pushcontext.BuildContext[map[string]*proxyGroup]) (map[string]*proxyGroup, error) {
+			groups := make(map[string]*proxyGroup, len(s.building.groups))
 			for name := range s.building.groups {
-				names[name] = struct{}{}
+				groups[name] = &proxyGroup{want: name, served: name, view: viewPrefix + name}
 			}
-			return names, nil
+			return groups, nil
 		}); err != nil {
 		return nil, fmt.Errorf("resources: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -300,25 +301,59 @@ func chain[E any](mine, next func(E)) func(E) {
 // hooks are the hooks of one Hooks call.
 type hooks struct {
 	m *Metrics
-	// conns maps a ConnID to its *conn, from OnConnect to OnDisconnect.
-	conns sync.Map
+	// conns maps a ConnID to its connection, from OnConnect to
+	// OnDisconnect. (A map under a lock rather than a sync.Map: an entry
+	// of a sync.Map and its key, boxed, take some 100 bytes per
+	// connection, an entry of this map about 40.)
+	connsMu sync.RWMutex
+	conns   map[string]*conn // protected by connsMu
 }
 
 // conn is what the hooks keep of one connection.
 type conn struct {
-	// clientOpts are pilot_xds's attributes, fixed at OnConnect.
-	clientOpts []metric.AddOption
+	// clientOpt is pilot_xds's attributes, fixed at OnConnect (nil
+	// without Config.ProxyVersion).
+	clientOpt metric.AddOption
 
-	mu  sync.Mutex
-	gen map[xds.TypeURL]genSlot // protects: mu
+	mu sync.Mutex
+	// gen holds the types generated for that no response was written
+	// for yet, a few at most; nil when none. Protected by mu.
+	gen []genSlot
 }
 
 // genSlot is the last Generator time of a type that no response has been
 // written for yet.
 type genSlot struct {
+	typ         xds.TypeURL
 	version     string // of the PushContext generated from
 	push, delta bool
 	took        time.Duration
+}
+
+// slot returns the index of type t's slot in c.gen, or -1.
+func (c *conn) slot(t xds.TypeURL) int {
+	for i := range c.gen {
+		if c.gen[i].typ == t {
+			return i
+		}
+	}
+	return -1
+}
+
+// drop forgets slot i of c.gen, and the slice once it is empty.
+func (c *conn) drop(i int) {
+	c.gen = slices.Delete(c.gen, i, i+1)
+	if len(c.gen) == 0 {
+		c.gen = nil
+	}
+}
+
+// clientOpts returns c's pilot_xds attributes as options of Add.
+func (c *conn) clientOpts() []metric.AddOption {
+	if c.clientOpt == nil {
+		return nil
+	}
+	return []metric.AddOption{c.clientOpt}
 }
 
 // generated records a Generator call. A Generate call that follows a
@@ -327,21 +362,27 @@ type genSlot struct {
 func (c *conn) generated(ev xds.GenerateEvent) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	i := c.slot(ev.Type)
 	if ev.Err != nil {
-		delete(c.gen, ev.Type) // no response follows it
+		if i >= 0 {
+			c.drop(i) // no response follows it
+		}
 		return
 	}
-	s, ok := c.gen[ev.Type]
-	if ok && s.delta && !ev.Delta && ev.Push && s.push && s.version == ev.Version {
-		s.delta = false
-		s.took += ev.Took
-		c.gen[ev.Type] = s
-		return
+	if i >= 0 {
+		s := &c.gen[i]
+		if s.delta && !ev.Delta && ev.Push && s.push && s.version == ev.Version {
+			s.delta = false
+			s.took += ev.Took
+			return
+		}
 	}
-	if c.gen == nil {
-		c.gen = make(map[xds.TypeURL]genSlot)
+	g := genSlot{typ: ev.Type, version: ev.Version, push: ev.Push, delta: ev.Delta, took: ev.Took}
+	if i >= 0 {
+		c.gen[i] = g
+	} else {
+		c.gen = append(c.gen, g)
 	}
-	c.gen[ev.Type] = genSlot{version: ev.Version, push: ev.Push, delta: ev.Delta, took: ev.Took}
 }
 
 // take returns and forgets the Generator time of the response ev wrote:
@@ -350,19 +391,19 @@ func (c *conn) generated(ev xds.GenerateEvent) {
 func (c *conn) take(ev xds.SendEvent) time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s, ok := c.gen[ev.Type]
-	if !ok || s.version != ev.Version || s.push != ev.Push {
+	i := c.slot(ev.Type)
+	if i < 0 || c.gen[i].version != ev.Version || c.gen[i].push != ev.Push {
 		return 0
 	}
-	delete(c.gen, ev.Type)
-	return s.took
+	took := c.gen[i].took
+	c.drop(i)
+	return took
 }
 
 func (h *hooks) conn(id string) *conn {
-	if v, ok := h.conns.Load(id); ok {
-		return v.(*conn)
-	}
-	return nil
+	h.connsMu.RLock()
+	defer h.connsMu.RUnlock()
+	return h.conns[id]
 }
 
 func (h *hooks) onConfigUpdate(ev xds.ConfigUpdateEvent) {
@@ -399,15 +440,24 @@ func (h *hooks) onQueue(ev xds.QueueEvent) {
 func (h *hooks) onConnect(ev xds.ConnectEvent) {
 	c := &conn{}
 	if h.m.proxyVersion != nil {
-		c.clientOpts = addOpts(attribute.String("version", h.m.proxyVersion(ev.Proxy)))
+		c.clientOpt = metric.WithAttributeSet(attribute.NewSet(attribute.String("version", h.m.proxyVersion(ev.Proxy))))
 	}
-	h.conns.Store(ev.Proxy.ConnID, c)
-	h.m.clients.Add(context.Background(), 1, c.clientOpts...)
+	h.connsMu.Lock()
+	if h.conns == nil {
+		h.conns = make(map[string]*conn)
+	}
+	h.conns[ev.Proxy.ConnID] = c
+	h.connsMu.Unlock()
+	h.m.clients.Add(context.Background(), 1, c.clientOpts()...)
 }
 
 func (h *hooks) onDisconnect(ev xds.DisconnectEvent) {
-	if v, ok := h.conns.LoadAndDelete(ev.Proxy.ConnID); ok {
-		h.m.clients.Add(context.Background(), -1, v.(*conn).clientOpts...)
+	h.connsMu.Lock()
+	c, ok := h.conns[ev.Proxy.ConnID]
+	delete(h.conns, ev.Proxy.ConnID)
+	h.connsMu.Unlock()
+	if ok {
+		h.m.clients.Add(context.Background(), -1, c.clientOpts()...)
 	}
 }
 
