@@ -304,7 +304,8 @@ type hooks struct {
 	// conns maps a ConnID to its connection, from OnConnect to
 	// OnDisconnect. (A map under a lock rather than a sync.Map: an entry
 	// of a sync.Map and its key, boxed, take some 100 bytes per
-	// connection, an entry of this map about 40.)
+	// connection, an entry of this map about 40, and the map keeps room
+	// for as many as it ever held.)
 	connsMu sync.RWMutex
 	conns   map[string]*conn // protected by connsMu
 }
