@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -267,7 +269,7 @@ func b2i(b bool) int {
 // pilot_xds's labels and pilot_xds_push_time), so give each Server the
 // result of its own call.
 func (m *Metrics) Hooks(next xds.Hooks) xds.Hooks {
-	h := &hooks{m: m}
+	h := &hooks{m: m, seed: maphash.MakeSeed()}
 	out := next
 	out.OnConfigUpdate = chain(h.onConfigUpdate, next.OnConfigUpdate)
 	out.OnDebounce = chain(h.onDebounce, next.OnDebounce)
@@ -302,12 +304,29 @@ func chain[E any](mine, next func(E)) func(E) {
 type hooks struct {
 	m *Metrics
 	// conns maps a ConnID to its connection, from OnConnect to
-	// OnDisconnect. (A map under a lock rather than a sync.Map: an entry
-	// of a sync.Map and its key, boxed, take some 100 bytes per
-	// connection, an entry of this map about 40, and the map keeps room
-	// for as many as it ever held.)
-	connsMu sync.RWMutex
-	conns   map[string]*conn // protected by connsMu
+	// OnDisconnect, in maps under locks, a shard by the ConnID's hash: an
+	// entry of a sync.Map and its key, boxed, take some 100 bytes per
+	// connection, an entry of a map about 40 (each map keeps room for as
+	// many as it ever held), and shards keep the writers of different
+	// connections off each other's lock.
+	seed  maphash.Seed
+	conns [connShards]connShard
+}
+
+// connShards is how many shards hooks.conns has.
+const connShards = 16
+
+// connShard is a shard of hooks.conns, padded to a cache line of its
+// own (64 bytes).
+type connShard struct {
+	mu sync.RWMutex
+	m  map[string]*conn // protected by mu
+	_  [64 - (unsafe.Sizeof(sync.RWMutex{})+unsafe.Sizeof(map[string]*conn(nil)))%64]byte
+}
+
+// shard returns id's shard of h.conns.
+func (h *hooks) shard(id string) *connShard {
+	return &h.conns[maphash.String(h.seed, id)%connShards]
 }
 
 // conn is what the hooks keep of one connection.
@@ -318,7 +337,8 @@ type conn struct {
 
 	mu sync.Mutex
 	// gen holds the types generated for that no response was written
-	// for yet, a few at most; nil when none. Protected by mu.
+	// for yet, a few at most (a slice, where a map took some 300 bytes
+	// per connection). Protected by mu.
 	gen []genSlot
 }
 
@@ -341,13 +361,8 @@ func (c *conn) slot(t xds.TypeURL) int {
 	return -1
 }
 
-// drop forgets slot i of c.gen, and the slice once it is empty.
-func (c *conn) drop(i int) {
-	c.gen = slices.Delete(c.gen, i, i+1)
-	if len(c.gen) == 0 {
-		c.gen = nil
-	}
-}
+// drop forgets slot i of c.gen, keeping its room for the next.
+func (c *conn) drop(i int) { c.gen = slices.Delete(c.gen, i, i+1) }
 
 // clientOpts returns c's pilot_xds attributes as options of Add.
 func (c *conn) clientOpts() []metric.AddOption {
@@ -402,9 +417,10 @@ func (c *conn) take(ev xds.SendEvent) time.Duration {
 }
 
 func (h *hooks) conn(id string) *conn {
-	h.connsMu.RLock()
-	defer h.connsMu.RUnlock()
-	return h.conns[id]
+	sh := h.shard(id)
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	return sh.m[id]
 }
 
 func (h *hooks) onConfigUpdate(ev xds.ConfigUpdateEvent) {
@@ -443,20 +459,22 @@ func (h *hooks) onConnect(ev xds.ConnectEvent) {
 	if h.m.proxyVersion != nil {
 		c.clientOpt = metric.WithAttributeSet(attribute.NewSet(attribute.String("version", h.m.proxyVersion(ev.Proxy))))
 	}
-	h.connsMu.Lock()
-	if h.conns == nil {
-		h.conns = make(map[string]*conn)
+	sh := h.shard(ev.Proxy.ConnID)
+	sh.mu.Lock()
+	if sh.m == nil {
+		sh.m = make(map[string]*conn)
 	}
-	h.conns[ev.Proxy.ConnID] = c
-	h.connsMu.Unlock()
+	sh.m[ev.Proxy.ConnID] = c
+	sh.mu.Unlock()
 	h.m.clients.Add(context.Background(), 1, c.clientOpts()...)
 }
 
 func (h *hooks) onDisconnect(ev xds.DisconnectEvent) {
-	h.connsMu.Lock()
-	c, ok := h.conns[ev.Proxy.ConnID]
-	delete(h.conns, ev.Proxy.ConnID)
-	h.connsMu.Unlock()
+	sh := h.shard(ev.Proxy.ConnID)
+	sh.mu.Lock()
+	c, ok := sh.m[ev.Proxy.ConnID]
+	delete(sh.m, ev.Proxy.ConnID)
+	sh.mu.Unlock()
 	if ok {
 		h.m.clients.Add(context.Background(), -1, c.clientOpts()...)
 	}
