@@ -520,7 +520,7 @@ func openSession(cfg Config, name, protocol string) (*session, error) {
 	if err := s.cl.call(request{Op: "warm", Timeout: timeout}, &wconv); err != nil {
 		return s, err
 	}
-	if wconv.At[0] == 0 {
+	if len(wconv.At) != 1 || wconv.At[0] == 0 {
 		return s, fmt.Errorf("the warm client did not converge: %v", wconv.Errors)
 	}
 	var warm usage
