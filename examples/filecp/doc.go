@@ -168,15 +168,16 @@
 //
 // Parsing dominates a full load (YAML to JSON, then protojson): a reload
 // parses only the files whose content changed (what it reads is compared
-// with the last parse by hash); reading every file of a large directory costs more than the rest
-// of a reload (system calls: open, stat, read and close per file), so the
-// Watcher reads only what its events named. Stating the reload in the
-// Store (two groups, of 1,001 and 2,001 resources, one
-// ClusterLoadAssignment changed) costs about 0.6 MiB and 300 allocations
-// of that reload: the group lists, and the changed type's new set; a type
-// whose messages are all the ones the group held is kept as is, and a
-// message the group held is not hashed again. In the load benchmark at
-// 1,000 services and 2,000 Delta clients, reading every file took a fifth
-// of filecp's CPU for an endpoint change (160 of 770 ms of samples); the
-// reload of the files named takes 10–30 ms of 640–720 (both protocols).
+// with the last parse by hash); reading every file of a large directory
+// costs more than the rest of a reload (system calls: open, stat, read
+// and close per file), so the Watcher reads only what its events named.
+// Stating the reload in the Store (two groups, of 1,001 and 2,001
+// resources, one ClusterLoadAssignment changed) costs about 0.6 MiB and
+// 300 allocations of that reload: the group lists, and the changed type's
+// new set; a type whose messages are all the ones the group held is kept
+// as is, and a message the group held is not hashed again. In the load
+// benchmark at 1,000 services and 2,000 Delta clients, reading every file
+// took a fifth of filecp's CPU for an endpoint change (160 of 770 ms of
+// samples); the reload of the files named takes 10–30 ms of 640–720 (both
+// protocols).
 package main

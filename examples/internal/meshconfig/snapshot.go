@@ -178,28 +178,29 @@ func (l *Loader) LoadFS(fsys fs.FS) (*Snapshot, error) { return l.LoadFSChanged(
 // when its path is next named, or by the next load of every file (LoadFS;
 // filecp's Watcher.Resync, on SIGHUP).
 func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) {
+	// listed is a directory entry, with its fleet ("" for a global file)
+	// and whether it is, or is in, a symbolic link: what is behind a link
+	// changes without an event on the path.
+	type listed struct {
+		path, fleet string
+		linked      bool
+	}
 	var (
 		files    []input
 		problems []Problem
 		warnings []Problem
-		// links holds the symbolic links among the directory's entries
-		// (fleet directories and files): what is behind one changes
-		// without an event on its path.
-		links = map[string]bool{}
 	)
 	top, err := fs.ReadDir(fsys, ".")
 	if err != nil {
 		return nil, l.rejected([]Problem{{File: ".", Index: -1, Msg: err.Error()}})
 	}
-	var fleets, paths []string
+	var fleets, paths []listed
 	for _, e := range top {
 		name := e.Name()
 		if IgnoredName(name) {
 			continue
 		}
-		if e.Type()&fs.ModeSymlink != 0 {
-			links[name] = true
-		}
+		linked := e.Type()&fs.ModeSymlink != 0
 		isDir, err := entryIsDir(fsys, name, e)
 		switch {
 		case err != nil:
@@ -207,15 +208,15 @@ func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) 
 				problems = append(problems, Problem{File: name, Index: -1, Msg: err.Error()})
 			}
 		case isDir:
-			fleets = append(fleets, name)
+			fleets = append(fleets, listed{path: name, linked: linked})
 		case FileFormat(name) != FormatNone:
-			paths = append(paths, name)
+			paths = append(paths, listed{path: name, linked: linked})
 		}
 	}
 	for _, fleet := range fleets {
-		entries, err := fs.ReadDir(fsys, fleet)
+		entries, err := fs.ReadDir(fsys, fleet.path)
 		if err != nil {
-			problems = append(problems, Problem{File: fleet, Index: -1, Msg: err.Error()})
+			problems = append(problems, Problem{File: fleet.path, Index: -1, Msg: err.Error()})
 			continue
 		}
 		for _, e := range entries {
@@ -223,10 +224,7 @@ func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) 
 			if IgnoredName(name) {
 				continue
 			}
-			p := fleet + "/" + name
-			if e.Type()&fs.ModeSymlink != 0 {
-				links[p] = true
-			}
+			p := fleet.path + "/" + name
 			isDir, err := entryIsDir(fsys, p, e)
 			switch {
 			case err != nil:
@@ -236,7 +234,7 @@ func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) 
 			case isDir:
 				warnings = append(warnings, nestedWarning(p))
 			case FileFormat(name) != FormatNone:
-				paths = append(paths, p)
+				paths = append(paths, listed{path: p, fleet: fleet.path, linked: fleet.linked || e.Type()&fs.ModeSymlink != 0})
 			}
 		}
 	}
@@ -245,20 +243,19 @@ func (l *Loader) LoadFSChanged(fsys fs.FS, changed []string) (*Snapshot, error) 
 		named[p] = true
 	}
 	all := changed == nil || named["."]
-	for _, p := range paths {
-		fleet, _, _ := Place(p)
-		if !all && !named[p] && !named[fleet] && !links[p] && !links[fleet] {
-			if _, ok := l.cache[p]; ok {
-				files = append(files, input{File: File{Path: p}, fleet: fleet, kept: true})
+	for _, f := range paths {
+		if !all && !named[f.path] && !named[f.fleet] && !f.linked {
+			if _, ok := l.cache[f.path]; ok {
+				files = append(files, input{File: File{Path: f.path}, fleet: f.fleet, kept: true})
 				continue
 			}
 		}
-		data, err := fs.ReadFile(fsys, p)
+		data, err := fs.ReadFile(fsys, f.path)
 		if err != nil {
-			problems = append(problems, Problem{File: p, Index: -1, Msg: err.Error()})
+			problems = append(problems, Problem{File: f.path, Index: -1, Msg: err.Error()})
 			continue
 		}
-		files = append(files, input{File: File{Path: p, Data: data}, fleet: fleet})
+		files = append(files, input{File: File{Path: f.path, Data: data}, fleet: f.fleet})
 	}
 	return l.build(files, problems, warnings)
 }
