@@ -199,6 +199,11 @@ type ChangeResult struct {
 	// of those ratios.
 	Rounds      []Round `json:",omitempty"`
 	FloorRounds []Round `json:",omitempty"`
+	// Beside are the rounds of the other servers that took turns with
+	// this one (the library host's and filecp's: see Run), by server
+	// name: round i of each was made beside this one's round i (the
+	// servers in turn in Config.Servers' order, then the floor).
+	Beside map[string][]Round `json:",omitempty"`
 }
 
 // Round is what one change measured.
@@ -243,20 +248,21 @@ func (s StormResult) Utilisation() float64 {
 	return float64(s.CPU) / float64(s.Wall)
 }
 
-// Run runs every (server, protocol) of cfg. Over each protocol, each
-// server runs side by side with a floor of its own, if the floor is among
-// cfg's servers, one pair at a time: the server's clients converge, then
-// the floor's; then each round of each kind of change is made to the
-// server and to the floor in turn, so that the two are seconds apart, not
-// minutes (see ChangeResult.FloorRounds); then the server's storm and, the
-// first time, the floor's. While one works, the other and its clients sit
-// idle, connected. The floor's own figures are those of its first pairing,
-// and its initial convergence and memory those of a session of its own
-// before it: each initial convergence is measured with no other session
-// up, as clients that converge beside another session's idle ones took
-// up to 1.47× as long (benchmarks/README.md, "A 1,000-service mesh").
-// go-control-plane's servers run alone (see Solo); so do all without the
-// floor. Results come by server, then protocol, in cfg's order.
+// Run runs every (server, protocol) of cfg. Over each protocol, the
+// servers other than the floor and go-control-plane's (see Solo), the
+// library host and filecp, run side by side, with a floor if it is among
+// cfg's servers: each one's clients converge; then each round of each
+// kind of change is made to each server and then to the floor in turn, so
+// that they are seconds apart, not minutes (see ChangeResult.FloorRounds
+// and Beside); then each one's storm and the floor's. While one works,
+// the others and their clients sit idle, connected. Each initial
+// convergence and memory reading is made with no other session up, as
+// clients that converge beside another session's idle ones took up to
+// 1.47× as long (benchmarks/README.md, "A 1,000-service mesh"): the
+// floor's and those of the servers after the first in sessions of their
+// own, ended before the first server's starts, then started again for the
+// changes. go-control-plane's servers run alone, one after the other.
+// Results come by server, then protocol, in cfg's order.
 func Run(cfg Config) ([]Result, error) {
 	cfg, err := cfg.withDefaults(servers.Names)
 	if err != nil {
@@ -324,37 +330,62 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 		}
 		return s, nil
 	}
-	// run runs name's session, beside a floor's if withFloor, then its
-	// storm, and the floor's if keep (its result is then out's).
-	run := func(name string, withFloor, keep bool) error {
-		var alone *Result // the floor's figures measured alone
-		if withFloor && keep {
-			f, err := start("floor")
+	// run runs the sessions of names, which take turns at each change,
+	// beside a floor's if withFloor, then their storms, and the floor's if
+	// keep (its result is then out's). Each initial convergence is
+	// measured with no other session up: the floor's, if keep, and those
+	// of names after the first in sessions of their own, ended before
+	// names[0]'s starts; they are started again beside it for the changes.
+	run := func(names []string, withFloor, keep bool) error {
+		alone := make(map[string]Result)
+		measureAlone := func(name string) error {
+			s, err := start(name)
 			if err != nil {
 				return err
 			}
-			alone = &f.res
-			closeAll(f)
+			alone[name] = s.res
+			closeAll(s)
+			return nil
 		}
-		s, err := start(name)
-		if err != nil {
-			return err
+		if withFloor && keep {
+			if err := measureAlone("floor"); err != nil {
+				return err
+			}
+		}
+		for _, name := range names[1:] {
+			if err := measureAlone(name); err != nil {
+				return err
+			}
+		}
+		var group []*session
+		for _, name := range names {
+			s, err := start(name)
+			if err != nil {
+				return err
+			}
+			group = append(group, s)
 		}
 		var floor *session
 		if withFloor {
+			var err error
 			if floor, err = start("floor"); err != nil {
 				return err
 			}
-			// A floor that did not converge this time keeps its own
-			// figures, which say so.
-			if alone != nil && floor.converged() {
-				floor.res.initFrom(*alone)
+		}
+		// A session that did not converge this time keeps its own
+		// figures, which say so.
+		for _, s := range slices.Concat(group[1:], []*session{floor}) {
+			if s == nil {
+				continue
+			}
+			if a, ok := alone[s.res.Server]; ok && s.converged() {
+				s.res.initFrom(a)
 			}
 		}
-		if err := runChanges(cfg, s, floor); err != nil {
+		if err := runChanges(cfg, group, floor); err != nil {
 			return err
 		}
-		for _, x := range []*session{s, floor} {
+		for _, x := range slices.Concat(group, []*session{floor}) {
 			if x == nil || (x == floor && !keep) {
 				continue
 			}
@@ -368,23 +399,33 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 		if floor != nil {
 			closeAll(floor)
 		}
-		closeAll(s)
+		closeAll(group...)
 		return nil
 	}
+	// The servers paired with the floor take turns at the changes, all of
+	// them (the library host and filecp: see ChangeResult.Beside); the
+	// others run one at a time.
 	wantFloor := slices.Contains(cfg.Servers, "floor")
-	floorDone := false
+	var turns []string
 	for _, name := range cfg.Servers {
-		if name == "floor" {
-			continue
+		if name != "floor" && !slices.Contains(Solo, name) {
+			turns = append(turns, name)
 		}
-		paired := wantFloor && !slices.Contains(Solo, name)
-		if err := run(name, paired, paired && !floorDone); err != nil {
+	}
+	if len(turns) > 0 {
+		if err := run(turns, wantFloor, wantFloor); err != nil {
 			return out, err
 		}
-		floorDone = floorDone || paired
 	}
-	if wantFloor && !floorDone {
-		if err := run("floor", false, false); err != nil {
+	for _, name := range cfg.Servers {
+		if slices.Contains(Solo, name) {
+			if err := run([]string{name}, false, false); err != nil {
+				return out, err
+			}
+		}
+	}
+	if wantFloor && len(turns) == 0 {
+		if err := run([]string{"floor"}, false, false); err != nil {
 			return out, err
 		}
 	}
@@ -397,24 +438,33 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 func (r *Result) initFrom(a Result) {
 	r.Init, r.InitStreams, r.InitBeside = a.Init, a.InitStreams, a.InitBeside
 	r.InitResponses, r.InitBytes, r.InitLargest = a.InitResponses, a.InitBytes, a.InitLargest
-	r.RSSPerClient, r.Memory = a.RSSPerClient, a.Memory
+	r.RSSPerClient, r.Memory, r.Fixed = a.RSSPerClient, a.Memory, a.Fixed
 	r.Errors = slices.Concat(a.Errors, r.Errors)
 	r.Violations += a.Violations
 }
 
-// runChanges makes cfg.Rounds changes of each kind to s and, round by
-// round, to the floor if it is not nil. A server whose clients did not all
-// converge at first makes none.
-func runChanges(cfg Config, s, floor *session) error {
-	pair := []*session{s}
-	if floor != nil && floor.converged() {
-		pair = append(pair, floor)
+// runChanges makes cfg.Rounds changes of each kind to the sessions of
+// group, in turn, round by round, and to the floor after them if it is
+// not nil. A session whose clients did not all converge at first makes
+// none. Each session's ChangeResult gets the rounds of the others made
+// beside it (FloorRounds, Beside).
+func runChanges(cfg Config, group []*session, floor *session) error {
+	var turn []*session
+	for _, s := range group {
+		if s.converged() {
+			turn = append(turn, s)
+		}
 	}
-	if !s.converged() || cfg.Rounds == 0 {
+	if len(turn) == 0 || cfg.Rounds == 0 {
 		return nil
 	}
+	if floor != nil && floor.converged() {
+		turn = append(turn, floor)
+	} else {
+		floor = nil
+	}
 	each := func(f func(s *session) error) error {
-		for _, x := range pair {
+		for _, x := range turn {
 			if err := f(x); err != nil {
 				return x.errorf(err)
 			}
@@ -433,9 +483,23 @@ func runChanges(cfg Config, s, floor *session) error {
 		if err := each(func(x *session) error { return x.endChanges(kind) }); err != nil {
 			return err
 		}
-		if len(pair) == 2 {
+		for _, s := range turn {
+			if s == floor {
+				continue
+			}
 			c := s.res.Changes[kind]
-			c.FloorRounds = floor.res.Changes[kind].Rounds
+			if floor != nil {
+				c.FloorRounds = floor.res.Changes[kind].Rounds
+			}
+			for _, o := range turn {
+				if o == s || o == floor {
+					continue
+				}
+				if c.Beside == nil {
+					c.Beside = make(map[string][]Round)
+				}
+				c.Beside[o.res.Server] = o.res.Changes[kind].Rounds
+			}
 			s.res.Changes[kind] = c
 		}
 	}

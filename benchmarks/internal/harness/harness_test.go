@@ -2,8 +2,10 @@ package harness
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -344,20 +346,32 @@ func TestVersusFloor(t *testing.T) {
 	}
 }
 
-// TestRunPairs checks which servers Run pairs with a floor of their own:
-// xdspush, when the floor is among the servers; never go-control-plane's
-// (Solo), nor any server when the floor is not asked for; the floor alone
-// when no server pairs with it. Each result is there once, by server.
+// TestRunPairs checks which servers Run pairs with a floor of their own,
+// and which take turns with each other: xdspush and its variants (and
+// filecp) take turns, beside the floor when it is among the servers;
+// never go-control-plane's (Solo); the floor alone when no server pairs
+// with it. Every initial convergence is measured with no other session
+// up. Each result is there once, by server.
 func TestRunPairs(t *testing.T) {
 	for _, tt := range []struct {
 		servers []string
-		paired  map[string]bool // by server: made its rounds beside a floor's
+		paired  map[string]bool     // by server: made its rounds beside a floor's
+		beside  map[string][]string // by server: the others whose rounds were made beside its own
 	}{
-		{servers: []string{"xdspush", "floor"}, paired: map[string]bool{"xdspush": true, "floor": false}},
-		{servers: []string{"floor", "xdspush"}, paired: map[string]bool{"xdspush": true, "floor": false}},
-		{servers: []string{"xdspush"}, paired: map[string]bool{"xdspush": false}},
-		{servers: []string{"gcp", "floor"}, paired: map[string]bool{"gcp": false, "floor": false}},
-		{servers: []string{"floor"}, paired: map[string]bool{"floor": false}},
+		{servers: []string{"xdspush", "floor"}, paired: map[string]bool{"xdspush": true}},
+		{servers: []string{"floor", "xdspush"}, paired: map[string]bool{"xdspush": true}},
+		{servers: []string{"xdspush"}},
+		{servers: []string{"gcp", "floor"}},
+		{servers: []string{"floor"}},
+		{
+			servers: []string{"xdspush", "xdspush-unnamed", "floor"},
+			paired:  map[string]bool{"xdspush": true, "xdspush-unnamed": true},
+			beside:  map[string][]string{"xdspush": {"xdspush-unnamed"}, "xdspush-unnamed": {"xdspush"}},
+		},
+		{
+			servers: []string{"xdspush-unnamed", "gcp", "xdspush"},
+			beside:  map[string][]string{"xdspush": {"xdspush-unnamed"}, "xdspush-unnamed": {"xdspush"}},
+		},
 	} {
 		t.Run(strings.Join(tt.servers, ","), func(t *testing.T) {
 			var stderr strings.Builder
@@ -385,6 +399,9 @@ func TestRunPairs(t *testing.T) {
 				if r.InitBeside != 0 {
 					t.Errorf("%s: initial convergence measured beside %d other sessions; want none", r.Server, r.InitBeside)
 				}
+				if r.Init.Missing != 0 || r.RSSPerClient == 0 {
+					t.Errorf("%s: init %+v, resident set per client %v; want every client converged, measured", r.Server, r.Init, r.RSSPerClient)
+				}
 				for _, k := range Kinds {
 					c := r.Changes[k]
 					if len(c.Rounds) != 1 {
@@ -393,8 +410,85 @@ func TestRunPairs(t *testing.T) {
 					if got := len(c.FloorRounds) == 1; got != tt.paired[r.Server] {
 						t.Errorf("%s: %s change made beside a floor's: %v; want %v", r.Server, k, got, tt.paired[r.Server])
 					}
+					if got := slices.Sorted(maps.Keys(c.Beside)); !slices.Equal(got, tt.beside[r.Server]) {
+						t.Errorf("%s: %s change made beside those of %q; want %q", r.Server, k, got, tt.beside[r.Server])
+					}
+					for o, rounds := range c.Beside {
+						if len(rounds) != 1 || rounds[0].Latency.Max <= 0 {
+							t.Errorf("%s: %s change: %s's rounds beside it %+v; want one, measured", r.Server, k, o, rounds)
+						}
+					}
 				}
 			}
 		})
 	}
+}
+
+// TestReportTurns checks the table of servers that took turns: the
+// median over the rounds of the ratios to another server's or the floor's
+// rounds made beside them, each latency less its server's settling, and
+// the rounds within 1.1×.
+func TestReportTurns(t *testing.T) {
+	ms := time.Millisecond
+	rounds := func(cpu time.Duration, maxes ...time.Duration) []Round {
+		var rs []Round
+		for _, m := range maxes {
+			rs = append(rs, Round{Latency: Latency{Max: m}, CPU: cpu})
+		}
+		return rs
+	}
+	host := Result{Server: "xdspush", Protocol: "sotw", Changes: map[string]ChangeResult{
+		mesh.EndpointChange: {Rounds: rounds(100*time.Microsecond, 500*ms, 1000*ms, 400*ms)},
+		mesh.ClusterChange:  {Rounds: rounds(100*time.Microsecond, 1000*ms, 1000*ms, 1000*ms)},
+	}}
+	filecp := Result{Server: "filecp", Protocol: "sotw", Changes: map[string]ChangeResult{
+		// Less its settling (100 ms): 500, 1200, 400 ms: ratios 1, 1.2, 1.
+		mesh.EndpointChange: {Rounds: rounds(120*time.Microsecond, 600*ms, 1300*ms, 500*ms)},
+		// Less its settling (200 ms): 1090, 1000, 900 ms.
+		mesh.ClusterChange: {Rounds: rounds(90*time.Microsecond, 1290*ms, 1200*ms, 1100*ms)},
+	}}
+	host.Changes[mesh.EndpointChange] = withBeside(host.Changes[mesh.EndpointChange], "filecp", filecp.Changes[mesh.EndpointChange].Rounds)
+	host.Changes[mesh.ClusterChange] = withBeside(host.Changes[mesh.ClusterChange], "filecp", filecp.Changes[mesh.ClusterChange].Rounds)
+	filecp.Changes[mesh.EndpointChange] = withBeside(filecp.Changes[mesh.EndpointChange], "xdspush", host.Changes[mesh.EndpointChange].Rounds)
+	filecp.Changes[mesh.ClusterChange] = withBeside(filecp.Changes[mesh.ClusterChange], "xdspush", host.Changes[mesh.ClusterChange].Rounds)
+
+	for _, tt := range []struct {
+		name string
+		rs   []Result
+		want string // the table's row; "" for no table
+	}{
+		{"filecp after the host", []Result{host, filecp}, "| sotw | filecp | xdspush | 1.00× | 1.20× | 2/3 | 1.00× | 0.90× | 3/3 |"},
+		{"the host after filecp", []Result{filecp, host}, "| sotw | xdspush | filecp | 1.00× | 0.83× | 3/3 | 1.00× | 1.11× | 2/3 |"},
+		{"filecp against the floor", []Result{func() Result {
+			r := filecp
+			r.Changes = map[string]ChangeResult{}
+			for k, c := range filecp.Changes {
+				c.Beside, c.FloorRounds = nil, host.Changes[k].Rounds // the floor's rounds as the host's
+				r.Changes[k] = c
+			}
+			return r
+		}()}, "| sotw | filecp | floor | 1.00× | 1.20× | 2/3 | 1.00× | 0.90× | 3/3 |"},
+		{"alone", []Result{host}, ""},
+		{"another protocol", []Result{host, func() Result { r := filecp; r.Protocol = "delta"; return r }()}, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			reportTurns(&b, tt.rs)
+			got := b.String()
+			if tt.want == "" {
+				if got != "" {
+					t.Fatalf("reportTurns wrote %q; want nothing", got)
+				}
+				return
+			}
+			if !strings.Contains(got, "\n"+tt.want+"\n") {
+				t.Errorf("reportTurns wrote\n%s\nwant the row\n%s", got, tt.want)
+			}
+		})
+	}
+}
+
+func withBeside(c ChangeResult, server string, rounds []Round) ChangeResult {
+	c.Beside = map[string][]Round{server: rounds}
+	return c
 }

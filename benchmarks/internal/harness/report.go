@@ -11,6 +11,7 @@ import (
 
 	"github.com/xdspush/xdspush/benchmarks/internal/fleet"
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
+	"github.com/xdspush/xdspush/benchmarks/internal/servers"
 )
 
 // since summarises the times at (unix ns; 0 = missing) relative to t0.
@@ -99,11 +100,25 @@ func versusFloor(c, f ChangeResult, round func(Round) float64, pooled func(Chang
 	if len(c.Rounds) == 0 || len(c.Rounds) != len(c.FloorRounds) {
 		return ratio(pooled(c), pooled(f))
 	}
-	rs := make([]float64, 0, len(c.Rounds))
-	for i := range c.Rounds {
-		x, y := round(c.Rounds[i]), round(c.FloorRounds[i])
+	m, ok := medianRatio(c.Rounds, c.FloorRounds, round, round)
+	if !ok {
+		return "–"
+	}
+	return sig(m) + "×"
+}
+
+// medianRatio returns the median over the rounds of fx(xs[i]) ÷
+// fy(ys[i]); false if the two differ in length, are empty, or a figure is
+// not positive.
+func medianRatio(xs, ys []Round, fx, fy func(Round) float64) (float64, bool) {
+	if len(xs) == 0 || len(xs) != len(ys) {
+		return 0, false
+	}
+	rs := make([]float64, 0, len(xs))
+	for i := range xs {
+		x, y := fx(xs[i]), fy(ys[i])
 		if x <= 0 || y <= 0 {
-			return "–"
+			return 0, false
 		}
 		rs = append(rs, x/y)
 	}
@@ -112,7 +127,7 @@ func versusFloor(c, f ChangeResult, round func(Round) float64, pooled func(Chang
 	if len(rs)%2 == 0 {
 		m = (rs[len(rs)/2-1] + m) / 2
 	}
-	return sig(m) + "×"
+	return m, true
 }
 
 // The figures of a change that Report compares, of a round and pooled:
@@ -176,6 +191,7 @@ func Report(w io.Writer, rs []Result) {
 	}
 	if slices.ContainsFunc(rs, func(r Result) bool { return len(r.Changes) > 0 }) {
 		reportChanges(w, rs)
+		reportTurns(w, rs)
 	}
 	if slices.ContainsFunc(rs, func(r Result) bool { return r.RSSPerClient > 0 }) {
 		reportMemory(w, rs)
@@ -257,6 +273,80 @@ func reportChanges(w io.Writer, rs []Result) {
 			"cluster p99", "cluster CPU", "cluster bytes", "storm", "storm CPU", "RSS/client"}
 		fmt.Fprintf(w, "| %s |\n|%s\n%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)), strings.Join(lines, "\n"))
 	}
+}
+
+// reportTurns writes, for each two servers that took turns at the
+// changes (see ChangeResult.Beside), the later one in rs's order against
+// the earlier, and each server against the floor made beside it, round by
+// round, each change's max less the servers' settling.
+func reportTurns(w io.Writer, rs []Result) {
+	var lines []string
+	for i, r := range rs {
+		var against []string
+		for _, o := range rs[:i] {
+			if o.Protocol == r.Protocol {
+				against = append(against, o.Server)
+			}
+		}
+		against = append(against, "floor")
+		for _, o := range against {
+			if row := turnRow(r, o); row != nil {
+				lines = append(lines, "| "+strings.Join(row, " | ")+" |")
+			}
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nServers that took turns at each change, round by round: the first's figure ÷ the other's made beside it, "+
+		"the median over the rounds. max: the latency's max less each server's settling, its wait before it pushes "+
+		"(filecp: %v for file events to fall quiet, and its debounce window for a cluster change, %v in all); "+
+		"≤ 1.1×: the rounds in which that is at most 1.1× the other's.\n\n",
+		servers.Settling("filecp", mesh.EndpointChange), servers.Settling("filecp", mesh.ClusterChange))
+	hdr := []string{"proto", "server", "÷", "endpoint max", "endpoint CPU", "≤ 1.1×", "cluster max", "cluster CPU", "≤ 1.1×"}
+	fmt.Fprintf(w, "| %s |\n|%s\n%s\n", strings.Join(hdr, " | "), strings.Repeat("---|", len(hdr)), strings.Join(lines, "\n"))
+}
+
+// turnRow returns the cells of r against the rounds of server o made
+// beside its own (the floor's: FloorRounds), nil if there are none.
+func turnRow(r Result, o string) []string {
+	row := []string{r.Protocol, r.Server, o}
+	found := false
+	for _, k := range []string{mesh.EndpointChange, mesh.ClusterChange} {
+		c := r.Changes[k]
+		theirs := c.Beside[o]
+		if o == "floor" {
+			theirs = c.FloorRounds
+		}
+		if len(theirs) == 0 {
+			row = append(row, "–", "–", "–")
+			continue
+		}
+		found = true
+		net := func(server string) func(Round) float64 {
+			settling := float64(servers.Settling(server, k))
+			return func(x Round) float64 { return float64(x.Latency.Max) - settling }
+		}
+		mine, other := net(r.Server), net(o)
+		lat, cpu := "–", "–"
+		if m, ok := medianRatio(c.Rounds, theirs, mine, other); ok {
+			lat = sig(m) + "×"
+		}
+		if m, ok := medianRatio(c.Rounds, theirs, roundCPU, roundCPU); ok {
+			cpu = sig(m) + "×"
+		}
+		within := 0
+		for j := range min(len(c.Rounds), len(theirs)) {
+			if mine(c.Rounds[j]) <= 1.1*other(theirs[j]) {
+				within++
+			}
+		}
+		row = append(row, lat, cpu, fmt.Sprintf("%d/%d", within, len(c.Rounds)))
+	}
+	if !found {
+		return nil
+	}
+	return row
 }
 
 // reportMemory writes a table of what each server holds per client once

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/xdspush/xdspush/benchmarks/internal/mesh"
+	"github.com/xdspush/xdspush/debounce"
 )
 
 // filecpServer runs the example users run, examples/filecp, built
@@ -45,6 +46,25 @@ type filecpServer struct {
 	admin  string        // its admin address
 	done   chan struct{} // closed once the process has exited
 	stderr *tail
+}
+
+// Settling is how long server name waits on purpose before it pushes a
+// change of kind (a mesh change kind), part of the change's latency as
+// the harness measures it: filecp's wait for file events to fall quiet
+// (100ms, its Watcher's default) and, for a Full change (every kind but
+// an endpoint change), its Server's debounce window (debounce.DefaultAfter;
+// filecp bypasses the window for endpoint-only changes). The other servers
+// push at once (xdspush's host with Config.NoDebounce, as the harness runs
+// it).
+func Settling(name, kind string) time.Duration {
+	if name != "filecp" {
+		return 0
+	}
+	const fileEvents = 100 * time.Millisecond
+	if kind == mesh.EndpointChange {
+		return fileEvents
+	}
+	return fileEvents + debounce.DefaultAfter
 }
 
 // Processor is implemented by the servers that serve from another process
