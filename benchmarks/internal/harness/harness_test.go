@@ -427,7 +427,8 @@ func TestRunPairs(t *testing.T) {
 // TestReportTurns checks the table of servers that took turns: the
 // median over the rounds of the ratios to another server's or the floor's
 // rounds made beside them, each latency less its server's settling, and
-// the rounds within 1.1×.
+// the rounds within 1.1×; no table when no two servers took turns (the
+// main table has the ratios to the floor).
 func TestReportTurns(t *testing.T) {
 	ms := time.Millisecond
 	rounds := func(cpu time.Duration, maxes ...time.Duration) []Round {
@@ -459,15 +460,9 @@ func TestReportTurns(t *testing.T) {
 	}{
 		{"filecp after the host", []Result{host, filecp}, "| sotw | filecp | xdspush | 1.00× | 1.20× | 2/3 | 1.00× | 0.90× | 3/3 |"},
 		{"the host after filecp", []Result{filecp, host}, "| sotw | xdspush | filecp | 1.00× | 0.83× | 3/3 | 1.00× | 1.11× | 2/3 |"},
-		{"filecp against the floor", []Result{func() Result {
-			r := filecp
-			r.Changes = map[string]ChangeResult{}
-			for k, c := range filecp.Changes {
-				c.Beside, c.FloorRounds = nil, host.Changes[k].Rounds // the floor's rounds as the host's
-				r.Changes[k] = c
-			}
-			return r
-		}()}, "| sotw | filecp | floor | 1.00× | 1.20× | 2/3 | 1.00× | 0.90× | 3/3 |"},
+		{"filecp against the floor", withFloor(host, filecp), "| sotw | filecp | floor | 1.00× | 1.20× | 2/3 | 1.00× | 0.90× | 3/3 |"},
+		{"the host against the floor", withFloor(host, filecp), "| sotw | xdspush | floor | 1.00× | 1.00× | 3/3 | 1.00× | 1.00× | 3/3 |"},
+		{"only the floor beside", withFloor(host)[:1], ""},
 		{"alone", []Result{host}, ""},
 		{"another protocol", []Result{host, func() Result { r := filecp; r.Protocol = "delta"; return r }()}, ""},
 	} {
@@ -486,6 +481,24 @@ func TestReportTurns(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withFloor returns copies of rs, each change made beside floor rounds
+// that are the first result's (as if the floor were the host).
+func withFloor(rs ...Result) []Result {
+	out := make([]Result, len(rs))
+	for i, r := range rs {
+		r.Changes = maps.Clone(r.Changes)
+		for k, c := range r.Changes {
+			c.FloorRounds = rs[0].Changes[k].Rounds
+			if len(rs) == 1 {
+				c.Beside = nil
+			}
+			r.Changes[k] = c
+		}
+		out[i] = r
+	}
+	return out
 }
 
 func withBeside(c ChangeResult, server string, rounds []Round) ChangeResult {

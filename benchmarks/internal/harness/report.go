@@ -275,11 +275,22 @@ func reportChanges(w io.Writer, rs []Result) {
 	}
 }
 
-// reportTurns writes, for each two servers that took turns at the
-// changes (see ChangeResult.Beside), the later one in rs's order against
-// the earlier, and each server against the floor made beside it, round by
-// round, each change's max less the servers' settling.
+// reportTurns writes, if two servers took turns at the changes (see
+// ChangeResult.Beside), the later one in rs's order against the earlier,
+// and each server against the floor made beside it, round by round, each
+// change's max less the servers' settling.
 func reportTurns(w io.Writer, rs []Result) {
+	turns := slices.ContainsFunc(rs, func(r Result) bool {
+		for _, c := range r.Changes {
+			if len(c.Beside) > 0 {
+				return true
+			}
+		}
+		return false
+	})
+	if !turns {
+		return
+	}
 	var lines []string
 	for i, r := range rs {
 		var against []string
