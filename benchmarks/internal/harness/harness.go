@@ -255,14 +255,16 @@ func (s StormResult) Utilisation() float64 {
 // kind of change is made to each server and then to the floor in turn, so
 // that they are seconds apart, not minutes (see ChangeResult.FloorRounds
 // and Beside); then each one's storm and the floor's. While one works,
-// the others and their clients sit idle, connected. Each initial
-// convergence and memory reading is made with no other session up, as
-// clients that converge beside another session's idle ones took up to
-// 1.47× as long (benchmarks/README.md, "A 1,000-service mesh"): the
-// floor's and those of the servers after the first in sessions of their
-// own, ended before the first server's starts, then started again for the
-// changes. go-control-plane's servers run alone, one after the other.
-// Results come by server, then protocol, in cfg's order.
+// the others and their clients sit idle, connected. Without changes
+// (StormOnly), each runs its storm beside the floor alone, one after the
+// other, the floor's figures those of the first. Each initial convergence
+// and memory reading is made with no other session up, as clients that
+// converge beside another session's idle ones took up to 1.47× as long
+// (benchmarks/README.md, "A 1,000-service mesh"): the floor's and those
+// of the servers after the first in sessions of their own, ended before
+// the first server's starts, then started again for the changes.
+// go-control-plane's servers run alone, one after the other. Results come
+// by server, then protocol, in cfg's order.
 func Run(cfg Config) ([]Result, error) {
 	cfg, err := cfg.withDefaults(servers.Names)
 	if err != nil {
@@ -404,7 +406,9 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 	}
 	// The servers paired with the floor take turns at the changes, all of
 	// them (the library host and filecp: see ChangeResult.Beside); the
-	// others run one at a time.
+	// others run one at a time. Without changes (a storm alone) there are
+	// no turns to take: each runs beside the floor, one at a time, so
+	// that no more sessions than two are up through a storm.
 	wantFloor := slices.Contains(cfg.Servers, "floor")
 	var turns []string
 	for _, name := range cfg.Servers {
@@ -412,7 +416,13 @@ func runProtocol(cfg Config, protocol string) (out []Result, err error) {
 			turns = append(turns, name)
 		}
 	}
-	if len(turns) > 0 {
+	if cfg.Rounds == 0 {
+		for i, name := range turns {
+			if err := run([]string{name}, wantFloor, wantFloor && i == 0); err != nil {
+				return out, err
+			}
+		}
+	} else if len(turns) > 0 {
 		if err := run(turns, wantFloor, wantFloor); err != nil {
 			return out, err
 		}

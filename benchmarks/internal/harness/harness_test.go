@@ -354,9 +354,10 @@ func TestVersusFloor(t *testing.T) {
 // up. Each result is there once, by server.
 func TestRunPairs(t *testing.T) {
 	for _, tt := range []struct {
-		servers []string
-		paired  map[string]bool     // by server: made its rounds beside a floor's
-		beside  map[string][]string // by server: the others whose rounds were made beside its own
+		servers   []string
+		stormOnly bool
+		paired    map[string]bool     // by server: made its rounds beside a floor's
+		beside    map[string][]string // by server: the others whose rounds were made beside its own
 	}{
 		{servers: []string{"xdspush", "floor"}, paired: map[string]bool{"xdspush": true}},
 		{servers: []string{"floor", "xdspush"}, paired: map[string]bool{"xdspush": true}},
@@ -368,6 +369,9 @@ func TestRunPairs(t *testing.T) {
 			paired:  map[string]bool{"xdspush": true, "xdspush-unnamed": true},
 			beside:  map[string][]string{"xdspush": {"xdspush-unnamed"}, "xdspush-unnamed": {"xdspush"}},
 		},
+		// A storm alone (no turns to take): a storm of every server and
+		// of the floor, once.
+		{servers: []string{"xdspush", "xdspush-unnamed", "floor"}, stormOnly: true},
 		{
 			servers: []string{"xdspush-unnamed", "gcp", "xdspush"},
 			beside:  map[string][]string{"xdspush": {"xdspush-unnamed"}, "xdspush-unnamed": {"xdspush"}},
@@ -380,6 +384,7 @@ func TestRunPairs(t *testing.T) {
 				Servers:    tt.servers,
 				Protocols:  []string{"delta"},
 				Rounds:     1,
+				StormOnly:  tt.stormOnly,
 				Quiet:      50 * time.Millisecond,
 				Timeout:    time.Minute,
 				Executable: os.Args[0],
@@ -401,6 +406,12 @@ func TestRunPairs(t *testing.T) {
 				}
 				if r.Init.Missing != 0 || r.RSSPerClient == 0 {
 					t.Errorf("%s: init %+v, resident set per client %v; want every client converged, measured", r.Server, r.Init, r.RSSPerClient)
+				}
+				if tt.stormOnly {
+					if len(r.Changes) != 0 || r.Storm == nil || r.Storm.Latency.Missing != 0 {
+						t.Errorf("%s: changes %v, storm %+v; want none, a storm every client converged after", r.Server, r.Changes, r.Storm)
+					}
+					continue
 				}
 				for _, k := range Kinds {
 					c := r.Changes[k]
